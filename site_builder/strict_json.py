@@ -1,0 +1,121 @@
+"""Strict JSON parsing: one document, UTF-8, no duplicate keys, no NaN, bounded.
+
+Python's ``json`` module accepts things a signed-record mirror must not: a
+duplicate key silently keeps the last value (so two parsers can disagree about
+what was signed), ``NaN`` and ``Infinity`` are not JSON, and integers beyond
+±2**53 do not survive a round trip through JavaScript (I-JSON, RFC 7493).
+Every refusal raises StrictJSONError with a stable check name.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+MAX_DEPTH = 64
+MAX_SAFE_INTEGER = 2**53 - 1
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class StrictJSONError(ValueError):
+    def __init__(self, check: str, reason: str):
+        super().__init__(f"{check}: {reason}")
+        self.check = check
+        self.reason = reason
+
+
+def _reject_constant(name: str) -> Any:
+    raise StrictJSONError("json_number", f"{name} is not a JSON number")
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise StrictJSONError("json_number", f"number {text[:40]} overflows a double")
+    return value
+
+
+def _parse_int(text: str) -> int:
+    if len(text) > 17 or abs(int(text)) > MAX_SAFE_INTEGER:
+        raise StrictJSONError("json_number", f"integer {text[:40]}{'…' if len(text) > 40 else ''} is outside ±2^53")
+    return int(text)
+
+
+def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise StrictJSONError("json_duplicate_key", f"duplicate key {key!r}")
+            seen.add(key)
+    return obj
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node if isinstance(v, (dict, list)))
+    return False
+
+
+def _contains_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
+
+
+def parse_strict(raw: bytes, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse *raw* as one strict JSON document or raise StrictJSONError."""
+    if not raw.strip():
+        raise StrictJSONError("json_syntax", "empty file")
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise StrictJSONError("json_encoding", "starts with a UTF-8 byte-order mark")
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise StrictJSONError("json_encoding", "UTF-16 byte-order mark; bundles are UTF-8")
+    if b"\x00" in raw:
+        raise StrictJSONError("json_encoding", "contains NUL bytes (UTF-16 or binary?); bundles are UTF-8")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StrictJSONError("json_encoding", f"invalid UTF-8 at byte {exc.start}") from None
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=_object_without_duplicates,
+            parse_constant=_reject_constant,
+            parse_float=_parse_float,
+            parse_int=_parse_int,
+        )
+    except StrictJSONError:
+        raise
+    except RecursionError:
+        raise StrictJSONError("json_depth", "nesting is deeper than the parser allows") from None
+    except json.JSONDecodeError as exc:
+        raise StrictJSONError("json_syntax", f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:  # int conversion limits and similar
+        raise StrictJSONError("json_number", str(exc).split("\n")[0]) from None
+    if _depth_exceeds(value, max_depth):
+        raise StrictJSONError("json_depth", f"nesting deeper than {max_depth} levels")
+    if _SURROGATE_ESCAPE.search(raw) and _contains_lone_surrogate(value):
+        raise StrictJSONError("json_encoding", "a string holds a lone UTF-16 surrogate")
+    return value

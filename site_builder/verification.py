@@ -1,0 +1,486 @@
+"""Verification of one bundle: pure code, no I/O, typed results.
+
+Checks run in the order of :data:`CHECK_ORDER`, modelled on python-tuf: the
+structure is checked first (nothing else can run on a malformed bundle), then
+which keys signed (only pinned keys count), then the record itself, then each
+event, then the merged state, and last the envelope (bundle hash and
+signature).  After ``structure`` passes every check runs, so the report lists
+all failures; the *first* failure in this order is the reason a bundle is
+rejected.  Any failure rejects; warnings never do.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
+
+from site_builder.canonical import digest, digest_without, pith_id_from_digest, title_canon_sha256
+from site_builder.keys import TrustedKey, TrustSet
+from site_builder.merge import KNOWN_EVENT_TYPES, UnmergeableEvents, recompute_state
+
+CHECK_ORDER = (
+    "structure",
+    "identifiers",
+    "key_pinned",
+    "canonical_hash",
+    "pith_number",
+    "aliases",
+    "receipt_signature",
+    "event_hash",
+    "event_id",
+    "event_signature",
+    "event_subject",
+    "state_hash",
+    "state_recomputed",
+    "bundle_hash",
+    "bundle_signature",
+)
+
+CHECK_DESCRIPTIONS = {
+    "structure": "required fields and types, bundle_type, bundle_version 1.0",
+    "identifiers": "pith ID, arXiv id, version and categories are safe, well-formed names",
+    "key_pinned": "every signature names a pinned key (id and fingerprint); embedded keys match the pins",
+    "canonical_hash": "sha256 of the canonical record equals canonical_sha256",
+    "pith_number": "pith ID and year derive from the record; short number consistent",
+    "aliases": "source and source_aliases agree with the record and the pith ID",
+    "receipt_signature": "the receipt's Ed25519 signature over the canonical digest",
+    "event_hash": "each event's content_sha256 equals the digest of its content",
+    "event_id": "each event_id is sha256:<content_sha256>",
+    "event_signature": "each event's Ed25519 signature over its content digest",
+    "event_subject": "each event is about this record",
+    "state_hash": "state_sha256 equals the digest of the state",
+    "state_recomputed": "the state rebuilt from the events by the v1 merge has the same digest",
+    "bundle_hash": "bundle_sha256 equals the digest of the bundle without its signature",
+    "bundle_signature": "the bundle's Ed25519 signature over bundle_sha256",
+}
+
+SUPPORTED_BUNDLE_VERSIONS = ("1.0",)
+KNOWN_TOP_LEVEL = frozenset(
+    "bundle_type bundle_version pith_number short_pith_number canonical_record canonical_sha256 source "
+    "source_aliases events timestamp_proofs mirror_hints public_keys merge_version built_at links state "
+    "bundle_signature".split()
+)
+
+PITH_NUMBER_RE = re.compile(r"pith:([0-9]{4}):([A-Z2-7]{26})\Z")
+PITH_ID_RE = re.compile(r"[A-Z2-7]{26}\Z")
+HEX64_RE = re.compile(r"[0-9a-f]{64}\Z")
+# New style 2301.01234 / 0704.0001, old style hep-lat/0305021 or math.AG/0601001.
+ARXIV_ID_RE = re.compile(r"(?:[0-9]{4}\.[0-9]{4,5}|[a-z]+(?:-[a-z]+)*(?:\.[A-Z]{2})?/[0-9]{7})\Z")
+CATEGORY_RE = re.compile(r"[a-z]+(?:-[a-z]+)*(?:\.[A-Za-z]+(?:-[A-Za-z]+)*)?\Z")
+TIMESTAMP_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z\Z")
+
+Status = Literal["passed", "failed", "skipped"]
+
+
+class CheckFailed(Exception):
+    """Raised inside a check; the message is the one-line reason."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: Status
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class VerificationWarning:
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """All check results for one bundle, in CHECK_ORDER."""
+
+    checks: tuple[CheckResult, ...]
+    warnings: tuple[VerificationWarning, ...] = ()
+
+    @property
+    def failures(self) -> tuple[CheckResult, ...]:
+        return tuple(c for c in self.checks if c.status == "failed")
+
+    @property
+    def accepted(self) -> bool:
+        return not self.failures
+
+    @property
+    def first_failure(self) -> CheckResult | None:
+        failures = self.failures
+        return failures[0] if failures else None
+
+    @property
+    def state_recomputed(self) -> bool:
+        return any(c.name == "state_recomputed" and c.status == "passed" for c in self.checks)
+
+
+@dataclass
+class _Context:
+    bundle: dict
+    trust: TrustSet
+    warnings: list[VerificationWarning] = field(default_factory=list)
+    record_created: dict | None = None
+
+
+# --- small helpers -------------------------------------------------------------------------
+
+def _require(obj: Any, path: str, spec: dict[str, Any]) -> None:
+    if not isinstance(obj, dict):
+        raise CheckFailed(f"{path} is not an object")
+    for key, expected in spec.items():
+        if key not in obj:
+            raise CheckFailed(f"{path}.{key} is missing")
+        value = obj[key]
+        if isinstance(expected, dict):
+            _require(value, f"{path}.{key}", expected)
+        elif expected is int:
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise CheckFailed(f"{path}.{key} is not an integer")
+        elif not isinstance(value, expected):
+            names = expected.__name__ if isinstance(expected, type) else "/".join(t.__name__ for t in expected)
+            raise CheckFailed(f"{path}.{key} is not {_TYPE_WORDS.get(names, names)}")
+
+
+_TYPE_WORDS = {"str": "a string", "list": "a list", "dict": "an object", "str/NoneType": "a string or null"}
+
+_SIGNATURE_SPEC = {"algorithm": str, "key_id": str, "public_key_fingerprint": str, "signature_b64": str}
+_RECORD_SPEC = {
+    "source": {"kind": str, "id": str, "version": int},
+    "metadata": {"primary_cat": str, "submitted_at": str, "cross_cats_sorted": list, "license": str},
+    "schema_version": str,
+}
+_EVENT_SPEC = {
+    "event_type": str,
+    "subject_pith_number": str,
+    "target": str,
+    "payload": dict,
+    "signer": {"signer_id": str, "key_id": str, "public_key_fingerprint": str},
+    "created_at": str,
+    "signature": _SIGNATURE_SPEC,
+    "content_sha256": str,
+    "event_id": str,
+}
+_BUNDLE_SPEC = {
+    "bundle_type": str,
+    "bundle_version": str,
+    "pith_number": str,
+    "short_pith_number": str,
+    "canonical_record": _RECORD_SPEC,
+    "canonical_sha256": str,
+    "source": dict,
+    "source_aliases": list,
+    "events": list,
+    "public_keys": list,
+    "merge_version": str,
+    "built_at": str,
+    "state": {"state_sha256": str, "pith_number": str, "current": dict},
+    "bundle_signature": dict(_SIGNATURE_SPEC, bundle_sha256=str),
+}
+
+
+def _decode_signature(sig_b64: str, where: str) -> bytes:
+    try:
+        raw = base64.b64decode(sig_b64, validate=True)
+    except (binascii.Error, ValueError):
+        raise CheckFailed(f"{where}: signature_b64 is not valid base64") from None
+    if len(raw) != 64:
+        raise CheckFailed(f"{where}: an Ed25519 signature is 64 bytes, got {len(raw)}")
+    return raw
+
+
+def _digest_bytes(hex_digest: Any, where: str) -> bytes:
+    if not isinstance(hex_digest, str) or not HEX64_RE.match(hex_digest):
+        raise CheckFailed(f"{where}: not a lowercase 64-character hex SHA-256 digest")
+    return bytes.fromhex(hex_digest)
+
+
+def _verify_ed25519(key: TrustedKey, message: bytes, signature: bytes, where: str) -> None:
+    try:
+        VerifyKey(key.public_key).verify(message, signature)
+    except BadSignatureError:
+        raise CheckFailed(f"{where}: signature does not verify with pinned key {key.key_id}") from None
+
+
+def _pinned_key(trust: TrustSet, block: dict, where: str) -> TrustedKey:
+    key = trust.by_id(block.get("key_id"))
+    if key is None:
+        raise CheckFailed(f"{where}: key {block.get('key_id')!r} is not a pinned key")
+    if block.get("public_key_fingerprint") != key.fingerprint_hex:
+        raise CheckFailed(f"{where}: fingerprint does not match pinned key {key.key_id}")
+    if block.get("algorithm", "ed25519") != "ed25519":
+        raise CheckFailed(f"{where}: algorithm {block.get('algorithm')!r} is not ed25519")
+    return key
+
+
+def _events(ctx: _Context) -> list[dict]:
+    return ctx.bundle["events"]
+
+
+def _receipt(ctx: _Context) -> dict:
+    assert ctx.record_created is not None
+    return ctx.record_created["payload"]["receipt"]
+
+
+# --- the checks ----------------------------------------------------------------------------
+
+def check_structure(ctx: _Context) -> None:
+    bundle = ctx.bundle
+    _require(bundle, "bundle", _BUNDLE_SPEC)
+    if bundle["bundle_type"] != "pith_open_graph_bundle":
+        raise CheckFailed(f"bundle_type is {bundle['bundle_type']!r}, not 'pith_open_graph_bundle'")
+    if bundle["bundle_version"] not in SUPPORTED_BUNDLE_VERSIONS:
+        raise CheckFailed(f"unsupported bundle_version {bundle['bundle_version']!r} (supported: 1.0)")
+    if not bundle["events"]:
+        raise CheckFailed("events is empty")
+    for i, event in enumerate(bundle["events"]):
+        _require(event, f"events[{i}]", _EVENT_SPEC)
+    created = [e for e in bundle["events"] if e["event_type"] == "record_created"]
+    if len(created) != 1:
+        raise CheckFailed(f"expected exactly one record_created event, found {len(created)}")
+    _require(created[0]["payload"], "record_created.payload",
+             {"canonical_record": dict, "canonical_sha256": str, "receipt": dict(_SIGNATURE_SPEC, canonical_sha256=str)})
+    for i, event in enumerate(bundle["events"]):
+        if event["event_type"] == "graph_snapshot":
+            _require(event["payload"], f"events[{i}].payload",
+                     {"graph_snapshot": {"paper": {"title": str, "authors_text": str}}})
+    for i, alias in enumerate(bundle["source_aliases"]):
+        _require(alias, f"source_aliases[{i}]", {"alias_kind": str, "alias_value": str})
+    for i, key in enumerate(bundle["public_keys"]):
+        _require(key, f"public_keys[{i}]", {"key_id": str})
+    if not TIMESTAMP_RE.match(bundle["built_at"]):
+        raise CheckFailed(f"built_at {bundle['built_at'][:40]!r} is not an ISO 8601 UTC timestamp")
+    ctx.record_created = created[0]
+    unknown = sorted(set(bundle) - KNOWN_TOP_LEVEL)
+    if unknown:
+        ctx.warnings.append(VerificationWarning("unknown_fields", "unknown top-level fields: " + ", ".join(unknown)))
+
+
+def check_identifiers(ctx: _Context) -> None:
+    bundle = ctx.bundle
+    match = PITH_NUMBER_RE.match(bundle["pith_number"])
+    if not match:
+        raise CheckFailed(f"pith_number {bundle['pith_number'][:60]!r} is not pith:<YEAR>:<26 base32 characters>")
+    record = bundle["canonical_record"]
+    source = record["source"]
+    if source["kind"] != "arxiv":
+        raise CheckFailed(f"source kind {source['kind'][:40]!r} is not supported (only arxiv)")
+    if not ARXIV_ID_RE.match(source["id"]):
+        raise CheckFailed(f"arXiv id {source['id'][:60]!r} is not a valid arXiv identifier")
+    if not 1 <= source["version"] <= 999:
+        raise CheckFailed(f"version {source['version']} is out of range")
+    metadata = record["metadata"]
+    for cat in [metadata["primary_cat"], *metadata["cross_cats_sorted"]]:
+        if not isinstance(cat, str) or not CATEGORY_RE.match(cat) or len(cat) > 40:
+            raise CheckFailed(f"category {str(cat)[:40]!r} is not a valid arXiv category")
+    if not TIMESTAMP_RE.match(metadata["submitted_at"]):
+        raise CheckFailed(f"submitted_at {metadata['submitted_at'][:40]!r} is not an ISO 8601 UTC timestamp")
+
+
+def check_key_pinned(ctx: _Context) -> None:
+    bundle, trust = ctx.bundle, ctx.trust
+    for embedded in bundle["public_keys"]:
+        pinned = trust.by_id(embedded["key_id"])
+        if pinned is None:
+            ctx.warnings.append(VerificationWarning(
+                "unpinned_embedded_key", f"embedded key {embedded['key_id'][:60]!r} is not pinned and was ignored"))
+            continue
+        for field_name, expected in (("public_key_hex", pinned.public_key_hex), ("public_key_b64", pinned.public_key_b64),
+                                     ("fingerprint_sha256_hex", pinned.fingerprint_hex)):
+            if field_name in embedded and embedded[field_name] != expected:
+                raise CheckFailed(f"embedded key {pinned.key_id} differs from the pinned key ({field_name})")
+    _pinned_key(trust, _receipt(ctx), "receipt")
+    for i, event in enumerate(_events(ctx)):
+        _pinned_key(trust, event["signature"], f"events[{i}].signature")
+        signer = event["signer"]
+        if signer["key_id"] != event["signature"]["key_id"] or \
+                signer["public_key_fingerprint"] != event["signature"]["public_key_fingerprint"]:
+            raise CheckFailed(f"events[{i}]: signer and signature name different keys")
+    _pinned_key(trust, bundle["bundle_signature"], "bundle_signature")
+
+
+def check_canonical_hash(ctx: _Context) -> None:
+    bundle = ctx.bundle
+    actual = digest(bundle["canonical_record"])
+    if actual != bundle["canonical_sha256"]:
+        raise CheckFailed(f"canonical_record hashes to {actual[:16]}…, bundle says {bundle['canonical_sha256'][:16]}…")
+    payload = ctx.record_created["payload"]
+    if payload["canonical_sha256"] != bundle["canonical_sha256"]:
+        raise CheckFailed("record_created payload names a different canonical_sha256")
+    if digest(payload["canonical_record"]) != actual:
+        raise CheckFailed("record_created payload holds a different canonical_record")
+
+
+def check_pith_number(ctx: _Context) -> None:
+    bundle = ctx.bundle
+    _digest_bytes(bundle["canonical_sha256"], "canonical_sha256")
+    expected_id = pith_id_from_digest(bundle["canonical_sha256"])
+    year = bundle["canonical_record"]["metadata"]["submitted_at"][:4]
+    expected = f"pith:{year}:{expected_id}"
+    if bundle["pith_number"] != expected:
+        raise CheckFailed(f"pith_number is {bundle['pith_number']}, the record derives {expected}")
+    if bundle["short_pith_number"] != f"pith:{expected_id[:8]}":
+        raise CheckFailed(f"short_pith_number {bundle['short_pith_number'][:40]!r} is not pith:{expected_id[:8]}")
+
+
+def check_aliases(ctx: _Context) -> None:
+    bundle = ctx.bundle
+    source = bundle["canonical_record"]["source"]
+    if bundle["source"] != source:
+        raise CheckFailed("top-level source differs from canonical_record.source")
+    pith_id = bundle["pith_number"].rsplit(":", 1)[-1]
+    expected = {
+        "arxiv": source["id"],
+        "arxiv_version": f"{source['id']}v{source['version']}",
+        "doi": f"10.48550/arxiv.{source['id']}",
+        "pith_short_8": pith_id[:8],
+        "pith_short_12": pith_id[:12],
+        "pith_short_16": pith_id[:16],
+    }
+    for alias in bundle["source_aliases"]:
+        kind, value = alias["alias_kind"], alias["alias_value"]
+        if kind in expected and value.lower() != expected[kind].lower():
+            raise CheckFailed(f"alias {kind} is {value[:60]!r}, expected {expected[kind]!r}")
+
+
+def check_receipt_signature(ctx: _Context) -> None:
+    receipt = _receipt(ctx)
+    if receipt["canonical_sha256"] != ctx.bundle["canonical_sha256"]:
+        raise CheckFailed("receipt signs a different canonical_sha256")
+    message = _digest_bytes(receipt["canonical_sha256"], "receipt.canonical_sha256")
+    signature = _decode_signature(receipt["signature_b64"], "receipt")
+    _verify_ed25519(_pinned_key(ctx.trust, receipt, "receipt"), message, signature, "receipt")
+
+
+def check_event_hash(ctx: _Context) -> None:
+    for i, event in enumerate(_events(ctx)):
+        actual = digest_without(event, "signature", "content_sha256", "event_id")
+        if actual != event["content_sha256"]:
+            raise CheckFailed(f"events[{i}] ({event['event_type'][:40]}) content hashes to {actual[:16]}…, "
+                              f"content_sha256 says {event['content_sha256'][:16]}…")
+
+
+def check_event_id(ctx: _Context) -> None:
+    seen: set[str] = set()
+    for i, event in enumerate(_events(ctx)):
+        if event["event_id"] != "sha256:" + event["content_sha256"]:
+            raise CheckFailed(f"events[{i}].event_id is not sha256:<content_sha256>")
+        if event["event_id"] in seen:
+            raise CheckFailed(f"events[{i}] duplicates an earlier event")
+        seen.add(event["event_id"])
+
+
+def check_event_signature(ctx: _Context) -> None:
+    for i, event in enumerate(_events(ctx)):
+        where = f"events[{i}]"
+        message = _digest_bytes(event["content_sha256"], f"{where}.content_sha256")
+        signature = _decode_signature(event["signature"]["signature_b64"], where)
+        _verify_ed25519(_pinned_key(ctx.trust, event["signature"], where), message, signature, where)
+
+
+def check_event_subject(ctx: _Context) -> None:
+    for i, event in enumerate(_events(ctx)):
+        if event["subject_pith_number"] != ctx.bundle["pith_number"]:
+            raise CheckFailed(f"events[{i}] is about {event['subject_pith_number'][:60]}, not this record")
+
+
+def check_state_hash(ctx: _Context) -> None:
+    state = ctx.bundle["state"]
+    actual = digest_without(state, "state_sha256")
+    if actual != state["state_sha256"]:
+        raise CheckFailed(f"state hashes to {actual[:16]}…, state_sha256 says {state['state_sha256'][:16]}…")
+
+
+def check_state_recomputed(ctx: _Context) -> str | None:
+    try:
+        recomputed = recompute_state(ctx.bundle)
+    except UnmergeableEvents as exc:
+        ctx.warnings.append(VerificationWarning(
+            "state_not_recomputed",
+            "state not independently recomputed: no merge rule for event type(s) " + ", ".join(exc.event_types)))
+        return "skipped"
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckFailed(f"events cannot be merged: {exc}") from None
+    expected = digest(recomputed)
+    actual = digest_without(ctx.bundle["state"], "state_sha256")
+    if expected != actual:
+        differing = sorted(k for k in recomputed if recomputed.get(k) != ctx.bundle["state"].get(k))
+        where = ", ".join(differing) or "current"
+        raise CheckFailed(f"state differs from the merge of the events (in {where})")
+    return None
+
+
+def check_bundle_hash(ctx: _Context) -> None:
+    signature = ctx.bundle["bundle_signature"]
+    actual = digest_without(ctx.bundle, "bundle_signature")
+    if actual != signature["bundle_sha256"]:
+        raise CheckFailed(f"bundle hashes to {actual[:16]}…, bundle_sha256 says {signature['bundle_sha256'][:16]}…")
+
+
+def check_bundle_signature(ctx: _Context) -> None:
+    block = ctx.bundle["bundle_signature"]
+    message = _digest_bytes(block["bundle_sha256"], "bundle_sha256")
+    signature = _decode_signature(block["signature_b64"], "bundle_signature")
+    _verify_ed25519(_pinned_key(ctx.trust, block, "bundle_signature"), message, signature, "bundle_signature")
+
+
+_CHECKS: dict[str, Callable[[_Context], Any]] = {
+    "structure": check_structure,
+    "identifiers": check_identifiers,
+    "key_pinned": check_key_pinned,
+    "canonical_hash": check_canonical_hash,
+    "pith_number": check_pith_number,
+    "aliases": check_aliases,
+    "receipt_signature": check_receipt_signature,
+    "event_hash": check_event_hash,
+    "event_id": check_event_id,
+    "event_signature": check_event_signature,
+    "event_subject": check_event_subject,
+    "state_hash": check_state_hash,
+    "state_recomputed": check_state_recomputed,
+    "bundle_hash": check_bundle_hash,
+    "bundle_signature": check_bundle_signature,
+}
+assert tuple(_CHECKS) == CHECK_ORDER
+
+
+def _title_warning(ctx: _Context) -> None:
+    stated = ctx.bundle["canonical_record"]["metadata"].get("title_canon_sha256")
+    for event in _events(ctx):
+        if event["event_type"] != "graph_snapshot":
+            continue
+        title = event["payload"]["graph_snapshot"]["paper"]["title"]
+        if stated is not None and title_canon_sha256(title) != stated:
+            ctx.warnings.append(VerificationWarning(
+                "title_hash", "the snapshot's title does not match the record's title_canon_sha256"))
+            return
+
+
+def verify_bundle(bundle: Any, trust: TrustSet) -> Verdict:
+    """Run every check on a parsed bundle. Never raises for bad input; returns a Verdict."""
+    ctx = _Context(bundle=bundle, trust=trust)
+    results: list[CheckResult] = []
+    for name in CHECK_ORDER:
+        if results and results[0].status == "failed":
+            results.append(CheckResult(name, "skipped", "structure check failed"))
+            continue
+        try:
+            outcome = _CHECKS[name](ctx)
+        except CheckFailed as exc:
+            results.append(CheckResult(name, "failed", str(exc)))
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:
+            # A malformed value that slipped past the structure check: still a rejection, never a crash.
+            results.append(CheckResult(name, "failed", f"malformed bundle: {type(exc).__name__}: {str(exc)[:120]}"))
+        else:
+            results.append(CheckResult(name, "skipped" if outcome == "skipped" else "passed"))
+    if results[0].status == "passed":
+        try:
+            _title_warning(ctx)
+        except (KeyError, TypeError, AttributeError):
+            pass
+    return Verdict(tuple(results), tuple(ctx.warnings))
