@@ -1,0 +1,59 @@
+"""Inspect one input file: bytes -> strict JSON -> verification -> summary.
+
+Pure (no I/O): it takes the bytes already read, so the same function serves
+the build, ``site-builder verify``, ``pull`` and the worker processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from site_builder.keys import TrustSet
+from site_builder.records import PaperSummary, summarize
+from site_builder.strict_json import StrictJSONError, parse_strict
+from site_builder.verification import CheckResult, VerificationWarning, verify_bundle
+
+
+@dataclass(frozen=True)
+class Inspection:
+    rel: str
+    sha256: str | None
+    size: int
+    check: str | None  # the check that rejected the file; None when it verified
+    reason: str
+    checks: tuple[CheckResult, ...] = ()
+    warnings: tuple[VerificationWarning, ...] = ()
+    summary: PaperSummary | None = None
+
+    @property
+    def verified(self) -> bool:
+        return self.check is None
+
+    @property
+    def pith_id(self) -> str | None:
+        return self.summary.pith_id if self.summary else None
+
+    def error_line(self) -> str:
+        return f"{self.rel}: {self.check}: {self.reason}"
+
+
+def rejected(rel: str, check: str, reason: str, raw: bytes | None = None) -> Inspection:
+    sha = hashlib.sha256(raw).hexdigest() if raw is not None else None
+    return Inspection(rel, sha, len(raw) if raw is not None else 0, check, reason)
+
+
+def inspect_bytes(rel: str, raw: bytes, trust: TrustSet) -> Inspection:
+    """Never raises for bad input: every problem becomes a rejected Inspection."""
+    sha = hashlib.sha256(raw).hexdigest()
+    try:
+        bundle = parse_strict(raw)
+    except StrictJSONError as exc:
+        return Inspection(rel, sha, len(raw), exc.check, exc.reason)
+    if not isinstance(bundle, dict):
+        return Inspection(rel, sha, len(raw), "structure", "top-level JSON value is not an object")
+    verdict = verify_bundle(bundle, trust)
+    failure = verdict.first_failure
+    if failure is not None:
+        return Inspection(rel, sha, len(raw), failure.name, failure.detail, verdict.checks, verdict.warnings)
+    return Inspection(rel, sha, len(raw), None, "", verdict.checks, verdict.warnings, summarize(bundle))

@@ -1,0 +1,225 @@
+"""Pages: what files the site consists of, as (path, bytes) pairs.
+
+``paper_files`` makes one record's files; ``collection_files`` makes every
+page that depends on the set of records (listings, feeds, sitemaps, redirects,
+statistics).  Listing cost is linear: each paper appears once per category it
+belongs to, once per year and once in the full list.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from site_builder.canonical import resolver_json
+from site_builder.keys import TrustSet
+from site_builder.records import PaperSummary, detail
+from site_builder.rendering import SiteRenderer, pagination
+from site_builder.report import BuildReport, dumps_report
+from site_builder.verification import CheckResult, VerificationWarning
+
+FEED_ENTRIES = 50
+SITEMAP_LIMIT = 50_000
+HOME_RECENT = 20
+
+
+def paper_dir(pith_id: str) -> str:
+    return f"pith/{pith_id}/"
+
+
+def paper_files(renderer: SiteRenderer, raw: bytes, bundle: dict, summary: PaperSummary,
+                checks: tuple[CheckResult, ...], warnings: tuple[VerificationWarning, ...]) -> Iterator[tuple[str, bytes]]:
+    info = detail(bundle, summary)
+    base = paper_dir(summary.pith_id)
+    yield base + "index.html", renderer.render(
+        "paper.html", paper=info, p=summary, checks=checks, warnings=warnings,
+        jsonld=scholarly_article(renderer, info),
+        state_recomputed=any(c.name == "state_recomputed" and c.status == "passed" for c in checks))
+    yield base + "bundle.json", raw
+    yield base + "state.json", resolver_json(bundle["state"])
+    yield f".well-known/pith/{summary.pith_id}/bundle.json", raw
+    yield base + "badge.svg", renderer.render("badge.svg", p=summary)
+
+
+def scholarly_article(renderer: SiteRenderer, info) -> dict:
+    """schema.org ScholarlyArticle for search engines."""
+    p = info.summary
+    return {
+        "@context": "https://schema.org",
+        "@type": "ScholarlyArticle",
+        "headline": p.display_title[:110],
+        "name": p.display_title,
+        "author": [{"@type": "Person", "name": a} for a in p.authors],
+        "datePublished": p.submitted_date,
+        "abstract": p.abstract,
+        "identifier": [p.pith_number, f"arXiv:{p.arxiv_version_id}", f"doi:{info.doi}"],
+        "sameAs": [f"https://arxiv.org/abs/{p.arxiv_version_id}", f"https://doi.org/{info.doi}", info.resolver_url],
+        "url": renderer.config.absolute_url(f"pith/{p.pith_id}/"),
+        "license": p.license,
+        "about": list(p.categories),
+        "isAccessibleForFree": True,
+    }
+
+
+def newest_first(papers: list[PaperSummary]) -> list[PaperSummary]:
+    return sorted(papers, key=lambda p: (p.submitted_at, p.pith_id), reverse=True)
+
+
+@dataclass(frozen=True)
+class Listing:
+    key: str
+    title: str
+    base: str  # site-relative folder of page 1
+    papers: list[PaperSummary]
+
+
+def listings(papers: list[PaperSummary]) -> tuple[Listing, list[Listing], list[Listing]]:
+    """The full list, one listing per category and one per year; each newest first."""
+    by_cat: dict[str, list[PaperSummary]] = {}
+    by_year: dict[str, list[PaperSummary]] = {}
+    for p in papers:  # already newest first, so every group stays sorted
+        for cat in p.categories:
+            by_cat.setdefault(cat, []).append(p)
+        by_year.setdefault(p.submitted_at[:4], []).append(p)
+    everything = Listing("all", "All papers", "papers/", papers)
+    cats = [Listing(c, f"Category {c}", f"category/{c}/", by_cat[c]) for c in sorted(by_cat)]
+    years = [Listing(y, f"Submitted in {y}", f"year/{y}/", by_year[y]) for y in sorted(by_year, reverse=True)]
+    return everything, cats, years
+
+
+def listing_pages(renderer: SiteRenderer, listing: Listing, page_size: int) -> Iterator[tuple[str, bytes]]:
+    pages = pagination(listing.base, len(listing.papers), page_size)
+    for page in pages:
+        start = (page.number - 1) * page_size
+        yield page.url + "index.html", renderer.render(
+            "listing.html", listing=listing, page=page, pages=pages,
+            papers=listing.papers[start:start + page_size], first_index=start + 1)
+
+
+def _redirects(papers: list[PaperSummary]) -> Iterator[tuple[str, str, list[PaperSummary]]]:
+    """(folder, label, targets): short pith numbers and arXiv ids; more than one target means ambiguous."""
+    prefixes: dict[str, list[PaperSummary]] = {}
+    for p in papers:
+        for n in (8, 12, 16):
+            prefixes.setdefault(p.pith_id[:n], []).append(p)
+    for prefix in sorted(prefixes):
+        yield f"pith/{prefix}/", f"pith:{prefix}", sorted(prefixes[prefix], key=lambda p: p.pith_id)
+    by_arxiv: dict[str, list[PaperSummary]] = {}
+    for p in papers:
+        by_arxiv.setdefault(p.arxiv_id, []).append(p)
+    for arxiv_id in sorted(by_arxiv):
+        versions = sorted(by_arxiv[arxiv_id], key=lambda p: (p.version, p.pith_id))
+        yield f"arxiv/{arxiv_id}/", f"arXiv:{arxiv_id}", [versions[-1]]
+        by_version: dict[int, list[PaperSummary]] = {}
+        for p in versions:
+            by_version.setdefault(p.version, []).append(p)
+        for version, group in sorted(by_version.items()):
+            yield f"arxiv/{arxiv_id}v{version}/", f"arXiv:{arxiv_id}v{version}", group
+
+
+def bar_chart(rows: list[tuple[str, int]], unit: str) -> dict:
+    """Geometry for an inline SVG bar chart; labels and values are printed, so colour is not needed."""
+    top = max((v for _, v in rows), default=1) or 1
+    bar_height, gap, label_width, width = 18, 6, 120, 560
+    bars = []
+    for i, (label, value) in enumerate(rows):
+        y = i * (bar_height + gap)
+        bars.append({"label": label, "value": value, "y": y, "h": bar_height,
+                     "w": max(1, round((width - label_width - 60) * value / top)), "x": label_width})
+    return {"bars": bars, "width": width, "height": max(1, len(rows)) * (bar_height + gap), "unit": unit}
+
+
+def collection_files(renderer: SiteRenderer, papers: list[PaperSummary], report: BuildReport, trust: TrustSet,
+                     generated_at: str | None, about_markdown: str | None) -> Iterator[tuple[str, bytes]]:
+    config = renderer.config
+    papers = newest_first(papers)
+    everything, cats, years = listings(papers)
+    counts = {"published": len(papers), "rejected": report.count("rejected"), "superseded": report.count("superseded"),
+              "read": len(report.outcomes)}
+    updated = max((p.built_at for p in papers), default=generated_at or "1970-01-01T00:00:00Z")
+
+    yield "index.html", renderer.render("home.html", recent=papers[:HOME_RECENT], counts=counts, categories=cats,
+                                        years=years, has_about=about_markdown is not None)
+    for listing in [everything, *cats, *years]:
+        yield from listing_pages(renderer, listing, config.page_size)
+    yield "category/index.html", renderer.render("groups.html", title="Categories", groups=cats)
+    yield "year/index.html", renderer.render("groups.html", title="Years", groups=years)
+
+    yield "feed.xml", renderer.render("feed.xml", feed_title=config.title, feed_path="feed.xml",
+                                      entries=papers[:FEED_ENTRIES], updated=updated)
+    for c in cats:
+        yield c.base + "feed.xml", renderer.render(
+            "feed.xml", feed_title=f"{config.title}: {c.key}", feed_path=c.base + "feed.xml",
+            entries=c.papers[:FEED_ENTRIES], updated=max(p.built_at for p in c.papers))
+
+    for folder, label, targets in _redirects(papers):
+        if len(targets) == 1:
+            yield folder + "index.html", renderer.render("redirect.html", label=label, target=targets[0])
+        else:
+            yield folder + "index.html", renderer.render("ambiguous.html", label=label, targets=targets)
+
+    urls = ["", "papers/", "category/", "year/", "stats/", "verification/", "search/"]
+    if about_markdown is not None:
+        urls.append("about/")
+    urls += [f"pith/{p.pith_id}/" for p in sorted(papers, key=lambda p: p.pith_id)]
+    for listing in [everything, *cats, *years]:
+        urls += [page.url for page in pagination(listing.base, len(listing.papers), config.page_size)]
+    urls = list(dict.fromkeys(urls))
+    if config.has_origin:
+        chunks = [urls[i:i + SITEMAP_LIMIT] for i in range(0, len(urls), SITEMAP_LIMIT)]
+        if len(chunks) == 1:
+            yield "sitemap.xml", renderer.render("sitemap.xml", urls=chunks[0])
+        else:
+            names = [f"sitemap-{i + 1}.xml" for i in range(len(chunks))]
+            for name, chunk in zip(names, chunks):
+                yield name, renderer.render("sitemap.xml", urls=chunk)
+            yield "sitemap.xml", renderer.render("sitemap-index.xml", sitemaps=names)
+    yield "robots.txt", renderer.render("robots.txt")
+
+    per_year = [(y.key, len(y.papers)) for y in sorted(years, key=lambda y: y.key)]
+    per_primary = sorted(Counter(p.primary_cat for p in papers).items(), key=lambda kv: (-kv[1], kv[0]))
+    outcome_rows = [("published", counts["published"]), ("rejected", counts["rejected"]),
+                    ("superseded", counts["superseded"])]
+    yield "stats/index.html", renderer.render(
+        "stats.html", counts=counts, charts=[
+            ("Papers per submission year", bar_chart(per_year, "papers")),
+            ("Papers per primary category", bar_chart(per_primary, "papers")),
+            ("Bundles by verification outcome", bar_chart(outcome_rows, "bundles")),
+        ])
+    if about_markdown is not None:
+        yield "about/index.html", renderer.render("about.html", about=about_markdown)
+    yield "search/index.html", renderer.render("search.html")
+    yield "404.html", renderer.render("404.html")
+    yield ".nojekyll", b""
+
+    key_docs = trust.documents()
+    yield "pith-signing-key.json", (json.dumps(key_docs[0] if len(key_docs) == 1 else key_docs, indent=2,
+                                               ensure_ascii=False) + "\n").encode("utf-8")
+    manifest = {
+        "manifest_type": "pith_mirror_manifest",
+        "manifest_version": "1.0",
+        "generated_at": updated,
+        "merge_version": "pith-open-graph-merge-v1",
+        "mirrors": [{
+            "name": config.title,
+            "mirror_type": "https",
+            "base_url": config.absolute_url("").rstrip("/"),
+            "bundle_pattern": config.absolute_url("pith/{suffix}/bundle.json"),
+            "state_pattern": config.absolute_url("pith/{suffix}/state.json"),
+            "well_known_pattern": config.absolute_url(".well-known/pith/{suffix}/bundle.json"),
+            "public_key": key_docs[0] if len(key_docs) == 1 else key_docs,
+            "status": "mirror",
+        }],
+        "notes": "Static mirror built by site-builder; every bundle was verified against the pinned key(s) above.",
+    }
+    yield "pith-mirrors.json", (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+    doc = report.document([k.key_id for k in trust.keys], generated_at)
+    yield "verification.json", dumps_report(doc)
+    yield "verification/index.html", renderer.render("verification.html", report=doc)
+
+    for name in renderer.asset_names():
+        yield "assets/" + name, renderer.asset(name)

@@ -1,0 +1,212 @@
+"""What the site shows about a verified bundle: typed views built from its JSON.
+
+``PaperSummary`` is small (listings, feeds, search, sitemaps need it for every
+record at once); ``PaperDetail`` is built only while rendering a record's own
+page, from the verified bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from site_builder.merge import KNOWN_EVENT_TYPES
+
+
+@dataclass(frozen=True)
+class PaperSummary:
+    pith_id: str
+    pith_number: str
+    year: str
+    arxiv_id: str
+    version: int
+    title: str
+    authors: tuple[str, ...]
+    abstract: str
+    primary_cat: str
+    cross_cats: tuple[str, ...]
+    submitted_at: str
+    built_at: str
+    event_count: int
+    license: str
+
+    @property
+    def short_id(self) -> str:
+        return self.pith_id[:8]
+
+    @property
+    def categories(self) -> tuple[str, ...]:
+        return (self.primary_cat, *[c for c in self.cross_cats if c != self.primary_cat])
+
+    @property
+    def submitted_date(self) -> str:
+        return self.submitted_at[:10]
+
+    @property
+    def arxiv_version_id(self) -> str:
+        return f"{self.arxiv_id}v{self.version}"
+
+    @property
+    def display_title(self) -> str:
+        return self.title or f"arXiv:{self.arxiv_version_id}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    claim_id: str
+    kind: str
+    text: str
+    status: str
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    event_type: str
+    target: str
+    created_at: str
+    signer_id: str
+    key_id: str
+    event_id: str
+    known: bool
+
+    @property
+    def short_event_id(self) -> str:
+        return self.event_id.removeprefix("sha256:")[:12]
+
+
+@dataclass(frozen=True)
+class Receipt:
+    first_computed_at: str
+    signed_at: str
+    builder_version: str
+    receipt_version: str
+    key_id: str
+    fingerprint: str
+    signature_b64: str
+
+
+@dataclass(frozen=True)
+class PaperDetail:
+    summary: PaperSummary
+    short_pith_number: str
+    canonical_sha256: str
+    doi: str
+    headline: str
+    one_line_summary: str
+    claims: tuple[Claim, ...]
+    events: tuple[TimelineEvent, ...]
+    receipt: Receipt
+    aliases: tuple[tuple[str, str], ...]
+    canonical_record_pretty: str
+    resolver_url: str
+    completeness: tuple[tuple[str, int], ...]
+    references_resolved: int
+    integrity_clean: bool | None
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+_AUTHOR_SPLIT = re.compile(r",\s*|\s+and\s+")
+
+
+def split_authors(authors_text: str) -> tuple[str, ...]:
+    return tuple(a.strip() for a in _AUTHOR_SPLIT.split(authors_text) if a.strip())
+
+
+def _latest_snapshot(bundle: dict) -> dict:
+    snapshots = [e for e in bundle["events"] if e.get("event_type") == "graph_snapshot"]
+    return snapshots[-1]["payload"]["graph_snapshot"] if snapshots else {}
+
+
+def summarize(bundle: dict) -> PaperSummary:
+    """Listing data for a bundle that passed verification."""
+    record = bundle["canonical_record"]
+    metadata = record["metadata"]
+    paper = _latest_snapshot(bundle).get("paper", {})
+    pith_number = bundle["pith_number"]
+    return PaperSummary(
+        pith_id=pith_number.rsplit(":", 1)[1],
+        pith_number=pith_number,
+        year=pith_number.split(":")[1],
+        arxiv_id=record["source"]["id"],
+        version=record["source"]["version"],
+        title=" ".join(_text(paper.get("title")).split()),
+        authors=split_authors(_text(paper.get("authors_text"))),
+        abstract=_text(paper.get("abstract_excerpt")),
+        primary_cat=metadata["primary_cat"],
+        cross_cats=tuple(metadata["cross_cats_sorted"]),
+        submitted_at=metadata["submitted_at"],
+        built_at=bundle["built_at"],
+        event_count=len(bundle["events"]),
+        license=_text(metadata.get("license")),
+    )
+
+
+_COMPLETENESS = (
+    ("Bitcoin timestamp (OpenTimestamps)", "timestamp_anchors"),
+    ("Internet Archive copy", "storage_attestations"),
+    ("Author claim", "author_attestations"),
+    ("Signed citations", "citation_signatures"),
+    ("Replications", "replication_records"),
+    ("Corrections", "corrections"),
+)
+
+
+def detail(bundle: dict, summary: PaperSummary) -> PaperDetail:
+    """Everything the record page shows, from a verified bundle."""
+    snapshot = _latest_snapshot(bundle)
+    verdict = snapshot.get("verdict") or {}
+    claims = tuple(
+        Claim(_text(c.get("claim_id")), _text(c.get("kind")), _text(c.get("text")), _text(c.get("status")))
+        for c in (snapshot.get("claims") or {}).get("items") or []
+        if isinstance(c, dict)
+    )
+    events = tuple(
+        TimelineEvent(
+            event_type=_text(e.get("event_type")),
+            target=_text(e.get("target")),
+            created_at=_text(e.get("created_at")),
+            signer_id=_text(e["signer"].get("signer_id")),
+            key_id=_text(e["signer"].get("key_id")),
+            event_id=_text(e.get("event_id")),
+            known=e.get("event_type") in KNOWN_EVENT_TYPES,
+        )
+        for e in bundle["events"]
+    )
+    created = next(e for e in bundle["events"] if e["event_type"] == "record_created")
+    r = created["payload"]["receipt"]
+    receipt = Receipt(
+        first_computed_at=_text(r.get("first_computed_at")),
+        signed_at=_text(r.get("signed_at")),
+        builder_version=_text(r.get("builder_version")),
+        receipt_version=_text(r.get("receipt_version")),
+        key_id=_text(r.get("key_id")),
+        fingerprint=_text(r.get("public_key_fingerprint")),
+        signature_b64=_text(r.get("signature_b64")),
+    )
+    aliases = tuple((a["alias_kind"], a["alias_value"]) for a in bundle["source_aliases"])
+    doi = next((v for k, v in aliases if k == "doi"), "") or f"10.48550/arxiv.{summary.arxiv_id}"
+    current = bundle["state"].get("current") or {}
+    completeness = tuple((label, len(current.get(key) or [])) for label, key in _COMPLETENESS)
+    references = snapshot.get("references") or {}
+    integrity = snapshot.get("integrity") or {}
+    return PaperDetail(
+        summary=summary,
+        short_pith_number=bundle["short_pith_number"],
+        canonical_sha256=bundle["canonical_sha256"],
+        doi=doi,
+        headline=_text((snapshot.get("paper") or {}).get("headline")) or _text(verdict.get("pith_extraction_headline")),
+        one_line_summary=_text(verdict.get("one_line_summary")),
+        claims=claims,
+        events=events,
+        receipt=receipt,
+        aliases=aliases,
+        canonical_record_pretty=json.dumps(bundle["canonical_record"], sort_keys=True, indent=2, ensure_ascii=False),
+        resolver_url=f"https://pith.science/pith/{summary.pith_id}",
+        completeness=completeness,
+        references_resolved=references.get("resolved_work", 0) if isinstance(references.get("resolved_work"), int) else 0,
+        integrity_clean=integrity.get("clean") if isinstance(integrity.get("clean"), bool) else None,
+    )

@@ -1,0 +1,140 @@
+"""Rendering: Jinja templates -> page bytes.  No file I/O besides loading templates.
+
+Autoescaping is on for every template whatever its extension, and text that may
+hold Markdown goes through markdown-it-py with raw HTML off and only http(s),
+mailto and relative links allowed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable
+
+import jinja2
+from markdown_it import MarkdownIt
+from markupsafe import Markup
+
+from site_builder import __version__
+from site_builder.keys import TrustSet
+from site_builder.settings import SiteConfig
+from site_builder.verification import CHECK_DESCRIPTIONS
+
+_SAFE_SCHEMES = ("http:", "https:", "mailto:")
+
+
+def _validate_link(url: str) -> bool:
+    lowered = "".join(url.split()).lower()
+    if ":" not in lowered.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]:
+        return True  # relative link or fragment
+    return lowered.startswith(_SAFE_SCHEMES)
+
+
+def make_markdown() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    md.validateLink = _validate_link
+    return md
+
+
+def builtin_templates_dir() -> Path:
+    """The default templates: shipped in the wheel as site_builder/templates, or the repo's templates/."""
+    try:
+        packaged = resources.files("site_builder.templates")
+        candidate = Path(str(packaged))
+        if (candidate / "base.html").is_file():
+            return candidate
+    except (ModuleNotFoundError, TypeError):
+        pass
+    return Path(__file__).resolve().parent.parent / "templates"
+
+
+def template_dirs(user_dir: Path | None) -> list[Path]:
+    dirs = []
+    if user_dir is not None and user_dir.is_dir():
+        dirs.append(user_dir.resolve())
+    builtin = builtin_templates_dir().resolve()
+    if builtin not in dirs:
+        dirs.append(builtin)
+    return dirs
+
+
+def templates_identity(dirs: Iterable[Path]) -> str:
+    """Digest of every template and asset file (cache key: an edited template re-renders pages)."""
+    h = hashlib.sha256()
+    for d in dirs:
+        for root, subdirs, files in os.walk(d):
+            subdirs[:] = sorted(s for s in subdirs if not s.startswith((".", "__")))
+            for name in sorted(files):
+                if name.startswith("."):
+                    continue
+                p = Path(root, name)
+                h.update(str(p.relative_to(d)).encode() + b"\0" + p.read_bytes() + b"\0")
+        h.update(b"\1")
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Page:
+    number: int
+    url: str
+
+
+def pagination(base: str, total_items: int, page_size: int) -> list[Page]:
+    """Page 1 lives at <base>, page n at <base>page/<n>/ (Hugo's layout)."""
+    count = max(1, math.ceil(total_items / page_size))
+    return [Page(n, base if n == 1 else f"{base}page/{n}/") for n in range(1, count + 1)]
+
+
+class SiteRenderer:
+    def __init__(self, config: SiteConfig, dirs: list[Path], trust: TrustSet, serve_mode: bool = False):
+        self.config = config
+        self.trust = trust
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader([str(d) for d in dirs]),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=True,
+        )
+        self._md = make_markdown()
+        self.env.filters["markdown"] = self.markdown
+        self.env.filters["tojson_compact"] = lambda v: Markup(
+            json.dumps(v, ensure_ascii=True, sort_keys=True, separators=(",", ":"))
+            .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+        self.env.filters["slashdate"] = lambda s: s[:10].replace("-", "/")
+        self.env.globals.update(
+            site=config,
+            url=config.url,
+            absolute_url=config.absolute_url,
+            generator=f"site-builder {__version__}",
+            trusted_keys=trust.keys,
+            check_descriptions=CHECK_DESCRIPTIONS,
+            serve_mode=serve_mode,
+        )
+        self.dirs = dirs
+
+    def markdown(self, text: str) -> Markup:
+        return Markup(self._md.render(text or ""))
+
+    def render(self, template: str, **context: Any) -> bytes:
+        return self.env.get_template(template).render(**context).encode("utf-8")
+
+    def asset(self, name: str) -> bytes | None:
+        for d in self.dirs:
+            p = d / "assets" / name
+            if p.is_file():
+                return p.read_bytes()
+        return None
+
+    def asset_names(self) -> list[str]:
+        names: set[str] = set()
+        for d in self.dirs:
+            if (d / "assets").is_dir():
+                names.update(p.name for p in (d / "assets").iterdir() if p.is_file() and not p.name.startswith("."))
+        return sorted(names)

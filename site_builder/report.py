@@ -1,0 +1,99 @@
+"""The build report: what happened to every input file, for people and machines."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from site_builder import __version__
+from site_builder.inspection import Inspection
+
+PUBLISHED, REJECTED, SUPERSEDED = "published", "rejected", "superseded"
+
+# Rejection classes: a reader of verification.json sees at a glance what kind of attack or damage it was.
+CHECK_CLASSES = {
+    "file_type": "filesystem", "file_read": "filesystem", "file_size": "filesystem", "file_changed": "filesystem",
+    "json_encoding": "json", "json_syntax": "json", "json_duplicate_key": "json", "json_number": "json",
+    "json_depth": "json",
+    "structure": "structure", "identifiers": "identifiers",
+    "key_pinned": "key", "receipt_signature": "signature", "event_signature": "signature",
+    "bundle_signature": "signature",
+    "canonical_hash": "hash", "event_hash": "hash", "state_hash": "hash", "bundle_hash": "hash",
+    "pith_number": "record", "aliases": "record", "event_id": "events", "event_subject": "events",
+    "state_recomputed": "state",
+}
+
+
+@dataclass
+class FileOutcome:
+    inspection: Inspection
+    status: str
+    note: str = ""
+
+    def as_json(self) -> dict:
+        i = self.inspection
+        doc: dict = {"path": i.rel, "sha256": i.sha256, "size": i.size, "status": self.status,
+                     "pith_number": i.summary.pith_number if i.summary else None}
+        if i.summary:
+            doc["built_at"] = i.summary.built_at
+            doc["event_count"] = i.summary.event_count
+        doc["failed_checks"] = [{"check": c.name, "reason": c.detail} for c in i.checks if c.status == "failed"]
+        if i.check and not doc["failed_checks"]:
+            doc["failed_checks"] = [{"check": i.check, "reason": i.reason}]
+        if i.check:
+            doc["rejected_by"] = i.check
+            doc["class"] = CHECK_CLASSES.get(i.check, "other")
+        doc["checks"] = {c.name: c.status for c in i.checks}
+        doc["warnings"] = [{"code": w.code, "message": w.message} for w in i.warnings]
+        if self.note:
+            doc["note"] = self.note
+        return doc
+
+
+@dataclass
+class BuildReport:
+    outcomes: list[FileOutcome] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    pages_written: int = 0
+    files_written: int = 0
+    files_reused: int = 0
+    seconds: float = 0.0
+    changed: bool = True
+
+    def count(self, status: str) -> int:
+        return sum(1 for o in self.outcomes if o.status == status)
+
+    @property
+    def rejected(self) -> list[FileOutcome]:
+        return [o for o in self.outcomes if o.status == REJECTED]
+
+    def class_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for o in self.rejected:
+            cls = CHECK_CLASSES.get(o.inspection.check or "", "other")
+            counts[cls] = counts.get(cls, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def summary_line(self) -> str:
+        return (f"{len(self.outcomes)} bundles read, {self.count(PUBLISHED)} published, "
+                f"{self.count(REJECTED)} rejected, {self.count(SUPERSEDED)} superseded, "
+                f"{self.pages_written} pages written in {self.seconds:.2f}s")
+
+    def document(self, trusted_key_ids: list[str], generated_at: str | None) -> dict:
+        doc = {
+            "generator": "site-builder",
+            "generator_version": __version__,
+            "trusted_keys": trusted_key_ids,
+            "counts": {"read": len(self.outcomes), PUBLISHED: self.count(PUBLISHED),
+                       REJECTED: self.count(REJECTED), SUPERSEDED: self.count(SUPERSEDED)},
+            "rejected_by_class": self.class_counts(),
+            "warnings": self.warnings,
+            "files": [o.as_json() for o in sorted(self.outcomes, key=lambda o: o.inspection.rel)],
+        }
+        if generated_at:
+            doc["generated_at"] = generated_at
+        return doc
+
+
+def dumps_report(doc: dict) -> bytes:
+    return (json.dumps(doc, indent=2, ensure_ascii=False, sort_keys=False) + "\n").encode("utf-8")

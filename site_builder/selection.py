@@ -1,0 +1,69 @@
+"""Selection: which verified bundle is published for each record.
+
+One page per record.  Among valid bundles for one pith number the latest
+``built_at`` wins (ties broken by the byte digest, so the choice is stable);
+the others are ``superseded``.  A bundle older than, or with fewer events than,
+the one this mirror published before is a rollback: the previous bundle stays
+published (after being verified again) and the build reports a warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from site_builder.inspection import Inspection
+
+
+@dataclass(frozen=True)
+class PublishedBefore:
+    """What the previous build's verification.json says it published for one record."""
+
+    pith_id: str
+    sha256: str
+    built_at: str
+    event_count: int
+
+
+@dataclass(frozen=True)
+class Candidate:
+    inspection: Inspection
+    source: Path  # where the verified bytes live (an input file, or the previous site)
+    from_previous_site: bool = False
+
+
+@dataclass
+class Selection:
+    published: dict[str, Candidate] = field(default_factory=dict)
+    superseded: dict[str, str] = field(default_factory=dict)  # rel -> reason
+    rollbacks: list[str] = field(default_factory=list)  # warnings
+
+
+def _newness(inspection: Inspection) -> tuple[str, int, str]:
+    assert inspection.summary is not None
+    return (inspection.summary.built_at, inspection.summary.event_count, inspection.sha256 or "")
+
+
+def is_rollback(new: Inspection, before: PublishedBefore) -> bool:
+    assert new.summary is not None
+    return new.sha256 != before.sha256 and (
+        new.summary.built_at < before.built_at or new.summary.event_count < before.event_count)
+
+
+def select(candidates: list[Candidate]) -> Selection:
+    """Pick the newest valid bundle per record; the rest are superseded."""
+    selection = Selection()
+    by_record: dict[str, list[Candidate]] = {}
+    for candidate in candidates:
+        by_record.setdefault(candidate.inspection.pith_id, []).append(candidate)
+    for pith_id in sorted(by_record):
+        group = sorted(by_record[pith_id], key=lambda c: _newness(c.inspection), reverse=True)
+        winner = group[0]
+        selection.published[pith_id] = winner
+        for loser in group[1:]:
+            if loser.inspection.sha256 == winner.inspection.sha256:
+                reason = f"same bytes as {winner.inspection.rel}, published once"
+            else:
+                reason = f"superseded by {winner.inspection.rel} (built_at {winner.inspection.summary.built_at})"
+            selection.superseded[loser.inspection.rel] = reason
+    return selection

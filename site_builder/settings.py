@@ -1,0 +1,83 @@
+"""Site settings: ``site.toml`` at the project root, overridden by command-line flags."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from urllib.parse import urlsplit
+
+SETTINGS_FILE = "site.toml"
+
+
+class SettingsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class SiteConfig:
+    title: str = "Pith mirror"
+    description: str = "A verified static mirror of pith paper records."
+    base_url: str = "/"
+    page_size: int = 100
+    about_file: str = "about.md"
+    resolver_url: str = "https://pith.science"
+
+    @property
+    def base_path(self) -> str:
+        """Path part of base_url, always starting and ending with '/'."""
+        path = urlsplit(self.base_url).path or "/"
+        return path if path.endswith("/") else path + "/"
+
+    @property
+    def has_origin(self) -> bool:
+        parts = urlsplit(self.base_url)
+        return bool(parts.scheme and parts.netloc)
+
+    def url(self, path: str = "") -> str:
+        """Site-internal link for a path relative to the site root."""
+        return self.base_path + path.lstrip("/")
+
+    def absolute_url(self, path: str = "") -> str:
+        """Full URL when base_url has an origin; otherwise the site-internal link."""
+        if not self.has_origin:
+            return self.url(path)
+        parts = urlsplit(self.base_url)
+        return f"{parts.scheme}://{parts.netloc}{self.url(path)}"
+
+
+def normalize_base_url(value: str) -> str:
+    value = value.strip()
+    parts = urlsplit(value)
+    if parts.scheme and parts.scheme not in ("http", "https"):
+        raise SettingsError(f"base URL {value!r}: only http and https are supported")
+    if parts.query or parts.fragment:
+        raise SettingsError(f"base URL {value!r}: must not have a query or fragment")
+    if not parts.scheme and not value.startswith("/"):
+        raise SettingsError(f"base URL {value!r}: must be a full URL or start with '/'")
+    return value if value.endswith("/") else value + "/"
+
+
+def load_settings(path: Path) -> SiteConfig:
+    """Read settings from *path* if it exists; unknown keys are an error (typos should not pass silently)."""
+    config = SiteConfig()
+    if not path.exists():
+        return config
+    try:
+        data = tomllib.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"{path}: cannot read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"{path}: {exc}") from None
+    known = {"title", "description", "base_url", "page_size", "about_file", "resolver_url"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise SettingsError(f"{path}: unknown setting(s): {', '.join(unknown)}")
+    for key in ("title", "description", "base_url", "about_file", "resolver_url"):
+        if key in data and not isinstance(data[key], str):
+            raise SettingsError(f"{path}: {key} must be a string")
+    if "page_size" in data and (not isinstance(data["page_size"], int) or not 1 <= data["page_size"] <= 10000):
+        raise SettingsError(f"{path}: page_size must be an integer from 1 to 10000")
+    if "base_url" in data:
+        data["base_url"] = normalize_base_url(data["base_url"])
+    return replace(config, **data)

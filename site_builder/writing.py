@@ -1,0 +1,178 @@
+"""Writing: build the new site in a staging folder and swap it in atomically.
+
+The output folder always holds a complete site: the new tree is written beside
+it (``.<name>.staging-<pid>``) and exchanged with the old one in a single
+``renameat2(RENAME_EXCHANGE)`` call on Linux (two renames elsewhere).  An
+interrupted build leaves only a staging folder, which the next build removes.
+Every path is checked before it is created: nothing is written outside the
+staging folder.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import os
+import re
+import shutil
+from pathlib import Path
+
+_SAFE_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*\Z")
+_WINDOWS_RESERVED = re.compile(r"(CON|PRN|AUX|NUL|COM[0-9]|LPT[0-9])(\..*)?\Z", re.IGNORECASE)
+MARKER = "verification.json"
+
+
+class OutputError(Exception):
+    """The output folder cannot be used; the message says why."""
+
+
+def check_relative_path(rel: str) -> str:
+    """Return *rel* if it is a safe relative path of plain components, else raise ValueError."""
+    if not rel or rel.startswith("/") or "\\" in rel or "\x00" in rel:
+        raise ValueError(f"unsafe output path {rel!r}")
+    for part in rel.split("/"):
+        if part in (".well-known", ".nojekyll"):
+            continue
+        if part in ("", ".", "..") or not _SAFE_COMPONENT.match(part) or _WINDOWS_RESERVED.match(part):
+            raise ValueError(f"unsafe output path {rel!r}")
+    return rel
+
+
+class StagingTree:
+    """A fresh folder that receives the new site; files are created, never overwritten."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._dirs: set[str] = set()
+        self.files_written = 0
+
+    def path_for(self, rel: str) -> Path:
+        return self.root / check_relative_path(rel)
+
+    def _ensure_parent(self, rel: str) -> None:
+        parent = rel.rpartition("/")[0]
+        if parent and parent not in self._dirs:
+            os.makedirs(self.root / parent, exist_ok=True)
+            self._dirs.add(parent)
+
+    def write(self, rel: str, data: bytes) -> None:
+        target = self.path_for(rel)
+        self._ensure_parent(rel)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        self.files_written += 1
+
+    def link_from(self, rel: str, source: Path) -> bool:
+        """Reuse an unchanged file of the previous site by hard link; False if that is impossible."""
+        target = self.path_for(rel)
+        self._ensure_parent(rel)
+        try:
+            os.link(source, target, follow_symlinks=False)
+            return True
+        except OSError:
+            return False
+
+
+def _libc_renameat2():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_renameat2 = _libc_renameat2()
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths; False where the system cannot."""
+    if _renameat2 is None:
+        return False
+    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(a))
+
+
+class OutputSlot:
+    """The output folder and its hidden siblings (staging, old, lock)."""
+
+    def __init__(self, output: Path):
+        self.output = Path(os.path.abspath(output))
+        self.parent = self.output.parent
+        self.name = self.output.name
+        self._lock_fd: int | None = None
+
+    def staging_path(self) -> Path:
+        return self.parent / f".{self.name}.staging-{os.getpid()}"
+
+    def _leftovers(self) -> list[Path]:
+        prefixes = (f".{self.name}.staging-", f".{self.name}.old-")
+        try:
+            return [p for p in self.parent.iterdir() if p.name.startswith(prefixes)]
+        except OSError:
+            return []
+
+    def check_usable(self) -> None:
+        if self.output.is_symlink():
+            raise OutputError(f"{self.output}: output folder is a symbolic link; refusing to replace it")
+        if self.output.exists():
+            if not self.output.is_dir():
+                raise OutputError(f"{self.output}: exists and is not a folder")
+            if any(self.output.iterdir()) and not (self.output / MARKER).is_file():
+                raise OutputError(f"{self.output}: folder is not empty and was not made by site-builder "
+                                  f"(no {MARKER}); choose another --output or empty it")
+
+    def acquire(self) -> None:
+        """Take the build lock, then remove what an interrupted build left behind."""
+        self.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.parent / f".{self.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OutputError(f"{self.output}: another site-builder build is writing this output") from None
+        self._lock_fd = fd
+        for leftover in self._leftovers():
+            shutil.rmtree(leftover, ignore_errors=True)
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def new_staging(self) -> StagingTree:
+        path = self.staging_path()
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        return StagingTree(path)
+
+    def publish(self, staging: StagingTree) -> None:
+        """Make the staging tree the output, atomically where the system allows."""
+        old = self.parent / f".{self.name}.old-{os.getpid()}"
+        if self.output.exists():
+            if exchange(staging.root, self.output):
+                staging.root.rename(old)
+            else:
+                self.output.rename(old)
+                staging.root.rename(self.output)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            staging.root.rename(self.output)
+
+    def discard(self, staging: StagingTree) -> None:
+        shutil.rmtree(staging.root, ignore_errors=True)
