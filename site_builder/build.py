@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -49,6 +51,22 @@ class BuildOptions:
     max_bytes: int = DEFAULT_MAX_BYTES
     serve_mode: bool = False
     progress: Callable[[str, int, int], None] | None = None
+    search: bool = True
+
+
+class SearchIndexError(Exception):
+    """Pagefind failed; the previous output is kept."""
+
+
+def index_search(site: Path) -> float:
+    """Run Pagefind over the staged site (only pages marked data-pagefind-body are indexed)."""
+    started = time.perf_counter()
+    cmd = [sys.executable, "-m", "pagefind", "--site", str(site), "--silent", "--include-characters", ".:"]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()
+        raise SearchIndexError(f"search index: pagefind failed: {detail[-1] if detail else result.returncode}")
+    return time.perf_counter() - started
 
 
 def source_date() -> str | None:
@@ -86,7 +104,7 @@ def _render_record(task: tuple[Path, Inspection]) -> tuple[str, int, str | None]
     """Write one record's files; returns (pith_id, files written, error) -- error when the bytes changed."""
     source, inspection = task
     try:
-        raw = read_bytes(source, len(b"") + inspection.size)
+        raw = read_bytes(source, inspection.size)
     except FileReadError as exc:
         return inspection.pith_id, 0, f"file_changed: {exc.reason}"
     if hashlib.sha256(raw).hexdigest() != inspection.sha256:
@@ -220,6 +238,8 @@ def build(options: BuildOptions) -> BuildReport:
                 report.files_written += 1
                 if rel.endswith(".html"):
                     report.pages_written += 1
+            if options.search and papers:
+                report.search_seconds = index_search(staging.root)
             slot.publish(staging)
         except BaseException:
             slot.discard(staging)

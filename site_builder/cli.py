@@ -12,7 +12,7 @@ from pathlib import Path
 import jinja2
 
 from site_builder import __version__
-from site_builder.build import BuildOptions, build
+from site_builder.build import BuildOptions, SearchIndexError, build
 from site_builder.inspection import Inspection, inspect_bytes, rejected
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundlesFolderError, FileReadError, discover, read_bytes
@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--settings", type=Path, default=Path(SETTINGS_FILE), metavar="FILE")
     b.add_argument("--strict", action="store_true", help="exit 1 if any bundle was rejected")
     b.add_argument("--jobs", type=int, default=0, metavar="N", help="worker processes (default: all cores)")
+    b.add_argument("--no-search", action="store_true", help="skip the Pagefind search index")
     b.add_argument("--quiet", "-q", action="store_true", help="only the summary line and errors")
     b.add_argument("--verbose", "-v", action="store_true", help="also list every published bundle")
 
@@ -91,14 +92,15 @@ def cmd_build(args) -> int:
     about = args.settings.parent / config.about_file
     progress, update = _progress_bar(not args.quiet)
     options = BuildOptions(bundles=args.bundles, output=args.output, trust=trust, config=config, templates=templates,
-                           about_file=about, jobs=args.jobs, progress=update)
+                           about_file=about, jobs=args.jobs, progress=update,
+                           search=not args.no_search)
     try:
         if progress:
             with progress:
                 report = build(options)
         else:
             report = build(options)
-    except (BundlesFolderError, OutputError) as exc:
+    except (BundlesFolderError, OutputError, SearchIndexError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except jinja2.TemplateError as exc:

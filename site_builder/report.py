@@ -58,6 +58,7 @@ class BuildReport:
     files_written: int = 0
     files_reused: int = 0
     seconds: float = 0.0
+    search_seconds: float = 0.0
     changed: bool = True
 
     def count(self, status: str) -> int:
@@ -77,7 +78,8 @@ class BuildReport:
     def summary_line(self) -> str:
         return (f"{len(self.outcomes)} bundles read, {self.count(PUBLISHED)} published, "
                 f"{self.count(REJECTED)} rejected, {self.count(SUPERSEDED)} superseded, "
-                f"{self.pages_written} pages written in {self.seconds:.2f}s")
+                f"{self.pages_written} pages written in {self.seconds:.2f}s"
+                + (f" (search index {self.search_seconds:.2f}s)" if self.search_seconds else ""))
 
     def document(self, trusted_key_ids: list[str], generated_at: str | None) -> dict:
         doc = {

@@ -1,0 +1,174 @@
+"""Every check of PITH_FORMAT.md §1-§4: a real bundle tampered so that check is the one that rejects it."""
+
+import base64
+import copy
+import json
+
+import pytest
+
+from site_builder.canonical import digest_without
+from site_builder.keys import TrustSet, key_from_document
+from site_builder.merge import recompute_state
+from site_builder.verification import CHECK_ORDER, verify_bundle
+
+from conftest import REAL_FILES
+from signing import TestKey, sign_bundle
+
+
+def flip_b64(value: str) -> str:
+    raw = bytearray(base64.b64decode(value))
+    raw[5] ^= 0x01
+    return base64.b64encode(bytes(raw)).decode()
+
+
+def snapshot(b):
+    return next(e for e in b["events"] if e["event_type"] == "graph_snapshot")
+
+
+def record_created(b):
+    return next(e for e in b["events"] if e["event_type"] == "record_created")
+
+
+def fix_state_hash(b):
+    b["state"]["state_sha256"] = digest_without(b["state"], "state_sha256")
+
+
+TAMPERS = {
+    "structure": lambda b: b.pop("events"),
+    "identifiers": lambda b: b["canonical_record"]["source"].update(id="../../etc"),
+    "key_pinned": lambda b: b["bundle_signature"].update(key_id="attacker-key"),
+    "canonical_hash": lambda b: b["canonical_record"]["metadata"].update(license="http://example.org/stolen"),
+    "pith_number": lambda b: b.update(pith_number="pith:1999:" + b["pith_number"].rsplit(":", 1)[1]),
+    "aliases": lambda b: next(a for a in b["source_aliases"] if a["alias_kind"] == "doi").update(
+        alias_value="10.48550/arxiv.9999.99999"),
+    "receipt_signature": lambda b: record_created(b)["payload"]["receipt"].update(
+        signature_b64=flip_b64(record_created(b)["payload"]["receipt"]["signature_b64"])),
+    "event_hash": lambda b: snapshot(b)["payload"]["graph_snapshot"]["paper"].update(title="A different title"),
+    "event_id": lambda b: snapshot(b).update(event_id="sha256:" + "0" * 64),
+    "event_signature": lambda b: snapshot(b)["signature"].update(
+        signature_b64=flip_b64(snapshot(b)["signature"]["signature_b64"])),
+    "state_hash": lambda b: b["state"].update(event_count=99),
+    "state_recomputed": lambda b: (b["state"]["current"]["corrections"].append({"note": "injected"}),
+                                   fix_state_hash(b)),
+    "bundle_hash": lambda b: b["links"].update(resolver="https://evil.example/"),
+    "bundle_signature": lambda b: b["bundle_signature"].update(
+        signature_b64=flip_b64(b["bundle_signature"]["signature_b64"])),
+}
+
+
+@pytest.mark.parametrize("path", REAL_FILES, ids=[p.stem for p in REAL_FILES])
+def test_real_bundles_pass_every_check(path, pinned):
+    verdict = verify_bundle(json.loads(path.read_bytes()), pinned)
+    assert verdict.accepted
+    assert [c.name for c in verdict.checks] == list(CHECK_ORDER)
+    assert all(c.status == "passed" for c in verdict.checks)
+    assert verdict.warnings == ()
+
+
+@pytest.mark.parametrize("check", list(TAMPERS))
+def test_each_tamper_is_rejected_by_its_check(check, real_bundle, pinned):
+    TAMPERS[check](real_bundle)
+    verdict = verify_bundle(real_bundle, pinned)
+    assert not verdict.accepted
+    assert verdict.first_failure.name == check, verdict.failures
+    assert verdict.first_failure.detail
+
+
+def test_every_named_check_has_a_tamper_test():
+    assert set(TAMPERS) | {"event_subject"} == set(CHECK_ORDER)
+
+
+def test_event_subject_from_another_record_is_rejected(real_bundles):
+    key = TestKey()
+    trust = TrustSet((key_from_document(key.document()),))
+    other = real_bundles[1]["pith_number"]
+    b = copy.deepcopy(real_bundles[0])
+    snapshot(b)["subject_pith_number"] = other
+    forged = sign_bundle(b, key, keep_subject=True)
+    verdict = verify_bundle(forged, trust)
+    assert verdict.first_failure.name == "event_subject"
+
+
+@pytest.mark.parametrize("path", REAL_FILES, ids=[p.stem for p in REAL_FILES])
+def test_state_recomputed_reproduces_embedded_state_sha256(path):
+    bundle = json.loads(path.read_bytes())
+    recomputed = recompute_state(bundle)
+    assert digest_without(dict(recomputed, state_sha256="x"), "state_sha256") == bundle["state"]["state_sha256"]
+
+
+def test_forged_bundle_with_embedded_attacker_key_is_rejected(real_bundle, pinned):
+    snapshot(real_bundle)["payload"]["graph_snapshot"]["paper"]["title"] = "Forged"
+    forged = sign_bundle(real_bundle, TestKey("attacker"))
+    verdict = verify_bundle(forged, pinned)
+    assert verdict.first_failure.name == "key_pinned"
+
+
+def test_attacker_key_claiming_pinned_id_and_fingerprint_is_rejected(real_bundle, pinned):
+    real_key = pinned.keys[0]
+    attacker = TestKey()
+    forged = sign_bundle(real_bundle, attacker, claim_key_id=real_key.key_id, claim_fingerprint=real_key.fingerprint_hex,
+                         embed=dict(attacker.document(), key_id=real_key.key_id))
+    verdict = verify_bundle(forged, pinned)
+    assert verdict.first_failure.name == "key_pinned"
+    # Even when it embeds the genuine key document, the signatures do not verify.
+    forged = sign_bundle(real_bundle, attacker, claim_key_id=real_key.key_id, claim_fingerprint=real_key.fingerprint_hex,
+                         embed=real_key.document)
+    assert verify_bundle(forged, pinned).first_failure.name == "receipt_signature"
+
+
+def test_bundle_signed_by_trusted_test_key_passes_and_real_key_does_not_count(real_bundle, pinned):
+    key = TestKey()
+    trust = TrustSet((key_from_document(key.document()),))
+    signed = sign_bundle(real_bundle, key)
+    assert verify_bundle(signed, trust).accepted
+    assert verify_bundle(signed, pinned).first_failure.name == "key_pinned"
+    assert verify_bundle(json.loads(REAL_FILES[0].read_bytes()), trust).first_failure.name == "key_pinned"
+
+
+def test_title_hash_mismatch_is_a_warning_not_a_rejection(real_bundle):
+    key = TestKey()
+    trust = TrustSet((key_from_document(key.document()),))
+    snapshot(real_bundle)["payload"]["graph_snapshot"]["paper"]["title"] = "Not the hashed title"
+    verdict = verify_bundle(sign_bundle(real_bundle, key), trust)
+    assert verdict.accepted
+    assert [w.code for w in verdict.warnings] == ["title_hash"]
+
+
+def test_unknown_event_type_skips_state_recompute_with_warning(real_bundle):
+    key = TestKey()
+    trust = TrustSet((key_from_document(key.document()),))
+    extra = copy.deepcopy(snapshot(real_bundle))
+    extra.update(event_type="timestamp_anchor", target="record", payload={"ots": "abc"})
+    real_bundle["events"].append(extra)
+    b = sign_bundle(real_bundle, key, keep_state=True)  # a state the v1 merge cannot reproduce
+    verdict = verify_bundle(b, trust)
+    assert verdict.accepted
+    assert not verdict.state_recomputed
+    assert any(c.name == "state_recomputed" and c.status == "skipped" for c in verdict.checks)
+    assert "state_not_recomputed" in [w.code for w in verdict.warnings]
+
+
+def test_unknown_top_level_field_is_a_warning(real_bundle):
+    key = TestKey()
+    trust = TrustSet((key_from_document(key.document()),))
+    real_bundle["future_field"] = 1
+    verdict = verify_bundle(sign_bundle(real_bundle, key), trust)
+    assert verdict.accepted and [w.code for w in verdict.warnings] == ["unknown_fields"]
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda b: b.update(bundle_version="2.0"),
+    lambda b: b.update(bundle_type="something_else"),
+    lambda b: b.update(events="not a list"),
+    lambda b: b["events"][0].pop("signature"),
+    lambda b: b["canonical_record"]["source"].update(version="1"),
+    lambda b: b.update(state=None),
+])
+def test_structure_errors(mutate, real_bundle, pinned):
+    mutate(real_bundle)
+    assert verify_bundle(real_bundle, pinned).first_failure.name == "structure"
+
+
+def test_non_object_input_never_raises(pinned):
+    for value in (None, [], "x", 1, {"events": [1, 2]}):
+        assert not verify_bundle(value, pinned).accepted
