@@ -1,0 +1,166 @@
+"""End-to-end builds of the example bundles: the output tree is a contract."""
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from site_builder.build import BuildOptions, build
+from site_builder.canonical import resolver_json
+from site_builder.keys import load_trust_set
+from site_builder.settings import SiteConfig
+
+from conftest import REAL_FILES
+from signing import TestKey, sign_bundle, to_bytes, with_paper
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def run(bundles: Path, output: Path, trust=None, **kw) -> object:
+    return build(BuildOptions(bundles=bundles, output=output, trust=trust or load_trust_set(), search=False, **kw))
+
+
+def test_output_tree_of_the_example_bundles(bundles_dir, tmp_path):
+    out = tmp_path / "site"
+    report = run(bundles_dir, out)
+    assert report.count("published") == 4 and report.count("rejected") == 0
+    for path in REAL_FILES:
+        raw = path.read_bytes()
+        pith_id = json.loads(raw)["pith_number"].rsplit(":", 1)[1]
+        assert (out / "pith" / pith_id / "bundle.json").read_bytes() == raw
+        assert (out / ".well-known" / "pith" / pith_id / "bundle.json").read_bytes() == raw
+        state = json.loads(raw)["state"]
+        assert (out / "pith" / pith_id / "state.json").read_bytes() == resolver_json(state)
+        page = (out / "pith" / pith_id / "index.html").read_text()
+        assert "Verified by this mirror" in page and pith_id in page
+        assert f'<link rel="canonical" href="https://pith.science/pith/{pith_id}">' in page
+    for name in ("index.html", "404.html", ".nojekyll", "robots.txt", "assets/style.css", "verification.json",
+                 "verification/index.html", "pith-signing-key.json", "pith-mirrors.json"):
+        assert (out / name).is_file(), name
+    key = json.loads((out / "pith-signing-key.json").read_text())
+    assert key["key_id"] == "pith-v1-2026-05"
+    mirrors = json.loads((out / "pith-mirrors.json").read_text())
+    assert mirrors["manifest_type"] == "pith_mirror_manifest"
+    assert mirrors["mirrors"][0]["public_key"]["public_key_hex"] == key["public_key_hex"]
+    report_doc = json.loads((out / "verification.json").read_text())
+    assert {f["path"] for f in report_doc["files"]} == {p.name for p in REAL_FILES}
+    for f in report_doc["files"]:
+        assert f["sha256"] == hashlib.sha256((bundles_dir / f["path"]).read_bytes()).hexdigest()
+        assert f["status"] == "published"
+    home = (out / "index.html").read_text()
+    assert "4</strong> papers published" in home and "0</strong> bundles rejected" in home
+    # newest submission first
+    order = [home.index(t) for t in ("RAF: Holistic", "PipeTune", "Daydream", "TensorOpt")]
+    assert order == sorted(order)
+
+
+def test_second_build_is_byte_identical(bundles_dir, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    run(bundles_dir, a)
+    run(bundles_dir, b)
+    assert tree(a) == tree(b)
+    run(bundles_dir, a)  # rebuilding over an existing site changes nothing either
+    assert tree(a) == tree(b)
+
+
+def test_source_date_epoch_is_the_only_clock(bundles_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")
+    run(bundles_dir, tmp_path / "s")
+    assert json.loads((tmp_path / "s" / "verification.json").read_text())["generated_at"] == "2026-01-01T00:00:00Z"
+
+
+def test_rejected_bundle_leaves_no_trace_and_others_build(bundles_dir, tmp_path):
+    victim = REAL_FILES[0]
+    b = json.loads(victim.read_bytes())
+    b["events"][1]["payload"]["graph_snapshot"]["paper"]["title"] = "Tampered title XYZZY"
+    (bundles_dir / victim.name).write_bytes(to_bytes(b))
+    out = tmp_path / "site"
+    report = run(bundles_dir, out)
+    assert report.count("published") == 3
+    [bad] = report.rejected
+    assert bad.inspection.check == "event_hash"
+    pith_id = b["pith_number"].rsplit(":", 1)[1]
+    assert not (out / "pith" / pith_id).exists()
+    assert not (out / ".well-known" / "pith" / pith_id).exists()
+    for rel, data in tree(out).items():
+        assert b"XYZZY" not in data, rel
+        if rel != "verification.json" and not rel.startswith("verification/"):
+            assert pith_id.encode() not in data, rel
+
+
+def test_removed_bundle_disappears(bundles_dir, tmp_path):
+    out = tmp_path / "site"
+    run(bundles_dir, out)
+    gone = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    (bundles_dir / REAL_FILES[0].name).unlink()
+    run(bundles_dir, out)
+    assert not (out / "pith" / gone).exists()
+    assert not (out / ".well-known" / "pith" / gone).exists()
+    assert gone not in (out / "index.html").read_text()
+
+
+def test_failing_render_leaves_previous_output_intact(bundles_dir, tmp_path):
+    out = tmp_path / "site"
+    run(bundles_dir, out)
+    before = tree(out)
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "paper.html").write_text("{% extends 'base.html' %}{% block main %}{{ p.no_such_field }}{% endblock %}")
+    (bundles_dir / REAL_FILES[0].name).unlink()
+    with pytest.raises(Exception):
+        run(bundles_dir, out, templates=templates)
+    assert tree(out) == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")] in ([], [".site.lock"])
+
+
+def test_trusted_test_key_publishes_its_bundles_and_rejects_real_ones(bundles_dir, tmp_path):
+    key = TestKey()
+    signed = sign_bundle(with_paper(json.loads(REAL_FILES[0].read_bytes()), title="Signed by the test key"), key)
+    (bundles_dir / "mine.json").write_bytes(to_bytes(signed))
+    trust = load_trust_set([key.write(tmp_path / "key.json")])
+    out = tmp_path / "site"
+    report = run(bundles_dir, out, trust=trust)
+    assert report.count("published") == 1
+    assert {o.inspection.check for o in report.rejected} == {"key_pinned"}
+    assert json.loads((out / "pith-signing-key.json").read_text())["key_id"] == key.key_id
+
+
+def test_duplicate_record_newest_built_at_wins(bundles_dir, tmp_path):
+    key = TestKey()
+    base = json.loads(REAL_FILES[0].read_bytes())
+    old = sign_bundle(with_paper(base, title="Old version"), key)
+    new = sign_bundle(dict(with_paper(base, title="New version"), built_at="2026-12-01T00:00:00Z"), key)
+    for f in bundles_dir.iterdir():
+        f.unlink()
+    (bundles_dir / "a.json").write_bytes(to_bytes(new))
+    (bundles_dir / "b.json").write_bytes(to_bytes(old))
+    out = tmp_path / "site"
+    report = run(bundles_dir, out, trust=load_trust_set([key.write(tmp_path / "k.json")]))
+    statuses = {o.inspection.rel: o.status for o in report.outcomes}
+    assert statuses == {"a.json": "published", "b.json": "superseded"}
+    pith_id = new["pith_number"].rsplit(":", 1)[1]
+    assert "New version" in (out / "pith" / pith_id / "index.html").read_text()
+
+
+def test_sub_path_base_url_links(bundles_dir, tmp_path):
+    out = tmp_path / "site"
+    run(bundles_dir, out, config=SiteConfig(base_url="https://user.github.io/mirror/"))
+    home = (out / "index.html").read_text()
+    assert 'href="/mirror/assets/style.css"' in home
+    assert 'href="/mirror/pith/' in home
+    assert "https://user.github.io/mirror/sitemap.xml" in (out / "robots.txt").read_text()
+
+
+def test_refuses_to_replace_a_folder_it_did_not_make(bundles_dir, tmp_path):
+    from site_builder.writing import OutputError
+    out = tmp_path / "precious"
+    out.mkdir()
+    (out / "thesis.tex").write_text("do not delete")
+    with pytest.raises(OutputError):
+        run(bundles_dir, out)
+    assert (out / "thesis.tex").read_text() == "do not delete"

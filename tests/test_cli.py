@@ -1,0 +1,83 @@
+"""The command line as a user runs it: a real subprocess, real exit codes and messages."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REAL_FILES, ROOT
+from signing import TestKey, sign_bundle, to_bytes
+
+
+def cli(*args, cwd=None, env=None):
+    return subprocess.run([sys.executable, "-m", "site_builder", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=env)
+
+
+def test_build_summary_line_and_exit_codes(bundles_dir, tmp_path):
+    (bundles_dir / "bad.json").write_bytes(b'{"a": 1, "a": 2}')
+    r = cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--no-search")
+    assert r.returncode == 0, r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("5 bundles read, 4 published, 1 rejected, 0 superseded, ") and "pages written in" in last
+    assert "REJECTED bad.json: json_duplicate_key: duplicate key 'a'" in r.stderr
+    r = cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--no-search", "--strict")
+    assert r.returncode == 1
+
+
+def test_usage_errors_exit_2(tmp_path):
+    assert cli("build", "--bundles", tmp_path / "missing", "--output", tmp_path / "o").returncode == 2
+    assert cli("build", "--no-such-flag").returncode == 2
+    assert cli("verify").returncode == 2
+    bad_key = tmp_path / "k.json"
+    bad_key.write_text('{"key_id": "x", "public_key_hex": "abcd"}')
+    r = cli("build", "--trusted-keys", bad_key, "--bundles", ROOT / "bundles", "--output", tmp_path / "o")
+    assert r.returncode == 2 and "32 bytes" in r.stderr
+
+
+def test_verify_lines_json_and_exit_code(bundles_dir, tmp_path):
+    r = cli("verify", bundles_dir)
+    assert r.returncode == 0
+    assert sorted(r.stdout.split()) == sorted(["OK"] * 4 + [json.loads(p.read_bytes())["pith_number"] for p in REAL_FILES])
+    tampered = json.loads(REAL_FILES[0].read_bytes())
+    tampered["links"]["resolver"] = "https://evil.example"
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(to_bytes(tampered))
+    r = cli("verify", bad, REAL_FILES[1])
+    assert r.returncode == 1
+    assert f"REJECTED {bad}: bundle_hash: bundle hashes to" in r.stdout
+    r = cli("verify", "--json", bad, REAL_FILES[1])
+    doc = json.loads(r.stdout)
+    assert [x["status"] for x in doc["results"]] == ["rejected", "ok"]
+    assert doc["results"][0]["check"] == "bundle_hash"
+
+
+def test_verify_with_trusted_test_key(tmp_path):
+    key = TestKey()
+    f = tmp_path / "mine.json"
+    f.write_bytes(to_bytes(sign_bundle(json.loads(REAL_FILES[0].read_bytes()), key)))
+    keyfile = key.write(tmp_path / "key.json")
+    assert cli("verify", "--trusted-keys", keyfile, f).returncode == 0
+    r = cli("verify", "--trusted-keys", keyfile, REAL_FILES[0])
+    assert r.returncode == 1 and "key_pinned" in r.stdout
+
+
+def test_settings_file_and_flag_precedence(tmp_path):
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "site.toml").write_text('title = "My Mirror"\nbase_url = "https://example.org/m/"\n')
+    (project / "about.md").write_text("# About\n\nRun by [us](https://example.org). <script>alert(1)</script>\n"
+                                      "[bad](javascript:alert(1))\n")
+    r = cli("build", "--bundles", ROOT / "bundles", "--output", "out", "--no-search", cwd=project)
+    assert r.returncode == 0, r.stderr
+    home = (project / "out" / "index.html").read_text()
+    assert "<title>My Mirror</title>" in home and 'href="/m/papers/"' in home
+    about = (project / "out" / "about" / "index.html").read_text()
+    assert '<a href="https://example.org">us</a>' in about
+    assert "<script>alert" not in about and 'href="javascript:' not in about
+    r = cli("build", "--bundles", ROOT / "bundles", "--output", "out", "--no-search", "--base-url", "/x/", cwd=project)
+    assert 'href="/x/papers/"' in (project / "out" / "index.html").read_text()
+    (project / "site.toml").write_text('titel = "typo"\n')
+    r = cli("build", "--bundles", ROOT / "bundles", "--output", "out", cwd=project)
+    assert r.returncode == 2 and "unknown setting(s): titel" in r.stderr

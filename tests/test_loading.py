@@ -1,0 +1,89 @@
+"""Bad files are each rejected with a one-line reason while the good bundles still build."""
+
+import json
+import os
+
+import pytest
+
+from site_builder.build import BuildOptions, build
+from site_builder.keys import load_trust_set
+from site_builder.loading import FileReadError, discover, read_bytes
+
+from conftest import REAL_FILES
+
+BAD_FILES = {
+    "dupkey.json": (b'{"bundle_type": "a", "bundle_type": "b"}', "json_duplicate_key"),
+    "nan.json": (b'{"x": NaN}', "json_number"),
+    "utf8.json": (b'{"x": "\xc3\x28"}', "json_encoding"),
+    "truncated.json": (REAL_FILES[0].read_bytes()[:5000], "json_syntax"),
+    "deep.json": (b"[" * 100_000 + b"]" * 100_000, "json_depth"),
+    "empty.json": (b"", "json_syntax"),
+    "array.json": (b"[1, 2]", "structure"),
+}
+
+
+def test_bad_files_rejected_with_reason_good_ones_published(bundles_dir, tmp_path):
+    for name, (data, _) in BAD_FILES.items():
+        (bundles_dir / name).write_bytes(data)
+    outside = tmp_path / "secret.json"
+    outside.write_bytes(REAL_FILES[0].read_bytes())
+    os.symlink(outside, bundles_dir / "link.json")
+    os.mkfifo(bundles_dir / "pipe.json")
+    (bundles_dir / ".hidden.json").write_bytes(b"not even json")
+    (bundles_dir / "notes.txt").write_text("ignored")
+    report = build(BuildOptions(bundles=bundles_dir, output=tmp_path / "site", trust=load_trust_set(), search=False))
+    got = {o.inspection.rel: o.inspection.check for o in report.rejected}
+    expected = {name: check for name, (_, check) in BAD_FILES.items()}
+    expected.update({"link.json": "file_type", "pipe.json": "file_type"})
+    assert got == expected
+    assert report.count("published") == 4
+    for o in report.rejected:
+        line = o.inspection.error_line()
+        assert "\n" not in line and line.startswith(o.inspection.rel + ": ")
+
+
+def test_discover_is_recursive_sorted_and_skips_hidden(tmp_path):
+    (tmp_path / "b").mkdir()
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "b" / "z.json").write_text("{}")
+    (tmp_path / "a.json").write_text("{}")
+    (tmp_path / ".git" / "x.json").write_text("{}")
+    found, skipped = discover(tmp_path)
+    assert [f.rel for f in found] == ["a.json", "b/z.json"] and skipped == []
+
+
+def test_size_limit_and_vanished_file(tmp_path):
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * 2048)
+    with pytest.raises(FileReadError) as info:
+        read_bytes(big, max_bytes=1024)
+    assert info.value.check == "file_size"
+    with pytest.raises(FileReadError) as info:
+        read_bytes(tmp_path / "gone.json")
+    assert info.value.reason == "file vanished during the build"
+
+
+def test_unreadable_file_is_reported_not_raised():
+    """Run as an unprivileged user (root reads every file), in a forked child."""
+    import tempfile
+    folder = tempfile.mkdtemp()
+    os.chmod(folder, 0o755)
+    f = os.path.join(folder, "locked.json")
+    with open(f, "w") as fh:
+        fh.write("{}")
+    os.chmod(f, 0)
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            if os.geteuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)
+            read_bytes(f)
+            code = 1
+        except FileReadError as exc:
+            code = 0 if exc.check == "file_read" and "Permission denied" in exc.reason else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
