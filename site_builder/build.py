@@ -1,13 +1,17 @@
 """The build pipeline: gather and verify -> select -> render and write -> swap in.
 
-Stages:
-  1. discover + inspect every input file (parallel; pure per file)
-  2. select one bundle per record, detect rollbacks against the previous site
-  3. render each record's files into a staging folder (parallel)
-  4. render the pages that depend on the whole collection
-  5. swap the staging folder in as the output (atomic)
-A bad bundle never stops the build; a failure in stages 3-5 (a broken template,
-a full disk, a kill) leaves the previous output untouched.
+Stages (each timed in ``BuildReport.timings``):
+  1. ``discover`` + ``verify``: every input file is inspected (in parallel; a pure function per file),
+     unless the build cache already holds the result for the same bytes and trusted keys;
+  2. ``select``: one bundle per record; rollbacks against the previous site are refused;
+  3. ``render_records``: each record's files go into a staging folder (in parallel); a record whose
+     render key is unchanged is hard-linked from the previous site instead;
+  4. ``render_collection``: listings, feeds, sitemaps and the report, reused the same way when the
+     set of records is unchanged;
+  5. ``search_index`` (Pagefind) and ``swap``: the staging folder replaces the output atomically.
+A bad bundle never stops the build; a failure in stages 3-5 (a broken template, a full disk, a kill)
+leaves the previous output untouched.  When nothing that the output depends on changed, nothing is
+written at all.
 """
 
 from __future__ import annotations
@@ -25,16 +29,18 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable
 
+from site_builder import __version__
+from site_builder.cache import BuildCache
 from site_builder.inspection import Inspection, inspect_bytes, rejected
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, discover, read_bytes
-from site_builder.pages import collection_files, paper_files
+from site_builder.pages import collection_files, newest_first, paper_files, plan_redirects, report_files
 from site_builder.records import PaperSummary
-from site_builder.rendering import SiteRenderer, template_dirs
+from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome
 from site_builder.selection import Candidate, PublishedBefore, is_rollback, select
 from site_builder.settings import SiteConfig
-from site_builder.writing import MARKER, OutputSlot, StagingTree
+from site_builder.writing import MARKER, OutputError, OutputSlot, StagingTree
 
 PARALLEL_THRESHOLD = 64
 
@@ -52,21 +58,12 @@ class BuildOptions:
     serve_mode: bool = False
     progress: Callable[[str, int, int], None] | None = None
     search: bool = True
+    cache_dir: Path | None = None  # default: .site-builder-cache beside the output
+    use_cache: bool = True
 
 
 class SearchIndexError(Exception):
     """Pagefind failed; the previous output is kept."""
-
-
-def index_search(site: Path) -> float:
-    """Run Pagefind over the staged site (only pages marked data-pagefind-body are indexed)."""
-    started = time.perf_counter()
-    cmd = [sys.executable, "-m", "pagefind", "--site", str(site), "--silent", "--include-characters", ".:"]
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0:
-        detail = (result.stderr or result.stdout).strip().splitlines()
-        raise SearchIndexError(f"search index: pagefind failed: {detail[-1] if detail else result.returncode}")
-    return time.perf_counter() - started
 
 
 def source_date() -> str | None:
@@ -77,7 +74,24 @@ def source_date() -> str | None:
     return datetime.fromtimestamp(int(epoch), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# --- worker state (set once per process) ---------------------------------------------------------
+def index_search(site: Path) -> None:
+    """Run Pagefind over the staged site (only pages marked data-pagefind-body are indexed)."""
+    cmd = [sys.executable, "-m", "pagefind", "--site", str(site), "--silent", "--include-characters", ".:"]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()
+        raise SearchIndexError(f"search index: pagefind failed: {detail[-1] if detail else result.returncode}")
+
+
+def _hash(*parts: object) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else str(part).encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+# --- worker processes ----------------------------------------------------------------------------
 
 _worker: dict = {}
 
@@ -100,23 +114,29 @@ def _init_render(config: SiteConfig, dirs: list[Path], trust: TrustSet, staging_
     _worker["staging"] = StagingTree(staging_root)
 
 
-def _render_record(task: tuple[Path, Inspection]) -> tuple[str, int, str | None]:
-    """Write one record's files; returns (pith_id, files written, error) -- error when the bytes changed."""
-    source, inspection = task
+@dataclass(frozen=True)
+class RecordTask:
+    source: Path
+    inspection: Inspection
+    redirects: tuple[tuple[str, str], ...]
+
+
+def _render_record(task: RecordTask) -> tuple[str, list[str], str | None]:
+    """Write one record's files from the verified bytes; (pith_id, files, error) -- error if the bytes changed."""
+    inspection = task.inspection
     try:
-        raw = read_bytes(source, inspection.size)
+        raw = read_bytes(task.source, inspection.size)
     except FileReadError as exc:
-        return inspection.pith_id, 0, f"file_changed: {exc.reason}"
+        return inspection.pith_id, [], f"file_changed: {exc.reason}"
     if hashlib.sha256(raw).hexdigest() != inspection.sha256:
-        return inspection.pith_id, 0, "file_changed: file changed after it was verified"
-    bundle = json.loads(raw)
+        return inspection.pith_id, [], "file_changed: file changed after it was verified"
     staging: StagingTree = _worker["staging"]
-    count = 0
-    for rel, data in paper_files(_worker["renderer"], raw, bundle, inspection.summary,
-                                 inspection.checks, inspection.warnings):
+    written = []
+    for rel, data in paper_files(_worker["renderer"], raw, json.loads(raw), inspection.summary,
+                                 inspection.checks, inspection.warnings, task.redirects):
         staging.write(rel, data)
-        count += 1
-    return inspection.pith_id, count, None
+        written.append(rel)
+    return inspection.pith_id, written, None
 
 
 def _map(fn, init, initargs, items: list, jobs: int, progress, stage: str) -> list:
@@ -139,8 +159,27 @@ def _map(fn, init, initargs, items: list, jobs: int, progress, stage: str) -> li
     return results
 
 
-def previous_publications(output: Path) -> dict[str, PublishedBefore]:
-    """What the site in *output* published, from its verification.json (ignored if unreadable)."""
+class _StageClock:
+    """Records how long each stage took (the benchmark prints these)."""
+
+    def __init__(self, timings: dict[str, float]):
+        self.timings = timings
+        self.last = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.timings[stage] = self.timings.get(stage, 0.0) + now - self.last
+        self.last = now
+
+
+@dataclass
+class PreviousSite:
+    build_id: str | None
+    published: dict[str, PublishedBefore]
+
+
+def read_previous_site(output: Path) -> PreviousSite:
+    """What the site in *output* published, from its verification.json (empty if unreadable)."""
     try:
         doc = json.loads((output / MARKER).read_text("utf-8"))
         found = {}
@@ -148,103 +187,268 @@ def previous_publications(output: Path) -> dict[str, PublishedBefore]:
             if f.get("status") == PUBLISHED and f.get("pith_number"):
                 pith_id = f["pith_number"].rsplit(":", 1)[1]
                 found[pith_id] = PublishedBefore(pith_id, f["sha256"], f["built_at"], f["event_count"])
-        return found
+        build_id = doc.get("build_id")
+        return PreviousSite(build_id if isinstance(build_id, str) else None, found)
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
-        return {}
+        return PreviousSite(None, {})
+
+
+def default_cache_dir(output: Path) -> Path:
+    output = Path(os.path.abspath(output))
+    return output.parent / ".site-builder-cache" / output.name
+
+
+def _inspect_all(options: BuildOptions, cache: BuildCache, found: list[InputFile]) -> tuple[list[Inspection], list[Inspection], dict]:
+    """Inspections for every found file (cached where the bytes and keys are unchanged); also the new ones."""
+    trust_id = options.trust.identity()
+    known_sha = {f.rel: cache.file_sha(f.rel, f.sig) for f in found}
+    cached = cache.inspections([s for s in known_sha.values() if s], trust_id)
+    results: dict[str, Inspection] = {}
+    todo = []
+    for f in found:
+        hit = cached.get(known_sha[f.rel] or "")
+        if hit is not None:
+            results[f.rel] = Inspection(f.rel, hit.sha256, hit.size, hit.check, hit.reason, hit.checks, hit.warnings,
+                                        hit.summary)
+        else:
+            todo.append(f)
+    fresh = _map(_inspect_file, _init_inspect, (options.trust, options.max_bytes), todo, options.jobs,
+                 options.progress, "verify")
+    for inspection in fresh:
+        results[inspection.rel] = inspection
+    file_index = {f.rel: (f.sig, results[f.rel].sha256) for f in found if results[f.rel].sha256}
+    return [results[f.rel] for f in found], fresh, file_index
 
 
 def build(options: BuildOptions) -> BuildReport:
     """Build the site; raises BundlesFolderError/OutputError/template errors, never for bad bundles."""
     started = time.perf_counter()
     report = BuildReport()
+    clock = _StageClock(report.timings)
     slot = OutputSlot(options.output)
     slot.check_usable()
     bundles_abs = options.bundles.resolve()
     if slot.output == bundles_abs or slot.output in bundles_abs.parents:
-        from site_builder.writing import OutputError
         raise OutputError(f"{slot.output}: the output folder must not contain the bundles folder")
-
-    found, skipped = discover(options.bundles)
-    inspections = [rejected(s.rel, s.check, s.reason) for s in skipped]
-    inspections += _map(_inspect_file, _init_inspect, (options.trust, options.max_bytes), found, options.jobs,
-                        options.progress, "verify")
-    paths = {f.rel: f.path for f in found}
+    dirs = template_dirs(options.templates)
+    about = None
+    if options.about_file is not None and options.about_file.is_file():
+        about = options.about_file.read_text("utf-8")
+    build_key = _hash(__version__, options.trust.identity(), templates_identity(dirs), repr(options.config),
+                      about, options.max_bytes, options.serve_mode, source_date(), options.search)
 
     slot.acquire()
+    cache = BuildCache((options.cache_dir or default_cache_dir(options.output)) / "cache.sqlite"
+                       if options.use_cache else None)
     try:
-        before = previous_publications(slot.output)
-        candidates: list[Candidate] = []
-        for i in inspections:
-            if i.verified:
-                candidates.append(Candidate(i, paths[i.rel]))
-        selection = select(candidates)
-        # Rollback protection: never replace a newer published bundle by an older one.
-        for pith_id, chosen in list(selection.published.items()):
-            prior = before.get(pith_id)
-            if prior is None or not is_rollback(chosen.inspection, prior):
-                continue
-            kept_path = slot.output / "pith" / pith_id / "bundle.json"
-            try:
-                kept = inspect_bytes(f"(previous site) pith/{pith_id}/bundle.json", read_bytes(kept_path),
-                                     options.trust)
-            except FileReadError:
-                kept = None
-            if kept is None or not kept.verified or kept.sha256 != prior.sha256:
-                report.warnings.append(f"{chosen.inspection.rel}: rollback: older than the bundle published before, "
-                                       f"which no longer verifies; publishing the input")
-                continue
-            selection.published[pith_id] = Candidate(kept, kept_path, from_previous_site=True)
-            selection.superseded[chosen.inspection.rel] = (
-                f"rollback: built_at {chosen.inspection.summary.built_at} and {chosen.inspection.summary.event_count} "
-                f"events; the mirror keeps the bundle built_at {prior.built_at} with {prior.event_count} events")
-            report.warnings.append(f"{chosen.inspection.rel}: rollback refused for pith:{pith_id}: "
-                                   f"{selection.superseded[chosen.inspection.rel]}")
+        found, skipped = discover(options.bundles)
+        input_fingerprint = _hash(build_key, [(f.rel, f.sig) for f in found], [(x.rel, x.reason) for x in skipped])
+        clock.lap("discover")
+        if _unchanged_since_last_build(cache, input_fingerprint, slot, report):
+            return report
+        inspections, fresh, file_index = _inspect_all(options, cache, found)
+        inspections = sorted([rejected(s.rel, s.check, s.reason) for s in skipped] + inspections, key=lambda i: i.rel)
+        paths = {f.rel: f.path for f in found}
+        clock.lap("verify")
+
+        previous = read_previous_site(slot.output)
+        selection = select([Candidate(i, paths[i.rel]) for i in inspections if i.verified])
+        _refuse_rollbacks(selection, previous, slot, options, report)
+        published = [c.inspection.summary for _, c in sorted(selection.published.items())]
+        plan = plan_redirects(published)
+        record_tasks = {pid: RecordTask(c.source, c.inspection, tuple(plan.per_record.get(pid, ())))
+                        for pid, c in sorted(selection.published.items())}
+        record_keys = {pid: _hash(build_key, t.inspection.sha256, t.redirects) for pid, t in record_tasks.items()}
+        clock.lap("select")
+
+        # Everything the output depends on is known now; if it is what the current site was built from,
+        # there is nothing to do (and nothing is written).
+        units = _units_plan(build_key, record_keys, published, plan, options)
+        _record_outcomes(report, inspections, selection, {})
+        build_id, report_doc = _identify(build_key, report, units, options)
+        if previous.build_id == build_id and cache.unit("collection", previous.build_id) is not None:
+            report.changed = False
+            cache.save_inputs(file_index, fresh, options.trust.identity())
+            cache.save_quick(input_fingerprint, _stat_sig(slot.output / MARKER), report)
+            clock.lap("select")
+            return report
+        report.outcomes.clear()
+        clock.lap("select")
 
         staging = slot.new_staging()
         try:
-            dirs = template_dirs(options.templates)
-            tasks = [(c.source, c.inspection) for _, c in sorted(selection.published.items())]
+            to_render = []
+            for pid, task in record_tasks.items():
+                reused = _reuse(staging, slot, cache, previous, f"record:{pid}", record_keys[pid])
+                if reused is None:
+                    to_render.append(task)
+                else:
+                    units[f"record:{pid}"] = (record_keys[pid], reused)
+                    report.files_reused += len(reused)
             results = _map(_render_record, _init_render,
                            (options.config, dirs, options.trust, staging.root, options.serve_mode),
-                           tasks, options.jobs, options.progress, "render")
-            changed = {pith_id: err for pith_id, _, err in results if err}
-            report.files_written += sum(n for _, n, _ in results)
-            report.pages_written += sum(1 for _, n, _ in results if n)
+                           to_render, options.jobs, options.progress, "render")
+            changed = {}
+            for pid, written, err in results:
+                if err:
+                    changed[pid] = err
+                    units.pop(f"record:{pid}", None)
+                    continue
+                units[f"record:{pid}"] = (record_keys[pid], written)
+                report.files_written += len(written)
+                report.pages_written += sum(1 for rel in written if rel.endswith(".html"))
+            clock.lap("render_records")
 
-            kept_outcomes = {c.inspection.rel for c in selection.published.values() if c.from_previous_site}
-            for i in inspections:
-                if not i.verified:
-                    report.outcomes.append(FileOutcome(i, REJECTED))
-                elif i.rel in selection.superseded:
-                    report.outcomes.append(FileOutcome(i, SUPERSEDED, selection.superseded[i.rel]))
-                elif i.pith_id in changed:
-                    check, _, reason = changed[i.pith_id].partition(": ")
-                    report.outcomes.append(FileOutcome(rejected(i.rel, check, reason), REJECTED))
-                else:
-                    report.outcomes.append(FileOutcome(i, PUBLISHED))
-            for c in selection.published.values():
-                if c.inspection.rel in kept_outcomes and c.inspection.pith_id not in changed:
-                    report.outcomes.append(FileOutcome(c.inspection, PUBLISHED, "kept from the previous site"))
-
-            papers: list[PaperSummary] = [c.inspection.summary for pid, c in selection.published.items()
-                                          if pid not in changed]
-            about = None
-            if options.about_file is not None and options.about_file.is_file():
-                about = options.about_file.read_text("utf-8")
+            _record_outcomes(report, inspections, selection, changed)
+            papers = [s for s in published if s.pith_id not in changed]
+            if changed:  # a file changed under us: its short addresses must not point at a missing page
+                plan = plan_redirects(papers)
+                units.update({u: v for u, v in _units_plan(build_key, record_keys, papers, plan, options).items()
+                              if not u.startswith("record:")})
             renderer = SiteRenderer(options.config, dirs, options.trust, options.serve_mode)
-            report.seconds = time.perf_counter() - started
-            for rel, data in collection_files(renderer, papers, report, options.trust, source_date(), about):
+            collection_key = units["collection"][0]
+            reused = _reuse(staging, slot, cache, previous, "collection", collection_key)
+            if reused is None:
+                reused = []
+                for rel, data in collection_files(renderer, papers, plan.shared, options.trust, source_date(), about):
+                    staging.write(rel, data)
+                    reused.append(rel)
+                report.files_written += len(reused)
+                report.pages_written += sum(1 for rel in reused if rel.endswith(".html"))
+            else:
+                report.files_reused += len(reused)
+            units["collection"] = (collection_key, reused)
+            clock.lap("render_collection")
+
+            if "search" in units:
+                reused = _reuse(staging, slot, cache, previous, "search", units["search"][0])
+                if reused is None:
+                    index_search(staging.root)
+                    reused = sorted(str(p.relative_to(staging.root)) for p in (staging.root / "pagefind").rglob("*")
+                                    if p.is_file())
+                units["search"] = (units["search"][0], reused)
+                clock.lap("search_index")
+
+            build_id, report_doc = _identify(build_key, report, units, options)
+            for rel, data in report_files(renderer, papers, report_doc, about is not None):
                 staging.write(rel, data)
                 report.files_written += 1
-                if rel.endswith(".html"):
-                    report.pages_written += 1
-            if options.search and papers:
-                report.search_seconds = index_search(staging.root)
+                report.pages_written += rel.endswith(".html")
+            clock.lap("render_collection")
             slot.publish(staging)
+            clock.lap("swap")
+            cache.save(file_index, fresh, options.trust.identity(), units, build_id)
+            cache.save_quick(input_fingerprint, _stat_sig(slot.output / MARKER), report)
         except BaseException:
             slot.discard(staging)
             raise
     finally:
+        cache.close()
         slot.release()
-    report.seconds = time.perf_counter() - started
+        report.seconds = time.perf_counter() - started
     return report
+
+
+def _stat_sig(path: Path) -> str | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
+
+
+def _unchanged_since_last_build(cache: BuildCache, input_fingerprint: str, slot: OutputSlot,
+                                report: BuildReport) -> bool:
+    """True when the inputs (by stat), settings, templates and keys are those of the site in the output.
+
+    Then the build reports the previous outcomes and writes nothing; this is what makes a no-op rebuild
+    of a large mirror take a fraction of a second.
+    """
+    quick = cache.quick()
+    if quick is None or quick[0] != input_fingerprint or quick[1] != _stat_sig(slot.output / MARKER):
+        return False
+    try:
+        report.outcomes = [FileOutcome(rejected(o["rel"], o["check"], o["reason"]) if o["check"] else
+                                       Inspection(o["rel"], o["sha256"], 0, None, ""), o["status"], o["note"],
+                                       o["pith_number"]) for o in quick[2]["outcomes"]]
+        report.warnings = list(quick[2]["warnings"])
+    except (KeyError, TypeError):
+        report.outcomes, report.warnings = [], []
+        return False
+    report.changed = False
+    return True
+
+
+def _units_plan(build_key: str, record_keys: dict[str, str], papers: list[PaperSummary], plan,
+                options: BuildOptions) -> dict[str, tuple[str, list[str]]]:
+    """The key of every output unit (files are filled in as units are rendered or reused)."""
+    units: dict[str, tuple[str, list[str]]] = {f"record:{p.pith_id}": (record_keys[p.pith_id], []) for p in papers}
+    collection_key = _hash(build_key, [(p.pith_id, p.submitted_at, record_keys[p.pith_id]) for p in papers],
+                           [(f, label, [t.pith_id for t in ts]) for f, label, ts in plan.shared])
+    units["collection"] = (collection_key, [])
+    if options.search and papers:
+        units["search"] = (_hash(collection_key, sorted(record_keys[p.pith_id] for p in papers)), [])
+    return units
+
+
+def _identify(build_key: str, report: BuildReport, units: dict, options: BuildOptions) -> tuple[str, dict]:
+    """The build id names everything the output depends on; it is stored in verification.json."""
+    doc = report.document([k.key_id for k in options.trust.keys], source_date())
+    build_id = _hash(build_key, json.dumps(doc, sort_keys=True), sorted((u, k) for u, (k, _) in units.items()))
+    return build_id, {"build_id": build_id, **doc}
+
+
+def _reuse(staging: StagingTree, slot: OutputSlot, cache: BuildCache, previous: PreviousSite, unit: str,
+           key: str) -> list[str] | None:
+    """Hard-link a unit's files from the previous site when it was rendered with the same key."""
+    entry = cache.unit(unit, previous.build_id)
+    if entry is None or entry[0] != key:
+        return None
+    linked = []
+    for rel in entry[1]:
+        if not staging.link_from(rel, slot.output / rel):
+            for done in linked:  # could not reuse all of it: render the unit instead
+                os.unlink(staging.path_for(done))
+            return None
+        linked.append(rel)
+    return linked
+
+
+def _refuse_rollbacks(selection, previous: PreviousSite, slot: OutputSlot, options: BuildOptions,
+                      report: BuildReport) -> None:
+    """Never replace a newer published bundle by an older one: keep the previous site's copy (re-verified)."""
+    for pith_id, chosen in list(selection.published.items()):
+        prior = previous.published.get(pith_id)
+        if prior is None or not is_rollback(chosen.inspection, prior):
+            continue
+        kept_path = slot.output / "pith" / pith_id / "bundle.json"
+        try:
+            kept = inspect_bytes(f"(previous site) pith/{pith_id}/bundle.json", read_bytes(kept_path), options.trust)
+        except FileReadError:
+            kept = None
+        if kept is None or not kept.verified or kept.sha256 != prior.sha256:
+            report.warnings.append(f"{chosen.inspection.rel}: older than the bundle published before, which no "
+                                   f"longer verifies; publishing the input")
+            continue
+        selection.published[pith_id] = Candidate(kept, kept_path, from_previous_site=True)
+        note = (f"rollback refused: built_at {chosen.inspection.summary.built_at} with "
+                f"{chosen.inspection.summary.event_count} events is older than the published bundle "
+                f"(built_at {prior.built_at}, {prior.event_count} events), which stays published")
+        selection.superseded[chosen.inspection.rel] = note
+        report.warnings.append(f"{chosen.inspection.rel}: pith:{pith_id}: {note}")
+
+
+def _record_outcomes(report: BuildReport, inspections: list[Inspection], selection, changed: dict) -> None:
+    for i in inspections:
+        if not i.verified:
+            report.outcomes.append(FileOutcome(i, REJECTED))
+        elif i.rel in selection.superseded:
+            report.outcomes.append(FileOutcome(i, SUPERSEDED, selection.superseded[i.rel]))
+        elif i.pith_id in changed:
+            check, _, reason = changed[i.pith_id].partition(": ")
+            report.outcomes.append(FileOutcome(rejected(i.rel, check, reason), REJECTED))
+        else:
+            report.outcomes.append(FileOutcome(i, PUBLISHED))
+    for c in selection.published.values():
+        if c.from_previous_site and c.inspection.pith_id not in changed:
+            report.outcomes.append(FileOutcome(c.inspection, PUBLISHED, "kept from the previous site"))

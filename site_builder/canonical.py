@@ -36,6 +36,57 @@ def digest_without(obj: dict, *excluded: str) -> str:
     return digest({k: v for k, v in obj.items() if k not in excluded})
 
 
+class CanonicalCache:
+    """Canonical text of a bundle's parts, each large part encoded once.
+
+    A bundle repeats itself: each event payload is hashed for the event and
+    again inside the bundle digest; the state is hashed for itself and again
+    inside the bundle.  The canonical form of a dict is ``{`` + sorted
+    ``"key":canon(value)`` + ``}``, so the outer digests are assembled from the
+    canonical texts of their members, and a member already encoded (the same
+    object) is reused.  Only the top ``depth`` levels are assembled in Python;
+    below that the C encoder is faster than any reuse.  One cache per bundle;
+    the bundle must not change while the cache is alive (keys are identities).
+    """
+
+    def __init__(self) -> None:
+        self._memo: dict[int, tuple[object, str]] = {}
+
+    def text(self, obj: Any, depth: int = 0) -> str:
+        kind = type(obj)
+        if kind is not dict and kind is not list:
+            return _encoder.encode(obj)
+        hit = self._memo.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        if depth <= 0:
+            text = _encoder.encode(obj)
+        elif kind is dict:
+            text = self.text_without(obj, depth=depth)
+        else:
+            text = "[" + ",".join(self.text(v, depth - 1) for v in obj) + "]"
+        self._memo[id(obj)] = (obj, text)
+        return text
+
+    def text_without(self, obj: dict, *excluded: str, depth: int = 1) -> str:
+        """Canonical text of *obj* minus some keys, assembled from its members' texts."""
+        return "{" + ",".join(_encoder.encode(k) + ":" + self.text(obj[k], depth - 1)
+                              for k in sorted(obj) if k not in excluded) + "}"
+
+    @staticmethod
+    def sha256(text: str) -> str:
+        try:
+            return hashlib.sha256(text.encode("utf-8")).hexdigest()
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"string is not valid Unicode ({exc.reason})") from None
+
+    def digest(self, obj: Any, depth: int = 0) -> str:
+        return self.sha256(self.text(obj, depth))
+
+    def digest_without(self, obj: dict, *excluded: str, depth: int = 1) -> str:
+        return self.sha256(self.text_without(obj, *excluded, depth=depth))
+
+
 def pith_id_from_digest(canonical_sha256: str) -> str:
     """The 26-character pith ID: RFC 4648 base32 of the digest bytes, first 26 characters."""
     return base64.b32encode(bytes.fromhex(canonical_sha256)).decode("ascii")[:26]

@@ -120,7 +120,9 @@ def cmd_build(args) -> int:
     if args.verbose:
         for outcome in report.outcomes:
             if outcome.status == "published":
-                print(f"OK {outcome.inspection.summary.pith_number} {outcome.inspection.rel}")
+                print(f"OK {outcome.pith_number} {outcome.inspection.rel}")
+    if not report.changed and not args.quiet:
+        print("output is up to date: nothing to write", file=sys.stderr)
     print(report.summary_line())
     if args.strict and report.rejected:
         return EXIT_REJECTED

@@ -57,3 +57,27 @@ def inspect_bytes(rel: str, raw: bytes, trust: TrustSet) -> Inspection:
     if failure is not None:
         return Inspection(rel, sha, len(raw), failure.name, failure.detail, verdict.checks, verdict.warnings)
     return Inspection(rel, sha, len(raw), None, "", verdict.checks, verdict.warnings, summarize(bundle))
+
+
+def inspection_to_json(i: Inspection) -> dict:
+    """A plain-JSON form for the build cache."""
+    return {
+        "rel": i.rel, "sha256": i.sha256, "size": i.size, "check": i.check, "reason": i.reason,
+        "checks": [[c.name, c.status, c.detail] for c in i.checks],
+        "warnings": [[w.code, w.message] for w in i.warnings],
+        "summary": None if i.summary is None else {
+            f: (list(v) if isinstance(v, tuple) else v) for f, v in vars(i.summary).items()},
+    }
+
+
+def inspection_from_json(doc: dict) -> Inspection:
+    """Inverse of inspection_to_json; raises KeyError/TypeError/ValueError on a damaged entry."""
+    summary = doc["summary"]
+    if summary is not None:
+        summary = PaperSummary(**{k: tuple(v) if isinstance(v, list) else v for k, v in summary.items()})
+    return Inspection(
+        rel=doc["rel"], sha256=doc["sha256"], size=doc["size"], check=doc["check"], reason=doc["reason"],
+        checks=tuple(CheckResult(*c) for c in doc["checks"]),
+        warnings=tuple(VerificationWarning(*w) for w in doc["warnings"]),
+        summary=summary,
+    )

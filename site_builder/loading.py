@@ -24,6 +24,7 @@ class BundlesFolderError(Exception):
 class InputFile:
     rel: str  # path relative to the bundles folder, POSIX separators
     path: Path
+    sig: str = ""  # size, mtime, inode and ctime: unchanged means the cached digest still applies
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,8 @@ def discover(root: Path) -> tuple[list[InputFile], list[SkippedFile]]:
                 continue
             rel = prefix + entry.name
             try:
-                mode = entry.stat(follow_symlinks=False).st_mode
+                st = entry.stat(follow_symlinks=False)
+                mode = st.st_mode
             except OSError as exc:
                 if entry.name.endswith(".json"):
                     skipped.append(SkippedFile(rel, "file_read", f"cannot stat: {exc.strerror}"))
@@ -88,7 +90,8 @@ def discover(root: Path) -> tuple[list[InputFile], list[SkippedFile]]:
                 walk(Path(entry.path), rel + "/", False)
             elif entry.name.endswith(".json"):
                 if stat.S_ISREG(mode):
-                    found.append(InputFile(rel, Path(entry.path)))
+                    sig = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
+                    found.append(InputFile(rel, Path(entry.path), sig))
                 else:
                     skipped.append(SkippedFile(rel, "file_type", _kind(mode)))
 

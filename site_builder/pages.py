@@ -18,7 +18,7 @@ from site_builder.canonical import resolver_json
 from site_builder.keys import TrustSet
 from site_builder.records import PaperSummary, detail
 from site_builder.rendering import SiteRenderer, pagination
-from site_builder.report import BuildReport, dumps_report
+from site_builder.report import dumps_report
 from site_builder.verification import CheckResult, VerificationWarning
 
 FEED_ENTRIES = 50
@@ -31,7 +31,9 @@ def paper_dir(pith_id: str) -> str:
 
 
 def paper_files(renderer: SiteRenderer, raw: bytes, bundle: dict, summary: PaperSummary,
-                checks: tuple[CheckResult, ...], warnings: tuple[VerificationWarning, ...]) -> Iterator[tuple[str, bytes]]:
+                checks: tuple[CheckResult, ...], warnings: tuple[VerificationWarning, ...],
+                redirects: tuple[tuple[str, str], ...] = ()) -> Iterator[tuple[str, bytes]]:
+    """One record's files: its page, mirrored JSON, badge, and the short addresses that lead only to it."""
     info = detail(bundle, summary)
     base = paper_dir(summary.pith_id)
     yield base + "index.html", renderer.render(
@@ -42,6 +44,8 @@ def paper_files(renderer: SiteRenderer, raw: bytes, bundle: dict, summary: Paper
     yield base + "state.json", resolver_json(bundle["state"])
     yield f".well-known/pith/{summary.pith_id}/bundle.json", raw
     yield base + "badge.svg", renderer.render("badge.svg", p=summary)
+    for folder, label in redirects:
+        yield folder + "index.html", renderer.render("redirect.html", label=label, target=summary)
 
 
 def scholarly_article(renderer: SiteRenderer, info) -> dict:
@@ -99,25 +103,37 @@ def listing_pages(renderer: SiteRenderer, listing: Listing, page_size: int) -> I
             papers=listing.papers[start:start + page_size], first_index=start + 1)
 
 
-def _redirects(papers: list[PaperSummary]) -> Iterator[tuple[str, str, list[PaperSummary]]]:
-    """(folder, label, targets): short pith numbers and arXiv ids; more than one target means ambiguous."""
-    prefixes: dict[str, list[PaperSummary]] = {}
+@dataclass
+class RedirectPlan:
+    """Short addresses: those with one target belong to that record's files, the rest are list pages."""
+
+    per_record: dict[str, list[tuple[str, str]]]
+    shared: list[tuple[str, str, list[PaperSummary]]]
+
+
+def plan_redirects(papers: list[PaperSummary]) -> RedirectPlan:
+    addresses: dict[str, tuple[str, list[PaperSummary]]] = {}
     for p in papers:
         for n in (8, 12, 16):
-            prefixes.setdefault(p.pith_id[:n], []).append(p)
-    for prefix in sorted(prefixes):
-        yield f"pith/{prefix}/", f"pith:{prefix}", sorted(prefixes[prefix], key=lambda p: p.pith_id)
-    by_arxiv: dict[str, list[PaperSummary]] = {}
+            addresses.setdefault(f"pith/{p.pith_id[:n]}/", (f"pith:{p.pith_id[:n]}", []))[1].append(p)
+        addresses.setdefault(f"arxiv/{p.arxiv_id}v{p.version}/", (f"arXiv:{p.arxiv_id}v{p.version}", []))[1].append(p)
+    latest: dict[str, list[PaperSummary]] = {}
     for p in papers:
-        by_arxiv.setdefault(p.arxiv_id, []).append(p)
-    for arxiv_id in sorted(by_arxiv):
-        versions = sorted(by_arxiv[arxiv_id], key=lambda p: (p.version, p.pith_id))
-        yield f"arxiv/{arxiv_id}/", f"arXiv:{arxiv_id}", [versions[-1]]
-        by_version: dict[int, list[PaperSummary]] = {}
-        for p in versions:
-            by_version.setdefault(p.version, []).append(p)
-        for version, group in sorted(by_version.items()):
-            yield f"arxiv/{arxiv_id}v{version}/", f"arXiv:{arxiv_id}v{version}", group
+        group = latest.setdefault(p.arxiv_id, [])
+        if not group or p.version > group[0].version:
+            latest[p.arxiv_id] = [p]
+        elif p.version == group[0].version:
+            group.append(p)
+    for arxiv_id, group in latest.items():
+        addresses[f"arxiv/{arxiv_id}/"] = (f"arXiv:{arxiv_id}", group)
+    plan = RedirectPlan({}, [])
+    for folder in sorted(addresses):
+        label, targets = addresses[folder]
+        if len(targets) == 1:
+            plan.per_record.setdefault(targets[0].pith_id, []).append((folder, label))
+        else:
+            plan.shared.append((folder, label, sorted(targets, key=lambda p: p.pith_id)))
+    return plan
 
 
 def bar_chart(rows: list[tuple[str, int]], unit: str) -> dict:
@@ -132,17 +148,41 @@ def bar_chart(rows: list[tuple[str, int]], unit: str) -> dict:
     return {"bars": bars, "width": width, "height": max(1, len(rows)) * (bar_height + gap), "unit": unit}
 
 
-def collection_files(renderer: SiteRenderer, papers: list[PaperSummary], report: BuildReport, trust: TrustSet,
+def _counts(papers: list[PaperSummary], report_doc: dict) -> dict:
+    return {"published": len(papers), "rejected": report_doc["counts"]["rejected"],
+            "superseded": report_doc["counts"]["superseded"], "read": report_doc["counts"]["read"]}
+
+
+def report_files(renderer: SiteRenderer, papers: list[PaperSummary], report_doc: dict,
+                 has_about: bool) -> Iterator[tuple[str, bytes]]:
+    """Pages that show the outcome of this build (counts, rejections); rendered on every build."""
+    papers = newest_first(papers)
+    _, cats, years = listings(papers)
+    counts = _counts(papers, report_doc)
+    yield "index.html", renderer.render("home.html", recent=papers[:HOME_RECENT], counts=counts, categories=cats,
+                                        years=years, has_about=has_about)
+    per_year = [(y.key, len(y.papers)) for y in sorted(years, key=lambda y: y.key)]
+    per_primary = sorted(Counter(p.primary_cat for p in papers).items(), key=lambda kv: (-kv[1], kv[0]))
+    outcome_rows = [("published", counts["published"]), ("rejected", counts["rejected"]),
+                    ("superseded", counts["superseded"])]
+    yield "stats/index.html", renderer.render(
+        "stats.html", counts=counts, charts=[
+            ("Papers per submission year", bar_chart(per_year, "papers")),
+            ("Papers per primary category", bar_chart(per_primary, "papers")),
+            ("Bundles by verification outcome", bar_chart(outcome_rows, "bundles")),
+        ])
+    yield "verification.json", dumps_report(report_doc)
+    yield "verification/index.html", renderer.render("verification.html", report=report_doc)
+
+
+def collection_files(renderer: SiteRenderer, papers: list[PaperSummary], shared: list, trust: TrustSet,
                      generated_at: str | None, about_markdown: str | None) -> Iterator[tuple[str, bytes]]:
+    """Pages that depend on the set of published records and its order (not on rejections)."""
     config = renderer.config
     papers = newest_first(papers)
     everything, cats, years = listings(papers)
-    counts = {"published": len(papers), "rejected": report.count("rejected"), "superseded": report.count("superseded"),
-              "read": len(report.outcomes)}
     updated = max((p.built_at for p in papers), default=generated_at or "1970-01-01T00:00:00Z")
 
-    yield "index.html", renderer.render("home.html", recent=papers[:HOME_RECENT], counts=counts, categories=cats,
-                                        years=years, has_about=about_markdown is not None)
     for listing in [everything, *cats, *years]:
         yield from listing_pages(renderer, listing, config.page_size)
     yield "category/index.html", renderer.render("groups.html", title="Categories", groups=cats)
@@ -155,11 +195,8 @@ def collection_files(renderer: SiteRenderer, papers: list[PaperSummary], report:
             "feed.xml", feed_title=f"{config.title}: {c.key}", feed_path=c.base + "feed.xml",
             entries=c.papers[:FEED_ENTRIES], updated=max(p.built_at for p in c.papers))
 
-    for folder, label, targets in _redirects(papers):
-        if len(targets) == 1:
-            yield folder + "index.html", renderer.render("redirect.html", label=label, target=targets[0])
-        else:
-            yield folder + "index.html", renderer.render("ambiguous.html", label=label, targets=targets)
+    for folder, label, targets in shared:
+        yield folder + "index.html", renderer.render("ambiguous.html", label=label, targets=targets)
 
     urls = ["", "papers/", "category/", "year/", "stats/", "verification/", "search/"]
     if about_markdown is not None:
@@ -179,16 +216,6 @@ def collection_files(renderer: SiteRenderer, papers: list[PaperSummary], report:
             yield "sitemap.xml", renderer.render("sitemap-index.xml", sitemaps=names)
     yield "robots.txt", renderer.render("robots.txt")
 
-    per_year = [(y.key, len(y.papers)) for y in sorted(years, key=lambda y: y.key)]
-    per_primary = sorted(Counter(p.primary_cat for p in papers).items(), key=lambda kv: (-kv[1], kv[0]))
-    outcome_rows = [("published", counts["published"]), ("rejected", counts["rejected"]),
-                    ("superseded", counts["superseded"])]
-    yield "stats/index.html", renderer.render(
-        "stats.html", counts=counts, charts=[
-            ("Papers per submission year", bar_chart(per_year, "papers")),
-            ("Papers per primary category", bar_chart(per_primary, "papers")),
-            ("Bundles by verification outcome", bar_chart(outcome_rows, "bundles")),
-        ])
     if about_markdown is not None:
         yield "about/index.html", renderer.render("about.html", about=about_markdown)
     yield "search/index.html", renderer.render("search.html")
@@ -216,10 +243,6 @@ def collection_files(renderer: SiteRenderer, papers: list[PaperSummary], report:
         "notes": "Static mirror built by site-builder; every bundle was verified against the pinned key(s) above.",
     }
     yield "pith-mirrors.json", (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-
-    doc = report.document([k.key_id for k in trust.keys], generated_at)
-    yield "verification.json", dumps_report(doc)
-    yield "verification/index.html", renderer.render("verification.html", report=doc)
 
     for name in renderer.asset_names():
         yield "assets/" + name, renderer.asset(name)

@@ -29,6 +29,16 @@ class FileOutcome:
     inspection: Inspection
     status: str
     note: str = ""
+    known_pith_number: str | None = None  # when restored from the cache without a summary
+
+    @property
+    def pith_number(self) -> str | None:
+        return self.inspection.summary.pith_number if self.inspection.summary else self.known_pith_number
+
+    def brief(self) -> dict:
+        i = self.inspection
+        return {"rel": i.rel, "sha256": i.sha256, "status": self.status, "check": i.check, "reason": i.reason,
+                "note": self.note, "pith_number": self.pith_number}
 
     def as_json(self) -> dict:
         i = self.inspection
@@ -59,6 +69,7 @@ class BuildReport:
     files_reused: int = 0
     seconds: float = 0.0
     search_seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
     changed: bool = True
 
     def count(self, status: str) -> int:

@@ -54,16 +54,13 @@ def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict:
     return obj
 
 
-def _depth_exceeds(value: Any, limit: int) -> bool:
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
+def _depth_exceeds(node: dict | list, budget: int) -> bool:
+    """True if containers nest deeper than *budget* levels (recursion is bounded by the budget)."""
+    if budget <= 0:
+        return True
+    for value in node.values() if type(node) is dict else node:
+        if (type(value) is dict or type(value) is list) and _depth_exceeds(value, budget - 1):
             return True
-        if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, (dict, list)))
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node if isinstance(v, (dict, list)))
     return False
 
 
@@ -114,7 +111,7 @@ def parse_strict(raw: bytes, max_depth: int = MAX_DEPTH) -> Any:
         raise StrictJSONError("json_syntax", f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except ValueError as exc:  # int conversion limits and similar
         raise StrictJSONError("json_number", str(exc).split("\n")[0]) from None
-    if _depth_exceeds(value, max_depth):
+    if isinstance(value, (dict, list)) and _depth_exceeds(value, max_depth):
         raise StrictJSONError("json_depth", f"nesting deeper than {max_depth} levels")
     if _SURROGATE_ESCAPE.search(raw) and _contains_lone_surrogate(value):
         raise StrictJSONError("json_encoding", "a string holds a lone UTF-16 surrogate")

@@ -20,7 +20,7 @@ from typing import Any, Callable, Literal
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
-from site_builder.canonical import digest, digest_without, pith_id_from_digest, title_canon_sha256
+from site_builder.canonical import CanonicalCache, pith_id_from_digest, title_canon_sha256
 from site_builder.keys import TrustedKey, TrustSet
 from site_builder.merge import KNOWN_EVENT_TYPES, UnmergeableEvents, recompute_state
 
@@ -126,6 +126,7 @@ class _Context:
     trust: TrustSet
     warnings: list[VerificationWarning] = field(default_factory=list)
     record_created: dict | None = None
+    canon: CanonicalCache = field(default_factory=CanonicalCache)
 
 
 # --- small helpers -------------------------------------------------------------------------
@@ -306,13 +307,13 @@ def check_key_pinned(ctx: _Context) -> None:
 
 def check_canonical_hash(ctx: _Context) -> None:
     bundle = ctx.bundle
-    actual = digest(bundle["canonical_record"])
+    actual = ctx.canon.digest(bundle["canonical_record"])
     if actual != bundle["canonical_sha256"]:
         raise CheckFailed(f"canonical_record hashes to {actual[:16]}…, bundle says {bundle['canonical_sha256'][:16]}…")
     payload = ctx.record_created["payload"]
     if payload["canonical_sha256"] != bundle["canonical_sha256"]:
         raise CheckFailed("record_created payload names a different canonical_sha256")
-    if digest(payload["canonical_record"]) != actual:
+    if ctx.canon.digest(payload["canonical_record"]) != actual:
         raise CheckFailed("record_created payload holds a different canonical_record")
 
 
@@ -359,7 +360,7 @@ def check_receipt_signature(ctx: _Context) -> None:
 
 def check_event_hash(ctx: _Context) -> None:
     for i, event in enumerate(_events(ctx)):
-        actual = digest_without(event, "signature", "content_sha256", "event_id")
+        actual = ctx.canon.digest_without(event, "signature", "content_sha256", "event_id")
         if actual != event["content_sha256"]:
             raise CheckFailed(f"events[{i}] ({event['event_type'][:40]}) content hashes to {actual[:16]}…, "
                               f"content_sha256 says {event['content_sha256'][:16]}…")
@@ -391,7 +392,7 @@ def check_event_subject(ctx: _Context) -> None:
 
 def check_state_hash(ctx: _Context) -> None:
     state = ctx.bundle["state"]
-    actual = digest_without(state, "state_sha256")
+    actual = ctx.canon.digest_without(state, "state_sha256")
     if actual != state["state_sha256"]:
         raise CheckFailed(f"state hashes to {actual[:16]}…, state_sha256 says {state['state_sha256'][:16]}…")
 
@@ -406,9 +407,7 @@ def check_state_recomputed(ctx: _Context) -> str | None:
         return "skipped"
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckFailed(f"events cannot be merged: {exc}") from None
-    expected = digest(recomputed)
-    actual = digest_without(ctx.bundle["state"], "state_sha256")
-    if expected != actual:
+    if ctx.canon.text(recomputed, depth=1) != ctx.canon.text_without(ctx.bundle["state"], "state_sha256"):
         differing = sorted(k for k in recomputed if recomputed.get(k) != ctx.bundle["state"].get(k))
         where = ", ".join(differing) or "current"
         raise CheckFailed(f"state differs from the merge of the events (in {where})")
@@ -417,7 +416,8 @@ def check_state_recomputed(ctx: _Context) -> str | None:
 
 def check_bundle_hash(ctx: _Context) -> None:
     signature = ctx.bundle["bundle_signature"]
-    actual = digest_without(ctx.bundle, "bundle_signature")
+    # depth 3 reaches each event's payload and the state's members, already encoded by earlier checks.
+    actual = ctx.canon.digest_without(ctx.bundle, "bundle_signature", depth=3)
     if actual != signature["bundle_sha256"]:
         raise CheckFailed(f"bundle hashes to {actual[:16]}…, bundle_sha256 says {signature['bundle_sha256'][:16]}…")
 

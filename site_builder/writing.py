@@ -17,6 +17,7 @@ import fcntl
 import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 _SAFE_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*\Z")
@@ -80,6 +81,15 @@ class StagingTree:
             return False
 
 
+def remove_tree(path: Path, wait: bool = True) -> None:
+    """Delete a folder now, or in a detached ``rm -rf`` that outlives this process."""
+    if not wait and shutil.which("rm"):
+        subprocess.Popen(["rm", "-rf", "--", str(path)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+        return
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def _libc_renameat2():
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -116,6 +126,9 @@ class OutputSlot:
         self.parent = self.output.parent
         self.name = self.output.name
         self._lock_fd: int | None = None
+        # Deleting the replaced tree (one entry per file) can take longer than the build; it is renamed
+        # out of the way first, so it is safe to finish in the background (the next build removes leftovers).
+        self.background_cleanup = True
 
     def staging_path(self) -> Path:
         return self.parent / f".{self.name}.staging-{os.getpid()}"
@@ -170,9 +183,9 @@ class OutputSlot:
             else:
                 self.output.rename(old)
                 staging.root.rename(self.output)
-            shutil.rmtree(old, ignore_errors=True)
+            remove_tree(old, wait=not self.background_cleanup)
         else:
             staging.root.rename(self.output)
 
     def discard(self, staging: StagingTree) -> None:
-        shutil.rmtree(staging.root, ignore_errors=True)
+        remove_tree(staging.root, wait=not self.background_cleanup)

@@ -1,0 +1,187 @@
+"""The build cache: what an incremental build may reuse, in one SQLite file.
+
+Three things are remembered:
+  * ``files``: each input's stat signature and sha256, so an unchanged file is not even read;
+  * ``inspections``: the verification result per (sha256 of the bytes, trusted-key set, builder version),
+    so an unchanged bundle is never verified twice;
+  * ``units``: for each group of output files (one record's files, the collection pages, the search index),
+    the key it was rendered with and the files it produced, valid only for the output whose ``build_id``
+    is stored in ``meta``.
+A cache that is unreadable, corrupt, or from another builder version is deleted and rebuilt; a stale
+entry can only cause extra work, because every key includes what the output depends on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+from site_builder import __version__
+from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
+
+SCHEMA = "3"
+
+
+class BuildCache:
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.db: sqlite3.Connection | None = None
+        self._files: dict[str, tuple[str, str]] = {}
+        self._units: dict[str, tuple[str, list[str]]] = {}
+        self.build_id: str | None = None
+        if path is not None:
+            self._open()
+
+    def _open(self) -> None:
+        assert self.path is not None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(self.path, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self._ensure_schema()
+            self._files = {rel: (sig, sha) for rel, sig, sha in self.db.execute("SELECT rel, sig, sha256 FROM files")}
+            self._units = {u: (k, json.loads(f)) for u, k, f in self.db.execute("SELECT unit, key, files FROM units")}
+            row = self.db.execute("SELECT value FROM meta WHERE key='build_id'").fetchone()
+            self.build_id = row[0] if row else None
+        except (sqlite3.DatabaseError, ValueError, OSError):
+            self._reset()
+
+    def _ensure_schema(self) -> None:
+        assert self.db is not None
+        self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        row = self.db.execute("SELECT value FROM meta WHERE key='version'").fetchone()
+        if row is None or row[0] != f"{__version__}/{SCHEMA}":
+            for table in ("files", "inspections", "units"):
+                self.db.execute(f"DROP TABLE IF EXISTS {table}")
+            self.db.execute("DELETE FROM meta")
+            self.db.execute("INSERT INTO meta VALUES ('version', ?)", (f"{__version__}/{SCHEMA}",))
+        self.db.execute("CREATE TABLE IF NOT EXISTS files (rel TEXT PRIMARY KEY, sig TEXT, sha256 TEXT)")
+        self.db.execute("CREATE TABLE IF NOT EXISTS inspections (sha256 TEXT, trust TEXT, data TEXT, "
+                        "PRIMARY KEY (sha256, trust))")
+        self.db.execute("CREATE TABLE IF NOT EXISTS units (unit TEXT PRIMARY KEY, key TEXT, files TEXT)")
+
+    def _reset(self) -> None:
+        """Throw the cache away (corrupt, truncated, foreign) and start an empty one."""
+        if self.db is not None:
+            try:
+                self.db.close()
+            except sqlite3.Error:
+                pass
+        self.db = None
+        self._files, self._units, self.build_id = {}, {}, None
+        assert self.path is not None
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.unlink(str(self.path) + suffix)
+            except OSError:
+                pass
+        try:
+            self.db = sqlite3.connect(self.path, isolation_level=None)
+            self._ensure_schema()
+        except (sqlite3.DatabaseError, OSError):
+            self.db = None
+
+    # --- reads ------------------------------------------------------------------------------------
+
+    def file_sha(self, rel: str, sig: str) -> str | None:
+        entry = self._files.get(rel)
+        return entry[1] if entry and entry[0] == sig else None
+
+    def inspections(self, shas: list[str], trust: str) -> dict[str, Inspection]:
+        """Cached verification results for these digests under this trust set (damaged rows are skipped)."""
+        found: dict[str, Inspection] = {}
+        if self.db is None or not shas:
+            return found
+        try:
+            rows = []
+            for start in range(0, len(shas), 500):
+                chunk = shas[start:start + 500]
+                rows += self.db.execute(
+                    f"SELECT sha256, data FROM inspections WHERE trust=? AND sha256 IN ({','.join('?' * len(chunk))})",
+                    (trust, *chunk)).fetchall()
+        except sqlite3.DatabaseError:
+            self._reset()
+            return {}
+        for sha, data in rows:
+            try:
+                inspection = inspection_from_json(json.loads(data))
+            except (ValueError, KeyError, TypeError):
+                continue
+            if inspection.sha256 == sha:
+                found[sha] = inspection
+        return found
+
+    def unit(self, name: str, output_build_id: str | None) -> tuple[str, list[str]] | None:
+        """(key, files) of a unit, only when the cache describes the output that is there now."""
+        if output_build_id is None or output_build_id != self.build_id:
+            return None
+        return self._units.get(name)
+
+    # --- writes (after a successful build) --------------------------------------------------------
+
+    def save_inputs(self, files: dict[str, tuple[str, str]], new_inspections: list[Inspection], trust: str) -> None:
+        """Remember inputs and their verification when the output itself did not change."""
+        if self.db is None:
+            return
+        try:
+            self.db.execute("BEGIN")
+            self._write_inputs(files, new_inspections, trust)
+            self.db.execute("COMMIT")
+        except sqlite3.DatabaseError:
+            self._reset()
+
+    def _write_inputs(self, files, new_inspections, trust) -> None:
+        self.db.execute("DELETE FROM files")
+        self.db.executemany("INSERT INTO files VALUES (?, ?, ?)",
+                            [(rel, sig, sha) for rel, (sig, sha) in files.items()])
+        self.db.executemany("INSERT OR REPLACE INTO inspections VALUES (?, ?, ?)",
+                            [(i.sha256, trust, json.dumps(inspection_to_json(i), ensure_ascii=False))
+                             for i in new_inspections if i.sha256])
+        live = {sha for _, sha in files.values()}
+        stale = [row[0] for row in self.db.execute("SELECT sha256 FROM inspections") if row[0] not in live]
+        self.db.executemany("DELETE FROM inspections WHERE sha256=?", [(s,) for s in stale])
+
+    def save(self, files: dict[str, tuple[str, str]], new_inspections: list[Inspection], trust: str,
+             units: dict[str, tuple[str, list[str]]], build_id: str) -> None:
+        if self.db is None:
+            return
+        try:
+            self.db.execute("BEGIN")
+            self._write_inputs(files, new_inspections, trust)
+            self.db.execute("DELETE FROM units")
+            self.db.executemany("INSERT INTO units VALUES (?, ?, ?)",
+                                [(u, k, json.dumps(f)) for u, (k, f) in units.items()])
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('build_id', ?)", (build_id,))
+            self.db.execute("COMMIT")
+        except sqlite3.DatabaseError:
+            self._reset()
+
+    def quick(self) -> tuple[str, str, dict] | None:
+        """(input fingerprint, stat of the output's verification.json, outcomes) of the last build."""
+        if self.db is None:
+            return None
+        try:
+            row = self.db.execute("SELECT value FROM meta WHERE key='quick'").fetchone()
+            if row is None:
+                return None
+            doc = json.loads(row[0])
+            return doc["input"], doc["marker"], doc["report"]
+        except (sqlite3.DatabaseError, ValueError, KeyError, TypeError):
+            return None
+
+    def save_quick(self, input_fingerprint: str, marker_sig: str | None, report) -> None:
+        if self.db is None or marker_sig is None:
+            return
+        doc = {"input": input_fingerprint, "marker": marker_sig,
+               "report": {"outcomes": [o.brief() for o in report.outcomes], "warnings": report.warnings}}
+        try:
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('quick', ?)", (json.dumps(doc),))
+        except sqlite3.DatabaseError:
+            self._reset()
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+            self.db = None
