@@ -142,16 +142,22 @@ def _render_record(task: RecordTask) -> tuple[str, list[str], str | None]:
 def _map(fn, init, initargs, items: list, jobs: int, progress, stage: str) -> list:
     """Map in worker processes (fork) when there is enough work, else in this process; order kept."""
     results = []
-    if len(items) < PARALLEL_THRESHOLD or jobs == 1:
+    pool = None
+    if len(items) >= PARALLEL_THRESHOLD and jobs != 1:
+        workers = jobs or os.cpu_count() or 1
+        try:
+            pool = ProcessPoolExecutor(workers, mp_context=get_context("fork"), initializer=init, initargs=initargs)
+        except (NotImplementedError, OSError):
+            pool = None  # no usable semaphores here (some sandboxes, some users): work in this process
+    if pool is None:
         init(*initargs)
         for i, item in enumerate(items):
             results.append(fn(item))
             if progress:
                 progress(stage, i + 1, len(items))
         return results
-    workers = jobs or os.cpu_count() or 1
     chunk = max(1, min(256, len(items) // (workers * 8) or 1))
-    with ProcessPoolExecutor(workers, mp_context=get_context("fork"), initializer=init, initargs=initargs) as pool:
+    with pool:
         for i, result in enumerate(pool.map(fn, items, chunksize=chunk)):
             results.append(result)
             if progress and (i % 100 == 0 or i + 1 == len(items)):
@@ -383,7 +389,8 @@ def _units_plan(build_key: str, record_keys: dict[str, str], papers: list[PaperS
                 options: BuildOptions) -> dict[str, tuple[str, list[str]]]:
     """The key of every output unit (files are filled in as units are rendered or reused)."""
     units: dict[str, tuple[str, list[str]]] = {f"record:{p.pith_id}": (record_keys[p.pith_id], []) for p in papers}
-    collection_key = _hash(build_key, [(p.pith_id, p.submitted_at, record_keys[p.pith_id]) for p in papers],
+    # Listings, feeds and sitemaps show only the summaries: a new event on a record does not re-render them.
+    collection_key = _hash(build_key, json.dumps([vars(p) for p in papers], sort_keys=True, default=list),
                            [(f, label, [t.pith_id for t in ts]) for f, label, ts in plan.shared])
     units["collection"] = (collection_key, [])
     if options.search and papers:

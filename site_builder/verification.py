@@ -73,6 +73,8 @@ HEX64_RE = re.compile(r"[0-9a-f]{64}\Z")
 # New style 2301.01234 / 0704.0001, old style hep-lat/0305021 or math.AG/0601001.
 ARXIV_ID_RE = re.compile(r"(?:[0-9]{4}\.[0-9]{4,5}|[a-z]+(?:-[a-z]+)*(?:\.[A-Z]{2})?/[0-9]{7})\Z")
 CATEGORY_RE = re.compile(r"[a-z]+(?:-[a-z]+)*(?:\.[A-Za-z]+(?:-[A-Za-z]+)*)?\Z")
+# Names Windows reserves (a mirror may be copied to any filesystem); checked for every path component.
+WINDOWS_RESERVED_RE = re.compile(r"(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?\Z", re.IGNORECASE)
 TIMESTAMP_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z\Z")
 
 Status = Literal["passed", "failed", "skipped"]
@@ -271,13 +273,13 @@ def check_identifiers(ctx: _Context) -> None:
     source = record["source"]
     if source["kind"] != "arxiv":
         raise CheckFailed(f"source kind {source['kind'][:40]!r} is not supported (only arxiv)")
-    if not ARXIV_ID_RE.match(source["id"]):
+    if not ARXIV_ID_RE.match(source["id"]) or any(WINDOWS_RESERVED_RE.match(p) for p in source["id"].split("/")):
         raise CheckFailed(f"arXiv id {source['id'][:60]!r} is not a valid arXiv identifier")
     if not 1 <= source["version"] <= 999:
         raise CheckFailed(f"version {source['version']} is out of range")
     metadata = record["metadata"]
     for cat in [metadata["primary_cat"], *metadata["cross_cats_sorted"]]:
-        if not isinstance(cat, str) or not CATEGORY_RE.match(cat) or len(cat) > 40:
+        if not isinstance(cat, str) or not CATEGORY_RE.match(cat) or len(cat) > 40 or WINDOWS_RESERVED_RE.match(cat):
             raise CheckFailed(f"category {str(cat)[:40]!r} is not a valid arXiv category")
     if not TIMESTAMP_RE.match(metadata["submitted_at"]):
         raise CheckFailed(f"submitted_at {metadata['submitted_at'][:40]!r} is not an ISO 8601 UTC timestamp")

@@ -1,0 +1,123 @@
+"""Benchmark site-builder on N generated bundles (see BENCHMARKS.md for recorded figures).
+
+    python benchmarks/bench_build.py --n 10000 [--workdir /tmp/sb-bench] [--json results.json] [--search]
+
+Generates N realistic bundles signed with a benchmark key (cached in the work folder), then, each in a fresh
+process: a full build into an empty output, a no-op rebuild, and rebuilds after changing one bundle, adding one,
+deleting one and editing one template.  Prints wall time, bundles/second, files written and reused, peak RSS of the
+main process and of the largest worker, and the time of each build stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from generate import generate, make_bundle  # noqa: E402
+
+RUNNER = r"""
+import json, resource, sys, time
+from pathlib import Path
+from site_builder.build import BuildOptions, build
+from site_builder.keys import load_trust_set
+args = json.loads(sys.argv[1])
+opts = BuildOptions(bundles=Path(args["bundles"]), output=Path(args["output"]),
+                    trust=load_trust_set([Path(args["key"])]), templates=Path(args["templates"]),
+                    search=args["search"], jobs=args["jobs"])
+t = time.perf_counter()
+r = build(opts)
+wall = time.perf_counter() - t
+print(json.dumps({"wall": wall, "written": r.files_written, "reused": r.files_reused, "pages": r.pages_written,
+                  "published": r.count("published"), "changed": r.changed, "timings": r.timings,
+                  "rss_main_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rss_worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+"""
+
+
+def run_build(work: Path, search: bool, jobs: int) -> dict:
+    args = {"bundles": str(work / "bundles"), "output": str(work / "site"), "key": str(work / "bench-key.json"),
+            "templates": str(work / "templates"), "search": search, "jobs": jobs}
+    out = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(args)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {cpu}, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=10000)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/site-builder-bench"))
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--search", action="store_true", help="include the Pagefind index in every build")
+    parser.add_argument("--jobs", type=int, default=0)
+    args = parser.parse_args()
+
+    work = args.workdir / str(args.n)
+    bundles = work / "bundles"
+    if not bundles.is_dir() or len(list(bundles.iterdir())) != args.n:
+        shutil.rmtree(bundles, ignore_errors=True)
+        t = time.perf_counter()
+        generate(bundles, args.n)
+        print(f"generated {args.n} bundles in {time.perf_counter() - t:.1f}s", file=sys.stderr)
+    for stale in [work / "site", work / ".site-builder-cache", work / "templates"]:
+        shutil.rmtree(stale, ignore_errors=True)
+    shutil.copytree(ROOT / "templates", work / "templates")
+    size = sum(p.stat().st_size for p in bundles.iterdir()) / args.n
+
+    steps = []
+
+    def step(name: str, action=None) -> None:
+        if action:
+            action()
+        result = run_build(work, args.search, args.jobs)
+        result["name"] = name
+        steps.append(result)
+        print(f"{name:<22} {result['wall']:8.2f}s  written {result['written']:>7}  reused {result['reused']:>7}",
+              file=sys.stderr)
+
+    extra = bundles / "zz-added.json"
+    step("full build")
+    step("no-op rebuild")
+    step("change one bundle", lambda: (bundles / "b0000005.json").write_bytes(make_bundle(5, variant=3)))
+    step("add one bundle", lambda: extra.write_bytes(make_bundle(args.n + 1)))
+    step("delete one bundle", lambda: extra.unlink())
+    step("edit one template", lambda: (work / "templates" / "paper.html").write_text(
+        (work / "templates" / "paper.html").read_text() + "\n{# edited #}\n"))
+    (bundles / "b0000005.json").write_bytes(make_bundle(5))
+
+    print(f"\n{args.n} bundles (~{size / 1024:.1f} KB each); {machine()}; search index {'on' if args.search else 'off'}")
+    print(f"{'scenario':<22}{'wall s':>8}{'bundles/s':>11}{'written':>9}{'reused':>9}{'RSS main MB':>13}"
+          f"{'RSS worker MB':>15}  stages (s)")
+    for s in steps:
+        rate = args.n / s["wall"] if s["name"] == "full build" else float("nan")
+        stages = " ".join(f"{k}={v:.2f}" for k, v in s["timings"].items())
+        print(f"{s['name']:<22}{s['wall']:8.2f}{rate:11.0f}{s['written']:9}{s['reused']:9}"
+              f"{s['rss_main_mb']:13.0f}{s['rss_worker_mb']:15.0f}  {stages}")
+    if args.json:
+        args.json.write_text(json.dumps({"n": args.n, "machine": machine(), "search": args.search,
+                                         "bundle_kb": size / 1024, "steps": steps}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

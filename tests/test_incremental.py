@@ -1,0 +1,149 @@
+"""Incremental builds give exactly the tree a clean full build gives, and a no-op writes nothing."""
+
+import json
+import os
+import random
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from site_builder.build import BuildOptions, build
+from site_builder.keys import TrustSet, key_from_document, load_trust_set
+
+from conftest import REAL_FILES, ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from generate import benchmark_key, make_bundle  # noqa: E402
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def project(tmp_path):
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    for p in REAL_FILES:
+        shutil.copy(p, bundles / p.name)
+    for i in range(6):
+        (bundles / f"gen{i}.json").write_bytes(make_bundle(i))
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    return tmp_path
+
+
+def both_keys() -> TrustSet:
+    return TrustSet(tuple(sorted(load_trust_set().keys + (key_from_document(benchmark_key().document()),),
+                                 key=lambda k: k.key_id)))
+
+
+def opts(project: Path, output: Path, trust: TrustSet, **kw) -> BuildOptions:
+    return BuildOptions(bundles=project / "bundles", output=output, trust=trust, templates=project / "templates",
+                        search=kw.pop("search", False), **kw)
+
+
+def test_random_edits_match_clean_builds(project):
+    rng = random.Random(20261129)
+    trust = both_keys()
+    inc = project / "inc"
+    build(opts(project, inc, trust))
+    next_id = 100
+    for step in range(14):
+        bundles = sorted((project / "bundles").iterdir())
+        action = rng.choice(["add", "remove", "change", "template", "keys", "noop"])
+        if action == "add":
+            (project / "bundles" / f"gen{next_id}.json").write_bytes(make_bundle(next_id))
+            next_id += 1
+        elif action == "remove" and len(bundles) > 2:
+            rng.choice(bundles).unlink()
+        elif action == "change":
+            victim = rng.choice([b for b in bundles if b.name.startswith("gen")] or bundles)
+            n = int(victim.stem[3:]) if victim.stem.startswith("gen") else 0
+            victim.write_bytes(make_bundle(n, variant=step + 1))
+        elif action == "template":
+            (project / "templates" / "badge.svg").write_text(
+                (ROOT / "templates" / "badge.svg").read_text() + f"<!-- {step} -->\n")
+        elif action == "keys":
+            trust = load_trust_set() if len(trust.keys) == 2 else both_keys()
+        report = build(opts(project, inc, trust))
+        clean = project / f"clean{step}"
+        build(opts(project, clean, trust, use_cache=False))
+        assert tree(inc) == tree(clean), f"step {step}: {action}"
+        assert report.count("published") + report.count("rejected") + report.count("superseded") == \
+            len(list((project / "bundles").iterdir()))
+        shutil.rmtree(clean)
+
+
+def test_noop_rebuild_writes_nothing(project):
+    trust = both_keys()
+    out = project / "site"
+    build(opts(project, out, trust))
+    before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.rglob("*")}
+    out_inode = out.stat().st_ino
+    report = build(opts(project, out, trust))
+    assert not report.changed and report.files_written == 0
+    assert out.stat().st_ino == out_inode
+    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.rglob("*")} == before
+    assert report.count("published") == 10
+
+
+def test_one_change_rebuilds_only_that_record(project):
+    trust = both_keys()
+    out = project / "site"
+    build(opts(project, out, trust))
+    (project / "bundles" / "gen3.json").write_bytes(make_bundle(3, variant=9))
+    report = build(opts(project, out, trust))
+    assert report.changed and report.files_reused > report.files_written > 0
+    pith_id = json.loads((project / "bundles" / "gen3.json").read_bytes())["pith_number"].rsplit(":", 1)[1]
+    assert (out / "pith" / pith_id / "bundle.json").read_bytes() == (project / "bundles" / "gen3.json").read_bytes()
+
+
+@pytest.mark.parametrize("damage", ["old_version", "truncated", "garbage"])
+def test_damaged_or_foreign_cache_gives_correct_full_rebuild(project, damage):
+    trust = both_keys()
+    out = project / "site"
+    build(opts(project, out, trust))
+    cache = project / ".site-builder-cache" / "site" / "cache.sqlite"
+    assert cache.is_file()
+    if damage == "old_version":
+        db = sqlite3.connect(cache)
+        db.execute("UPDATE meta SET value='0.0.1/0' WHERE key='version'")
+        db.commit()
+        db.close()
+    elif damage == "truncated":
+        data = cache.read_bytes()
+        cache.write_bytes(data[: len(data) // 3])
+    else:
+        cache.write_bytes(b"this is not a database" * 100)
+    for suffix in ("-wal", "-shm"):
+        Path(str(cache) + suffix).unlink(missing_ok=True)
+    (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=5))
+    report = build(opts(project, out, trust))
+    assert report.files_reused == 0  # nothing from a cache it cannot trust
+    clean = project / "clean"
+    build(opts(project, clean, trust, use_cache=False))
+    assert tree(out) == tree(clean)
+
+
+def test_cache_entry_tampered_to_claim_success_is_not_blindly_trusted(project):
+    """A rejected bundle stays rejected even if the cached result for its bytes is edited to 'verified'."""
+    trust = both_keys()
+    bad = json.loads(REAL_FILES[0].read_bytes())
+    bad["links"]["resolver"] = "https://evil.example/"
+    (project / "bundles" / "bad.json").write_bytes(json.dumps(bad, separators=(",", ":")).encode())
+    out = project / "site"
+    first = build(opts(project, out, trust))
+    assert {o.inspection.rel for o in first.rejected} == {"bad.json"}
+    # The cache is not a trust anchor, but a damaged row must not crash the build either.
+    cache = project / ".site-builder-cache" / "site" / "cache.sqlite"
+    db = sqlite3.connect(cache)
+    db.execute("UPDATE inspections SET data='{\"broken\": true}'")
+    db.execute("DELETE FROM meta WHERE key='quick'")
+    db.commit()
+    db.close()
+    again = build(opts(project, out, trust))
+    assert {o.inspection.rel for o in again.rejected} == {"bad.json"}
