@@ -1,0 +1,72 @@
+"""Real parts for tests: a static HTTP server on 127.0.0.1 and Debian's chromium driven by Playwright."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    """Serves a folder under a URL prefix, with 404.html for missing paths (as GitHub Pages does)."""
+
+    prefix = "/"
+
+    def log_message(self, *args):
+        pass
+
+    def translate_path(self, path):
+        path = unquote(urlsplit(path).path)
+        if not path.startswith(self.prefix):
+            return str(Path(self.directory) / "__outside_prefix__")
+        return super().translate_path("/" + path[len(self.prefix):])
+
+    def send_error(self, code, message=None, explain=None):
+        page = Path(self.directory) / "404.html"
+        if code == 404 and page.is_file():
+            body = page.read_bytes()
+            self.send_response(404)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+            return
+        super().send_error(code, message, explain)
+
+
+_Handler.extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, ".json": "application/json",
+                           ".js": "text/javascript", ".svg": "image/svg+xml", ".xml": "application/xml"}
+
+
+@contextlib.contextmanager
+def serve(folder: Path, prefix: str = "/"):
+    """Serve *folder* at http://127.0.0.1:<port><prefix>; yields the base URL."""
+    handler = type("Handler", (_Handler,), {"prefix": prefix})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}{prefix}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def chromium():
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

@@ -1,0 +1,108 @@
+"""Validly signed but hostile content: no script from any bundle runs on any page, and pages stay readable."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from site_builder.build import BuildOptions, build
+from site_builder.keys import load_trust_set
+
+from browser import chromium, serve
+from conftest import REAL_FILES
+from signing import TestKey, sign_bundle, to_bytes
+
+PWN = "window.__pwned=(window.__pwned||0)+1"
+PAYLOADS = [
+    f"<script>{PWN}</script>",
+    f'<img src=x onerror="{PWN}">',
+    f'"><svg onload="{PWN}">',
+    f"</title><script>{PWN}</script>",
+    f"</script><script>{PWN}</script>",
+    f"[click me](javascript:{PWN})",
+    f"[data](data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==)",
+    f"<a href=\"javascript:{PWN}\">link</a>",
+    f"{{{{ 7*7 }}}} {{% raw %}}",
+    "\u202eevil\u202c \u2066isolate\u2069 \u200f",
+    "W" * 20000,
+]
+
+
+def hostile(base: dict, i: int, payload: str) -> dict:
+    b = copy.deepcopy(base)
+    b["canonical_record"]["source"]["id"] = f"2401.{10000 + i:05d}"
+    for event in b["events"]:
+        if event["event_type"] == "graph_snapshot":
+            g = event["payload"]["graph_snapshot"]
+            g["paper"].update(title=f"Title {i} {payload}", authors_text=f"Mallory {payload}, Eve",
+                              headline=f"Headline {payload}", abstract_excerpt=f"Abstract {payload}")
+            g["claims"] = {"count": 1, "snapshot_sha256": "0" * 64, "items": [
+                {"claim_id": f"C1{payload}", "kind": f"strongest_claim{payload}", "text": f"Claim **{payload}**",
+                 "status": f"machine_extracted{payload}", "source": "verdict", "attestation": "unclaimed"}]}
+            g["verdict"]["one_line_summary"] = f"Summary {payload}"
+    return b
+
+
+@pytest.fixture(scope="module")
+def hostile_site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hostile")
+    bundles = root / "bundles"
+    bundles.mkdir()
+    key = TestKey()
+    base = json.loads(REAL_FILES[0].read_bytes())
+    for i, payload in enumerate(PAYLOADS):
+        (bundles / f"hostile{i}.json").write_bytes(to_bytes(sign_bundle(hostile(base, i, payload), key)))
+    bad_cat = hostile(base, 99, "x")
+    bad_cat["canonical_record"]["metadata"]["primary_cat"] = "<script>cs.AI</script>"
+    (bundles / "hostile-category.json").write_bytes(to_bytes(sign_bundle(bad_cat, key)))
+    report = build(BuildOptions(bundles=bundles, output=root / "site", trust=load_trust_set([key.write(root / "k.json")]),
+                                search=False))
+    return root / "site", report
+
+
+def test_hostile_category_is_rejected_not_rendered(hostile_site):
+    _, report = hostile_site
+    assert {o.inspection.rel: o.inspection.check for o in report.rejected} == {"hostile-category.json": "identifiers"}
+    assert report.count("published") == len(PAYLOADS)
+
+
+def test_no_raw_payload_in_any_page(hostile_site):
+    site, _ = hostile_site
+    for page in site.rglob("*.html"):
+        html = page.read_text()
+        assert "onerror=\"window" not in html and "<script>window" not in html, page
+        assert 'href="javascript:' not in html.lower() and 'href="data:' not in html.lower(), page
+        assert "<svg onload" not in html, page
+
+
+def test_no_script_runs_and_pages_stay_readable(hostile_site):
+    site, _ = hostile_site
+    pages = sorted(str(p.relative_to(site)) for p in site.rglob("*.html"))
+    assert len(pages) > 3 * len(PAYLOADS)
+    problems = []
+    with serve(site) as url, chromium() as browser:
+        context = browser.new_context(viewport={"width": 1024, "height": 800})
+        page = context.new_page()
+        page.on("dialog", lambda d: (problems.append(f"dialog {d.message}"), d.dismiss()))
+        for rel in pages:
+            start = url + rel.removesuffix("index.html")
+            page.goto(start)
+            if 'http-equiv="refresh"' in (site / rel).read_text():
+                page.wait_for_url(lambda u: u != start)  # the short address moves on to the paper page
+            page.wait_for_load_state("load")
+            if page.evaluate("window.__pwned || 0"):
+                problems.append(f"script ran on {rel}")
+            width = page.evaluate("document.documentElement.scrollWidth")
+            if width > 1024 + 2:
+                problems.append(f"{rel} overflows horizontally ({width}px)")
+        for i in range(len(PAYLOADS)):
+            page.goto(url)
+            link = page.locator("ol.papers a.title", has_text=f"Title {i} ").first
+            link.click()
+            page.wait_for_load_state("load")
+            assert page.locator("h1").first.is_visible()
+            assert f"Title {i}" in page.locator("h1").first.inner_text()
+            if page.evaluate("window.__pwned || 0"):
+                problems.append(f"script ran after navigating to paper {i}")
+    assert problems == []
