@@ -1,0 +1,106 @@
+"""Property tests: the loader and verifier turn any input into a verdict and never raise."""
+
+import json
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from site_builder.canonical import canon
+from site_builder.inspection import inspect_bytes
+from site_builder.keys import load_trust_set
+from site_builder.strict_json import StrictJSONError, parse_strict
+from site_builder.verification import verify_bundle
+
+from conftest import REAL_FILES
+
+TRUST = load_trust_set()
+REAL = [p.read_bytes() for p in REAL_FILES]
+REAL_OBJECTS = [json.loads(r) for r in REAL]
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FUZZ
+@given(st.binary(max_size=4096))
+def test_arbitrary_bytes_are_rejected_not_raised(data):
+    result = inspect_bytes("fuzz.json", data, TRUST)
+    assert not result.verified and result.check and result.reason
+
+
+@st.composite
+def byte_mutations(draw):
+    raw = bytearray(draw(st.sampled_from(REAL)))
+    for _ in range(draw(st.integers(1, 8))):
+        kind = draw(st.sampled_from(["flip", "delete", "insert", "replace"]))
+        pos = draw(st.integers(0, len(raw) - 1))
+        if kind == "flip":
+            raw[pos] ^= 1 << draw(st.integers(0, 7))
+        elif kind == "delete":
+            del raw[pos:pos + draw(st.integers(1, 64))]
+        elif kind == "insert":
+            raw[pos:pos] = draw(st.binary(min_size=1, max_size=16))
+        else:
+            raw[pos] = draw(st.sampled_from(b'{}[]",:0123456789eE.-+ntfu\\'))
+    return bytes(raw)
+
+
+@FUZZ
+@given(byte_mutations())
+def test_mutated_real_bundles_never_raise_and_never_pass_changed(data):
+    result = inspect_bytes("mutated.json", data, TRUST)
+    if result.verified:  # only a change that leaves the signed object identical may pass (e.g. whitespace)
+        assert json.loads(data) in REAL_OBJECTS
+
+
+JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-(2**53) + 1, 2**53 - 1),
+                      st.floats(allow_nan=False, allow_infinity=False), st.text())
+JSON = st.recursive(JSON_LEAF, lambda inner: st.one_of(st.lists(inner, max_size=5),
+                                                       st.dictionaries(st.text(), inner, max_size=5)), max_leaves=30)
+
+
+@st.composite
+def structural_mutations(draw):
+    bundle = json.loads(draw(st.sampled_from(REAL)))
+    for _ in range(draw(st.integers(1, 4))):
+        node = bundle
+        for _ in range(draw(st.integers(0, 6))):
+            if isinstance(node, dict) and node:
+                child = node[draw(st.sampled_from(sorted(node)))]
+            elif isinstance(node, list) and node:
+                child = node[draw(st.integers(0, len(node) - 1))]
+            else:
+                break
+            if not isinstance(child, (dict, list)):
+                break
+            node = child
+        if isinstance(node, dict) and node:
+            key = draw(st.sampled_from(sorted(node)))
+            if draw(st.booleans()):
+                del node[key]
+            else:
+                node[key] = draw(JSON)
+        elif isinstance(node, list) and node:
+            node[draw(st.integers(0, len(node) - 1))] = draw(JSON)
+    return bundle
+
+
+@FUZZ
+@given(structural_mutations())
+def test_structural_mutations_never_raise(bundle):
+    verdict = verify_bundle(bundle, TRUST)
+    if verdict.accepted:
+        assert bundle in REAL_OBJECTS
+
+
+@FUZZ
+@given(JSON)
+def test_canonical_json_round_trips(value):
+    text = canon(value)
+    assert text == json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    again = json.loads(text)
+    assert canon(again) == text
+    try:
+        parsed = parse_strict(text)
+    except StrictJSONError as exc:  # only for values the strict parser refuses by design
+        assert exc.check in ("json_depth", "json_encoding", "json_duplicate_key")
+        assume(False)
+    assert canon(parsed) == text

@@ -1,0 +1,100 @@
+"""A mirror never goes back: an older bundle (earlier built_at, or fewer events) does not replace a newer one."""
+
+import copy
+import json
+
+from site_builder.build import BuildOptions, build
+from site_builder.keys import load_trust_set
+
+from conftest import REAL_FILES
+from signing import TestKey, sign_bundle, to_bytes, with_paper
+
+
+def make(base, key, title, built_at, extra_events=0):
+    b = with_paper(base, title=title)
+    b["built_at"] = built_at
+    snap = next(e for e in b["events"] if e["event_type"] == "graph_snapshot")
+    for n in range(extra_events):
+        e = copy.deepcopy(snap)
+        e["payload"]["graph_snapshot"]["paper"]["headline"] = f"revision {n}"
+        e["created_at"] = f"2026-10-0{n + 1}T00:00:00Z"
+        b["events"].append(e)
+    return to_bytes(sign_bundle(b, key))
+
+
+def setup(tmp_path):
+    key = TestKey()
+    trust = load_trust_set([key.write(tmp_path / "k.json")])
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    base = json.loads(REAL_FILES[0].read_bytes())
+    return key, trust, bundles, base
+
+
+def test_older_built_at_is_refused_and_newer_kept(tmp_path):
+    key, trust, bundles, base = setup(tmp_path)
+    newer = make(base, key, "Newer title", "2026-10-10T00:00:00Z")
+    older = make(base, key, "Older title", "2026-09-01T00:00:00Z")
+    pith_id = json.loads(newer)["pith_number"].rsplit(":", 1)[1]
+    out = tmp_path / "site"
+    (bundles / "r.json").write_bytes(newer)
+    build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
+    (bundles / "r.json").write_bytes(older)
+    report = build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
+    assert (out / "pith" / pith_id / "bundle.json").read_bytes() == newer
+    assert "Newer title" in (out / "pith" / pith_id / "index.html").read_text()
+    assert any("rollback refused" in w for w in report.warnings)
+    statuses = {o.inspection.rel: o.status for o in report.outcomes}
+    assert statuses["r.json"] == "superseded"
+    doc = json.loads((out / "verification.json").read_text())
+    assert any("rollback refused" in w for w in doc["warnings"])
+    # Once a genuinely newer bundle arrives, it is published.
+    newest = make(base, key, "Newest title", "2026-11-01T00:00:00Z")
+    (bundles / "r.json").write_bytes(newest)
+    report = build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
+    assert (out / "pith" / pith_id / "bundle.json").read_bytes() == newest
+    assert not report.warnings
+
+
+def test_fewer_events_is_a_rollback(tmp_path):
+    key, trust, bundles, base = setup(tmp_path)
+    more = make(base, key, "T", "2026-10-10T00:00:00Z", extra_events=2)
+    fewer = make(base, key, "T", "2026-10-10T00:00:00Z")
+    out = tmp_path / "site"
+    (bundles / "r.json").write_bytes(more)
+    build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
+    (bundles / "r.json").write_bytes(fewer)
+    report = build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
+    pith_id = json.loads(more)["pith_number"].rsplit(":", 1)[1]
+    assert (out / "pith" / pith_id / "bundle.json").read_bytes() == more
+    assert any("rollback refused" in w for w in report.warnings)
+
+
+def test_rolled_back_copy_that_no_longer_verifies_is_not_kept(tmp_path):
+    key, trust, bundles, base = setup(tmp_path)
+    newer = make(base, key, "Newer", "2026-10-10T00:00:00Z")
+    older = make(base, key, "Older", "2026-09-01T00:00:00Z")
+    pith_id = json.loads(newer)["pith_number"].rsplit(":", 1)[1]
+    out = tmp_path / "site"
+    (bundles / "r.json").write_bytes(newer)
+    build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
+    # Someone edits the published copy on the host: it must not be trusted just because we wrote it once.
+    published = out / "pith" / pith_id / "bundle.json"
+    data = published.read_bytes().replace(b"Newer", b"Evil!")
+    published.unlink()
+    published.write_bytes(data)
+    (bundles / "r.json").write_bytes(older)
+    report = build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
+    assert (out / "pith" / pith_id / "bundle.json").read_bytes() == older
+    assert any("no longer verifies" in w for w in report.warnings)
+
+
+def test_two_bundles_one_record_newest_valid_wins_even_if_newest_is_invalid(tmp_path):
+    key, trust, bundles, base = setup(tmp_path)
+    valid_old = make(base, key, "Valid", "2026-09-01T00:00:00Z")
+    invalid_new = json.loads(make(base, key, "Invalid", "2026-12-01T00:00:00Z"))
+    invalid_new["links"]["resolver"] = "https://tampered.example/"
+    (bundles / "a.json").write_bytes(valid_old)
+    (bundles / "b.json").write_bytes(to_bytes(invalid_new))
+    report = build(BuildOptions(bundles=bundles, output=tmp_path / "site", trust=trust, search=False))
+    assert {o.inspection.rel: o.status for o in report.outcomes} == {"a.json": "published", "b.json": "rejected"}
