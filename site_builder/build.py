@@ -311,7 +311,7 @@ def build(options: BuildOptions) -> BuildReport:
                 plan = plan_redirects(papers)
                 units.update({u: v for u, v in _units_plan(build_key, record_keys, papers, plan, options).items()
                               if not u.startswith("record:")})
-            renderer = SiteRenderer(options.config, dirs, options.trust, options.serve_mode)
+            renderer = SiteRenderer(options.config, dirs, options.trust, options.serve_mode, options.search)
             collection_key = units["collection"][0]
             reused = _reuse(staging, slot, cache, previous, "collection", collection_key)
             if reused is None:

