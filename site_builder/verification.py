@@ -187,6 +187,12 @@ _BUNDLE_SPEC = {
 }
 
 
+def _require_signed_message(block: dict, where: str, expected: str) -> None:
+    """A signature block says what it signed; anything but the one message we verify is not understood."""
+    if block.get("signed_message", expected) != expected:
+        raise CheckFailed(f"{where}.signed_message is {str(block['signed_message'])[:40]!r}, expected {expected!r}")
+
+
 def _decode_signature(sig_b64: str, where: str) -> bytes:
     try:
         raw = base64.b64decode(sig_b64, validate=True)
@@ -259,6 +265,10 @@ def check_structure(ctx: _Context) -> None:
     if not TIMESTAMP_RE.match(bundle["built_at"]):
         raise CheckFailed(f"built_at {bundle['built_at'][:40]!r} is not an ISO 8601 UTC timestamp")
     ctx.record_created = created[0]
+    _require_signed_message(ctx.record_created["payload"]["receipt"], "receipt", "canonical_sha256_bytes")
+    for i, event in enumerate(bundle["events"]):
+        _require_signed_message(event["signature"], f"events[{i}].signature", "open_graph_event_sha256_bytes")
+    _require_signed_message(bundle["bundle_signature"], "bundle_signature", "bundle_sha256_bytes")
     unknown = sorted(set(bundle) - KNOWN_TOP_LEVEL)
     if unknown:
         ctx.warnings.append(VerificationWarning("unknown_fields", "unknown top-level fields: " + ", ".join(unknown)))

@@ -83,12 +83,21 @@ def structural_mutations(draw):
     return bundle
 
 
+def signed_part(bundle: dict) -> dict:
+    """What the signatures cover: all but the unsigned metadata of the bundle signature block itself."""
+    b = json.loads(json.dumps(bundle))
+    if isinstance(b.get("bundle_signature"), dict):
+        for unsigned in ("signed_at", "signature_status"):
+            b["bundle_signature"].pop(unsigned, None)
+    return b
+
+
 @FUZZ
 @given(structural_mutations())
 def test_structural_mutations_never_raise(bundle):
     verdict = verify_bundle(bundle, TRUST)
     if verdict.accepted:
-        assert bundle in REAL_OBJECTS
+        assert signed_part(bundle) in [signed_part(r) for r in REAL_OBJECTS]
 
 
 @FUZZ
