@@ -115,6 +115,8 @@ class SiteRenderer:
             absolute_url=config.absolute_url,
             generator=f"site-builder {__version__}",
             trusted_keys=trust.keys,
+            pinned_keys=[{"key_id": k.key_id, "public_key_hex": k.public_key_hex,
+                          "fingerprint_sha256_hex": k.fingerprint_hex} for k in trust.keys],
             check_descriptions=CHECK_DESCRIPTIONS,
             serve_mode=serve_mode,
             search_enabled=search_enabled,

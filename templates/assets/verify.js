@@ -1,0 +1,236 @@
+/* Verify a pith bundle in the reader's browser: no trust in the mirror's host or its build.
+ *
+ * The canonical form is Python's json.dumps(o, sort_keys=True, separators=(",", ":"), ensure_ascii=False):
+ * keys sorted by code point, Python's string escapes, Python's number formatting. Numbers are kept as
+ * their source text while parsing, because JSON.parse cannot tell 1.0 from 1 (Python can).
+ * Signatures are Ed25519 over the 32 digest bytes, checked with Web Crypto against the pinned key
+ * embedded in the page (never a key from the bundle).
+ */
+(function (global) {
+  "use strict";
+
+  function PyNumber(text) { this.text = text; }
+
+  // ---- strict JSON parser (duplicate keys, NaN and lone surrogates refused) ----
+  function parseJSON(text) {
+    var i = 0;
+    function fail(msg) { throw new Error("JSON: " + msg + " at " + i); }
+    function ws() { while (i < text.length && " \t\n\r".indexOf(text[i]) >= 0) i++; }
+    function value() {
+      ws();
+      var c = text[i];
+      if (c === "{") return object();
+      if (c === "[") return array();
+      if (c === '"') return string();
+      if (c === "t" && text.startsWith("true", i)) { i += 4; return true; }
+      if (c === "f" && text.startsWith("false", i)) { i += 5; return false; }
+      if (c === "n" && text.startsWith("null", i)) { i += 4; return null; }
+      var m = /^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/.exec(text.slice(i, i + 400));
+      if (!m) fail("unexpected character");
+      i += m[0].length;
+      return new PyNumber(m[0]);
+    }
+    function object() {
+      var out = new Map();
+      i++; ws();
+      if (text[i] === "}") { i++; return out; }
+      for (;;) {
+        ws();
+        if (text[i] !== '"') fail("expected a key");
+        var k = string();
+        if (out.has(k)) fail("duplicate key " + JSON.stringify(k));
+        ws(); if (text[i] !== ":") fail("expected ':'"); i++;
+        out.set(k, value());
+        ws();
+        if (text[i] === ",") { i++; continue; }
+        if (text[i] === "}") { i++; return out; }
+        fail("expected ',' or '}'");
+      }
+    }
+    function array() {
+      var out = [];
+      i++; ws();
+      if (text[i] === "]") { i++; return out; }
+      for (;;) {
+        out.push(value());
+        ws();
+        if (text[i] === ",") { i++; continue; }
+        if (text[i] === "]") { i++; return out; }
+        fail("expected ',' or ']'");
+      }
+    }
+    function string() {
+      var m = /^"((?:[^"\\\u0000-\u001f]|\\(?:["\\\/bfnrt]|u[0-9a-fA-F]{4}))*)"/.exec(text.slice(i));
+      if (!m) fail("bad string");
+      i += m[0].length;
+      var s = JSON.parse(m[0]);
+      if (/[\ud800-\udbff](?![\udc00-\udfff])|(^|[^\ud800-\udbff])[\udc00-\udfff]/.test(s)) fail("lone surrogate");
+      return s;
+    }
+    var result = value();
+    ws();
+    if (i !== text.length) fail("trailing data");
+    return result;
+  }
+
+  // ---- Python's canonical form ----
+  var ESC = { '"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f" };
+  function pyString(s) {
+    return '"' + s.replace(/["\\\u0000-\u001f]/g, function (c) {
+      return ESC[c] || "\\u" + ("000" + c.charCodeAt(0).toString(16)).slice(-4);
+    }) + '"';
+  }
+  function pyFloat(x) {
+    if (!isFinite(x)) throw new Error("non-finite number");
+    if (x === 0) return (1 / x < 0) ? "-0.0" : "0.0";
+    var parts = x.toExponential().split("e");   // shortest round-trip digits, as Python's repr
+    var digits = parts[0].replace(".", "").replace("-", ""), exp = parseInt(parts[1], 10), sign = x < 0 ? "-" : "";
+    if (exp < -4 || exp >= 16) {
+      var mant = digits.length > 1 ? digits[0] + "." + digits.slice(1) : digits;
+      return sign + mant + "e" + (exp < 0 ? "-" : "+") + (Math.abs(exp) < 10 ? "0" : "") + Math.abs(exp);
+    }
+    if (exp >= 0) {
+      var whole = digits.length > exp + 1 ? digits.slice(0, exp + 1) : digits + "0".repeat(exp + 1 - digits.length);
+      var frac = digits.length > exp + 1 ? digits.slice(exp + 1) : "0";
+      return sign + whole + "." + frac;
+    }
+    return sign + "0." + "0".repeat(-exp - 1) + digits;
+  }
+  function pyNumber(n) {
+    if (/^-?[0-9]+$/.test(n.text)) return BigInt(n.text).toString();
+    return pyFloat(parseFloat(n.text));
+  }
+  function codePointCompare(a, b) {
+    var ia = 0, ib = 0;
+    while (ia < a.length && ib < b.length) {
+      var ca = a.codePointAt(ia), cb = b.codePointAt(ib);
+      if (ca !== cb) return ca < cb ? -1 : 1;
+      ia += ca > 0xffff ? 2 : 1; ib += cb > 0xffff ? 2 : 1;
+    }
+    return (a.length - ia) - (b.length - ib);
+  }
+  function canonical(v, omit) {
+    if (v === null) return "null";
+    if (v === true) return "true";
+    if (v === false) return "false";
+    if (v instanceof PyNumber) return pyNumber(v);
+    if (typeof v === "string") return pyString(v);
+    if (Array.isArray(v)) return "[" + v.map(function (x) { return canonical(x); }).join(",") + "]";
+    if (v instanceof Map) {
+      var keys = Array.from(v.keys()).filter(function (k) { return !omit || omit.indexOf(k) < 0; });
+      keys.sort(codePointCompare);
+      return "{" + keys.map(function (k) { return pyString(k) + ":" + canonical(v.get(k)); }).join(",") + "}";
+    }
+    throw new Error("not a JSON value");
+  }
+
+  // ---- digests and signatures ----
+  function hex(bytes) { return Array.from(new Uint8Array(bytes), function (b) { return ("0" + b.toString(16)).slice(-2); }).join(""); }
+  function fromHex(h) { var out = new Uint8Array(h.length / 2); for (var i = 0; i < out.length; i++) out[i] = parseInt(h.substr(i * 2, 2), 16); return out; }
+  function fromB64(s) { var bin = atob(s), out = new Uint8Array(bin.length); for (var i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i); return out; }
+  function sha256(text) { return crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)).then(hex); }
+  function base32(bytes) {
+    var alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", bits = 0, value = 0, out = "";
+    bytes.forEach(function (b) { value = (value << 8) | b; bits += 8; while (bits >= 5) { out += alphabet[(value >>> (bits - 5)) & 31]; bits -= 5; } });
+    if (bits > 0) out += alphabet[(value << (5 - bits)) & 31];
+    return out;
+  }
+
+  function ed25519Supported() {
+    if (!global.crypto || !crypto.subtle) return Promise.resolve(false);
+    return crypto.subtle.importKey("raw", new Uint8Array(32), { name: "Ed25519" }, false, ["verify"])
+      .then(function () { return true; }, function (e) { return e && e.name === "DataError"; });
+  }
+
+  async function verifyBundle(text, pinnedKeys) {
+    var checks = [];
+    function record(name, ok, detail) { checks.push({ name: name, ok: ok, detail: detail }); return ok; }
+    var b;
+    try { b = parseJSON(text); } catch (e) { record("json", false, e.message); return checks; }
+    var get = function (m, path) { return path.reduce(function (o, k) { return o instanceof Map ? o.get(k) : (o ? o[k] : undefined); }, m); };
+    var keys = {};
+    for (const k of pinnedKeys) {
+      keys[k.key_id] = { fingerprint: k.fingerprint_sha256_hex,
+        key: await crypto.subtle.importKey("raw", fromHex(k.public_key_hex), { name: "Ed25519" }, false, ["verify"]) };
+    }
+    async function sig(name, block, digestHex) {
+      var k = keys[block.get("key_id")];
+      if (!k || block.get("public_key_fingerprint") !== k.fingerprint) return record(name, false, "key " + block.get("key_id") + " is not the pinned key");
+      var ok = false;
+      try { ok = await crypto.subtle.verify({ name: "Ed25519" }, k.key, fromB64(block.get("signature_b64")), fromHex(digestHex)); } catch (e) { ok = false; }
+      return record(name, ok, (ok ? "valid" : "INVALID") + " Ed25519 signature by " + block.get("key_id") + " over " + digestHex.slice(0, 16) + "…");
+    }
+    var pith = b.get("pith_number"), canonHex = b.get("canonical_sha256");
+    var recordDigest = await sha256(canonical(b.get("canonical_record")));
+    record("canonical_hash", recordDigest === canonHex, "sha256(canonical record) = " + recordDigest.slice(0, 16) + "…, bundle says " + String(canonHex).slice(0, 16) + "…");
+    var derived = "pith:" + get(b, ["canonical_record", "metadata", "submitted_at"]).slice(0, 4) + ":" + base32(fromHex(recordDigest)).slice(0, 26);
+    record("pith_number", derived === pith, "derived " + derived + ", bundle says " + pith);
+    var events = b.get("events");
+    for (var n = 0; n < events.length; n++) {
+      var e = events[n], label = "event " + (n + 1) + " (" + e.get("event_type") + ")";
+      if (e.get("event_type") === "record_created") {
+        var receipt = get(e, ["payload", "receipt"]);
+        record("receipt_digest", receipt.get("canonical_sha256") === recordDigest, "receipt signs " + String(receipt.get("canonical_sha256")).slice(0, 16) + "…");
+        await sig("receipt_signature", receipt, recordDigest);
+      }
+      var content = await sha256(canonical(e, ["signature", "content_sha256", "event_id"]));
+      record("event_hash", content === e.get("content_sha256"), label + ": content hashes to " + content.slice(0, 16) + "…");
+      record("event_id", e.get("event_id") === "sha256:" + content, label + ": event_id " + String(e.get("event_id")).slice(0, 23) + "…");
+      await sig("event_signature", e.get("signature"), content);
+      record("event_subject", e.get("subject_pith_number") === pith, label + ": about " + e.get("subject_pith_number"));
+    }
+    var state = b.get("state");
+    var stateDigest = await sha256(canonical(state, ["state_sha256"]));
+    record("state_hash", stateDigest === state.get("state_sha256"), "sha256(state) = " + stateDigest.slice(0, 16) + "…");
+    var bundleDigest = await sha256(canonical(b, ["bundle_signature"]));
+    var bs = b.get("bundle_signature");
+    record("bundle_hash", bundleDigest === bs.get("bundle_sha256"), "sha256(bundle) = " + bundleDigest.slice(0, 16) + "…, signature block says " + String(bs.get("bundle_sha256")).slice(0, 16) + "…");
+    await sig("bundle_signature", bs, bundleDigest);
+    return checks;
+  }
+
+  function attach() {
+    var root = document.getElementById("verify-in-browser");
+    if (!root) return;
+    var button = root.querySelector("button"), out = root.querySelector("output"), list = root.querySelector("ol");
+    button.addEventListener("click", async function () {
+      button.disabled = true;
+      list.textContent = "";
+      out.textContent = "Checking…";
+      root.dataset.state = "running";
+      try {
+        if (!(await ed25519Supported())) {
+          out.textContent = "This browser has no Ed25519 in Web Crypto, so it cannot check the signatures. Nothing was verified here; use the shell snippet below instead.";
+          root.dataset.state = "unsupported";
+          return;
+        }
+        var pinned = JSON.parse(document.getElementById("pinned-keys").textContent);
+        var response = await fetch(root.dataset.bundle, { cache: "no-store" });
+        if (!response.ok) throw new Error("could not fetch bundle.json (HTTP " + response.status + ")");
+        var checks = await verifyBundle(await response.text(), pinned);
+        checks.forEach(function (c) {
+          var li = document.createElement("li");
+          li.className = c.ok ? "passed" : "failed";
+          li.dataset.check = c.name;
+          li.textContent = (c.ok ? "✓ " : "✗ ") + c.name + ": " + c.detail;
+          list.appendChild(li);
+        });
+        var failed = checks.filter(function (c) { return !c.ok; });
+        root.dataset.state = failed.length ? "failed" : "verified";
+        out.textContent = failed.length ? "FAILED: " + failed.map(function (c) { return c.name; }).join(", ") +
+          " — this copy of the bundle does not match what the pinned key signed." :
+          "Verified in your browser: every digest recomputed and every signature checked against the pinned key.";
+      } catch (e) {
+        root.dataset.state = "error";
+        out.textContent = "Could not verify: " + e.message;
+      } finally {
+        button.disabled = false;
+      }
+    });
+  }
+
+  global.PithVerify = { parseJSON: parseJSON, canonical: canonical, verifyBundle: verifyBundle, ed25519Supported: ed25519Supported };
+  if (typeof document !== "undefined") {
+    if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", attach); else attach();
+  }
+})(typeof window !== "undefined" ? window : globalThis);
