@@ -51,6 +51,17 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--quiet", "-q", action="store_true", help="only the summary line and errors")
     b.add_argument("--verbose", "-v", action="store_true", help="also list every published bundle")
 
+    pl = sub.add_parser("pull", help="fetch bundles from a resolver or mirror, verified before they are written")
+    pl.add_argument("targets", nargs="+", metavar="ID_OR_LIST",
+                    help="pith numbers, 26-character IDs, or files listing them one per line")
+    pl.add_argument("--from", dest="source", default="https://pith.science", metavar="URL")
+    pl.add_argument("--bundles", type=Path, default=Path("bundles"), metavar="DIR")
+    keys_arg(pl)
+    pl.add_argument("--concurrency", type=int, default=4, metavar="N")
+    pl.add_argument("--timeout", type=float, default=20.0, metavar="SECONDS")
+    pl.add_argument("--retries", type=int, default=4, metavar="N")
+    pl.add_argument("--quiet", "-q", action="store_true")
+
     v = sub.add_parser("verify", help="check bundle files or folders without building")
     v.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     keys_arg(v)
@@ -172,11 +183,42 @@ def cmd_verify(args) -> int:
     return EXIT_REJECTED if any(not i.verified for i in results) else EXIT_OK
 
 
+def cmd_pull(args) -> int:
+    from site_builder.pulling import Fetcher, PullError, pull
+
+    try:
+        trust = load_trust_set(args.trusted_keys)
+    except KeyFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    progress, update = _progress_bar(not args.quiet)
+    fetcher = Fetcher(timeout=args.timeout, retries=args.retries)
+    try:
+        if progress:
+            with progress:
+                report = pull(args.targets, args.source, args.bundles, trust, args.concurrency, fetcher,
+                              lambda done, total: update("pull", done, total))
+        else:
+            report = pull(args.targets, args.source, args.bundles, trust, args.concurrency, fetcher)
+    except PullError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for o in report.outcomes:
+        if o.status in ("rejected", "failed"):
+            print(f"{o.status.upper()} {o.pith_id}: {o.detail}", file=sys.stderr)
+        elif not args.quiet and o.status in ("fetched", "kept"):
+            print(f"{o.status.upper()} {o.pith_id}: {o.detail}", file=sys.stderr)
+    print(report.summary_line())
+    return EXIT_REJECTED if report.count("rejected") or report.count("failed") else EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "build":
             return cmd_build(args)
+        if args.command == "pull":
+            return cmd_pull(args)
         return cmd_verify(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

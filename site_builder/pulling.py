@@ -1,0 +1,257 @@
+"""``site-builder pull``: fetch bundles from a resolver or mirror without trusting the transport.
+
+Every fetched bundle is verified against the pinned keys before it is written; a newer valid bundle
+replaces an older one atomically (write to a temporary file, then rename); an older one never
+replaces a newer one.  Requests are polite: a concurrency limit, timeouts, retries with backoff on
+429/5xx honouring ``Retry-After``, and conditional requests so an unchanged bundle is not downloaded again.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import http.client
+import json
+import os
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from site_builder import __version__
+from site_builder.inspection import inspect_bytes
+from site_builder.keys import TrustSet
+from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, read_bytes
+
+PITH_ID_RE = re.compile(r"(?:pith:[0-9]{4}:)?([A-Z2-7]{26})\Z")
+STATE_FILE = ".pull-state.json"
+USER_AGENT = f"site-builder/{__version__} (+https://pith.science mirror)"
+
+
+class PullError(Exception):
+    """A usage problem (bad list file, bad URL); the message names it."""
+
+
+@dataclass
+class PullOutcome:
+    pith_id: str
+    status: str  # fetched | unchanged | kept | rejected | failed
+    detail: str = ""
+
+
+@dataclass
+class PullReport:
+    outcomes: list[PullOutcome] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        return sum(1 for o in self.outcomes if o.status == status)
+
+    def summary_line(self) -> str:
+        return (f"{self.count('fetched')} fetched, {self.count('unchanged')} unchanged, "
+                f"{self.count('kept')} kept (local copy newer), {self.count('rejected')} rejected, "
+                f"{self.count('failed')} failed")
+
+
+def parse_targets(items: list[str]) -> tuple[list[str], list[PullOutcome]]:
+    """Pith IDs from full pith numbers, 26-character IDs, or files listing them one per line (# comments)."""
+    ids: list[str] = []
+    bad: list[PullOutcome] = []
+    for item in items:
+        lines = [item]
+        if not PITH_ID_RE.match(item.strip()) and Path(item).is_file():
+            try:
+                lines = [line.split("#", 1)[0].strip() for line in Path(item).read_text("utf-8").splitlines()]
+            except (OSError, UnicodeDecodeError) as exc:
+                raise PullError(f"{item}: cannot read list: {exc}") from None
+        for line in lines:
+            if not line.strip():
+                continue
+            match = PITH_ID_RE.match(line.strip())
+            if match:
+                ids.append(match.group(1))
+            else:
+                bad.append(PullOutcome(line.strip()[:60], "failed", "not a pith number, 26-character ID or list file"))
+    return list(dict.fromkeys(ids)), bad
+
+
+class _NoRedirectToOtherSchemes(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if not newurl.lower().startswith(("http://", "https://")):
+            raise urllib.error.HTTPError(newurl, code, "redirect to a non-HTTP URL refused", headers, fp)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+@dataclass
+class Fetcher:
+    timeout: float = 20.0
+    retries: int = 4
+    backoff: float = 0.5
+    max_wait: float = 60.0
+    max_bytes: int = DEFAULT_MAX_BYTES
+    sleep: Callable[[float], None] = time.sleep
+
+    def __post_init__(self):
+        self.opener = urllib.request.build_opener(_NoRedirectToOtherSchemes())
+
+    def _retry_after(self, value: str | None, attempt: int) -> float:
+        wait = self.backoff * (2 ** attempt)
+        if value:
+            value = value.strip()
+            if value.isdigit():
+                wait = float(value)
+            else:
+                try:
+                    when = email.utils.parsedate_to_datetime(value).timestamp()
+                    wait = max(0.0, when - time.time())
+                except (TypeError, ValueError):
+                    pass
+        return min(wait, self.max_wait)
+
+    def get(self, url: str, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
+        """GET with retries; returns (status, body, headers) for 200/304/404, raises OSError otherwise."""
+        last = "no attempt"
+        for attempt in range(self.retries + 1):
+            request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **headers})
+            try:
+                with self.opener.open(request, timeout=self.timeout) as response:
+                    length = response.headers.get("Content-Length")
+                    if length and length.isdigit() and int(length) > self.max_bytes:
+                        raise OSError(f"response of {length} bytes is over the {self.max_bytes}-byte limit")
+                    body = response.read(self.max_bytes + 1)
+                    if len(body) > self.max_bytes:
+                        raise OSError(f"response is over the {self.max_bytes}-byte limit")
+                    if length and length.isdigit() and len(body) != int(length):
+                        raise http.client.IncompleteRead(body, int(length) - len(body))
+                    return response.status, body, dict(response.headers)
+            except urllib.error.HTTPError as exc:
+                if exc.code in (304, 404):
+                    return exc.code, b"", dict(exc.headers or {})
+                last = f"HTTP {exc.code}"
+                if exc.code != 429 and exc.code < 500:
+                    raise OSError(last) from None
+                if attempt < self.retries:
+                    self.sleep(self._retry_after(exc.headers.get("Retry-After") if exc.headers else None, attempt))
+            except (urllib.error.URLError, http.client.HTTPException, TimeoutError, ConnectionError) as exc:
+                last = {"IncompleteRead": "truncated response"}.get(type(exc).__name__, type(exc).__name__)
+                if isinstance(exc, urllib.error.URLError):
+                    last += f": {exc.reason}"
+                if attempt < self.retries:
+                    self.sleep(self._retry_after(None, attempt))
+        raise OSError(f"{last} after {self.retries + 1} attempts")
+
+
+def bundle_url_pattern(base: str, fetcher: Fetcher) -> str:
+    """The mirror's own bundle URL pattern from its pith-mirrors.json, else the resolver's layout."""
+    base = base.rstrip("/")
+    default = base + "/pith/{suffix}/bundle.json"
+    try:
+        status, body, _ = fetcher.get(base + "/pith-mirrors.json", {})
+    except OSError:
+        return default
+    if status != 200:
+        return default
+    try:
+        manifest = json.loads(body)
+        mirrors = [m for m in manifest.get("mirrors", []) if isinstance(m, dict)]
+    except (ValueError, AttributeError):
+        return default
+    chosen = next((m for m in mirrors if str(m.get("base_url", "")).rstrip("/") == base), mirrors[0] if mirrors else None)
+    pattern = chosen.get("bundle_pattern") if chosen else None
+    if isinstance(pattern, str) and "{suffix}" in pattern and pattern.lower().startswith(("http://", "https://")):
+        return pattern
+    return default
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concurrency: int = 4,
+         fetcher: Fetcher | None = None, progress: Callable[[int, int], None] | None = None) -> PullReport:
+    if not source.lower().startswith(("http://", "https://")):
+        raise PullError(f"{source}: --from must be an http(s) URL")
+    ids, bad = parse_targets(targets)
+    report = PullReport(list(bad))
+    bundles.mkdir(parents=True, exist_ok=True)
+    fetcher = fetcher or Fetcher()
+    pattern = bundle_url_pattern(source, fetcher)
+    state_path = bundles / STATE_FILE
+    try:
+        state = json.loads(state_path.read_text("utf-8"))
+        if not isinstance(state, dict):
+            state = {}
+    except (OSError, ValueError):
+        state = {}
+    lock = threading.Lock()
+    done = [0]
+
+    def one(pith_id: str) -> PullOutcome:
+        target = bundles / f"{pith_id}.json"
+        local = None
+        if target.is_file():
+            try:
+                local = inspect_bytes(target.name, read_bytes(target), trust)
+            except FileReadError:
+                local = None
+        headers = {}
+        remembered = state.get(pith_id, {}) if local is not None and local.verified else {}
+        if remembered.get("sha256") == (local.sha256 if local else None):
+            if remembered.get("etag"):
+                headers["If-None-Match"] = remembered["etag"]
+            if remembered.get("last_modified"):
+                headers["If-Modified-Since"] = remembered["last_modified"]
+        url = pattern.replace("{suffix}", pith_id)
+        try:
+            status, body, response_headers = fetcher.get(url, headers)
+        except OSError as exc:
+            return PullOutcome(pith_id, "failed", f"{url}: {exc}")
+        if status == 304:
+            return PullOutcome(pith_id, "unchanged", "not modified")
+        if status == 404:
+            return PullOutcome(pith_id, "failed", f"{url}: not found")
+        fetched = inspect_bytes(f"{url}", body, trust)
+        if not fetched.verified:
+            return PullOutcome(pith_id, "rejected", f"{fetched.check}: {fetched.reason}")
+        if fetched.pith_id != pith_id:
+            return PullOutcome(pith_id, "rejected", f"pith_number: server returned pith:{fetched.pith_id}")
+        meta = {"sha256": fetched.sha256, "etag": response_headers.get("ETag") or response_headers.get("Etag"),
+                "last_modified": response_headers.get("Last-Modified")}
+        if local is not None and local.verified:
+            if local.sha256 == fetched.sha256:
+                with lock:
+                    state[pith_id] = meta
+                return PullOutcome(pith_id, "unchanged", "same bytes")
+            if (local.summary.built_at, local.summary.event_count) > (fetched.summary.built_at,
+                                                                      fetched.summary.event_count):
+                return PullOutcome(pith_id, "kept", f"local built_at {local.summary.built_at} is newer than "
+                                                    f"{fetched.summary.built_at}")
+        _write_atomically(target, body)
+        with lock:
+            state[pith_id] = meta
+        return PullOutcome(pith_id, "fetched", fetched.summary.pith_number)
+
+    def counted(pith_id: str) -> PullOutcome:
+        outcome = one(pith_id)
+        with lock:
+            done[0] += 1
+            if progress:
+                progress(done[0], len(ids))
+        return outcome
+
+    with ThreadPoolExecutor(max(1, concurrency)) as pool:
+        report.outcomes.extend(pool.map(counted, ids))
+    _write_atomically(state_path, (json.dumps(state, indent=1, sort_keys=True) + "\n").encode())
+    return report
