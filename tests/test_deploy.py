@@ -1,0 +1,63 @@
+"""Publishing: the ready GitHub Pages workflow, and a sub-path site served the way Pages serves it."""
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import yaml
+
+from browser import serve
+from conftest import REAL_FILES, ROOT
+
+WORKFLOW = ROOT / ".github" / "workflows" / "pages.yml"
+
+
+def test_pages_workflow_has_the_required_steps_and_minimal_permissions():
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    triggers = wf[True] if True in wf else wf["on"]  # YAML 1.1 reads the key `on` as true
+    assert "push" in triggers and "schedule" in triggers
+    assert wf["permissions"] == {"contents": "read"}
+    build, deploy = wf["jobs"]["build"], wf["jobs"]["deploy"]
+    uses = [s.get("uses", "") for s in build["steps"]]
+    runs = " ".join(s.get("run", "") for s in build["steps"])
+    assert any(u.startswith("actions/checkout@") for u in uses)
+    assert "pip install ." in runs and "site-builder pull" in runs
+    assert "site-builder build --strict" in runs and "--base-url" in runs
+    assert any(u.startswith("actions/configure-pages@") for u in uses)
+    upload = next(s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact@"))
+    assert upload["with"]["include-hidden-files"] is True and upload["with"]["path"] == "output"
+    assert deploy["needs"] == "build"
+    assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert deploy["environment"]["name"] == "github-pages"
+    assert any(s.get("uses", "").startswith("actions/deploy-pages@") for s in deploy["steps"])
+    assert "pages" not in build.get("permissions", {})
+
+
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url) as r:
+            return r.status, r.headers.get("Content-Type"), r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Content-Type"), exc.read()
+
+
+def test_sub_path_site_served_end_to_end(tmp_path):
+    out = tmp_path / "output"
+    r = subprocess.run([sys.executable, "-m", "site_builder", "build", "--strict", "--bundles", str(ROOT / "bundles"),
+                        "--output", str(out), "--base-url", "https://octo.github.io/mirror/"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    raw = REAL_FILES[0].read_bytes()
+    pith_id = json.loads(raw)["pith_number"].rsplit(":", 1)[1]
+    with serve(out, "/mirror/") as url:
+        status, ctype, body = fetch(url + f"pith/{pith_id}/")
+        assert status == 200 and b"Verified by this mirror" in body and b'href="/mirror/assets/style.css"' in body
+        status, ctype, body = fetch(url + f".well-known/pith/{pith_id}/bundle.json")
+        assert status == 200 and ctype == "application/json" and body == raw
+        status, _, body = fetch(url + f"pith/{pith_id[:8]}/")
+        assert status == 200 and f'url=/mirror/pith/{pith_id}/'.encode() in body
+        status, _, body = fetch(url + "no/such/page/")
+        assert status == 404 and b"Not found" in body
+    assert (out / ".nojekyll").is_file()
