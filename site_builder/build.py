@@ -55,11 +55,11 @@ class BuildOptions:
     about_file: Path | None = None
     jobs: int = 0  # 0: all cores
     max_bytes: int = DEFAULT_MAX_BYTES
-    serve_mode: bool = False
     progress: Callable[[str, int, int], None] | None = None
     search: bool = True
     cache_dir: Path | None = None  # default: .site-builder-cache beside the output
     use_cache: bool = True
+    mp_context: str = "fork"  # "forkserver" where the caller runs threads (serve)
 
 
 class SearchIndexError(Exception):
@@ -109,8 +109,8 @@ def _inspect_file(item: InputFile) -> Inspection:
     return inspect_bytes(item.rel, raw, _worker["trust"])
 
 
-def _init_render(config: SiteConfig, dirs: list[Path], trust: TrustSet, staging_root: Path, serve_mode: bool) -> None:
-    _worker["renderer"] = SiteRenderer(config, dirs, trust, serve_mode)
+def _init_render(config: SiteConfig, dirs: list[Path], trust: TrustSet, staging_root: Path, search: bool) -> None:
+    _worker["renderer"] = SiteRenderer(config, dirs, trust, search)
     _worker["staging"] = StagingTree(staging_root)
 
 
@@ -139,14 +139,16 @@ def _render_record(task: RecordTask) -> tuple[str, list[str], str | None]:
     return inspection.pith_id, written, None
 
 
-def _map(fn, init, initargs, items: list, jobs: int, progress, stage: str) -> list:
+def _map(fn, init, initargs, items: list, options: BuildOptions, stage: str) -> list:
     """Map in worker processes (fork) when there is enough work, else in this process; order kept."""
     results = []
     pool = None
+    jobs, progress = options.jobs, options.progress
     if len(items) >= PARALLEL_THRESHOLD and jobs != 1:
         workers = jobs or os.cpu_count() or 1
         try:
-            pool = ProcessPoolExecutor(workers, mp_context=get_context("fork"), initializer=init, initargs=initargs)
+            pool = ProcessPoolExecutor(workers, mp_context=get_context(options.mp_context), initializer=init,
+                                       initargs=initargs)
         except (NotImplementedError, OSError):
             pool = None  # no usable semaphores here (some sandboxes, some users): work in this process
     if pool is None:
@@ -218,8 +220,7 @@ def _inspect_all(options: BuildOptions, cache: BuildCache, found: list[InputFile
                                         hit.summary)
         else:
             todo.append(f)
-    fresh = _map(_inspect_file, _init_inspect, (options.trust, options.max_bytes), todo, options.jobs,
-                 options.progress, "verify")
+    fresh = _map(_inspect_file, _init_inspect, (options.trust, options.max_bytes), todo, options, "verify")
     for inspection in fresh:
         results[inspection.rel] = inspection
     file_index = {f.rel: (f.sig, results[f.rel].sha256) for f in found if results[f.rel].sha256}
@@ -241,7 +242,7 @@ def build(options: BuildOptions) -> BuildReport:
     if options.about_file is not None and options.about_file.is_file():
         about = options.about_file.read_text("utf-8")
     build_key = _hash(__version__, options.trust.identity(), templates_identity(dirs), repr(options.config),
-                      about, options.max_bytes, options.serve_mode, source_date(), options.search)
+                      about, options.max_bytes, source_date(), options.search)
 
     slot.acquire()
     cache = BuildCache((options.cache_dir or default_cache_dir(options.output)) / "cache.sqlite"
@@ -292,8 +293,8 @@ def build(options: BuildOptions) -> BuildReport:
                     units[f"record:{pid}"] = (record_keys[pid], reused)
                     report.files_reused += len(reused)
             results = _map(_render_record, _init_render,
-                           (options.config, dirs, options.trust, staging.root, options.serve_mode),
-                           to_render, options.jobs, options.progress, "render")
+                           (options.config, dirs, options.trust, staging.root, options.search),
+                           to_render, options, "render")
             changed = {}
             for pid, written, err in results:
                 if err:
@@ -301,6 +302,7 @@ def build(options: BuildOptions) -> BuildReport:
                     units.pop(f"record:{pid}", None)
                     continue
                 units[f"record:{pid}"] = (record_keys[pid], written)
+                report.rendered.extend(written)
                 report.files_written += len(written)
                 report.pages_written += sum(1 for rel in written if rel.endswith(".html"))
             clock.lap("render_records")
@@ -311,7 +313,7 @@ def build(options: BuildOptions) -> BuildReport:
                 plan = plan_redirects(papers)
                 units.update({u: v for u, v in _units_plan(build_key, record_keys, papers, plan, options).items()
                               if not u.startswith("record:")})
-            renderer = SiteRenderer(options.config, dirs, options.trust, options.serve_mode, options.search)
+            renderer = SiteRenderer(options.config, dirs, options.trust, options.search)
             collection_key = units["collection"][0]
             reused = _reuse(staging, slot, cache, previous, "collection", collection_key)
             if reused is None:
@@ -321,6 +323,7 @@ def build(options: BuildOptions) -> BuildReport:
                     reused.append(rel)
                 report.files_written += len(reused)
                 report.pages_written += sum(1 for rel in reused if rel.endswith(".html"))
+                report.rendered.extend(reused)
             else:
                 report.files_reused += len(reused)
             units["collection"] = (collection_key, reused)
@@ -340,6 +343,10 @@ def build(options: BuildOptions) -> BuildReport:
                 staging.write(rel, data)
                 report.files_written += 1
                 report.pages_written += rel.endswith(".html")
+                if _differs(slot.output / rel, data):
+                    report.rendered.append(rel)
+            report.removed = sorted(f"pith/{pid}/index.html" for pid in previous.published
+                                    if pid not in selection.published)
             clock.lap("render_collection")
             slot.publish(staging)
             clock.lap("swap")
@@ -353,6 +360,13 @@ def build(options: BuildOptions) -> BuildReport:
         slot.release()
         report.seconds = time.perf_counter() - started
     return report
+
+
+def _differs(path: Path, data: bytes) -> bool:
+    try:
+        return path.read_bytes() != data
+    except OSError:
+        return True
 
 
 def _stat_sig(path: Path) -> str | None:

@@ -51,6 +51,18 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--quiet", "-q", action="store_true", help="only the summary line and errors")
     b.add_argument("--verbose", "-v", action="store_true", help="also list every published bundle")
 
+    sv = sub.add_parser("serve", help="build, serve on localhost, rebuild on changes and reload the browser")
+    sv.add_argument("--bundles", type=Path, default=Path("bundles"), metavar="DIR")
+    sv.add_argument("--output", type=Path, default=Path("output"), metavar="DIR")
+    sv.add_argument("--templates", type=Path, default=Path("templates"), metavar="DIR")
+    sv.add_argument("--settings", type=Path, default=Path(SETTINGS_FILE), metavar="FILE")
+    keys_arg(sv)
+    sv.add_argument("--base-url", default=None, metavar="URL")
+    sv.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: 127.0.0.1 only)")
+    sv.add_argument("--port", type=int, default=8000, metavar="N")
+    sv.add_argument("--open", action="store_true", help="open the site in a web browser")
+    sv.add_argument("--no-search", action="store_true", help="skip the Pagefind search index")
+
     pl = sub.add_parser("pull", help="fetch bundles from a resolver or mirror, verified before they are written")
     pl.add_argument("targets", nargs="+", metavar="ID_OR_LIST",
                     help="pith numbers, 26-character IDs, or files listing them one per line")
@@ -212,6 +224,30 @@ def cmd_pull(args) -> int:
     return EXIT_REJECTED if report.count("rejected") or report.count("failed") else EXIT_OK
 
 
+def cmd_serve(args) -> int:
+    import signal
+
+    from site_builder.serving import ServeOptions, serve
+
+    try:
+        load_trust_set(args.trusted_keys)
+    except KeyFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.bundles.is_dir():
+        print(f"error: {args.bundles}: bundles folder does not exist", file=sys.stderr)
+        return EXIT_USAGE
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    options = ServeOptions(bundles=args.bundles, output=args.output, templates=args.templates, settings=args.settings,
+                           trusted_keys=args.trusted_keys, base_url=args.base_url, host=args.host, port=args.port,
+                           search=not args.no_search)
+    try:
+        return serve(options, open_browser=args.open)
+    except OSError as exc:
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -219,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_build(args)
         if args.command == "pull":
             return cmd_pull(args)
+        if args.command == "serve":
+            return cmd_serve(args)
         return cmd_verify(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

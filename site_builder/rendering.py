@@ -91,8 +91,7 @@ def pagination(base: str, total_items: int, page_size: int) -> list[Page]:
 
 
 class SiteRenderer:
-    def __init__(self, config: SiteConfig, dirs: list[Path], trust: TrustSet, serve_mode: bool = False,
-                 search_enabled: bool = True):
+    def __init__(self, config: SiteConfig, dirs: list[Path], trust: TrustSet, search_enabled: bool = True):
         self.config = config
         self.trust = trust
         self.env = jinja2.Environment(
@@ -118,7 +117,6 @@ class SiteRenderer:
             pinned_keys=[{"key_id": k.key_id, "public_key_hex": k.public_key_hex,
                           "fingerprint_sha256_hex": k.fingerprint_hex} for k in trust.keys],
             check_descriptions=CHECK_DESCRIPTIONS,
-            serve_mode=serve_mode,
             search_enabled=search_enabled,
         )
         self.dirs = dirs

@@ -70,6 +70,8 @@ class BuildReport:
     seconds: float = 0.0
     search_seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
+    rendered: list[str] = field(default_factory=list)  # files this build rendered anew (serve reloads their pages)
+    removed: list[str] = field(default_factory=list)  # pages of records no longer published
     changed: bool = True
 
     def count(self, status: str) -> int:

@@ -1,0 +1,343 @@
+"""``site-builder serve``: build, serve on localhost, watch, rebuild incrementally, reload open pages.
+
+The HTTP server reads from the output folder, which each build replaces atomically, so a request never
+sees a half-written tree.  Pages are served with a small live-reload script injected into the HTML on the
+way out; the files on disk are exactly what ``build`` writes, so the served folder can be deployed as is.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import mimetypes
+import os
+import queue
+import shutil
+import sys
+import threading
+import time
+import traceback
+import webbrowser
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Callable
+from urllib.parse import unquote, urlsplit
+
+import jinja2
+from watchdog.events import FileSystemEventHandler
+from watchdog.observers import Observer
+
+from site_builder.build import BuildOptions, SearchIndexError, build
+from site_builder.keys import KeyFileError, load_trust_set
+from site_builder.loading import BundlesFolderError
+from site_builder.settings import SettingsError, load_settings, normalize_base_url
+from site_builder.writing import OutputError, remove_tree
+
+EVENTS_PATH = "__site_builder__/events"
+LIVE_JS_PATH = "__site_builder__/live.js"
+DEBOUNCE_SECONDS = 0.15
+MAX_BATCH_SECONDS = 2.0
+CONTENT_TYPES = {".json": "application/json", ".js": "text/javascript", ".css": "text/css",
+                 ".svg": "image/svg+xml", ".xml": "application/xml", ".html": "text/html; charset=utf-8",
+                 ".txt": "text/plain; charset=utf-8", ".wasm": "application/wasm"}
+
+
+@dataclass
+class ServeOptions:
+    bundles: Path
+    output: Path
+    templates: Path
+    settings: Path
+    trusted_keys: list[Path]
+    base_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    search: bool = True
+    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
+
+
+@dataclass
+class LiveState:
+    """What the browser should know: the last error (or None) and a stream of reload events."""
+
+    error: str | None = None
+    base_path: str = "/"
+    clients: list[queue.Queue] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def publish(self, event: str, data: dict) -> None:
+        with self.lock:
+            for q in self.clients:
+                q.put((event, data))
+
+    def set_error(self, error: str | None) -> None:
+        self.error = error
+        self.publish("status", {"error": error})
+
+
+def page_paths(rels: list[str], base_path: str) -> list[str]:
+    """Output files -> the URL paths of the pages showing them ("pith/X/index.html" -> "/base/pith/X/")."""
+    paths = set()
+    for rel in rels:
+        if rel.endswith(".html"):
+            paths.add(base_path + rel.removesuffix("index.html"))
+    return sorted(paths)
+
+
+class Site:
+    """Builds on demand and remembers the outcome for the browser."""
+
+    def __init__(self, options: ServeOptions, live: LiveState):
+        self.options = options
+        self.live = live
+        self.build_lock = threading.Lock()
+        self.builds = 0
+
+    def _build_options(self) -> BuildOptions:
+        o = self.options
+        config = load_settings(o.settings)
+        if o.base_url is not None:
+            config = replace(config, base_url=normalize_base_url(o.base_url))
+        self.live.base_path = config.base_path
+        return BuildOptions(bundles=o.bundles, output=o.output, trust=load_trust_set(o.trusted_keys), config=config,
+                            templates=o.templates if o.templates.is_dir() else None,
+                            about_file=o.settings.parent / config.about_file, search=o.search,
+                            mp_context="forkserver")
+
+    def rebuild(self, reason: str) -> bool:
+        with self.build_lock:
+            started = time.perf_counter()
+            try:
+                report = build(self._build_options())
+            except jinja2.TemplateSyntaxError as exc:
+                return self._fail(f"template error: {exc.filename or exc.name}:{exc.lineno}: {exc.message}")
+            except jinja2.TemplateError as exc:
+                return self._fail(f"template error: {exc}")
+            except (SettingsError, KeyFileError, BundlesFolderError, OutputError, SearchIndexError) as exc:
+                return self._fail(str(exc))
+            except Exception as exc:  # never let a bad edit stop the server
+                return self._fail(f"build failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
+            self.builds += 1
+            for outcome in report.rejected:
+                self.options.log(f"REJECTED {outcome.inspection.error_line()}")
+            self.options.log(f"[{reason}] {report.summary_line()} (rebuild {time.perf_counter() - started:.2f}s)")
+            rejected = [o.inspection.error_line() for o in report.rejected]
+            self.live.set_error("Rejected bundles:\n" + "\n".join(rejected) if rejected else None)
+            if report.changed:
+                changed = page_paths(report.rendered + report.removed, self.live.base_path)
+                everything = len(changed) > 500 or any(p.endswith("/assets/") for p in changed)
+                self.live.publish("reload", {"all": everything or not changed, "paths": changed[:500],
+                                             "build": self.builds})
+            return True
+
+    def _fail(self, message: str) -> bool:
+        self.options.log(f"ERROR {message.splitlines()[0]} (serving the last good site)")
+        self.live.set_error(message)
+        return False
+
+
+class _Watcher(FileSystemEventHandler):
+    """Collects file events; a burst (an editor's save, a copy of 1,000 files) becomes one rebuild."""
+
+    def __init__(self, output: Path, root: Path, root_names: set[str]):
+        self.output = Path(os.path.abspath(output))
+        self.root = Path(os.path.abspath(root))
+        self.root_names = root_names  # in the project root only the settings and about files matter
+        self.pending = threading.Event()
+        self.first = 0.0
+        self.last = 0.0
+        self.lock = threading.Lock()
+
+    def relevant(self, raw_path) -> bool:
+        path = Path(os.path.abspath(os.fsdecode(raw_path)))
+        if any(part.startswith(".") for part in path.parts[-2:]):
+            return False  # editors' swap files, our lock, cache and staging folders
+        if path.parent == self.root:
+            return path.name in self.root_names
+        return not (path == self.output or self.output in path.parents)
+
+    def on_any_event(self, event):
+        # Reads (ours included) and a folder's own "modified" stamp are not changes.
+        if event.event_type in ("opened", "closed_no_write") or (event.is_directory and event.event_type == "modified"):
+            return
+        paths = [event.src_path] + ([event.dest_path] if getattr(event, "dest_path", "") else [])
+        if not any(self.relevant(p) for p in paths):
+            return
+        with self.lock:
+            now = time.monotonic()
+            if not self.pending.is_set():
+                self.first = now
+            self.last = now
+            self.pending.set()
+
+    def wait_for_batch(self, stop: threading.Event) -> bool:
+        while not stop.is_set():
+            if not self.pending.wait(0.1):
+                continue
+            with self.lock:
+                now = time.monotonic()
+                quiet = now - self.last >= DEBOUNCE_SECONDS
+                overdue = now - self.first >= MAX_BATCH_SECONDS
+                if quiet or overdue:
+                    self.pending.clear()
+                    return True
+            time.sleep(0.03)
+        return False
+
+
+def _make_handler(options: ServeOptions, live: LiveState):
+    live_js = resources.files("site_builder").joinpath("data/live.js").read_bytes()
+    output = options.output
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def _send(self, status: int, body: bytes, content_type: str, extra: dict | None = None):
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            for k, v in (extra or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _inject(self, html: bytes) -> bytes:
+            tag = (f'<script src="{live.base_path}{LIVE_JS_PATH}" data-events="{live.base_path}{EVENTS_PATH}">'
+                   f'</script>').encode()
+            if live.error:
+                # A page loaded while the build is broken shows the banner at once (the live script adds it too).
+                tag = b'<noscript>build error</noscript>' + tag
+            return html.replace(b"</body>", tag + b"</body>", 1) if b"</body>" in html else html + tag
+
+        def do_HEAD(self):
+            self.do_GET()
+
+        def do_GET(self):
+            path = unquote(urlsplit(self.path).path)
+            base = live.base_path
+            if path == base + EVENTS_PATH:
+                return self._events()
+            if path == base + LIVE_JS_PATH:
+                return self._send(200, live_js, "text/javascript")
+            if not path.startswith(base):
+                if path == "/" or path + "/" == base:
+                    return self._send(302, b"", "text/plain", {"Location": base})
+                return self._not_found()
+            rel = path[len(base):]
+            parts = [p for p in rel.split("/") if p]
+            if any(p in ("..", ".") or "\x00" in p for p in parts):
+                return self._not_found()
+            target = output.joinpath(*parts) if parts else output
+            if target.is_dir():
+                if not path.endswith("/"):
+                    return self._send(301, b"", "text/plain", {"Location": path + "/"})
+                target = target / "index.html"
+            try:
+                data = target.read_bytes()
+            except OSError:
+                return self._not_found()
+            ctype = CONTENT_TYPES.get(target.suffix) or mimetypes.guess_type(target.name)[0] or \
+                "application/octet-stream"
+            if target.suffix == ".html":
+                data = self._inject(data)
+            self._send(200, data, ctype)
+
+        def _not_found(self):
+            try:
+                body = self._inject((output / "404.html").read_bytes())
+            except OSError:
+                body = b"<!DOCTYPE html><title>Not found</title><h1>Not found</h1>"
+            self._send(404, body, "text/html; charset=utf-8")
+
+        def _events(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            q: queue.Queue = queue.Queue()
+            with live.lock:
+                live.clients.append(q)
+            q.put(("status", {"error": live.error}))
+            try:
+                while True:
+                    try:
+                        event, data = q.get(timeout=15)
+                        chunk = f"event: {event}\ndata: {json.dumps(data)}\n\n"
+                    except queue.Empty:
+                        chunk = ": keep-alive\n\n"
+                    self.wfile.write(chunk.encode())
+                    self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError, OSError):
+                pass
+            finally:
+                with live.lock:
+                    live.clients.remove(q)
+                self.close_connection = True
+
+    return Handler
+
+
+def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[str], None] | None = None,
+          stop: threading.Event | None = None) -> int:
+    live = LiveState()
+    site = Site(options, live)
+    site.rebuild("start")
+    stop = stop or threading.Event()
+
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+        allow_reuse_address = True
+
+    httpd = Server((options.host, options.port), _make_handler(options, live))
+    url = f"http://{options.host}:{httpd.server_address[1]}{live.base_path}"
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+
+    about_name = "about.md"
+    try:
+        about_name = load_settings(options.settings).about_file
+    except SettingsError:
+        pass
+    watcher = _Watcher(options.output, options.settings.parent, {options.settings.name, about_name})
+    observer = Observer()
+    watched = set()
+    for folder in (options.bundles, options.templates, options.settings.parent):
+        folder = folder.resolve()
+        if folder.is_dir() and folder not in watched:
+            recursive = folder != options.settings.parent.resolve()
+            observer.schedule(watcher, str(folder), recursive=recursive)
+            watched.add(folder)
+    observer.start()
+    options.log(f"serving {options.output} at {url} (Ctrl-C to stop); watching {', '.join(map(str, sorted(watched)))}")
+    if ready:
+        ready(url)
+    if open_browser:
+        webbrowser.open(url)
+    try:
+        while not stop.is_set():
+            if watcher.wait_for_batch(stop):
+                site.rebuild("change")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        observer.stop()
+        httpd.shutdown()
+        httpd.server_close()
+        observer.join(timeout=5)
+        _remove_leftovers(options.output)
+        options.log("stopped")
+    return 0
+
+
+def _remove_leftovers(output: Path) -> None:
+    output = Path(os.path.abspath(output))
+    for p in output.parent.glob(f".{output.name}.staging-*"):
+        remove_tree(p)
+    for p in output.parent.glob(f".{output.name}.old-*"):
+        remove_tree(p)

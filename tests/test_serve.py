@@ -1,0 +1,200 @@
+"""``site-builder serve`` with real files, the real watcher, real HTTP and a real browser."""
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from browser import chromium
+from conftest import REAL_FILES, ROOT
+from signing import TestKey, sign_bundle, to_bytes, with_paper
+
+IDS = [json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1] for p in REAL_FILES]
+DEADLINE = 2.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.headers.get("Content-Type"), r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Content-Type"), exc.read().decode()
+
+
+def eventually(check, deadline=DEADLINE):
+    """Poll until check() is truthy; returns the seconds it took (fails after the deadline)."""
+    start = time.perf_counter()
+    while True:
+        result = check()
+        if result:
+            return time.perf_counter() - start
+        if time.perf_counter() - start > deadline:
+            raise AssertionError(f"not observed within {deadline}s")
+        time.sleep(0.05)
+
+
+class Events:
+    """A connected server-sent-events client, collecting (event, data) pairs."""
+
+    def __init__(self, host, port, path):
+        self.items = []
+        self.conn = http.client.HTTPConnection(host, port, timeout=30)
+        self.conn.request("GET", path)
+        self.response = self.conn.getresponse()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        event = None
+        try:
+            for raw in self.response:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: "):
+                    self.items.append((event, json.loads(line[6:])))
+        except Exception:
+            pass
+
+
+@pytest.fixture
+def project(tmp_path):
+    key = TestKey()
+    (tmp_path / "bundles").mkdir()
+    for p in REAL_FILES[:3]:
+        shutil.copy(p, tmp_path / "bundles" / p.name)
+    (tmp_path / "templates").mkdir()
+    shutil.copy(ROOT / "templates" / "home.html", tmp_path / "templates" / "home.html")
+    key.write(tmp_path / "test-key.json")
+    shutil.copy(ROOT / "site_builder" / "data" / "pith-signing-key.json", tmp_path / "pith-key.json")
+    return tmp_path, key
+
+
+@pytest.fixture
+def server(project):
+    root, key = project
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "site_builder", "serve", "--port", str(port), "--no-search",
+                             "--trusted-keys", "pith-key.json", "--trusted-keys", "test-key.json",
+                             "--base-url", "/mirror/"],
+                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}/mirror/"
+    try:
+        eventually(lambda: _up(base), deadline=30)
+        yield root, key, base, port, proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _up(url):
+    try:
+        return get(url)[0] == 200
+    except OSError:
+        return False
+
+
+def test_changes_are_served_within_two_seconds(server):
+    root, key, base, port, _ = server
+    bundles = root / "bundles"
+    assert get(base + f"pith/{IDS[3]}/")[0] == 404
+    shutil.copy(REAL_FILES[3], bundles / REAL_FILES[3].name)  # add
+    eventually(lambda: get(base + f"pith/{IDS[3]}/")[0] == 200)
+    newer = sign_bundle(dict(with_paper(json.loads(REAL_FILES[0].read_bytes()), title="Edited while serving"),
+                             built_at="2026-12-01T00:00:00Z"), key)
+    (bundles / REAL_FILES[0].name).write_bytes(to_bytes(newer))  # modify (now a test-key record)
+    new_id = newer["pith_number"].rsplit(":", 1)[1]
+    eventually(lambda: "Edited while serving" in get(base + f"pith/{new_id}/")[2])
+    (bundles / REAL_FILES[1].name).unlink()  # delete
+    eventually(lambda: get(base + f"pith/{IDS[1]}/")[0] == 404)
+    home = root / "templates" / "home.html"
+    home.write_text(home.read_text().replace("<h2>Most recent papers</h2>", "<h2>Newest arrivals</h2>"))  # template
+    eventually(lambda: "Newest arrivals" in get(base)[2])
+
+
+def test_content_types_404_and_base_path(server):
+    _, _, base, port, _ = server
+    status, ctype, body = get(base + f"pith/{IDS[0]}/bundle.json")
+    assert status == 200 and ctype == "application/json" and json.loads(body)["pith_number"].endswith(IDS[0])
+    status, ctype, body = get(base + "no/such/page/")
+    assert status == 404 and "text/html" in ctype and "Not found" in body
+    status, _, body = get(base)
+    assert status == 200 and 'href="/mirror/papers/"' in body
+    assert '/mirror/__site_builder__/live.js' in body
+    # the files on disk are exactly what `build` writes: no live-reload script
+    assert "__site_builder__" not in (server[0] / "output" / "index.html").read_text()
+
+
+def test_broken_template_shows_banner_and_recovers(server):
+    root, _, base, port, _ = server
+    events = Events("127.0.0.1", port, "/mirror/__site_builder__/events")
+    eventually(lambda: events.items)
+    assert events.items[0] == ("status", {"error": None})
+    home = root / "templates" / "home.html"
+    good = home.read_text()
+    home.write_text(good.replace("{% block main %}", "{% block main %}{% if %}"))
+    eventually(lambda: any(e == "status" and d["error"] and "home.html" in d["error"] for e, d in events.items))
+    status, _, body = get(base)
+    assert status == 200 and "Most recent papers" in body  # the last good page is still served
+    home.write_text(good.replace("Most recent papers", "Fixed again"))
+    eventually(lambda: events.items[-1][0] in ("status", "reload") and "Fixed again" in get(base)[2])
+    eventually(lambda: any(e == "status" and d["error"] is None for e, d in events.items[2:]))
+
+
+def test_rejected_bundle_is_reported_in_the_browser(server):
+    root, _, base, port, _ = server
+    events = Events("127.0.0.1", port, "/mirror/__site_builder__/events")
+    eventually(lambda: events.items)
+    (root / "bundles" / "broken.json").write_text('{"a": 1, "a": 2}')
+    eventually(lambda: any(e == "status" and d["error"] and "broken.json: json_duplicate_key" in d["error"]
+                           for e, d in events.items))
+    (root / "bundles" / "broken.json").unlink()
+    eventually(lambda: events.items[-1] == ("status", {"error": None}) or
+               any(e == "status" and d["error"] is None for e, d in events.items[2:]))
+
+
+def test_reload_signal_reaches_client_and_browser_reloads(server):
+    root, key, base, port, _ = server
+    events = Events("127.0.0.1", port, "/mirror/__site_builder__/events")
+    eventually(lambda: events.items)
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(base + f"pith/{IDS[2]}/")
+        page.evaluate("window.__before_reload = 1")
+        page.wait_for_timeout(300)  # let the page's own event stream connect
+        b = json.loads(REAL_FILES[2].read_bytes())
+        b["events"][1]["payload"]["graph_snapshot"]["paper"]["title"] = "tampered"  # now rejected: page disappears
+        (root / "bundles" / REAL_FILES[2].name).write_bytes(to_bytes(b))
+        eventually(lambda: any(e == "reload" and f"/mirror/pith/{IDS[2]}/" in d["paths"] for e, d in events.items))
+        eventually(lambda: page.evaluate("window.__before_reload") is None, deadline=3)
+        assert "Not found" in page.content()
+
+
+def test_ctrl_c_stops_cleanly(server):
+    root, _, base, port, proc = server
+    proc.send_signal(signal.SIGINT)
+    proc.wait(10)
+    out, err = proc.communicate()
+    assert proc.returncode == 0
+    assert "Traceback" not in err and "stopped" in err
+    assert [p.name for p in root.iterdir() if ".staging-" in p.name or ".old-" in p.name] == []
