@@ -186,7 +186,13 @@ def test_reload_signal_reaches_client_and_browser_reloads(server):
         b["events"][1]["payload"]["graph_snapshot"]["paper"]["title"] = "tampered"  # now rejected: page disappears
         (root / "bundles" / REAL_FILES[2].name).write_bytes(to_bytes(b))
         eventually(lambda: any(e == "reload" and f"/mirror/pith/{IDS[2]}/" in d["paths"] for e, d in events.items))
-        eventually(lambda: page.evaluate("window.__before_reload") is None, deadline=3)
+        def reloaded():
+            try:
+                return page.evaluate("window.__before_reload") is None
+            except Exception:  # the page is in the middle of reloading
+                return False
+        eventually(reloaded, deadline=3)
+        page.wait_for_load_state("load")
         assert "Not found" in page.content()
 
 
