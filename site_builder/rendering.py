@@ -12,7 +12,6 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -42,15 +41,10 @@ def make_markdown() -> MarkdownIt:
 
 
 def builtin_templates_dir() -> Path:
-    """The default templates: shipped in the wheel as site_builder/templates, or the repo's templates/."""
-    try:
-        packaged = resources.files("site_builder.templates")
-        candidate = Path(str(packaged))
-        if (candidate / "base.html").is_file():
-            return candidate
-    except (ModuleNotFoundError, TypeError):
-        pass
-    return Path(__file__).resolve().parent.parent / "templates"
+    """The default templates: site_builder/templates in an installed wheel, the repository's templates/ otherwise."""
+    here = Path(__file__).resolve().parent
+    installed = here / "templates"
+    return installed if (installed / "base.html").is_file() else here.parent / "templates"
 
 
 def template_dirs(user_dir: Path | None) -> list[Path]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from site_builder import __version__
 from site_builder.inspection import Inspection
+from site_builder.verification import CHECK_ORDER
 
 PUBLISHED, REJECTED, SUPERSEDED = "published", "rejected", "superseded"
 
@@ -53,7 +54,9 @@ class FileOutcome:
         if i.check:
             doc["rejected_by"] = i.check
             doc["class"] = CHECK_CLASSES.get(i.check, "other")
-        doc["checks"] = {c.name: c.status for c in i.checks}
+        skipped = [c.name for c in i.checks if c.status == "skipped"]
+        if skipped:
+            doc["skipped_checks"] = skipped
         doc["warnings"] = [{"code": w.code, "message": w.message} for w in i.warnings]
         if self.note:
             doc["note"] = self.note
@@ -99,6 +102,7 @@ class BuildReport:
             "generator": "site-builder",
             "generator_version": __version__,
             "trusted_keys": trusted_key_ids,
+            "checks": list(CHECK_ORDER),
             "counts": {"read": len(self.outcomes), PUBLISHED: self.count(PUBLISHED),
                        REJECTED: self.count(REJECTED), SUPERSEDED: self.count(SUPERSEDED)},
             "rejected_by_class": self.class_counts(),
