@@ -19,6 +19,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -273,27 +275,29 @@ def build(options: BuildOptions) -> BuildReport:
         units = _units_plan(build_key, record_keys, published, plan, options)
         _record_outcomes(report, inspections, selection, {})
         build_id, report_doc = _identify(build_key, report, units, options)
-        if previous.build_id == build_id and cache.unit("collection", previous.build_id) is not None:
+        if previous.build_id == build_id and cache.units(previous.build_id) is not None:
             report.changed = False
             cache.save_inputs(file_index, fresh, options.trust.identity())
             cache.save_quick(input_fingerprint, _stat_sig(slot.output / MARKER), report)
             clock.lap("select")
             return report
         report.outcomes.clear()
+        live_units = cache.units(previous.build_id) or {}
+        tree, kept, stale_dirs = _prepare_tree(slot, cache, units)
         clock.lap("select")
 
-        staging = slot.new_staging()
         try:
+            place = lambda name, key: _place_unit(name, key, tree, kept, live_units, slot.output)
             to_render = []
             for pid, task in record_tasks.items():
-                reused = _reuse(staging, slot, cache, previous, f"record:{pid}", record_keys[pid])
+                reused = place(f"record:{pid}", record_keys[pid])
                 if reused is None:
                     to_render.append(task)
                 else:
                     units[f"record:{pid}"] = (record_keys[pid], reused)
                     report.files_reused += len(reused)
             results = _map(_render_record, _init_render,
-                           (options.config, dirs, options.trust, staging.root, options.search),
+                           (options.config, dirs, options.trust, tree.root, options.search),
                            to_render, options, "render")
             changed = {}
             for pid, written, err in results:
@@ -315,11 +319,11 @@ def build(options: BuildOptions) -> BuildReport:
                               if not u.startswith("record:")})
             renderer = SiteRenderer(options.config, dirs, options.trust, options.search)
             collection_key = units["collection"][0]
-            reused = _reuse(staging, slot, cache, previous, "collection", collection_key)
+            reused = place("collection", collection_key)
             if reused is None:
                 reused = []
                 for rel, data in collection_files(renderer, papers, plan.shared, options.trust, source_date(), about):
-                    staging.write(rel, data)
+                    tree.write(rel, data)
                     reused.append(rel)
                 report.files_written += len(reused)
                 report.pages_written += sum(1 for rel in reused if rel.endswith(".html"))
@@ -330,30 +334,39 @@ def build(options: BuildOptions) -> BuildReport:
             clock.lap("render_collection")
 
             if "search" in units:
-                reused = _reuse(staging, slot, cache, previous, "search", units["search"][0])
+                reused = place("search", units["search"][0])
                 if reused is None:
-                    index_search(staging.root)
-                    reused = sorted(str(p.relative_to(staging.root)) for p in (staging.root / "pagefind").rglob("*")
+                    shutil.rmtree(tree.root / "pagefind", ignore_errors=True)
+                    index_search(tree.root)
+                    reused = sorted(str(p.relative_to(tree.root)) for p in (tree.root / "pagefind").rglob("*")
                                     if p.is_file())
                 units["search"] = (units["search"][0], reused)
                 clock.lap("search_index")
 
             build_id, report_doc = _identify(build_key, report, units, options)
+            written = []
             for rel, data in report_files(renderer, papers, report_doc, about is not None):
-                staging.write(rel, data)
+                tree.write(rel, data)
+                written.append(rel)
                 report.files_written += 1
                 report.pages_written += rel.endswith(".html")
                 if _differs(slot.output / rel, data):
                     report.rendered.append(rel)
+            units["report"] = ("", written)
             report.removed = sorted(f"pith/{pid}/index.html" for pid in previous.published
                                     if pid not in selection.published)
+            _prune_empty_dirs(tree.root, stale_dirs)
             clock.lap("render_collection")
-            slot.publish(staging)
+            if tree.root == slot.prev:
+                slot.publish_prev()
+            else:
+                slot.publish(tree)
             clock.lap("swap")
-            cache.save(file_index, fresh, options.trust.identity(), units, build_id)
+            cache.save(file_index, fresh, options.trust.identity(), units, build_id, keep_build_id=previous.build_id)
             cache.save_quick(input_fingerprint, _stat_sig(slot.output / MARKER), report)
         except BaseException:
-            slot.discard(staging)
+            if tree.root != slot.prev:
+                slot.discard(tree)
             raise
     finally:
         cache.close()
@@ -419,20 +432,67 @@ def _identify(build_key: str, report: BuildReport, units: dict, options: BuildOp
     return build_id, {"build_id": build_id, **doc}
 
 
-def _reuse(staging: StagingTree, slot: OutputSlot, cache: BuildCache, previous: PreviousSite, unit: str,
-           key: str) -> list[str] | None:
-    """Hard-link a unit's files from the previous site when it was rendered with the same key."""
-    entry = cache.unit(unit, previous.build_id)
-    if entry is None or entry[0] != key:
+def read_build_id(tree: Path) -> str | None:
+    """The build id at the top of a tree's verification.json (read without parsing the whole report)."""
+    try:
+        with open(tree / MARKER, "rb") as f:
+            head = f.read(300)
+    except OSError:
+        return None
+    match = re.search(rb'"build_id": "([0-9a-f]{64})"', head)
+    return match.group(1).decode() if match else None
+
+
+def _prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict) -> tuple[StagingTree, dict, set[str]]:
+    """The tree to build into: the previous tree, updated in place when the cache knows exactly what it holds
+    (its stale files are removed here), else a fresh staging folder."""
+    prev_units = cache.units(read_build_id(slot.prev)) if slot.prev.is_dir() and not slot.prev.is_symlink() else None
+    if prev_units is None:
+        return slot.new_staging(), {}, set()
+    (slot.prev / MARKER).unlink()  # from here on the previous tree counts as unknown until it is swapped in
+    kept: dict[str, tuple[str, list[str]]] = {}
+    stale_dirs: set[str] = set()
+    for name, (key, files) in prev_units.items():
+        wanted = units.get(name)
+        if name != "report" and wanted is not None and wanted[0] == key:
+            kept[name] = (key, files)
+            continue
+        for rel in files:
+            try:
+                os.unlink(slot.prev / rel)
+            except FileNotFoundError:
+                pass
+            stale_dirs.add(rel.rpartition("/")[0])
+    return StagingTree(slot.prev), kept, stale_dirs
+
+
+def _place_unit(name: str, key: str, tree: StagingTree, kept: dict, live_units: dict, output: Path) -> list[str] | None:
+    """Files of an unchanged unit: already in the tree, or hard-linked from the live output; None: render it."""
+    have = kept.get(name)
+    if have is not None and have[0] == key:
+        return have[1]
+    live = live_units.get(name)
+    if live is None or live[0] != key:
         return None
     linked = []
-    for rel in entry[1]:
-        if not staging.link_from(rel, slot.output / rel):
+    for rel in live[1]:
+        if not tree.link_from(rel, output / rel):
             for done in linked:  # could not reuse all of it: render the unit instead
-                os.unlink(staging.path_for(done))
+                os.unlink(tree.path_for(done))
             return None
         linked.append(rel)
     return linked
+
+
+def _prune_empty_dirs(root: Path, folders: set[str]) -> None:
+    """Remove folders emptied by removed files (deepest first), up to the tree's root."""
+    for folder in sorted(folders, key=lambda f: f.count("/"), reverse=True):
+        while folder:
+            try:
+                os.rmdir(root / folder)
+            except OSError:
+                break
+            folder = folder.rpartition("/")[0]
 
 
 def _refuse_rollbacks(selection, previous: PreviousSite, slot: OutputSlot, options: BuildOptions,

@@ -21,7 +21,7 @@ from pathlib import Path
 from site_builder import __version__
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
 
-SCHEMA = "3"
+SCHEMA = "4"
 
 
 class BuildCache:
@@ -29,8 +29,7 @@ class BuildCache:
         self.path = path
         self.db: sqlite3.Connection | None = None
         self._files: dict[str, tuple[str, str]] = {}
-        self._units: dict[str, tuple[str, list[str]]] = {}
-        self.build_id: str | None = None
+        self._units: dict[str, dict[str, tuple[str, list[str]]]] = {}  # build id -> unit -> (key, files)
         if path is not None:
             self._open()
 
@@ -42,9 +41,8 @@ class BuildCache:
             self.db.execute("PRAGMA journal_mode=WAL")
             self._ensure_schema()
             self._files = {rel: (sig, sha) for rel, sig, sha in self.db.execute("SELECT rel, sig, sha256 FROM files")}
-            self._units = {u: (k, json.loads(f)) for u, k, f in self.db.execute("SELECT unit, key, files FROM units")}
-            row = self.db.execute("SELECT value FROM meta WHERE key='build_id'").fetchone()
-            self.build_id = row[0] if row else None
+            for build_id, u, k, f in self.db.execute("SELECT build_id, unit, key, files FROM units"):
+                self._units.setdefault(build_id, {})[u] = (k, json.loads(f))
         except (sqlite3.DatabaseError, ValueError, OSError):
             self._reset()
 
@@ -60,7 +58,8 @@ class BuildCache:
         self.db.execute("CREATE TABLE IF NOT EXISTS files (rel TEXT PRIMARY KEY, sig TEXT, sha256 TEXT)")
         self.db.execute("CREATE TABLE IF NOT EXISTS inspections (sha256 TEXT, trust TEXT, data TEXT, "
                         "PRIMARY KEY (sha256, trust))")
-        self.db.execute("CREATE TABLE IF NOT EXISTS units (unit TEXT PRIMARY KEY, key TEXT, files TEXT)")
+        self.db.execute("CREATE TABLE IF NOT EXISTS units (build_id TEXT, unit TEXT, key TEXT, files TEXT, "
+                        "PRIMARY KEY (build_id, unit))")
 
     def _reset(self) -> None:
         """Throw the cache away (corrupt, truncated, foreign) and start an empty one."""
@@ -70,7 +69,7 @@ class BuildCache:
             except sqlite3.Error:
                 pass
         self.db = None
-        self._files, self._units, self.build_id = {}, {}, None
+        self._files, self._units = {}, {}
         assert self.path is not None
         for suffix in ("", "-wal", "-shm"):
             try:
@@ -113,11 +112,9 @@ class BuildCache:
                 found[sha] = inspection
         return found
 
-    def unit(self, name: str, output_build_id: str | None) -> tuple[str, list[str]] | None:
-        """(key, files) of a unit, only when the cache describes the output that is there now."""
-        if output_build_id is None or output_build_id != self.build_id:
-            return None
-        return self._units.get(name)
+    def units(self, build_id: str | None) -> dict[str, tuple[str, list[str]]] | None:
+        """unit -> (key, files) of the tree built with *build_id*, if this cache saw that build."""
+        return self._units.get(build_id) if build_id else None
 
     # --- writes (after a successful build) --------------------------------------------------------
 
@@ -144,16 +141,17 @@ class BuildCache:
         self.db.executemany("DELETE FROM inspections WHERE sha256=?", [(s,) for s in stale])
 
     def save(self, files: dict[str, tuple[str, str]], new_inspections: list[Inspection], trust: str,
-             units: dict[str, tuple[str, list[str]]], build_id: str) -> None:
+             units: dict[str, tuple[str, list[str]]], build_id: str, keep_build_id: str | None) -> None:
+        """Record a finished build; keep the units of *keep_build_id* too (the tree now beside the output)."""
         if self.db is None:
             return
         try:
             self.db.execute("BEGIN")
             self._write_inputs(files, new_inspections, trust)
-            self.db.execute("DELETE FROM units")
-            self.db.executemany("INSERT INTO units VALUES (?, ?, ?)",
-                                [(u, k, json.dumps(f)) for u, (k, f) in units.items()])
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('build_id', ?)", (build_id,))
+            self.db.execute("DELETE FROM units WHERE build_id NOT IN (?, ?)", (build_id, keep_build_id or ""))
+            self.db.execute("DELETE FROM units WHERE build_id=?", (build_id,))
+            self.db.executemany("INSERT INTO units VALUES (?, ?, ?, ?)",
+                                [(build_id, u, k, json.dumps(f)) for u, (k, f) in units.items()])
             self.db.execute("COMMIT")
         except sqlite3.DatabaseError:
             self._reset()

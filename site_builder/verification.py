@@ -189,8 +189,8 @@ _BUNDLE_SPEC = {
 
 def _require_signed_message(block: dict, where: str, expected: str) -> None:
     """A signature block says what it signed; anything but the one message we verify is not understood."""
-    if block.get("signed_message", expected) != expected:
-        raise CheckFailed(f"{where}.signed_message is {str(block['signed_message'])[:40]!r}, expected {expected!r}")
+    if block.get("signed_message") != expected:
+        raise CheckFailed(f"{where}.signed_message is {str(block.get('signed_message'))[:40]!r}, expected {expected!r}")
 
 
 def _decode_signature(sig_b64: str, where: str) -> bytes:

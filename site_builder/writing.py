@@ -1,11 +1,14 @@
-"""Writing: build the new site in a staging folder and swap it in atomically.
+"""Writing: prepare the new site beside the output and swap it in atomically.
 
-The output folder always holds a complete site: the new tree is written beside
-it (``.<name>.staging-<pid>``) and exchanged with the old one in a single
-``renameat2(RENAME_EXCHANGE)`` call on Linux (two renames elsewhere).  An
-interrupted build leaves only a staging folder, which the next build removes.
-Every path is checked before it is created: nothing is written outside the
-staging folder.
+The output folder always holds a complete site.  The new tree is prepared in a
+folder beside it and exchanged with the old one in a single
+``renameat2(RENAME_EXCHANGE)`` call on Linux (renames elsewhere).  The old tree
+is kept as ``.<name>.prev``: the next build brings that tree up to date in
+place (only the files that changed since it was live) and swaps again, so a
+small change costs a few files, not a copy of the whole site (double
+buffering).  When ``.prev`` cannot be trusted (unknown, or left half-updated by
+a killed build), a fresh ``.<name>.staging-<pid>`` is built instead.  Every
+path is checked before it is created: nothing is written outside these folders.
 """
 
 from __future__ import annotations
@@ -133,6 +136,11 @@ class OutputSlot:
     def staging_path(self) -> Path:
         return self.parent / f".{self.name}.staging-{os.getpid()}"
 
+    @property
+    def prev(self) -> Path:
+        """The tree that was live before the current one (or nothing)."""
+        return self.parent / f".{self.name}.prev"
+
     def _leftovers(self) -> list[Path]:
         prefixes = (f".{self.name}.staging-", f".{self.name}.old-")
         try:
@@ -174,18 +182,34 @@ class OutputSlot:
         path.mkdir(parents=True)
         return StagingTree(path)
 
-    def publish(self, staging: StagingTree) -> None:
-        """Make the staging tree the output, atomically where the system allows."""
-        old = self.parent / f".{self.name}.old-{os.getpid()}"
-        if self.output.exists():
-            if exchange(staging.root, self.output):
-                staging.root.rename(old)
-            else:
-                self.output.rename(old)
-                staging.root.rename(self.output)
+    def _swap_in(self, tree: Path) -> None:
+        """Exchange *tree* and the output: afterwards *tree*'s path holds the old site."""
+        if exchange(tree, self.output):
+            return
+        aside = self.parent / f".{self.name}.old-{os.getpid()}"
+        self.output.rename(aside)
+        tree.rename(self.output)
+        aside.rename(tree)
+
+    def retire_prev(self) -> None:
+        """Move the kept previous tree out of the way (deleted in the background)."""
+        if self.prev.exists() or self.prev.is_symlink():
+            old = self.parent / f".{self.name}.old-{os.getpid()}"
+            self.prev.rename(old)
             remove_tree(old, wait=not self.background_cleanup)
+
+    def publish(self, staging: StagingTree) -> None:
+        """Make the staging tree the output; the old output is kept as the previous tree."""
+        if self.output.exists():
+            self._swap_in(staging.root)
+            self.retire_prev()
+            staging.root.rename(self.prev)
         else:
             staging.root.rename(self.output)
+
+    def publish_prev(self) -> None:
+        """Make the (updated) previous tree the output; the old output becomes the previous tree."""
+        self._swap_in(self.prev)
 
     def discard(self, staging: StagingTree) -> None:
         remove_tree(staging.root, wait=not self.background_cleanup)
