@@ -36,7 +36,7 @@ from site_builder.cache import BuildCache
 from site_builder.inspection import Inspection, inspect_bytes, rejected
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, discover, read_bytes
-from site_builder.pages import collection_files, newest_first, paper_files, plan_redirects, report_files
+from site_builder.pages import collection_units, paper_files, plan_redirects, report_files
 from site_builder.records import PaperSummary
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome
@@ -272,7 +272,9 @@ def build(options: BuildOptions) -> BuildReport:
 
         # Everything the output depends on is known now; if it is what the current site was built from,
         # there is nothing to do (and nothing is written).
-        units = _units_plan(build_key, record_keys, published, plan, options)
+        renderer = SiteRenderer(options.config, dirs, options.trust, options.search)
+        collection = collection_units(renderer, published, plan.shared, options.trust, source_date(), about)
+        units = _units_plan(build_key, record_keys, published, collection, options)
         _record_outcomes(report, inspections, selection, {})
         build_id, report_doc = _identify(build_key, report, units, options)
         if previous.build_id == build_id and cache.units(previous.build_id) is not None:
@@ -315,22 +317,24 @@ def build(options: BuildOptions) -> BuildReport:
             papers = [s for s in published if s.pith_id not in changed]
             if changed:  # a file changed under us: its short addresses must not point at a missing page
                 plan = plan_redirects(papers)
-                units.update({u: v for u, v in _units_plan(build_key, record_keys, papers, plan, options).items()
+                collection = collection_units(renderer, papers, plan.shared, options.trust, source_date(), about)
+                units = {u: v for u, v in units.items() if u.startswith("record:")}
+                units.update({u: v for u, v in _units_plan(build_key, record_keys, papers, collection, options).items()
                               if not u.startswith("record:")})
-            renderer = SiteRenderer(options.config, dirs, options.trust, options.search)
-            collection_key = units["collection"][0]
-            reused = place("collection", collection_key)
-            if reused is None:
-                reused = []
-                for rel, data in collection_files(renderer, papers, plan.shared, options.trust, source_date(), about):
-                    tree.write(rel, data)
-                    reused.append(rel)
-                report.files_written += len(reused)
-                report.pages_written += sum(1 for rel in reused if rel.endswith(".html"))
-                report.rendered.extend(reused)
-            else:
-                report.files_reused += len(reused)
-            units["collection"] = (collection_key, reused)
+            for unit in collection:
+                key = units[unit.name][0]
+                reused = place(unit.name, key)
+                if reused is None:
+                    reused = []
+                    for rel, data in unit.render():
+                        tree.write(rel, data)
+                        reused.append(rel)
+                    report.files_written += len(reused)
+                    report.pages_written += sum(1 for rel in reused if rel.endswith(".html"))
+                    report.rendered.extend(reused)
+                else:
+                    report.files_reused += len(reused)
+                units[unit.name] = (key, reused)
             clock.lap("render_collection")
 
             if "search" in units:
@@ -412,16 +416,17 @@ def _unchanged_since_last_build(cache: BuildCache, input_fingerprint: str, slot:
     return True
 
 
-def _units_plan(build_key: str, record_keys: dict[str, str], papers: list[PaperSummary], plan,
+def _units_plan(build_key: str, record_keys: dict[str, str], papers: list[PaperSummary], collection: list,
                 options: BuildOptions) -> dict[str, tuple[str, list[str]]]:
-    """The key of every output unit (files are filled in as units are rendered or reused)."""
+    """The key of every output unit (files are filled in as units are rendered or reused).
+
+    A record's key covers its bytes and short addresses; a collection unit's key covers what it shows
+    (listings show summaries only, so a new event on a record does not re-render any listing)."""
     units: dict[str, tuple[str, list[str]]] = {f"record:{p.pith_id}": (record_keys[p.pith_id], []) for p in papers}
-    # Listings, feeds and sitemaps show only the summaries: a new event on a record does not re-render them.
-    collection_key = _hash(build_key, json.dumps([vars(p) for p in papers], sort_keys=True, default=list),
-                           [(f, label, [t.pith_id for t in ts]) for f, label, ts in plan.shared])
-    units["collection"] = (collection_key, [])
+    for unit in collection:
+        units[unit.name] = (_hash(build_key, json.dumps(unit.material, ensure_ascii=False)), [])
     if options.search and papers:
-        units["search"] = (_hash(collection_key, sorted(record_keys[p.pith_id] for p in papers)), [])
+        units["search"] = (_hash(build_key, sorted(k for k, _ in units.values())), [])
     return units
 
 

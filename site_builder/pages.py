@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from site_builder.canonical import resolver_json
 from site_builder.keys import TrustSet
@@ -175,28 +175,63 @@ def report_files(renderer: SiteRenderer, papers: list[PaperSummary], report_doc:
     yield "verification/index.html", renderer.render("verification.html", report=report_doc)
 
 
-def collection_files(renderer: SiteRenderer, papers: list[PaperSummary], shared: list, trust: TrustSet,
-                     generated_at: str | None, about_markdown: str | None) -> Iterator[tuple[str, bytes]]:
-    """Pages that depend on the set of published records and its order (not on rejections)."""
+@dataclass
+class Unit:
+    """A group of output files that is rendered, or reused, as a whole.
+
+    ``material`` is everything the files show besides the build-wide settings (templates, keys, config):
+    when it is unchanged, the files are unchanged, so an incremental build reuses them.
+    """
+
+    name: str
+    material: object
+    render: Callable[[], list[tuple[str, bytes]]]
+
+
+def _row(p: PaperSummary) -> tuple:
+    return astuple(p)
+
+
+def collection_units(renderer: SiteRenderer, papers: list[PaperSummary], shared: list, trust: TrustSet,
+                     generated_at: str | None, about_markdown: str | None) -> list[Unit]:
+    """Pages that depend on the set of published records and its order (not on rejections), as units.
+
+    Each listing page, each feed and each shared short address is its own unit, so a change to one record
+    re-renders only the pages that show it.
+    """
     config = renderer.config
     papers = newest_first(papers)
     everything, cats, years = listings(papers)
     updated = max((p.built_at for p in papers), default=generated_at or "1970-01-01T00:00:00Z")
+    units: list[Unit] = []
 
     for listing in [everything, *cats, *years]:
-        yield from listing_pages(renderer, listing, config.page_size)
-    yield "category/index.html", renderer.render("groups.html", title="Categories", groups=cats)
-    yield "year/index.html", renderer.render("groups.html", title="Years", groups=years)
+        pages = pagination(listing.base, len(listing.papers), config.page_size)
+        for page in pages:
+            start = (page.number - 1) * config.page_size
+            chunk = listing.papers[start:start + config.page_size]
+            units.append(Unit(
+                f"listing:{page.url}", [listing.title, len(listing.papers), len(pages), [_row(p) for p in chunk]],
+                lambda listing=listing, page=page, pages=pages, chunk=chunk, start=start: [(
+                    page.url + "index.html",
+                    renderer.render("listing.html", listing=listing, page=page, pages=pages, papers=chunk,
+                                    first_index=start + 1))]))
+    units.append(Unit("groups", [[(g.key, g.base, len(g.papers)) for g in cats], [(g.key, len(g.papers)) for g in years]],
+                      lambda: [("category/index.html", renderer.render("groups.html", title="Categories", groups=cats)),
+                               ("year/index.html", renderer.render("groups.html", title="Years", groups=years))]))
 
-    yield "feed.xml", renderer.render("feed.xml", feed_title=config.title, feed_path="feed.xml",
-                                      entries=papers[:FEED_ENTRIES], updated=updated)
-    for c in cats:
-        yield c.base + "feed.xml", renderer.render(
-            "feed.xml", feed_title=f"{config.title}: {c.key}", feed_path=c.base + "feed.xml",
-            entries=c.papers[:FEED_ENTRIES], updated=max(p.built_at for p in c.papers))
+    feeds = [("feed.xml", config.title, papers[:FEED_ENTRIES], updated)]
+    feeds += [(c.base + "feed.xml", f"{config.title}: {c.key}", c.papers[:FEED_ENTRIES],
+               max(p.built_at for p in c.papers)) for c in cats]
+    for path, title, entries, stamp in feeds:
+        units.append(Unit(f"feed:{path}", [title, stamp, [_row(p) for p in entries]],
+                          lambda path=path, title=title, entries=entries, stamp=stamp: [(path, renderer.render(
+                              "feed.xml", feed_title=title, feed_path=path, entries=entries, updated=stamp))]))
 
     for folder, label, targets in shared:
-        yield folder + "index.html", renderer.render("ambiguous.html", label=label, targets=targets)
+        units.append(Unit(f"shared:{folder}", [label, [_row(t) for t in targets]],
+                          lambda folder=folder, label=label, targets=targets: [(
+                              folder + "index.html", renderer.render("ambiguous.html", label=label, targets=targets))]))
 
     urls = ["", "papers/", "category/", "year/", "stats/", "verification/", "search/"]
     if about_markdown is not None:
@@ -205,26 +240,37 @@ def collection_files(renderer: SiteRenderer, papers: list[PaperSummary], shared:
     for listing in [everything, *cats, *years]:
         urls += [page.url for page in pagination(listing.base, len(listing.papers), config.page_size)]
     urls = list(dict.fromkeys(urls))
-    if config.has_origin:
-        chunks = [urls[i:i + SITEMAP_LIMIT] for i in range(0, len(urls), SITEMAP_LIMIT)]
-        if len(chunks) == 1:
-            yield "sitemap.xml", renderer.render("sitemap.xml", urls=chunks[0])
-        else:
-            names = [f"sitemap-{i + 1}.xml" for i in range(len(chunks))]
-            for name, chunk in zip(names, chunks):
-                yield name, renderer.render("sitemap.xml", urls=chunk)
-            yield "sitemap.xml", renderer.render("sitemap-index.xml", sitemaps=names)
-    yield "robots.txt", renderer.render("robots.txt")
+    units.append(Unit("sitemap", [SITEMAP_LIMIT, urls], lambda: list(_sitemaps(renderer, urls))))
 
-    if about_markdown is not None:
-        yield "about/index.html", renderer.render("about.html", about=about_markdown)
-    yield "search/index.html", renderer.render("search.html")
-    yield "404.html", renderer.render("404.html")
-    yield ".nojekyll", b""
+    def static() -> list[tuple[str, bytes]]:
+        files = [("robots.txt", renderer.render("robots.txt")), ("search/index.html", renderer.render("search.html")),
+                 ("404.html", renderer.render("404.html")), (".nojekyll", b"")]
+        if about_markdown is not None:
+            files.append(("about/index.html", renderer.render("about.html", about=about_markdown)))
+        files += [("assets/" + name, renderer.asset(name)) for name in renderer.asset_names()]
+        return files
+    units.append(Unit("static", [about_markdown], static))
+    units.append(Unit("manifest", [updated], lambda: _manifests(config, trust, updated)))
+    return units
 
+
+def _sitemaps(renderer: SiteRenderer, urls: list[str]) -> Iterator[tuple[str, bytes]]:
+    if not renderer.config.has_origin:
+        return
+    chunks = [urls[i:i + SITEMAP_LIMIT] for i in range(0, len(urls), SITEMAP_LIMIT)]
+    if len(chunks) == 1:
+        yield "sitemap.xml", renderer.render("sitemap.xml", urls=chunks[0])
+        return
+    names = [f"sitemap-{i + 1}.xml" for i in range(len(chunks))]
+    for name, chunk in zip(names, chunks):
+        yield name, renderer.render("sitemap.xml", urls=chunk)
+    yield "sitemap.xml", renderer.render("sitemap-index.xml", sitemaps=names)
+
+
+def _manifests(config, trust: TrustSet, updated: str) -> list[tuple[str, bytes]]:
+    """The pinned key document(s) and a mirror manifest in the resolver's shape (PITH_FORMAT.md §5)."""
     key_docs = trust.documents()
-    yield "pith-signing-key.json", (json.dumps(key_docs[0] if len(key_docs) == 1 else key_docs, indent=2,
-                                               ensure_ascii=False) + "\n").encode("utf-8")
+    key_doc = key_docs[0] if len(key_docs) == 1 else key_docs
     manifest = {
         "manifest_type": "pith_mirror_manifest",
         "manifest_version": "1.0",
@@ -237,12 +283,10 @@ def collection_files(renderer: SiteRenderer, papers: list[PaperSummary], shared:
             "bundle_pattern": config.absolute_url("pith/{suffix}/bundle.json"),
             "state_pattern": config.absolute_url("pith/{suffix}/state.json"),
             "well_known_pattern": config.absolute_url(".well-known/pith/{suffix}/bundle.json"),
-            "public_key": key_docs[0] if len(key_docs) == 1 else key_docs,
+            "public_key": key_doc,
             "status": "mirror",
         }],
         "notes": "Static mirror built by site-builder; every bundle was verified against the pinned key(s) above.",
     }
-    yield "pith-mirrors.json", (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-
-    for name in renderer.asset_names():
-        yield "assets/" + name, renderer.asset(name)
+    return [("pith-signing-key.json", (json.dumps(key_doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")),
+            ("pith-mirrors.json", (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))]
