@@ -99,12 +99,15 @@ def main() -> None:
     extra = bundles / "zz-added.json"
     step("full build")
     step("no-op rebuild")
+    # The first incremental build has no second tree to update yet: it writes a fresh one (by hard links).
+    step("first incremental", lambda: (bundles / "b0000004.json").write_bytes(make_bundle(4, variant=3)))
     step("change one bundle", lambda: (bundles / "b0000005.json").write_bytes(make_bundle(5, variant=3)))
     step("add one bundle", lambda: extra.write_bytes(make_bundle(args.n + 1)))
     step("delete one bundle", lambda: extra.unlink())
     step("edit one template", lambda: (work / "templates" / "paper.html").write_text(
         (work / "templates" / "paper.html").read_text() + "\n{# edited #}\n"))
-    (bundles / "b0000005.json").write_bytes(make_bundle(5))
+    for i in (4, 5):
+        (bundles / f"b{i:07d}.json").write_bytes(make_bundle(i))
 
     print(f"\n{args.n} bundles (~{size / 1024:.1f} KB each); {machine()}; search index {'on' if args.search else 'off'}")
     print(f"{'scenario':<22}{'wall s':>8}{'bundles/s':>11}{'written':>9}{'reused':>9}{'RSS main MB':>13}"

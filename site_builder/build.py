@@ -45,6 +45,7 @@ from site_builder.settings import SiteConfig
 from site_builder.writing import MARKER, OutputError, OutputSlot, StagingTree
 
 PARALLEL_THRESHOLD = 64
+IN_PLACE_LIMIT = 0.3  # update the previous tree in place when at most this share of its files is stale
 
 
 @dataclass
@@ -451,24 +452,26 @@ def read_build_id(tree: Path) -> str | None:
 def _prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict) -> tuple[StagingTree, dict, set[str]]:
     """The tree to build into: the previous tree, updated in place when the cache knows exactly what it holds
     (its stale files are removed here), else a fresh staging folder."""
-    prev_units = cache.units(read_build_id(slot.prev)) if slot.prev.is_dir() and not slot.prev.is_symlink() else None
+    prev = slot.prev
+    prev_units = cache.units(read_build_id(prev)) if prev.is_dir() and not prev.is_symlink() else None
     if prev_units is None:
         return slot.new_staging(), {}, set()
-    (slot.prev / MARKER).unlink()  # from here on the previous tree counts as unknown until it is swapped in
-    kept: dict[str, tuple[str, list[str]]] = {}
+    kept = {name: (key, files) for name, (key, files) in prev_units.items()
+            if name != "report" and units.get(name, (None,))[0] == key}
+    stale = [files for name, (_, files) in prev_units.items() if name not in kept]
+    if sum(map(len, stale)) > IN_PLACE_LIMIT * sum(len(f) for _, f in prev_units.values()):
+        return slot.new_staging(), {}, set()  # most files change (a template edit): a fresh tree is cheaper
+    (prev / MARKER).unlink()  # from here on the previous tree counts as unknown until it is swapped in
+    root = str(prev)
     stale_dirs: set[str] = set()
-    for name, (key, files) in prev_units.items():
-        wanted = units.get(name)
-        if name != "report" and wanted is not None and wanted[0] == key:
-            kept[name] = (key, files)
-            continue
+    for files in stale:
         for rel in files:
             try:
-                os.unlink(slot.prev / rel)
+                os.unlink(os.path.join(root, rel))
             except FileNotFoundError:
                 pass
             stale_dirs.add(rel.rpartition("/")[0])
-    return StagingTree(slot.prev), kept, stale_dirs
+    return StagingTree(prev), kept, stale_dirs
 
 
 def _place_unit(name: str, key: str, tree: StagingTree, kept: dict, live_units: dict, output: Path) -> list[str] | None:
