@@ -445,7 +445,7 @@ def read_build_id(tree: Path) -> str | None:
             head = f.read(300)
     except OSError:
         return None
-    match = re.search(rb'"build_id": "([0-9a-f]{64})"', head)
+    match = re.search(rb'"build_id":\s*"([0-9a-f]{64})"', head)
     return match.group(1).decode() if match else None
 
 

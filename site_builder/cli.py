@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -118,10 +119,7 @@ def cmd_build(args) -> int:
                            about_file=about, jobs=args.jobs, progress=update,
                            search=not args.no_search)
     try:
-        if progress:
-            with progress:
-                report = build(options)
-        else:
+        with progress or contextlib.nullcontext():
             report = build(options)
     except (BundlesFolderError, OutputError, SearchIndexError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -166,11 +164,18 @@ def _verify_path(path: Path, trust) -> list[Inspection]:
     return [inspect_bytes(str(path), raw, trust)]
 
 
-def cmd_verify(args) -> int:
+def _trust(paths: list[Path]):
+    """The pinned keys, or None after printing why the key files cannot be used."""
     try:
-        trust = load_trust_set(args.trusted_keys)
+        return load_trust_set(paths)
     except KeyFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
+def cmd_verify(args) -> int:
+    trust = _trust(args.trusted_keys)
+    if trust is None:
         return EXIT_USAGE
     results: list[Inspection] = []
     for path in args.paths:
@@ -198,20 +203,15 @@ def cmd_verify(args) -> int:
 def cmd_pull(args) -> int:
     from site_builder.pulling import Fetcher, PullError, pull
 
-    try:
-        trust = load_trust_set(args.trusted_keys)
-    except KeyFileError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    trust = _trust(args.trusted_keys)
+    if trust is None:
         return EXIT_USAGE
     progress, update = _progress_bar(not args.quiet)
     fetcher = Fetcher(timeout=args.timeout, retries=args.retries)
     try:
-        if progress:
-            with progress:
-                report = pull(args.targets, args.source, args.bundles, trust, args.concurrency, fetcher,
-                              lambda done, total: update("pull", done, total))
-        else:
-            report = pull(args.targets, args.source, args.bundles, trust, args.concurrency, fetcher)
+        with progress or contextlib.nullcontext():
+            report = pull(args.targets, args.source, args.bundles, trust, args.concurrency, fetcher,
+                          (lambda done, total: update("pull", done, total)) if update else None)
     except PullError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -229,10 +229,7 @@ def cmd_serve(args) -> int:
 
     from site_builder.serving import ServeOptions, serve
 
-    try:
-        load_trust_set(args.trusted_keys)
-    except KeyFileError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    if _trust(args.trusted_keys) is None:
         return EXIT_USAGE
     if not args.bundles.is_dir():
         print(f"error: {args.bundles}: bundles folder does not exist", file=sys.stderr)

@@ -1,0 +1,100 @@
+"""Save-to-reload latency of `site-builder serve` on N generated bundles (recorded in BENCHMARKS.md).
+
+    python benchmarks/bench_serve.py --n 10000 [--workdir /tmp/site-builder-bench] [--repeat 5]
+
+Starts `site-builder serve` on a generated site, connects to its live-reload event stream like a browser
+tab does, then rewrites one bundle (a newer signed version) and measures the time from the file's write to
+the reload event that names the changed page.  Run bench_build.py first (or let this generate the bundles).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from generate import generate, make_bundle  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=10000)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/site-builder-bench"))
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    work = args.workdir / f"serve-{args.n}"
+    bundles = work / "bundles"
+    if not bundles.is_dir() or len(list(bundles.iterdir())) != args.n:
+        shutil.rmtree(work, ignore_errors=True)
+        generate(bundles, args.n)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "site_builder", "serve", "--port", str(port), "--no-search",
+                             "--trusted-keys", str(work / "bench-key.json")], cwd=work,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 900
+        while time.time() < deadline:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                conn.request("GET", "/")
+                if conn.getresponse().status == 200:
+                    break
+            except OSError:
+                time.sleep(0.5)
+        events: list[tuple[float, dict]] = []
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        conn.request("GET", "/__site_builder__/events")
+        response = conn.getresponse()
+
+        def read():
+            event = None
+            for raw in response:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: ") and event == "reload":
+                    events.append((time.perf_counter(), json.loads(line[6:])))
+        threading.Thread(target=read, daemon=True).start()
+        time.sleep(1.0)
+        latencies = []
+        for i in range(args.repeat):
+            n = 10 + i
+            data = make_bundle(n, variant=100 + i)
+            pith_id = json.loads(data)["pith_number"].rsplit(":", 1)[1]
+            seen = len(events)
+            start = time.perf_counter()
+            (bundles / f"b{n:07d}.json").write_bytes(data)
+            while not any(f"/pith/{pith_id}/" in d["paths"] or d["all"] for _, d in events[seen:]):
+                if time.perf_counter() - start > 120:
+                    raise SystemExit("no reload event within 120 s")
+                time.sleep(0.005)
+            latency = next(t for t, d in events[seen:] if f"/pith/{pith_id}/" in d["paths"] or d["all"]) - start
+            latencies.append(latency)
+            print(f"change {i + 1}: reload event after {latency * 1000:.0f} ms", file=sys.stderr)
+            time.sleep(1.0)
+        print(f"{args.n} bundles: save-to-reload median {statistics.median(latencies) * 1000:.0f} ms, "
+              f"min {min(latencies) * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms over {len(latencies)} changes")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+if __name__ == "__main__":
+    main()
