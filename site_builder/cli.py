@@ -49,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--strict", action="store_true", help="exit 1 if any bundle was rejected")
     b.add_argument("--jobs", type=int, default=0, metavar="N", help="worker processes (default: all cores)")
     b.add_argument("--no-search", action="store_true", help="skip the Pagefind search index")
+    b.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
+                   help="build cache folder (default: .site-builder-cache/<output name> beside the output)")
+    b.add_argument("--no-cache", action="store_true", help="verify and render everything from scratch")
     b.add_argument("--quiet", "-q", action="store_true", help="only the summary line and errors")
     b.add_argument("--verbose", "-v", action="store_true", help="also list every published bundle")
 
@@ -117,7 +120,7 @@ def cmd_build(args) -> int:
     progress, update = _progress_bar(not args.quiet)
     options = BuildOptions(bundles=args.bundles, output=args.output, trust=trust, config=config, templates=templates,
                            about_file=about, jobs=args.jobs, progress=update,
-                           search=not args.no_search)
+                           search=not args.no_search, cache_dir=args.cache_dir, use_cache=not args.no_cache)
     try:
         with progress or contextlib.nullcontext():
             report = build(options)
@@ -237,7 +240,7 @@ def cmd_serve(args) -> int:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     options = ServeOptions(bundles=args.bundles, output=args.output, templates=args.templates, settings=args.settings,
                            trusted_keys=args.trusted_keys, base_url=args.base_url, host=args.host, port=args.port,
-                           search=not args.no_search)
+                           search=not args.no_search, cache_dir=args.cache_dir, use_cache=not args.no_cache)
     try:
         return serve(options, open_browser=args.open)
     except OSError as exc:
