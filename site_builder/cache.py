@@ -4,9 +4,9 @@ Three things are remembered:
   * ``files``: each input's stat signature and sha256, so an unchanged file is not even read;
   * ``inspections``: the verification result per (sha256 of the bytes, trusted-key set, builder version),
     so an unchanged bundle is never verified twice;
-  * ``units``: for each group of output files (one record's files, the collection pages, the search index),
-    the key it was rendered with and the files it produced, valid only for the output whose ``build_id``
-    is stored in ``meta``.
+  * ``units``: for each group of output files (one record's files, a listing page, the search index, ...)
+    the key it was rendered with and the files it produced, per ``build_id``, for the two trees that exist
+    (the output and the previous tree beside it); a tree's ``verification.json`` names its build id.
 A cache that is unreadable, corrupt, or from another builder version is deleted and rebuilt; a stale
 entry can only cause extra work, because every key includes what the output depends on.
 """

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterator
 
 from site_builder.canonical import resolver_json
@@ -262,7 +261,7 @@ def _sitemaps(renderer: SiteRenderer, urls: list[str]) -> Iterator[tuple[str, by
         yield "sitemap.xml", renderer.render("sitemap.xml", urls=chunks[0])
         return
     names = [f"sitemap-{i + 1}.xml" for i in range(len(chunks))]
-    for name, chunk in zip(names, chunks):
+    for name, chunk in zip(names, chunks, strict=True):
         yield name, renderer.render("sitemap.xml", urls=chunk)
     yield "sitemap.xml", renderer.render("sitemap-index.xml", sitemaps=names)
 

@@ -12,7 +12,6 @@ import json
 import mimetypes
 import os
 import queue
-import shutil
 import sys
 import threading
 import time

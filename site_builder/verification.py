@@ -22,7 +22,7 @@ from nacl.signing import VerifyKey
 
 from site_builder.canonical import CanonicalCache, pith_id_from_digest, title_canon_sha256
 from site_builder.keys import TrustedKey, TrustSet
-from site_builder.merge import KNOWN_EVENT_TYPES, UnmergeableEvents, recompute_state
+from site_builder.merge import UnmergeableEvents, recompute_state
 
 CHECK_ORDER = (
     "structure",

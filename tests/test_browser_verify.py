@@ -74,7 +74,7 @@ def test_javascript_and_python_canonical_forms_agree(site):
             const s = PithVerify.canonical(PithVerify.parseJSON(t));
             return Array.from(new TextEncoder().encode(s), b => b.toString(16).padStart(2, '0')).join('');
         })""", texts)
-    for text, hexed in zip(texts, got):
+    for text, hexed in zip(texts, got, strict=True):
         assert bytes.fromhex(hexed) == canon(json.loads(text)), text[:200]
 
 

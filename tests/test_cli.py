@@ -1,10 +1,8 @@
 """The command line as a user runs it: a real subprocess, real exit codes and messages."""
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 from conftest import REAL_FILES, ROOT
 from signing import TestKey, sign_bundle, to_bytes

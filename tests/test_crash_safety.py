@@ -1,16 +1,13 @@
 """SIGKILL the build at many random points: the output is always the complete old or the complete new site."""
 
-import json
-import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from conftest import REAL_FILES, ROOT
+from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from generate import benchmark_key, make_bundle  # noqa: E402

@@ -2,7 +2,6 @@
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 
@@ -21,9 +20,9 @@ PAYLOADS = [
     f"</title><script>{PWN}</script>",
     f"</script><script>{PWN}</script>",
     f"[click me](javascript:{PWN})",
-    f"[data](data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==)",
+    "[data](data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==)",
     f"<a href=\"javascript:{PWN}\">link</a>",
-    f"{{{{ 7*7 }}}} {{% raw %}}",
+    "{{ 7*7 }} {% raw %}",
     "\u202eevil\u202c \u2066isolate\u2069 \u200f",
     "W" * 20000,
 ]
@@ -89,7 +88,7 @@ def test_no_script_runs_and_pages_stay_readable(hostile_site):
             start = url + rel.removesuffix("index.html")
             page.goto(start)
             if 'http-equiv="refresh"' in (site / rel).read_text():
-                page.wait_for_url(lambda u: u != start)  # the short address moves on to the paper page
+                page.wait_for_url(lambda u, start=start: u != start)  # the short address moves on to the paper page
             page.wait_for_load_state("load")
             if page.evaluate("window.__pwned || 0"):
                 problems.append(f"script ran on {rel}")

@@ -1,7 +1,6 @@
 """Incremental builds give exactly the tree a clean full build gives, and a no-op writes nothing."""
 
 import json
-import os
 import random
 import shutil
 import sqlite3

@@ -1,6 +1,5 @@
 """Bad files are each rejected with a one-line reason while the good bundles still build."""
 
-import json
 import os
 
 import pytest

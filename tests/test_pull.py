@@ -7,9 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-import pytest
 
 from site_builder.keys import load_trust_set
 from site_builder.pulling import Fetcher, pull

@@ -2,7 +2,6 @@
 
 import http.client
 import json
-import os
 import shutil
 import signal
 import socket
@@ -12,7 +11,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 
