@@ -239,7 +239,7 @@ def cmd_serve(args) -> int:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     options = ServeOptions(bundles=args.bundles, output=args.output, templates=args.templates, settings=args.settings,
                            trusted_keys=args.trusted_keys, base_url=args.base_url, host=args.host, port=args.port,
-                           search=not args.no_search, cache_dir=args.cache_dir, use_cache=not args.no_cache)
+                           search=not args.no_search)
     try:
         return serve(options, open_browser=args.open)
     except OSError as exc:
