@@ -67,6 +67,14 @@ def test_second_build_is_byte_identical(bundles_dir, tmp_path):
     assert tree(a) == tree(b)
 
 
+def test_builds_with_search_index_are_byte_identical(bundles_dir, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out in (a, b):
+        build(BuildOptions(bundles=bundles_dir, output=out, trust=load_trust_set(), search=True))
+    assert (a / "pagefind" / "pagefind-entry.json").is_file()
+    assert tree(a) == tree(b)
+
+
 def test_source_date_epoch_is_the_only_clock(bundles_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")
     run(bundles_dir, tmp_path / "s")

