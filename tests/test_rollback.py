@@ -31,16 +31,20 @@ def setup(tmp_path):
     return key, trust, bundles, base
 
 
+def build_with(bundles, out, trust, data: bytes):
+    """Make *data* the record's only input file and build."""
+    (bundles / "r.json").write_bytes(data)
+    return build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
+
+
 def test_older_built_at_is_refused_and_newer_kept(tmp_path):
     key, trust, bundles, base = setup(tmp_path)
     newer = make(base, key, "Newer title", "2026-10-10T00:00:00Z")
     older = make(base, key, "Older title", "2026-09-01T00:00:00Z")
     pith_id = json.loads(newer)["pith_number"].rsplit(":", 1)[1]
     out = tmp_path / "site"
-    (bundles / "r.json").write_bytes(newer)
-    build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
-    (bundles / "r.json").write_bytes(older)
-    report = build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
+    build_with(bundles, out, trust, newer)
+    report = build_with(bundles, out, trust, older)
     assert (out / "pith" / pith_id / "bundle.json").read_bytes() == newer
     assert "Newer title" in (out / "pith" / pith_id / "index.html").read_text()
     assert any("rollback refused" in w for w in report.warnings)
@@ -50,8 +54,7 @@ def test_older_built_at_is_refused_and_newer_kept(tmp_path):
     assert any("rollback refused" in w for w in doc["warnings"])
     # Once a genuinely newer bundle arrives, it is published.
     newest = make(base, key, "Newest title", "2026-11-01T00:00:00Z")
-    (bundles / "r.json").write_bytes(newest)
-    report = build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
+    report = build_with(bundles, out, trust, newest)
     assert (out / "pith" / pith_id / "bundle.json").read_bytes() == newest
     assert not report.warnings
 
@@ -61,10 +64,8 @@ def test_fewer_events_is_a_rollback(tmp_path):
     more = make(base, key, "T", "2026-10-10T00:00:00Z", extra_events=2)
     fewer = make(base, key, "T", "2026-10-10T00:00:00Z")
     out = tmp_path / "site"
-    (bundles / "r.json").write_bytes(more)
-    build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
-    (bundles / "r.json").write_bytes(fewer)
-    report = build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
+    build_with(bundles, out, trust, more)
+    report = build_with(bundles, out, trust, fewer)
     pith_id = json.loads(more)["pith_number"].rsplit(":", 1)[1]
     assert (out / "pith" / pith_id / "bundle.json").read_bytes() == more
     assert any("rollback refused" in w for w in report.warnings)
@@ -76,15 +77,13 @@ def test_rolled_back_copy_that_no_longer_verifies_is_not_kept(tmp_path):
     older = make(base, key, "Older", "2026-09-01T00:00:00Z")
     pith_id = json.loads(newer)["pith_number"].rsplit(":", 1)[1]
     out = tmp_path / "site"
-    (bundles / "r.json").write_bytes(newer)
-    build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
+    build_with(bundles, out, trust, newer)
     # Someone edits the published copy on the host: it must not be trusted just because we wrote it once.
     published = out / "pith" / pith_id / "bundle.json"
     data = published.read_bytes().replace(b"Newer", b"Evil!")
     published.unlink()
     published.write_bytes(data)
-    (bundles / "r.json").write_bytes(older)
-    report = build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
+    report = build_with(bundles, out, trust, older)
     assert (out / "pith" / pith_id / "bundle.json").read_bytes() == older
     assert any("no longer verifies" in w for w in report.warnings)
 
