@@ -3,15 +3,16 @@
 Stages (each timed in ``BuildReport.timings``):
   1. ``discover`` + ``verify``: every input file is inspected (in parallel; a pure function per file),
      unless the build cache already holds the result for the same bytes and trusted keys;
-  2. ``select``: one bundle per record; rollbacks against the previous site are refused;
-  3. ``render_records``: each record's files go into a staging folder (in parallel); a record whose
-     render key is unchanged is hard-linked from the previous site instead;
-  4. ``render_collection``: listings, feeds, sitemaps and the report, reused the same way when the
-     set of records is unchanged;
-  5. ``search_index`` (Pagefind) and ``swap``: the staging folder replaces the output atomically.
-A bad bundle never stops the build; a failure in stages 3-5 (a broken template, a full disk, a kill)
-leaves the previous output untouched.  When nothing that the output depends on changed, nothing is
-written at all.
+  2. ``select``: one bundle per record, rollbacks refused; every output unit (a record's files, a listing
+     page, a feed, the search index, ...) gets a key naming what it shows.  If the keys are those of the
+     site in the output, nothing is written at all;
+  3. ``render_records`` and ``render_collection``: units go into the tree being prepared: the previous
+     site kept beside the output (updated in place: only units whose key changed are removed and
+     re-rendered) or a fresh staging folder; a unit unchanged since the live site is hard-linked from it;
+  4. ``search_index`` (Pagefind, only when an indexed page changed) and ``swap``: the prepared tree and
+     the output are exchanged atomically.
+A bad bundle never stops the build; a failure in stages 3-4 (a broken template, a full disk, a kill)
+leaves the output untouched.
 """
 
 from __future__ import annotations
