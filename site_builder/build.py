@@ -17,6 +17,7 @@ leaves the output untouched.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -28,7 +29,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from multiprocessing import get_context
+from multiprocessing import current_process, get_context
 from pathlib import Path
 from typing import Callable
 
@@ -100,7 +101,14 @@ def _hash(*parts: object) -> str:
 _worker: dict = {}
 
 
+def _in_worker_process() -> None:
+    """Workers render thousands of pages with short-lived cyclic garbage: they keep the collector on."""
+    if current_process().name != "MainProcess":
+        gc.enable()
+
+
 def _init_inspect(trust: TrustSet, max_bytes: int) -> None:
+    _in_worker_process()
     _worker["trust"] = trust
     _worker["max_bytes"] = max_bytes
 
@@ -114,6 +122,7 @@ def _inspect_file(item: InputFile) -> Inspection:
 
 
 def _init_render(config: SiteConfig, dirs: list[Path], trust: TrustSet, staging_root: Path, search: bool) -> None:
+    _in_worker_process()
     _worker["renderer"] = SiteRenderer(config, dirs, trust, search)
     _worker["staging"] = StagingTree(staging_root)
 
@@ -233,6 +242,19 @@ def _inspect_all(options: BuildOptions, cache: BuildCache, found: list[InputFile
 
 def build(options: BuildOptions) -> BuildReport:
     """Build the site; raises BundlesFolderError/OutputError/template errors, never for bad bundles."""
+    # The build holds one long-lived object per record; the cyclic garbage collector would walk all of them
+    # again and again while the build allocates (a third of an incremental build's time at 10,000 records).
+    # Nothing the build makes depends on collecting cycles, so it is paused until the build ends.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _build(options)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _build(options: BuildOptions) -> BuildReport:
     started = time.perf_counter()
     report = BuildReport()
     clock = _StageClock(report.timings)
@@ -425,8 +447,8 @@ def _units_plan(build_key: str, record_keys: dict[str, str], papers: list[PaperS
     A record's key covers its bytes and short addresses; a collection unit's key covers what it shows
     (listings show summaries only, so a new event on a record does not re-render any listing)."""
     units: dict[str, tuple[str, list[str]]] = {f"record:{p.pith_id}": (record_keys[p.pith_id], []) for p in papers}
-    for unit in collection:
-        units[unit.name] = (_hash(build_key, json.dumps(unit.material, ensure_ascii=False)), [])
+    for unit in collection:  # materials are nested lists and tuples of str and int: repr() is exact and fast
+        units[unit.name] = (_hash(build_key, repr(unit.material)), [])
     if options.search and papers:
         units["search"] = (_hash(build_key, sorted(k for k, _ in units.values())), [])
     return units

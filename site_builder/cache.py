@@ -21,7 +21,7 @@ from pathlib import Path
 from site_builder import __version__
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
 
-SCHEMA = "4"
+SCHEMA = "5"
 
 
 class BuildCache:

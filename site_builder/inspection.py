@@ -7,6 +7,7 @@ the build, ``site-builder verify``, ``pull`` and the worker processes.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 
 from site_builder.keys import TrustSet
@@ -60,14 +61,26 @@ def inspect_bytes(rel: str, raw: bytes, trust: TrustSet) -> Inspection:
 
 
 def inspection_to_json(i: Inspection) -> dict:
-    """A plain-JSON form for the build cache."""
+    """A plain-JSON form for the build cache (the checks as one string: most bundles share it)."""
     return {
         "rel": i.rel, "sha256": i.sha256, "size": i.size, "check": i.check, "reason": i.reason,
-        "checks": [[c.name, c.status, c.detail] for c in i.checks],
+        "checks": json.dumps([[c.name, c.status, c.detail] for c in i.checks]),
         "warnings": [[w.code, w.message] for w in i.warnings],
         "summary": None if i.summary is None else {
             f: (list(v) if isinstance(v, tuple) else v) for f, v in vars(i.summary).items()},
     }
+
+
+_CHECKS_SEEN: dict[str, tuple[CheckResult, ...]] = {}
+
+
+def _checks_from_text(text: str) -> tuple[CheckResult, ...]:
+    found = _CHECKS_SEEN.get(text)
+    if found is None:
+        found = tuple(CheckResult(*c) for c in json.loads(text))
+        if len(_CHECKS_SEEN) < 10_000:
+            _CHECKS_SEEN[text] = found
+    return found
 
 
 def inspection_from_json(doc: dict) -> Inspection:
@@ -77,7 +90,7 @@ def inspection_from_json(doc: dict) -> Inspection:
         summary = PaperSummary(**{k: tuple(v) if isinstance(v, list) else v for k, v in summary.items()})
     return Inspection(
         rel=doc["rel"], sha256=doc["sha256"], size=doc["size"], check=doc["check"], reason=doc["reason"],
-        checks=tuple(CheckResult(*c) for c in doc["checks"]),
+        checks=_checks_from_text(doc["checks"]),
         warnings=tuple(VerificationWarning(*w) for w in doc["warnings"]),
         summary=summary,
     )
