@@ -294,6 +294,10 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
         daemon_threads = True
         allow_reuse_address = True
 
+        def handle_error(self, request, client_address):
+            if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+                super().handle_error(request, client_address)  # a browser closing a tab is not an error
+
     httpd = Server((options.host, options.port), _make_handler(options, live))
     url = f"http://{options.host}:{httpd.server_address[1]}{live.base_path}"
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
