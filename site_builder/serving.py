@@ -208,10 +208,7 @@ def _make_handler(options: ServeOptions, live: LiveState):
 
         def _inject(self, html: bytes) -> bytes:
             tag = (f'<script src="{live.base_path}{LIVE_JS_PATH}" data-events="{live.base_path}{EVENTS_PATH}">'
-                   f'</script>').encode()
-            if live.error:
-                # A page loaded while the build is broken shows the banner at once (the live script adds it too).
-                tag = b'<noscript>build error</noscript>' + tag
+                   f'</script>').encode()  # the event stream sends the current error (if any) on connect
             return html.replace(b"</body>", tag + b"</body>", 1) if b"</body>" in html else html + tag
 
         def do_HEAD(self):
