@@ -18,7 +18,7 @@ from site_builder.keys import TrustSet
 from site_builder.records import PaperSummary, detail
 from site_builder.rendering import SiteRenderer, pagination
 from site_builder.report import dumps_report
-from site_builder.verification import CheckResult, VerificationWarning
+from site_builder.verification import CheckResult, Verdict, VerificationWarning
 
 FEED_ENTRIES = 50
 SITEMAP_LIMIT = 50_000
@@ -38,7 +38,7 @@ def paper_files(renderer: SiteRenderer, raw: bytes, bundle: dict, summary: Paper
     yield base + "index.html", renderer.render(
         "paper.html", paper=info, p=summary, checks=checks, warnings=warnings,
         jsonld=scholarly_article(renderer, info),
-        state_recomputed=any(c.name == "state_recomputed" and c.status == "passed" for c in checks))
+        state_recomputed=Verdict(checks, warnings).state_recomputed)
     yield base + "bundle.json", raw
     yield base + "state.json", resolver_json(bundle["state"])
     yield f".well-known/pith/{summary.pith_id}/bundle.json", raw
@@ -91,15 +91,6 @@ def listings(papers: list[PaperSummary]) -> tuple[Listing, list[Listing], list[L
     cats = [Listing(c, f"Category {c}", f"category/{c}/", by_cat[c]) for c in sorted(by_cat)]
     years = [Listing(y, f"Submitted in {y}", f"year/{y}/", by_year[y]) for y in sorted(by_year, reverse=True)]
     return everything, cats, years
-
-
-def listing_pages(renderer: SiteRenderer, listing: Listing, page_size: int) -> Iterator[tuple[str, bytes]]:
-    pages = pagination(listing.base, len(listing.papers), page_size)
-    for page in pages:
-        start = (page.number - 1) * page_size
-        yield page.url + "index.html", renderer.render(
-            "listing.html", listing=listing, page=page, pages=pages,
-            papers=listing.papers[start:start + page_size], first_index=start + 1)
 
 
 @dataclass
@@ -203,9 +194,11 @@ def collection_units(renderer: SiteRenderer, papers: list[PaperSummary], shared:
     everything, cats, years = listings(papers)
     updated = max((p.built_at for p in papers), default=generated_at or "1970-01-01T00:00:00Z")
     units: list[Unit] = []
+    listing_urls: list[str] = []
 
     for listing in [everything, *cats, *years]:
         pages = pagination(listing.base, len(listing.papers), config.page_size)
+        listing_urls += [page.url for page in pages]
         for page in pages:
             start = (page.number - 1) * config.page_size
             chunk = listing.papers[start:start + config.page_size]
@@ -236,9 +229,7 @@ def collection_units(renderer: SiteRenderer, papers: list[PaperSummary], shared:
     if about_markdown is not None:
         urls.append("about/")
     urls += [f"pith/{p.pith_id}/" for p in sorted(papers, key=lambda p: p.pith_id)]
-    for listing in [everything, *cats, *years]:
-        urls += [page.url for page in pagination(listing.base, len(listing.papers), config.page_size)]
-    urls = list(dict.fromkeys(urls))
+    urls = list(dict.fromkeys(urls + listing_urls))
     units.append(Unit("sitemap", [SITEMAP_LIMIT, urls], lambda: list(_sitemaps(renderer, urls))))
 
     def static() -> list[tuple[str, bytes]]:

@@ -37,13 +37,18 @@ def build_with(bundles, out, trust, data: bytes):
     return build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
 
 
-def test_older_built_at_is_refused_and_newer_kept(tmp_path):
+def newer_published(tmp_path, newer_title, older_title):
+    """A site that published a newer bundle of a record, and an older bundle of the same record to offer next."""
     key, trust, bundles, base = setup(tmp_path)
-    newer = make(base, key, "Newer title", "2026-10-10T00:00:00Z")
-    older = make(base, key, "Older title", "2026-09-01T00:00:00Z")
-    pith_id = json.loads(newer)["pith_number"].rsplit(":", 1)[1]
+    newer = make(base, key, newer_title, "2026-10-10T00:00:00Z")
+    older = make(base, key, older_title, "2026-09-01T00:00:00Z")
     out = tmp_path / "site"
     build_with(bundles, out, trust, newer)
+    return key, trust, bundles, base, out, newer, older, json.loads(newer)["pith_number"].rsplit(":", 1)[1]
+
+
+def test_older_built_at_is_refused_and_newer_kept(tmp_path):
+    key, trust, bundles, base, out, newer, older, pith_id = newer_published(tmp_path, "Newer title", "Older title")
     report = build_with(bundles, out, trust, older)
     assert (out / "pith" / pith_id / "bundle.json").read_bytes() == newer
     assert "Newer title" in (out / "pith" / pith_id / "index.html").read_text()
@@ -72,12 +77,7 @@ def test_fewer_events_is_a_rollback(tmp_path):
 
 
 def test_rolled_back_copy_that_no_longer_verifies_is_not_kept(tmp_path):
-    key, trust, bundles, base = setup(tmp_path)
-    newer = make(base, key, "Newer", "2026-10-10T00:00:00Z")
-    older = make(base, key, "Older", "2026-09-01T00:00:00Z")
-    pith_id = json.loads(newer)["pith_number"].rsplit(":", 1)[1]
-    out = tmp_path / "site"
-    build_with(bundles, out, trust, newer)
+    _, trust, bundles, _, out, newer, older, pith_id = newer_published(tmp_path, "Newer", "Older")
     # Someone edits the published copy on the host: it must not be trusted just because we wrote it once.
     published = out / "pith" / pith_id / "bundle.json"
     data = published.read_bytes().replace(b"Newer", b"Evil!")
