@@ -214,4 +214,5 @@ class OutputSlot:
         self._swap_in(self.prev)
 
     def discard(self, staging: StagingTree) -> None:
-        remove_tree(staging.root, wait=not self.background_cleanup)
+        """Remove a failed build's staging tree before returning: a failure must leave no trace behind."""
+        remove_tree(staging.root, wait=True)
