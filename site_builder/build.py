@@ -41,7 +41,7 @@ from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, di
 from site_builder.pages import collection_units, paper_files, plan_redirects, report_files
 from site_builder.records import PaperSummary
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
-from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome
+from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, files_json
 from site_builder.selection import Candidate, PublishedBefore, is_rollback, select
 from site_builder.settings import SiteConfig
 from site_builder.writing import MARKER, OutputError, OutputSlot, StagingTree
@@ -129,7 +129,7 @@ def _init_render(config: SiteConfig, dirs: list[Path], trust: TrustSet, staging_
 
 @dataclass(frozen=True)
 class RecordTask:
-    source: Path
+    source: str | Path
     inspection: Inspection
     redirects: tuple[tuple[str, str], ...]
 
@@ -285,32 +285,36 @@ def _build(options: BuildOptions) -> BuildReport:
         clock.lap("verify")
 
         previous = read_previous_site(slot.output)
+        clock.lap("previous_site")
         selection = select([Candidate(i, paths[i.rel]) for i in inspections if i.verified])
         _refuse_rollbacks(selection, previous, slot, options, report)
         published = [c.inspection.summary for _, c in sorted(selection.published.items())]
+        clock.lap("select")
         plan = plan_redirects(published)
+        clock.lap("plan_addresses")
         record_tasks = {pid: RecordTask(c.source, c.inspection, tuple(plan.per_record.get(pid, ())))
                         for pid, c in sorted(selection.published.items())}
-        record_keys = {pid: _hash(build_key, t.inspection.sha256, t.redirects) for pid, t in record_tasks.items()}
-        clock.lap("select")
+        record_keys = {pid: hashlib.sha256(f"{build_key}\0{t.inspection.sha256}\0{t.redirects!r}".encode()).hexdigest()
+                       for pid, t in record_tasks.items()}
+        clock.lap("record_keys")
 
         # Everything the output depends on is known now; if it is what the current site was built from,
         # there is nothing to do (and nothing is written).
         renderer = SiteRenderer(options.config, dirs, options.trust, options.search)
         collection = collection_units(renderer, published, plan.shared, options.trust, source_date(), about)
+        clock.lap("plan_collection")
         units = _units_plan(build_key, record_keys, published, collection, options)
         _record_outcomes(report, inspections, selection, {})
-        build_id, report_doc = _identify(build_key, report, units, options)
+        build_id, report_doc, files_text = _identify(build_key, report, units, options)
+        clock.lap("identify")
         if previous.build_id == build_id and cache.units(previous.build_id) is not None:
             report.changed = False
             cache.save_inputs(file_index, fresh, options.trust.identity())
             cache.save_quick(input_fingerprint, _stat_sig(slot.output / MARKER), report)
-            clock.lap("select")
             return report
-        report.outcomes.clear()
         live_units = cache.units(previous.build_id) or {}
         tree, kept, stale_dirs = _prepare_tree(slot, cache, units)
-        clock.lap("select")
+        clock.lap("prepare_tree")
 
         try:
             place = lambda name, key: _place_unit(name, key, tree, kept, live_units, slot.output)
@@ -337,9 +341,10 @@ def _build(options: BuildOptions) -> BuildReport:
                 report.pages_written += sum(1 for rel in written if rel.endswith(".html"))
             clock.lap("render_records")
 
-            _record_outcomes(report, inspections, selection, changed)
             papers = [s for s in published if s.pith_id not in changed]
             if changed:  # a file changed under us: its short addresses must not point at a missing page
+                report.outcomes.clear()
+                _record_outcomes(report, inspections, selection, changed)
                 plan = plan_redirects(papers)
                 collection = collection_units(renderer, papers, plan.shared, options.trust, source_date(), about)
                 units = {u: v for u, v in units.items() if u.startswith("record:")}
@@ -371,9 +376,10 @@ def _build(options: BuildOptions) -> BuildReport:
                 units["search"] = (units["search"][0], reused)
                 clock.lap("search_index")
 
-            build_id, report_doc = _identify(build_key, report, units, options)
+            if changed:  # the outcomes and unit keys differ from those planned
+                build_id, report_doc, files_text = _identify(build_key, report, units, options)
             written = []
-            for rel, data in report_files(renderer, papers, report_doc, about is not None):
+            for rel, data in report_files(renderer, papers, report_doc, about is not None, files_text):
                 tree.write(rel, data)
                 written.append(rel)
                 report.files_written += 1
@@ -392,6 +398,7 @@ def _build(options: BuildOptions) -> BuildReport:
             clock.lap("swap")
             cache.save(file_index, fresh, options.trust.identity(), units, build_id, keep_build_id=previous.build_id)
             cache.save_quick(input_fingerprint, _stat_sig(slot.output / MARKER), report)
+            clock.lap("save_cache")
         except BaseException:
             if tree.root != slot.prev:
                 slot.discard(tree)
@@ -454,11 +461,16 @@ def _units_plan(build_key: str, record_keys: dict[str, str], papers: list[PaperS
     return units
 
 
-def _identify(build_key: str, report: BuildReport, units: dict, options: BuildOptions) -> tuple[str, dict]:
-    """The build id names everything the output depends on; it is stored in verification.json."""
+def _identify(build_key: str, report: BuildReport, units: dict, options: BuildOptions) -> tuple[str, dict, str]:
+    """The build id names everything the output depends on; it is stored in verification.json.
+
+    Returns the id, the report document and its serialised "files" array (written as it was hashed)."""
     doc = report.document([k.key_id for k in options.trust.keys], source_date())
-    build_id = _hash(build_key, json.dumps(doc, sort_keys=True), sorted((u, k) for u, (k, _) in units.items()))
-    return build_id, {"build_id": build_id, **doc}
+    files_text = files_json(doc)
+    head = {k: v for k, v in doc.items() if k != "files"}
+    build_id = _hash(build_key, json.dumps(head, sort_keys=True), files_text,
+                     sorted((u, k) for u, (k, _) in units.items()))
+    return build_id, {"build_id": build_id, **doc}, files_text
 
 
 def read_build_id(tree: Path) -> str | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from site_builder import __version__
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
 
-SCHEMA = "5"
+SCHEMA = "6"
 
 
 class BuildCache:
@@ -41,9 +41,9 @@ class BuildCache:
             self.db.execute("PRAGMA journal_mode=WAL")
             self._ensure_schema()
             self._files = {rel: (sig, sha) for rel, sig, sha in self.db.execute("SELECT rel, sig, sha256 FROM files")}
-            for build_id, u, k, f in self.db.execute("SELECT build_id, unit, key, files FROM units"):
-                self._units.setdefault(build_id, {})[u] = (k, json.loads(f))
-        except (sqlite3.DatabaseError, ValueError, OSError):
+            for build_id, data in self.db.execute("SELECT build_id, data FROM units"):
+                self._units[build_id] = _units_from_text(data)
+        except (sqlite3.DatabaseError, ValueError, OSError, AttributeError):
             self._reset()
 
     def _ensure_schema(self) -> None:
@@ -58,8 +58,7 @@ class BuildCache:
         self.db.execute("CREATE TABLE IF NOT EXISTS files (rel TEXT PRIMARY KEY, sig TEXT, sha256 TEXT)")
         self.db.execute("CREATE TABLE IF NOT EXISTS inspections (sha256 TEXT, trust TEXT, data TEXT, "
                         "PRIMARY KEY (sha256, trust))")
-        self.db.execute("CREATE TABLE IF NOT EXISTS units (build_id TEXT, unit TEXT, key TEXT, files TEXT, "
-                        "PRIMARY KEY (build_id, unit))")
+        self.db.execute("CREATE TABLE IF NOT EXISTS units (build_id TEXT PRIMARY KEY, data TEXT)")
 
     def _reset(self) -> None:
         """Throw the cache away (corrupt, truncated, foreign) and start an empty one."""
@@ -106,7 +105,7 @@ class BuildCache:
         for sha, data in rows:
             try:
                 inspection = inspection_from_json(json.loads(data))
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue
             if inspection.sha256 == sha:
                 found[sha] = inspection
@@ -130,15 +129,18 @@ class BuildCache:
             self._reset()
 
     def _write_inputs(self, files, new_inspections, trust) -> None:
-        self.db.execute("DELETE FROM files")
-        self.db.executemany("INSERT INTO files VALUES (?, ?, ?)",
-                            [(rel, sig, sha) for rel, (sig, sha) in files.items()])
+        """Write what changed since the cache was read (a one-file change writes a few rows, not 10,000)."""
+        old = self._files
+        self.db.executemany("DELETE FROM files WHERE rel=?", [(rel,) for rel in old if rel not in files])
+        self.db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?)",
+                            [(rel, sig, sha) for rel, (sig, sha) in files.items() if old.get(rel) != (sig, sha)])
         self.db.executemany("INSERT OR REPLACE INTO inspections VALUES (?, ?, ?)",
                             [(i.sha256, trust, json.dumps(inspection_to_json(i), ensure_ascii=False))
                              for i in new_inspections if i.sha256])
         live = {sha for _, sha in files.values()}
-        stale = [row[0] for row in self.db.execute("SELECT sha256 FROM inspections") if row[0] not in live]
-        self.db.executemany("DELETE FROM inspections WHERE sha256=?", [(s,) for s in stale])
+        gone = {sha for _, sha in old.values()} - live
+        self.db.executemany("DELETE FROM inspections WHERE sha256=?", [(s,) for s in gone])
+        self._files = dict(files)
 
     def save(self, files: dict[str, tuple[str, str]], new_inspections: list[Inspection], trust: str,
              units: dict[str, tuple[str, list[str]]], build_id: str, keep_build_id: str | None) -> None:
@@ -149,10 +151,10 @@ class BuildCache:
             self.db.execute("BEGIN")
             self._write_inputs(files, new_inspections, trust)
             self.db.execute("DELETE FROM units WHERE build_id NOT IN (?, ?)", (build_id, keep_build_id or ""))
-            self.db.execute("DELETE FROM units WHERE build_id=?", (build_id,))
-            self.db.executemany("INSERT INTO units VALUES (?, ?, ?, ?)",
-                                [(build_id, u, k, json.dumps(f)) for u, (k, f) in units.items()])
+            self.db.execute("INSERT OR REPLACE INTO units VALUES (?, ?)", (build_id, _units_to_text(units)))
             self.db.execute("COMMIT")
+            self._units = {b: u for b, u in self._units.items() if b == keep_build_id}
+            self._units[build_id] = {name: (key, list(files)) for name, (key, files) in units.items()}
         except sqlite3.DatabaseError:
             self._reset()
 
@@ -183,3 +185,16 @@ class BuildCache:
         if self.db is not None:
             self.db.close()
             self.db = None
+
+
+def _units_to_text(units: dict[str, tuple[str, list[str]]]) -> str:
+    """One line per unit: name, key, files, tab-separated (output paths never hold tabs or newlines)."""
+    return "\n".join("\t".join((name, key, *files)) for name, (key, files) in units.items())
+
+
+def _units_from_text(text: str) -> dict[str, tuple[str, list[str]]]:
+    units = {}
+    for line in text.split("\n") if text else []:
+        name, key, *files = line.split("\t")
+        units[name] = (key, files)
+    return units

@@ -157,7 +157,7 @@ def _verify_path(path: Path, trust) -> list[Inspection]:
         found, skipped = discover(path)
         results = [rejected(str(path / s.rel), s.check, s.reason) for s in skipped]
         for f in found:
-            results.extend(_verify_path(f.path, trust))
+            results.extend(_verify_path(Path(f.path), trust))
         return sorted(results, key=lambda i: i.rel)
     try:
         raw = read_bytes(path)

@@ -23,7 +23,7 @@ class BundlesFolderError(Exception):
 @dataclass(frozen=True)
 class InputFile:
     rel: str  # path relative to the bundles folder, POSIX separators
-    path: Path
+    path: str | Path  # a plain string from discover(): 10,000 Path objects cost a tenth of a second
     sig: str = ""  # size, mtime, inode and ctime: unchanged means the cached digest still applies
 
 
@@ -91,7 +91,7 @@ def discover(root: Path) -> tuple[list[InputFile], list[SkippedFile]]:
             elif entry.name.endswith(".json"):
                 if stat.S_ISREG(mode):
                     sig = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
-                    found.append(InputFile(rel, Path(entry.path), sig))
+                    found.append(InputFile(rel, entry.path, sig))
                 else:
                     skipped.append(SkippedFile(rel, "file_type", _kind(mode)))
 

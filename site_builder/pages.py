@@ -144,7 +144,7 @@ def _counts(papers: list[PaperSummary], report_doc: dict) -> dict:
 
 
 def report_files(renderer: SiteRenderer, papers: list[PaperSummary], report_doc: dict,
-                 has_about: bool) -> Iterator[tuple[str, bytes]]:
+                 has_about: bool, files_text: str | None = None) -> Iterator[tuple[str, bytes]]:
     """Pages that show the outcome of this build (counts, rejections); rendered on every build."""
     papers = newest_first(papers)
     _, cats, years = listings(papers)
@@ -161,8 +161,11 @@ def report_files(renderer: SiteRenderer, papers: list[PaperSummary], report_doc:
             ("Papers per primary category", bar_chart(per_primary, "papers")),
             ("Bundles by verification outcome", bar_chart(outcome_rows, "bundles")),
         ])
-    yield "verification.json", dumps_report(report_doc)
-    yield "verification/index.html", renderer.render("verification.html", report=report_doc)
+    yield "verification.json", dumps_report(report_doc, files_text)
+    files = report_doc["files"]
+    attention = ([f for f in files if f["status"] != "published"]
+                 + [f for f in files if f["status"] == "published" and f["warnings"]])
+    yield "verification/index.html", renderer.render("verification.html", report=report_doc, attention=attention)
 
 
 @dataclass
@@ -178,8 +181,8 @@ class Unit:
     render: Callable[[], list[tuple[str, bytes]]]
 
 
-def _row(p: PaperSummary) -> tuple:
-    return tuple(vars(p).values())  # dataclasses.astuple deep-copies: far too slow for 100,000 rows
+def _rows(papers: list[PaperSummary]) -> str:
+    return " ".join(p.row_digest for p in papers)
 
 
 def collection_units(renderer: SiteRenderer, papers: list[PaperSummary], shared: list, trust: TrustSet,
@@ -203,7 +206,7 @@ def collection_units(renderer: SiteRenderer, papers: list[PaperSummary], shared:
             start = (page.number - 1) * config.page_size
             chunk = listing.papers[start:start + config.page_size]
             units.append(Unit(
-                f"listing:{page.url}", [listing.title, len(listing.papers), len(pages), [_row(p) for p in chunk]],
+                f"listing:{page.url}", [listing.title, len(listing.papers), len(pages), _rows(chunk)],
                 lambda listing=listing, page=page, pages=pages, chunk=chunk, start=start: [(
                     page.url + "index.html",
                     renderer.render("listing.html", listing=listing, page=page, pages=pages, papers=chunk,
@@ -216,12 +219,12 @@ def collection_units(renderer: SiteRenderer, papers: list[PaperSummary], shared:
     feeds += [(c.base + "feed.xml", f"{config.title}: {c.key}", c.papers[:FEED_ENTRIES],
                max(p.built_at for p in c.papers)) for c in cats]
     for path, title, entries, stamp in feeds:
-        units.append(Unit(f"feed:{path}", [title, stamp, [_row(p) for p in entries]],
+        units.append(Unit(f"feed:{path}", [title, stamp, _rows(entries)],
                           lambda path=path, title=title, entries=entries, stamp=stamp: [(path, renderer.render(
                               "feed.xml", feed_title=title, feed_path=path, entries=entries, updated=stamp))]))
 
     for folder, label, targets in shared:
-        units.append(Unit(f"shared:{folder}", [label, [_row(t) for t in targets]],
+        units.append(Unit(f"shared:{folder}", [label, _rows(targets)],
                           lambda folder=folder, label=label, targets=targets: [(
                               folder + "index.html", renderer.render("ambiguous.html", label=label, targets=targets))]))
 

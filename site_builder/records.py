@@ -7,9 +7,11 @@ page, from the verified bytes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import cached_property
 
 from site_builder.merge import KNOWN_EVENT_TYPES
 
@@ -35,6 +37,14 @@ class PaperSummary:
     def short_id(self) -> str:
         return self.pith_id[:8]
 
+    @cached_property
+    def row_digest(self) -> str:
+        """A digest of every field: a listing page that shows the same digests shows the same thing.
+
+        Computed once per record, so keying 10,000 listing rows costs a string join, not 10,000 reprs."""
+        values = tuple(getattr(self, name) for name in SUMMARY_FIELDS)
+        return hashlib.sha256(repr(values).encode("utf-8")).hexdigest()[:32]
+
     @property
     def categories(self) -> tuple[str, ...]:
         return (self.primary_cat, *[c for c in self.cross_cats if c != self.primary_cat])
@@ -50,6 +60,9 @@ class PaperSummary:
     @property
     def display_title(self) -> str:
         return self.title or f"arXiv:{self.arxiv_version_id}"
+
+
+SUMMARY_FIELDS = tuple(f.name for f in fields(PaperSummary))
 
 
 @dataclass(frozen=True)

@@ -114,10 +114,15 @@ class BuildReport:
         return doc
 
 
-def dumps_report(doc: dict) -> bytes:
+def files_json(doc: dict) -> str:
+    """The "files" array of verification.json, one line per file (hashed into the build id, then written)."""
+    return ",\n".join(json.dumps(f, ensure_ascii=False) for f in doc["files"])
+
+
+def dumps_report(doc: dict, files_text: str | None = None) -> bytes:
     """verification.json: one line per input file (readable, diffable, and fast to write for 100,000 files)."""
     head = {k: v for k, v in doc.items() if k != "files"}
     lines = [json.dumps(head, ensure_ascii=False)[:-1] + ',\n"files": [']
-    lines.append(",\n".join(json.dumps(f, ensure_ascii=False) for f in doc["files"]))
+    lines.append(files_json(doc) if files_text is None else files_text)
     lines.append("]}\n")
     return "\n".join(lines).encode("utf-8")

@@ -28,7 +28,7 @@ class PublishedBefore:
 @dataclass(frozen=True)
 class Candidate:
     inspection: Inspection
-    source: Path  # where the verified bytes live (an input file, or the previous site)
+    source: str | Path  # where the verified bytes live (an input file, or the previous site)
     from_previous_site: bool = False
 
 

@@ -336,8 +336,9 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
 
 
 def _remove_leftovers(output: Path) -> None:
+    """An interrupted build's staging tree goes now; retired trees are left to their background deleters."""
     output = Path(os.path.abspath(output))
     for p in output.parent.glob(f".{output.name}.staging-*"):
         remove_tree(p)
     for p in output.parent.glob(f".{output.name}.old-*"):
-        remove_tree(p)
+        remove_tree(p, wait=False)

@@ -21,6 +21,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 _SAFE_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*\Z")
@@ -84,15 +86,32 @@ class StagingTree:
             return False
 
 
+# A detached deleter: it holds a lock on the folder while ``rm -rf`` runs, so a later build that finds the folder
+# still there knows it is being deleted (and does not start a second deletion, or wait for it).
+_DELETER = """
+import fcntl, os, shutil, sys
+path = sys.argv[1]
+try:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except OSError:
+    sys.exit(0)
+os.set_inheritable(fd, True)
+if shutil.which("rm"):
+    os.execvp("rm", ["rm", "-rf", "--", path])
+shutil.rmtree(path, ignore_errors=True)
+"""
+
+
 def remove_tree(path: Path, wait: bool = True) -> None:
-    """Delete a folder now, or in a detached ``rm -rf`` that outlives this process."""
-    if not wait and shutil.which("rm"):
-        # At idle I/O and CPU priority: deleting 100,000 files must not slow the next build down.
-        polite = (["ionice", "-c3"] if shutil.which("ionice") else []) + (["nice", "-n19"] if shutil.which("nice") else [])
-        subprocess.Popen([*polite, "rm", "-rf", "--", str(path)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
+    """Delete a folder now, or in a detached process that outlives this one (at idle I/O and CPU priority:
+    deleting 100,000 files must not slow the next build down)."""
+    if wait:
+        shutil.rmtree(path, ignore_errors=True)
         return
-    shutil.rmtree(path, ignore_errors=True)
+    polite = (["ionice", "-c3"] if shutil.which("ionice") else []) + (["nice", "-n19"] if shutil.which("nice") else [])
+    subprocess.Popen([*polite, sys.executable, "-c", _DELETER, str(path)], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def _libc_renameat2():
@@ -138,6 +157,10 @@ class OutputSlot:
     def staging_path(self) -> Path:
         return self.parent / f".{self.name}.staging-{os.getpid()}"
 
+    def _trash_path(self) -> Path:
+        """A unique name for a tree on its way out (several may be being deleted at once)."""
+        return self.parent / f".{self.name}.old-{os.getpid()}-{time.monotonic_ns()}"
+
     @property
     def prev(self) -> Path:
         """The tree that was live before the current one (or nothing)."""
@@ -171,7 +194,14 @@ class OutputSlot:
             raise OutputError(f"{self.output}: another site-builder build is writing this output") from None
         self._lock_fd = fd
         for leftover in self._leftovers():
-            shutil.rmtree(leftover, ignore_errors=True)
+            if leftover.name.startswith(f".{self.name}.staging-"):  # from a build that was killed
+                aside = self._trash_path()
+                try:
+                    leftover.rename(aside)
+                except OSError:
+                    continue
+                leftover = aside
+            remove_tree(leftover, wait=not self.background_cleanup)  # a no-op if one is already deleting it
 
     def release(self) -> None:
         if self._lock_fd is not None:
@@ -188,7 +218,7 @@ class OutputSlot:
         """Exchange *tree* and the output: afterwards *tree*'s path holds the old site."""
         if exchange(tree, self.output):
             return
-        aside = self.parent / f".{self.name}.old-{os.getpid()}"
+        aside = self._trash_path()
         self.output.rename(aside)
         tree.rename(self.output)
         aside.rename(tree)
@@ -196,7 +226,7 @@ class OutputSlot:
     def retire_prev(self) -> None:
         """Move the kept previous tree out of the way (deleted in the background)."""
         if self.prev.exists() or self.prev.is_symlink():
-            old = self.parent / f".{self.name}.old-{os.getpid()}"
+            old = self._trash_path()
             self.prev.rename(old)
             remove_tree(old, wait=not self.background_cleanup)
 

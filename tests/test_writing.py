@@ -1,0 +1,61 @@
+"""The output slot: leftovers of earlier builds are deleted in the background, never twice, never waited for."""
+
+import fcntl
+import os
+import time
+from pathlib import Path
+
+from site_builder.writing import OutputSlot, remove_tree
+
+
+def wait_gone(path: Path, seconds: float = 10) -> bool:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if not path.exists():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def make_tree(path: Path, files: int = 20) -> None:
+    for i in range(files):
+        (path / f"d{i % 4}").mkdir(parents=True, exist_ok=True)
+        (path / f"d{i % 4}" / f"f{i}.html").write_text("x")
+
+
+def test_background_removal_deletes_the_tree(tmp_path):
+    tree = tmp_path / ".site.old-1"
+    make_tree(tree)
+    remove_tree(tree, wait=False)
+    assert wait_gone(tree)
+
+
+def test_a_tree_being_deleted_is_left_to_its_deleter(tmp_path):
+    tree = tmp_path / ".site.old-1"
+    make_tree(tree)
+    fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as a running deleter holds it
+    try:
+        slot = OutputSlot(tmp_path / "site")
+        started = time.perf_counter()
+        slot.acquire()
+        slot.release()
+        assert time.perf_counter() - started < 1.0
+        time.sleep(0.5)
+        assert (tree / "d0" / "f0.html").exists()  # nobody else deleted it
+    finally:
+        os.close(fd)
+    # The deleter died without finishing: the next build starts a new one.
+    slot.acquire()
+    slot.release()
+    assert wait_gone(tree)
+
+
+def test_a_killed_builds_staging_tree_is_removed_by_the_next_build(tmp_path):
+    staging = tmp_path / ".site.staging-99999"
+    make_tree(staging)
+    slot = OutputSlot(tmp_path / "site")
+    slot.acquire()
+    slot.release()
+    assert not staging.exists()  # renamed out of the way at once
+    assert wait_gone(next(iter(tmp_path.glob(".site.old-*")), tmp_path / "none"))
