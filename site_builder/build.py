@@ -38,7 +38,7 @@ from site_builder.cache import BuildCache
 from site_builder.inspection import Inspection, inspect_bytes, rejected
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, discover, read_bytes
-from site_builder.pages import collection_units, paper_files, plan_redirects, report_files
+from site_builder.pages import catalogue, collection_units, paper_files, plan_redirects, report_files
 from site_builder.records import PaperSummary
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, files_json
@@ -65,6 +65,22 @@ class BuildOptions:
     cache_dir: Path | None = None  # default: .site-builder-cache beside the output
     use_cache: bool = True
     mp_context: str = "fork"  # "forkserver" where the caller runs threads (serve)
+    memory: BuildMemory | None = None  # kept between builds by a long-running process (serve)
+
+
+@dataclass
+class BuildMemory:
+    """What a long-running process (``serve``) keeps from one build to the next: the open build cache, which
+    then holds every verification result in memory, and the compiled templates.  Everything in it is keyed
+    by content (byte digests, the build key), so it can only save work, never change the output."""
+
+    cache: BuildCache | None = None
+    renderer: tuple[str, SiteRenderer] | None = None
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
+            self.cache = None
 
 
 class SearchIndexError(Exception):
@@ -121,9 +137,12 @@ def _inspect_file(item: InputFile) -> Inspection:
     return inspect_bytes(item.rel, raw, _worker["trust"])
 
 
-def _init_render(config: SiteConfig, dirs: list[Path], trust: TrustSet, staging_root: Path, search: bool) -> None:
+def _init_render(config: SiteConfig, dirs: list[Path], trust: TrustSet, staging_root: Path, search: bool,
+                 build_key: str) -> None:
     _in_worker_process()
-    _worker["renderer"] = SiteRenderer(config, dirs, trust, search)
+    if _worker.get("renderer_key") != build_key:  # same key: same templates and settings, reuse the compiled ones
+        _worker["renderer"] = SiteRenderer(config, dirs, trust, search)
+        _worker["renderer_key"] = build_key
     _worker["staging"] = StagingTree(staging_root)
 
 
@@ -228,7 +247,9 @@ def _inspect_all(options: BuildOptions, cache: BuildCache, found: list[InputFile
     todo = []
     for f in found:
         hit = cached.get(known_sha[f.rel] or "")
-        if hit is not None:
+        if hit is not None and hit.rel == f.rel:
+            results[f.rel] = hit
+        elif hit is not None:
             results[f.rel] = Inspection(f.rel, hit.sha256, hit.size, hit.check, hit.reason, hit.checks, hit.warnings,
                                         hit.summary)
         else:
@@ -271,8 +292,7 @@ def _build(options: BuildOptions) -> BuildReport:
                       about, options.max_bytes, source_date(), options.search)
 
     slot.acquire()
-    cache = BuildCache((options.cache_dir or default_cache_dir(options.output)) / "cache.sqlite"
-                       if options.use_cache else None)
+    cache = _open_cache(options)
     try:
         found, skipped = discover(options.bundles)
         input_fingerprint = _hash(build_key, [(f.rel, f.sig) for f in found], [(x.rel, x.reason) for x in skipped])
@@ -300,8 +320,9 @@ def _build(options: BuildOptions) -> BuildReport:
 
         # Everything the output depends on is known now; if it is what the current site was built from,
         # there is nothing to do (and nothing is written).
-        renderer = SiteRenderer(options.config, dirs, options.trust, options.search)
-        collection = collection_units(renderer, published, plan.shared, options.trust, source_date(), about)
+        renderer = _renderer(options, dirs, build_key)
+        catalog = catalogue(published)
+        collection = collection_units(renderer, catalog, plan.shared, options.trust, source_date(), about)
         clock.lap("plan_collection")
         units = _units_plan(build_key, record_keys, published, collection, options)
         _record_outcomes(report, inspections, selection, {})
@@ -327,7 +348,7 @@ def _build(options: BuildOptions) -> BuildReport:
                     units[f"record:{pid}"] = (record_keys[pid], reused)
                     report.files_reused += len(reused)
             results = _map(_render_record, _init_render,
-                           (options.config, dirs, options.trust, tree.root, options.search),
+                           (options.config, dirs, options.trust, tree.root, options.search, build_key),
                            to_render, options, "render")
             changed = {}
             for pid, written, err in results:
@@ -346,7 +367,8 @@ def _build(options: BuildOptions) -> BuildReport:
                 report.outcomes.clear()
                 _record_outcomes(report, inspections, selection, changed)
                 plan = plan_redirects(papers)
-                collection = collection_units(renderer, papers, plan.shared, options.trust, source_date(), about)
+                catalog = catalogue(papers)
+                collection = collection_units(renderer, catalog, plan.shared, options.trust, source_date(), about)
                 units = {u: v for u, v in units.items() if u.startswith("record:")}
                 units.update({u: v for u, v in _units_plan(build_key, record_keys, papers, collection, options).items()
                               if not u.startswith("record:")})
@@ -379,7 +401,7 @@ def _build(options: BuildOptions) -> BuildReport:
             if changed:  # the outcomes and unit keys differ from those planned
                 build_id, report_doc, files_text = _identify(build_key, report, units, options)
             written = []
-            for rel, data in report_files(renderer, papers, report_doc, about is not None, files_text):
+            for rel, data in report_files(renderer, catalog, report_doc, about is not None, files_text):
                 tree.write(rel, data)
                 written.append(rel)
                 report.files_written += 1
@@ -404,7 +426,8 @@ def _build(options: BuildOptions) -> BuildReport:
                 slot.discard(tree)
             raise
     finally:
-        cache.close()
+        if options.memory is None:
+            cache.close()
         slot.release()
         report.seconds = time.perf_counter() - started
     return report
@@ -423,6 +446,28 @@ def _stat_sig(path: Path) -> str | None:
     except OSError:
         return None
     return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
+
+
+def _open_cache(options: BuildOptions) -> BuildCache:
+    path = (options.cache_dir or default_cache_dir(options.output)) / "cache.sqlite" if options.use_cache else None
+    memory = options.memory
+    if memory is not None and memory.cache is not None and memory.cache.path == path and memory.cache.db is not None:
+        return memory.cache
+    cache = BuildCache(path)
+    if memory is not None:
+        memory.close()
+        memory.cache = cache
+    return cache
+
+
+def _renderer(options: BuildOptions, dirs: list[Path], build_key: str) -> SiteRenderer:
+    memory = options.memory
+    if memory is not None and memory.renderer is not None and memory.renderer[0] == build_key:
+        return memory.renderer[1]
+    renderer = SiteRenderer(options.config, dirs, options.trust, options.search)
+    if memory is not None:
+        memory.renderer = (build_key, renderer)
+    return renderer
 
 
 def _unchanged_since_last_build(cache: BuildCache, input_fingerprint: str, slot: OutputSlot,

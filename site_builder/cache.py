@@ -30,6 +30,7 @@ class BuildCache:
         self.db: sqlite3.Connection | None = None
         self._files: dict[str, tuple[str, str]] = {}
         self._units: dict[str, dict[str, tuple[str, list[str]]]] = {}  # build id -> unit -> (key, files)
+        self._known: dict[tuple[str, str], Inspection] = {}  # (sha256, trust) -> result read or saved by this process
         if path is not None:
             self._open()
 
@@ -68,7 +69,7 @@ class BuildCache:
             except sqlite3.Error:
                 pass
         self.db = None
-        self._files, self._units = {}, {}
+        self._files, self._units, self._known = {}, {}, {}
         assert self.path is not None
         for suffix in ("", "-wal", "-shm"):
             try:
@@ -92,10 +93,18 @@ class BuildCache:
         found: dict[str, Inspection] = {}
         if self.db is None or not shas:
             return found
+        known = self._known
+        missing = []
+        for sha in shas:
+            hit = known.get((sha, trust))
+            if hit is None:
+                missing.append(sha)
+            else:
+                found[sha] = hit
         try:
             rows = []
-            for start in range(0, len(shas), 500):
-                chunk = shas[start:start + 500]
+            for start in range(0, len(missing), 500):
+                chunk = missing[start:start + 500]
                 rows += self.db.execute(
                     f"SELECT sha256, data FROM inspections WHERE trust=? AND sha256 IN ({','.join('?' * len(chunk))})",
                     (trust, *chunk)).fetchall()
@@ -108,7 +117,7 @@ class BuildCache:
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue
             if inspection.sha256 == sha:
-                found[sha] = inspection
+                found[sha] = known[(sha, trust)] = inspection
         return found
 
     def units(self, build_id: str | None) -> dict[str, tuple[str, list[str]]] | None:
@@ -141,6 +150,11 @@ class BuildCache:
         gone = {sha for _, sha in old.values()} - live
         self.db.executemany("DELETE FROM inspections WHERE sha256=?", [(s,) for s in gone])
         self._files = dict(files)
+        for i in new_inspections:
+            if i.sha256:
+                self._known[(i.sha256, trust)] = i
+        if gone:
+            self._known = {k: v for k, v in self._known.items() if k[0] not in gone}
 
     def save(self, files: dict[str, tuple[str, str]], new_inspections: list[Inspection], trust: str,
              units: dict[str, tuple[str, list[str]]], build_id: str, keep_build_id: str | None) -> None:

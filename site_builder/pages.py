@@ -93,6 +93,22 @@ def listings(papers: list[PaperSummary]) -> tuple[Listing, list[Listing], list[L
     return everything, cats, years
 
 
+@dataclass(frozen=True)
+class Catalogue:
+    """The published records newest first and the listings made from them: computed once per build, shared by
+    the collection pages and the report pages."""
+
+    papers: list[PaperSummary]
+    everything: Listing
+    categories: list[Listing]
+    years: list[Listing]
+
+
+def catalogue(papers: list[PaperSummary]) -> Catalogue:
+    newest = newest_first(papers)
+    return Catalogue(newest, *listings(newest))
+
+
 @dataclass
 class RedirectPlan:
     """Short addresses: those with one target belong to that record's files, the rest are list pages."""
@@ -102,27 +118,33 @@ class RedirectPlan:
 
 
 def plan_redirects(papers: list[PaperSummary]) -> RedirectPlan:
-    addresses: dict[str, tuple[str, list[PaperSummary]]] = {}
+    targets: dict[str, list[PaperSummary]] = {}
     for p in papers:
-        for n in (8, 12, 16):
-            addresses.setdefault(f"pith/{p.pith_id[:n]}/", (f"pith:{p.pith_id[:n]}", []))[1].append(p)
-        addresses.setdefault(f"arxiv/{p.arxiv_id}v{p.version}/", (f"arXiv:{p.arxiv_id}v{p.version}", []))[1].append(p)
+        pid = p.pith_id
+        for folder in (f"pith/{pid[:8]}/", f"pith/{pid[:12]}/", f"pith/{pid[:16]}/", f"arxiv/{p.arxiv_id}v{p.version}/"):
+            group = targets.get(folder)
+            if group is None:
+                targets[folder] = [p]
+            else:
+                group.append(p)
     latest: dict[str, list[PaperSummary]] = {}
     for p in papers:
-        group = latest.setdefault(p.arxiv_id, [])
-        if not group or p.version > group[0].version:
+        group = latest.get(p.arxiv_id)
+        if group is None or p.version > group[0].version:
             latest[p.arxiv_id] = [p]
         elif p.version == group[0].version:
             group.append(p)
     for arxiv_id, group in latest.items():
-        addresses[f"arxiv/{arxiv_id}/"] = (f"arXiv:{arxiv_id}", group)
+        targets[f"arxiv/{arxiv_id}/"] = group
     plan = RedirectPlan({}, [])
-    for folder in sorted(addresses):
-        label, targets = addresses[folder]
-        if len(targets) == 1:
-            plan.per_record.setdefault(targets[0].pith_id, []).append((folder, label))
+    for folder in sorted(targets):
+        group = targets[folder]
+        kind, _, name = folder[:-1].partition("/")
+        label = f"pith:{name}" if kind == "pith" else f"arXiv:{name}"
+        if len(group) == 1:
+            plan.per_record.setdefault(group[0].pith_id, []).append((folder, label))
         else:
-            plan.shared.append((folder, label, sorted(targets, key=lambda p: p.pith_id)))
+            plan.shared.append((folder, label, sorted(group, key=lambda p: p.pith_id)))
     return plan
 
 
@@ -143,11 +165,10 @@ def _counts(papers: list[PaperSummary], report_doc: dict) -> dict:
             "superseded": report_doc["counts"]["superseded"], "read": report_doc["counts"]["read"]}
 
 
-def report_files(renderer: SiteRenderer, papers: list[PaperSummary], report_doc: dict,
+def report_files(renderer: SiteRenderer, catalog: Catalogue, report_doc: dict,
                  has_about: bool, files_text: str | None = None) -> Iterator[tuple[str, bytes]]:
     """Pages that show the outcome of this build (counts, rejections); rendered on every build."""
-    papers = newest_first(papers)
-    _, cats, years = listings(papers)
+    papers, cats, years = catalog.papers, catalog.categories, catalog.years
     counts = _counts(papers, report_doc)
     yield "index.html", renderer.render("home.html", recent=papers[:HOME_RECENT], counts=counts, categories=cats,
                                         years=years, has_about=has_about)
@@ -185,7 +206,7 @@ def _rows(papers: list[PaperSummary]) -> str:
     return " ".join(p.row_digest for p in papers)
 
 
-def collection_units(renderer: SiteRenderer, papers: list[PaperSummary], shared: list, trust: TrustSet,
+def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, trust: TrustSet,
                      generated_at: str | None, about_markdown: str | None) -> list[Unit]:
     """Pages that depend on the set of published records and its order (not on rejections), as units.
 
@@ -193,8 +214,7 @@ def collection_units(renderer: SiteRenderer, papers: list[PaperSummary], shared:
     re-renders only the pages that show it.
     """
     config = renderer.config
-    papers = newest_first(papers)
-    everything, cats, years = listings(papers)
+    papers, everything, cats, years = catalog.papers, catalog.everything, catalog.categories, catalog.years
     updated = max((p.built_at for p in papers), default=generated_at or "1970-01-01T00:00:00Z")
     units: list[Unit] = []
     listing_urls: list[str] = []

@@ -27,7 +27,7 @@ import jinja2
 from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
 
-from site_builder.build import BuildOptions, SearchIndexError, build
+from site_builder.build import BuildMemory, BuildOptions, SearchIndexError, build
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundlesFolderError
 from site_builder.settings import SettingsError, load_settings, normalize_base_url
@@ -92,6 +92,7 @@ class Site:
         self.live = live
         self.build_lock = threading.Lock()
         self.builds = 0
+        self.memory = BuildMemory()  # the cache and compiled templates stay loaded between rebuilds
 
     def _build_options(self) -> BuildOptions:
         o = self.options
@@ -102,7 +103,7 @@ class Site:
         return BuildOptions(bundles=o.bundles, output=o.output, trust=load_trust_set(o.trusted_keys), config=config,
                             templates=o.templates if o.templates.is_dir() else None,
                             about_file=o.settings.parent / config.about_file, search=o.search,
-                            mp_context="forkserver")
+                            mp_context="forkserver", memory=self.memory)
 
     def rebuild(self, reason: str) -> bool:
         with self.build_lock:
@@ -330,6 +331,7 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
         httpd.shutdown()
         httpd.server_close()
         observer.join(timeout=5)
+        site.memory.close()
         _remove_leftovers(options.output)
         options.log("stopped")
     return 0

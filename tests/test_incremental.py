@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from site_builder.build import BuildOptions, build
+from site_builder.build import BuildMemory, BuildOptions, build
 from site_builder.keys import TrustSet, key_from_document, load_trust_set
 
 from conftest import REAL_FILES, ROOT
@@ -45,11 +45,14 @@ def opts(project: Path, output: Path, trust: TrustSet, **kw) -> BuildOptions:
                         search=kw.pop("search", False), **kw)
 
 
-def test_random_edits_match_clean_builds(project):
+@pytest.mark.parametrize("kept_in_memory", [False, True], ids=["separate-processes", "serve-memory"])
+def test_random_edits_match_clean_builds(project, kept_in_memory):
+    """Also as ``serve`` builds: one BuildMemory (open cache, compiled templates) across all the builds."""
     rng = random.Random(20261129)
     trust = both_keys()
     inc = project / "inc"
-    build(opts(project, inc, trust))
+    memory = BuildMemory() if kept_in_memory else None
+    build(opts(project, inc, trust, memory=memory))
     next_id = 100
     for step in range(14):
         bundles = sorted((project / "bundles").iterdir())
@@ -68,7 +71,7 @@ def test_random_edits_match_clean_builds(project):
                 (ROOT / "templates" / "badge.svg").read_text() + f"<!-- {step} -->\n")
         elif action == "keys":
             trust = load_trust_set() if len(trust.keys) == 2 else both_keys()
-        report = build(opts(project, inc, trust))
+        report = build(opts(project, inc, trust, memory=memory))
         clean = project / f"clean{step}"
         build(opts(project, clean, trust, use_cache=False))
         assert tree(inc) == tree(clean), f"step {step}: {action}"
