@@ -3,8 +3,9 @@
     python benchmarks/bench_build.py --n 10000 [--workdir /tmp/sb-bench] [--json results.json] [--search]
 
 Generates N realistic bundles signed with a benchmark key (cached in the work folder), then, each in a fresh
-process: a full build into an empty output, a no-op rebuild, and rebuilds after changing one bundle, adding one,
-deleting one and editing one template.  Prints wall time, bundles/second, files written and reused, peak RSS of the
+process: a full build into an empty output, a no-op rebuild, and rebuilds after changing one bundle (a newer
+bundle of the same record), replacing one (the file now holds another record), adding one, deleting one and
+editing one template.  Prints wall time, bundles/second, files written and reused, peak RSS of the
 main process and of the largest worker, and the time of each build stage.
 """
 
@@ -101,12 +102,15 @@ def main() -> None:
     step("no-op rebuild")
     # The first incremental build has no second tree to update yet: it writes a fresh one (by hard links).
     step("first incremental", lambda: (bundles / "b0000004.json").write_bytes(make_bundle(4, variant=3)))
+    # A newer bundle of the same record (what a resolver publishes after new events).
     step("change one bundle", lambda: (bundles / "b0000005.json").write_bytes(make_bundle(5, variant=3)))
+    # The file now holds another paper: its old record's pages go, the new one's come, listings shift.
+    step("replace one record", lambda: (bundles / "b0000006.json").write_bytes(make_bundle(6, record=args.n + 7)))
     step("add one bundle", lambda: extra.write_bytes(make_bundle(args.n + 1)))
     step("delete one bundle", lambda: extra.unlink())
     step("edit one template", lambda: (work / "templates" / "paper.html").write_text(
         (work / "templates" / "paper.html").read_text() + "\n{# edited #}\n"))
-    for i in (4, 5):
+    for i in (4, 5, 6):
         (bundles / f"b{i:07d}.json").write_bytes(make_bundle(i))
 
     print(f"\n{args.n} bundles (~{size / 1024:.1f} KB each); {machine()}; search index {'on' if args.search else 'off'}")

@@ -77,7 +77,8 @@ def main() -> None:
         latencies = []
         for i in range(args.repeat):
             n = 10 + i
-            data = make_bundle(n, variant=int(time.time()) % 100_000 + i)  # never the bytes already there
+            # A newer bundle of the same record (as when the resolver adds an event); never bytes already there.
+            data = make_bundle(n, variant=int(time.time()) - 1_700_000_000 + i)
             pith_id = json.loads(data)["pith_number"].rsplit(":", 1)[1]
             seen = len(events)
             start = time.perf_counter()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+from datetime import datetime, timedelta, timezone
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -35,8 +36,12 @@ def _template() -> dict:
     return json.loads(sorted((ROOT / "bundles").glob("*.json"))[0].read_bytes())
 
 
-def make_bundle(i: int, template: dict | None = None, key: TestKey | None = None, variant: int = 0) -> bytes:
-    rng = random.Random(i * 7919 + variant)
+def make_bundle(i: int, template: dict | None = None, key: TestKey | None = None, variant: int = 0,
+                record: int | None = None) -> bytes:
+    """Bundle number *i*.  A *variant* is a newer bundle of the same record (a later ``built_at``, as when the
+    resolver re-signs a record after new events); *record* picks the paper's content (default: *i*), so
+    ``make_bundle(i, record=j)`` is file *i* holding a different record."""
+    rng = random.Random((i if record is None else record) * 7919)
     b = json.loads(json.dumps(template or _template()))
     key = key or benchmark_key()
     year = 2007 + i % 19
@@ -59,8 +64,9 @@ def make_bundle(i: int, template: dict | None = None, key: TestKey | None = None
             g["paper"].update(title=title, authors_text=authors, abstract_excerpt=abstract, primary_cat=primary,
                               cross_cats=cross, submitted_at=submitted)
             g["source"] = dict(record["source"])
-    if variant:
-        b["built_at"] = f"2026-09-{1 + variant % 28:02d}T00:00:00Z"
+    if variant:  # later for a larger variant, so a newer variant is never refused as a rollback
+        built = datetime(2026, 9, 1, tzinfo=timezone.utc) + timedelta(seconds=variant)
+        b["built_at"] = built.strftime("%Y-%m-%dT%H:%M:%SZ")
     return to_bytes(sign_bundle(b, key))
 
 

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from multiprocessing import current_process, get_context
 from pathlib import Path
@@ -38,10 +38,10 @@ from site_builder.cache import BuildCache
 from site_builder.inspection import Inspection, inspect_bytes, rejected
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, discover, read_bytes
-from site_builder.pages import catalogue, collection_units, paper_files, plan_redirects, report_files
+from site_builder.pages import Catalogue, RedirectPlan, catalogue, collection_units, paper_files, plan_redirects, report_files
 from site_builder.records import PaperSummary
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
-from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, files_json
+from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportRows
 from site_builder.selection import Candidate, PublishedBefore, is_rollback, select
 from site_builder.settings import SiteConfig
 from site_builder.writing import MARKER, OutputError, OutputSlot, StagingTree
@@ -66,6 +66,7 @@ class BuildOptions:
     use_cache: bool = True
     mp_context: str = "fork"  # "forkserver" where the caller runs threads (serve)
     memory: BuildMemory | None = None  # kept between builds by a long-running process (serve)
+    on_published: Callable[[BuildReport], None] | None = None  # called as soon as the new site is live
 
 
 @dataclass
@@ -76,6 +77,12 @@ class BuildMemory:
 
     cache: BuildCache | None = None
     renderer: tuple[str, SiteRenderer] | None = None
+    report_rows: ReportRows = field(default_factory=ReportRows)
+    previous_site: tuple[str | None, PreviousSite] | None = None  # keyed by the stat of verification.json
+    redirects: tuple[list, RedirectPlan] | None = None  # keyed by the records' ids and versions
+    catalogue: tuple[list, Catalogue] | None = None  # keyed by the records' ids, dates and categories
+    unit_rows: dict[str, tuple[list, str]] = field(default_factory=dict)  # listing unit -> (its records, digests)
+    record_keys: tuple[str, dict[str, tuple]] | None = None  # build key; pith id -> (sha256, addresses, key)
 
     def close(self) -> None:
         if self.cache is not None:
@@ -304,25 +311,23 @@ def _build(options: BuildOptions) -> BuildReport:
         paths = {f.rel: f.path for f in found}
         clock.lap("verify")
 
-        previous = read_previous_site(slot.output)
+        previous = _previous_site(options, slot)
         clock.lap("previous_site")
         selection = select([Candidate(i, paths[i.rel]) for i in inspections if i.verified])
         _refuse_rollbacks(selection, previous, slot, options, report)
         published = [c.inspection.summary for _, c in sorted(selection.published.items())]
         clock.lap("select")
-        plan = plan_redirects(published)
+        plan = _plan_redirects(options, published)
         clock.lap("plan_addresses")
-        record_tasks = {pid: RecordTask(c.source, c.inspection, tuple(plan.per_record.get(pid, ())))
-                        for pid, c in sorted(selection.published.items())}
-        record_keys = {pid: hashlib.sha256(f"{build_key}\0{t.inspection.sha256}\0{t.redirects!r}".encode()).hexdigest()
-                       for pid, t in record_tasks.items()}
+        record_keys = _record_keys(options, build_key, selection, plan)
         clock.lap("record_keys")
 
         # Everything the output depends on is known now; if it is what the current site was built from,
         # there is nothing to do (and nothing is written).
         renderer = _renderer(options, dirs, build_key)
-        catalog = catalogue(published)
-        collection = collection_units(renderer, catalog, plan.shared, options.trust, source_date(), about)
+        catalog = _catalogue(options, published)
+        collection = collection_units(renderer, catalog, plan.shared, options.trust, source_date(), about,
+                                      options.memory.unit_rows if options.memory is not None else None)
         clock.lap("plan_collection")
         units = _units_plan(build_key, record_keys, published, collection, options)
         _record_outcomes(report, inspections, selection, {})
@@ -340,10 +345,10 @@ def _build(options: BuildOptions) -> BuildReport:
         try:
             place = lambda name, key: _place_unit(name, key, tree, kept, live_units, slot.output)
             to_render = []
-            for pid, task in record_tasks.items():
+            for pid, chosen in selection.published.items():
                 reused = place(f"record:{pid}", record_keys[pid])
                 if reused is None:
-                    to_render.append(task)
+                    to_render.append(RecordTask(chosen.source, chosen.inspection, plan.per_record.get(pid, ())))
                 else:
                     units[f"record:{pid}"] = (record_keys[pid], reused)
                     report.files_reused += len(reused)
@@ -418,9 +423,16 @@ def _build(options: BuildOptions) -> BuildReport:
             else:
                 slot.publish(tree)
             clock.lap("swap")
+            if options.on_published is not None:
+                options.on_published(report)
+            if options.memory is not None:  # what the next build would read back from verification.json
+                options.memory.previous_site = (_stat_sig(slot.output / MARKER), _published_by(build_id, report))
             cache.save(file_index, fresh, options.trust.identity(), units, build_id, keep_build_id=previous.build_id)
             cache.save_quick(input_fingerprint, _stat_sig(slot.output / MARKER), report)
             clock.lap("save_cache")
+            if options.memory is not None:
+                options.memory.report_rows.forget_all_but(report.outcomes)
+                options.memory.unit_rows = {k: v for k, v in options.memory.unit_rows.items() if k in units}
         except BaseException:
             if tree.root != slot.prev:
                 slot.discard(tree)
@@ -446,6 +458,84 @@ def _stat_sig(path: Path) -> str | None:
     except OSError:
         return None
     return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
+
+
+def _previous_site(options: BuildOptions, slot: OutputSlot) -> PreviousSite:
+    memory = options.memory
+    sig = _stat_sig(slot.output / MARKER)
+    if memory is not None and sig is not None and memory.previous_site is not None and memory.previous_site[0] == sig:
+        return memory.previous_site[1]
+    previous = read_previous_site(slot.output)
+    if memory is not None and sig is not None:
+        memory.previous_site = (sig, previous)
+    return previous
+
+
+def _published_by(build_id: str, report: BuildReport) -> PreviousSite:
+    published = {}
+    for o in report.outcomes:
+        summary = o.inspection.summary
+        if o.status == PUBLISHED and summary is not None and o.inspection.sha256:
+            published[summary.pith_id] = PublishedBefore(summary.pith_id, o.inspection.sha256, summary.built_at,
+                                                         summary.event_count)
+    return PreviousSite(build_id, published)
+
+
+def _plan_redirects(options: BuildOptions, published: list[PaperSummary]) -> RedirectPlan:
+    """The short-address plan; in memory it is reused while no record's id, arXiv id or version changed."""
+    memory = options.memory
+    if memory is None:
+        return plan_redirects(published)
+    shape = [(p.pith_id, p.arxiv_id, p.version) for p in published]  # all that plan_redirects looks at
+    if memory.redirects is not None and memory.redirects[0] == shape:
+        old = memory.redirects[1]
+        if not old.shared:
+            return old
+        current = {p.pith_id: p for p in published}  # list pages show the records as they are now
+        return RedirectPlan(old.per_record, [(folder, label, [current[t.pith_id] for t in targets])
+                                             for folder, label, targets in old.shared])
+    plan = plan_redirects(published)
+    memory.redirects = (shape, plan)
+    return plan
+
+
+def _catalogue(options: BuildOptions, published: list[PaperSummary]) -> Catalogue:
+    """Listings in order; in memory the order is reused while no record's id, date or categories changed."""
+    memory = options.memory
+    if memory is None:
+        return catalogue(published)
+    shape = [(p.pith_id, p.submitted_at, p.primary_cat, p.cross_cats) for p in published]
+    if memory.catalogue is not None and memory.catalogue[0] == shape:
+        old = memory.catalogue[1]
+        current = {p.pith_id: p for p in published}
+
+        def now(listing):
+            return replace(listing, papers=[current[p.pith_id] for p in listing.papers])
+        everything = now(old.everything)
+        return Catalogue(everything.papers, everything, [now(c) for c in old.categories], [now(y) for y in old.years])
+    result = catalogue(published)
+    memory.catalogue = (shape, result)
+    return result
+
+
+def _record_keys(options: BuildOptions, build_key: str, selection, plan: RedirectPlan) -> dict[str, str]:
+    """A record's key covers the build key, its bytes and its short addresses."""
+    memory = options.memory
+    memo = memory.record_keys[1] if memory is not None and memory.record_keys and \
+        memory.record_keys[0] == build_key else {}
+    keys, seen = {}, {}
+    for pid, chosen in selection.published.items():
+        sha, redirects = chosen.inspection.sha256, plan.per_record.get(pid, ())
+        hit = memo.get(pid)
+        if hit is not None and hit[0] == sha and hit[1] == redirects:
+            key = hit[2]
+        else:
+            key = hashlib.sha256(f"{build_key}\0{sha}\0{redirects!r}".encode()).hexdigest()
+        keys[pid] = key
+        seen[pid] = (sha, redirects, key)
+    if memory is not None:
+        memory.record_keys = (build_key, seen)
+    return keys
 
 
 def _open_cache(options: BuildOptions) -> BuildCache:
@@ -477,14 +567,14 @@ def _unchanged_since_last_build(cache: BuildCache, input_fingerprint: str, slot:
     Then the build reports the previous outcomes and writes nothing; this is what makes a no-op rebuild
     of a large mirror take a fraction of a second.
     """
-    quick = cache.quick()
-    if quick is None or quick[0] != input_fingerprint or quick[1] != _stat_sig(slot.output / MARKER):
+    quick = cache.quick(input_fingerprint, _stat_sig(slot.output / MARKER))
+    if quick is None:
         return False
     try:
         report.outcomes = [FileOutcome(rejected(o["rel"], o["check"], o["reason"]) if o["check"] else
                                        Inspection(o["rel"], o["sha256"], 0, None, ""), o["status"], o["note"],
-                                       o["pith_number"]) for o in quick[2]["outcomes"]]
-        report.warnings = list(quick[2]["warnings"])
+                                       o["pith_number"]) for o in quick["outcomes"]]
+        report.warnings = list(quick["warnings"])
     except (KeyError, TypeError):
         report.outcomes, report.warnings = [], []
         return False
@@ -510,8 +600,8 @@ def _identify(build_key: str, report: BuildReport, units: dict, options: BuildOp
     """The build id names everything the output depends on; it is stored in verification.json.
 
     Returns the id, the report document and its serialised "files" array (written as it was hashed)."""
-    doc = report.document([k.key_id for k in options.trust.keys], source_date())
-    files_text = files_json(doc)
+    rows = options.memory.report_rows if options.memory is not None else None
+    doc, files_text = report.document([k.key_id for k in options.trust.keys], source_date(), rows)
     head = {k: v for k, v in doc.items() if k != "files"}
     build_id = _hash(build_key, json.dumps(head, sort_keys=True), files_text,
                      sorted((u, k) for u, (k, _) in units.items()))
@@ -588,7 +678,7 @@ def _refuse_rollbacks(selection, previous: PreviousSite, slot: OutputSlot, optio
     """Never replace a newer published bundle by an older one: keep the previous site's copy (re-verified)."""
     for pith_id, chosen in list(selection.published.items()):
         prior = previous.published.get(pith_id)
-        if prior is None or not is_rollback(chosen.inspection, prior):
+        if prior is None or prior.sha256 == chosen.inspection.sha256 or not is_rollback(chosen.inspection, prior):
             continue
         kept_path = slot.output / "pith" / pith_id / "bundle.json"
         try:

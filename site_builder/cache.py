@@ -172,26 +172,31 @@ class BuildCache:
         except sqlite3.DatabaseError:
             self._reset()
 
-    def quick(self) -> tuple[str, str, dict] | None:
-        """(input fingerprint, stat of the output's verification.json, outcomes) of the last build."""
-        if self.db is None:
+    def quick(self, input_fingerprint: str, marker_sig: str | None) -> dict | None:
+        """The outcomes of the last build if its inputs (by stat) and output are these; else None.
+
+        The key is stored apart from the outcomes, so a build that changed something does not parse them."""
+        if self.db is None or marker_sig is None:
             return None
         try:
-            row = self.db.execute("SELECT value FROM meta WHERE key='quick'").fetchone()
-            if row is None:
+            row = self.db.execute("SELECT value FROM meta WHERE key='quick_key'").fetchone()
+            if row is None or row[0] != f"{input_fingerprint} {marker_sig}":
                 return None
-            doc = json.loads(row[0])
-            return doc["input"], doc["marker"], doc["report"]
-        except (sqlite3.DatabaseError, ValueError, KeyError, TypeError):
+            row = self.db.execute("SELECT value FROM meta WHERE key='quick'").fetchone()
+            return None if row is None else json.loads(row[0])
+        except (sqlite3.DatabaseError, ValueError):
             return None
 
     def save_quick(self, input_fingerprint: str, marker_sig: str | None, report) -> None:
         if self.db is None or marker_sig is None:
             return
-        doc = {"input": input_fingerprint, "marker": marker_sig,
-               "report": {"outcomes": [o.brief() for o in report.outcomes], "warnings": report.warnings}}
+        doc = {"outcomes": [o.brief() for o in report.outcomes], "warnings": report.warnings}
         try:
+            self.db.execute("BEGIN")
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('quick', ?)", (json.dumps(doc),))
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('quick_key', ?)",
+                            (f"{input_fingerprint} {marker_sig}",))
+            self.db.execute("COMMIT")
         except sqlite3.DatabaseError:
             self._reset()
 

@@ -113,12 +113,15 @@ def catalogue(papers: list[PaperSummary]) -> Catalogue:
 class RedirectPlan:
     """Short addresses: those with one target belong to that record's files, the rest are list pages."""
 
-    per_record: dict[str, list[tuple[str, str]]]
-    shared: list[tuple[str, str, list[PaperSummary]]]
+    per_record: dict[str, tuple[tuple[str, str], ...]]  # pith id -> (folder, label), in folder order
+    shared: list[tuple[str, str, list[PaperSummary]]]  # (folder, label, targets), in folder order
 
 
 def plan_redirects(papers: list[PaperSummary]) -> RedirectPlan:
+    """Which short address leads where: ``pith/<8|12|16>/``, ``arxiv/<id>v<n>/`` and ``arxiv/<id>/`` (the
+    latest version).  An address shared by several records becomes a list page."""
     targets: dict[str, list[PaperSummary]] = {}
+    latest: dict[str, list[PaperSummary]] = {}
     for p in papers:
         pid = p.pith_id
         for folder in (f"pith/{pid[:8]}/", f"pith/{pid[:12]}/", f"pith/{pid[:16]}/", f"arxiv/{p.arxiv_id}v{p.version}/"):
@@ -127,8 +130,6 @@ def plan_redirects(papers: list[PaperSummary]) -> RedirectPlan:
                 targets[folder] = [p]
             else:
                 group.append(p)
-    latest: dict[str, list[PaperSummary]] = {}
-    for p in papers:
         group = latest.get(p.arxiv_id)
         if group is None or p.version > group[0].version:
             latest[p.arxiv_id] = [p]
@@ -136,16 +137,29 @@ def plan_redirects(papers: list[PaperSummary]) -> RedirectPlan:
             group.append(p)
     for arxiv_id, group in latest.items():
         targets[f"arxiv/{arxiv_id}/"] = group
-    plan = RedirectPlan({}, [])
-    for folder in sorted(targets):
-        group = targets[folder]
+    # A record's own addresses in folder order ("arxiv/<id>/" < "arxiv/<id>v<n>/" < "pith/<8>/" < ...),
+    # without sorting every address of the site.
+    per_record: dict[str, tuple[tuple[str, str], ...]] = {}
+    for p in papers:
+        pid, arxiv_id = p.pith_id, p.arxiv_id
+        own = []
+        group = latest[arxiv_id]
+        if len(group) == 1 and group[0] is p:
+            own.append((f"arxiv/{arxiv_id}/", f"arXiv:{arxiv_id}"))
+        versioned = f"{arxiv_id}v{p.version}"
+        if len(targets[f"arxiv/{versioned}/"]) == 1:
+            own.append((f"arxiv/{versioned}/", f"arXiv:{versioned}"))
+        for n in (8, 12, 16):
+            if len(targets[f"pith/{pid[:n]}/"]) == 1:
+                own.append((f"pith/{pid[:n]}/", f"pith:{pid[:n]}"))
+        if own:
+            per_record[pid] = tuple(own)
+    shared = []
+    for folder in sorted(f for f, group in targets.items() if len(group) > 1):
         kind, _, name = folder[:-1].partition("/")
-        label = f"pith:{name}" if kind == "pith" else f"arXiv:{name}"
-        if len(group) == 1:
-            plan.per_record.setdefault(group[0].pith_id, []).append((folder, label))
-        else:
-            plan.shared.append((folder, label, sorted(group, key=lambda p: p.pith_id)))
-    return plan
+        shared.append((folder, f"pith:{name}" if kind == "pith" else f"arXiv:{name}",
+                       sorted(targets[folder], key=lambda p: p.pith_id)))
+    return RedirectPlan(per_record, shared)
 
 
 def bar_chart(rows: list[tuple[str, int]], unit: str) -> dict:
@@ -166,7 +180,7 @@ def _counts(papers: list[PaperSummary], report_doc: dict) -> dict:
 
 
 def report_files(renderer: SiteRenderer, catalog: Catalogue, report_doc: dict,
-                 has_about: bool, files_text: str | None = None) -> Iterator[tuple[str, bytes]]:
+                 has_about: bool, files_text: str) -> Iterator[tuple[str, bytes]]:
     """Pages that show the outcome of this build (counts, rejections); rendered on every build."""
     papers, cats, years = catalog.papers, catalog.categories, catalog.years
     counts = _counts(papers, report_doc)
@@ -202,12 +216,22 @@ class Unit:
     render: Callable[[], list[tuple[str, bytes]]]
 
 
-def _rows(papers: list[PaperSummary]) -> str:
-    return " ".join(p.row_digest for p in papers)
+def _rows(papers: list[PaperSummary], memo: dict[str, tuple[list, str]] | None, name: str) -> str:
+    """The row digests of a unit's records (its key material).  With a *memo* (serve), a unit that shows the
+    same record objects as last time reuses the joined string: comparing 100 references is cheaper."""
+    if memo is None:
+        return " ".join(p.row_digest for p in papers)
+    hit = memo.get(name)
+    if hit is not None and hit[0] == papers:
+        return hit[1]
+    rows = " ".join(p.row_digest for p in papers)
+    memo[name] = (list(papers), rows)
+    return rows
 
 
 def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, trust: TrustSet,
-                     generated_at: str | None, about_markdown: str | None) -> list[Unit]:
+                     generated_at: str | None, about_markdown: str | None,
+                     rows_memo: dict[str, tuple[list, str]] | None = None) -> list[Unit]:
     """Pages that depend on the set of published records and its order (not on rejections), as units.
 
     Each listing page, each feed and each shared short address is its own unit, so a change to one record
@@ -226,7 +250,8 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
             start = (page.number - 1) * config.page_size
             chunk = listing.papers[start:start + config.page_size]
             units.append(Unit(
-                f"listing:{page.url}", [listing.title, len(listing.papers), len(pages), _rows(chunk)],
+                f"listing:{page.url}", [listing.title, len(listing.papers), len(pages),
+                                        _rows(chunk, rows_memo, f"listing:{page.url}")],
                 lambda listing=listing, page=page, pages=pages, chunk=chunk, start=start: [(
                     page.url + "index.html",
                     renderer.render("listing.html", listing=listing, page=page, pages=pages, papers=chunk,
@@ -239,12 +264,12 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
     feeds += [(c.base + "feed.xml", f"{config.title}: {c.key}", c.papers[:FEED_ENTRIES],
                max(p.built_at for p in c.papers)) for c in cats]
     for path, title, entries, stamp in feeds:
-        units.append(Unit(f"feed:{path}", [title, stamp, _rows(entries)],
+        units.append(Unit(f"feed:{path}", [title, stamp, _rows(entries, rows_memo, f"feed:{path}")],
                           lambda path=path, title=title, entries=entries, stamp=stamp: [(path, renderer.render(
                               "feed.xml", feed_title=title, feed_path=path, entries=entries, updated=stamp))]))
 
     for folder, label, targets in shared:
-        units.append(Unit(f"shared:{folder}", [label, _rows(targets)],
+        units.append(Unit(f"shared:{folder}", [label, _rows(targets, rows_memo, f"shared:{folder}")],
                           lambda folder=folder, label=label, targets=targets: [(
                               folder + "index.html", renderer.render("ambiguous.html", label=label, targets=targets))]))
 

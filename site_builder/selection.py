@@ -57,7 +57,11 @@ def select(candidates: list[Candidate]) -> Selection:
     for candidate in candidates:
         by_record.setdefault(candidate.inspection.pith_id, []).append(candidate)
     for pith_id in sorted(by_record):
-        group = sorted(by_record[pith_id], key=lambda c: _newness(c.inspection), reverse=True)
+        group = by_record[pith_id]
+        if len(group) == 1:
+            selection.published[pith_id] = group[0]
+            continue
+        group = sorted(group, key=lambda c: _newness(c.inspection), reverse=True)
         winner = group[0]
         selection.published[pith_id] = winner
         for loser in group[1:]:

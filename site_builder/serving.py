@@ -35,7 +35,7 @@ from site_builder.writing import OutputError, remove_tree
 
 EVENTS_PATH = "__site_builder__/events"
 LIVE_JS_PATH = "__site_builder__/live.js"
-DEBOUNCE_SECONDS = 0.15
+DEBOUNCE_SECONDS = 0.1
 MAX_BATCH_SECONDS = 2.0
 CONTENT_TYPES = {".json": "application/json", ".js": "text/javascript", ".css": "text/css",
                  ".svg": "image/svg+xml", ".xml": "application/xml", ".html": "text/html; charset=utf-8",
@@ -103,7 +103,7 @@ class Site:
         return BuildOptions(bundles=o.bundles, output=o.output, trust=load_trust_set(o.trusted_keys), config=config,
                             templates=o.templates if o.templates.is_dir() else None,
                             about_file=o.settings.parent / config.about_file, search=o.search,
-                            mp_context="forkserver", memory=self.memory)
+                            mp_context="forkserver", memory=self.memory, on_published=self._announce)
 
     def rebuild(self, reason: str) -> bool:
         with self.build_lock:
@@ -124,12 +124,14 @@ class Site:
             self.options.log(f"[{reason}] {report.summary_line()} (rebuild {time.perf_counter() - started:.2f}s)")
             rejected = [o.inspection.error_line() for o in report.rejected]
             self.live.set_error("Rejected bundles:\n" + "\n".join(rejected) if rejected else None)
-            if report.changed:
-                changed = page_paths(report.rendered + report.removed, self.live.base_path)
-                everything = len(changed) > 500 or any(p.endswith("/assets/") for p in changed)
-                self.live.publish("reload", {"all": everything or not changed, "paths": changed[:500],
-                                             "build": self.builds})
             return True
+
+    def _announce(self, report) -> None:
+        """Tell open pages to reload the moment the new site is live (before the build cache is saved)."""
+        changed = page_paths(report.rendered + report.removed, self.live.base_path)
+        everything = len(changed) > 500 or any(p.endswith("/assets/") for p in changed)
+        self.live.publish("reload", {"all": everything or not changed, "paths": changed[:500],
+                                     "build": self.builds + 1})
 
     def _fail(self, message: str) -> bool:
         self.options.log(f"ERROR {message.splitlines()[0]} (serving the last good site)")

@@ -31,7 +31,7 @@ def test_sigkill_never_leaves_a_mixed_site(tmp_path):
         folder.mkdir()
         for i in range(40):
             if (i + n) % 5:  # each set lacks some records the other has
-                (folder / f"g{i}.json").write_bytes(make_bundle(i, variant=n))
+                (folder / f"g{i}.json").write_bytes(make_bundle(i, record=i + 1000 * n))
     expected = []
     for folder in sets:
         out = tmp_path / f"expected-{folder.name}"

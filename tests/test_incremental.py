@@ -56,7 +56,7 @@ def test_random_edits_match_clean_builds(project, kept_in_memory):
     next_id = 100
     for step in range(14):
         bundles = sorted((project / "bundles").iterdir())
-        action = rng.choice(["add", "remove", "change", "template", "keys", "noop"])
+        action = rng.choice(["add", "remove", "change", "replace", "template", "keys", "noop"])
         if action == "add":
             (project / "bundles" / f"gen{next_id}.json").write_bytes(make_bundle(next_id))
             next_id += 1
@@ -65,7 +65,11 @@ def test_random_edits_match_clean_builds(project, kept_in_memory):
         elif action == "change":
             victim = rng.choice([b for b in bundles if b.name.startswith("gen")] or bundles)
             n = int(victim.stem[3:]) if victim.stem.startswith("gen") else 0
-            victim.write_bytes(make_bundle(n, variant=step + 1))
+            victim.write_bytes(make_bundle(n, variant=step + 1))  # a newer bundle of the same record
+        elif action == "replace":
+            victim = rng.choice([b for b in bundles if b.name.startswith("gen")] or bundles)
+            victim.write_bytes(make_bundle(next_id, record=next_id + 1000))  # now holds another record
+            next_id += 1
         elif action == "template":
             (project / "templates" / "badge.svg").write_text(
                 (ROOT / "templates" / "badge.svg").read_text() + f"<!-- {step} -->\n")
