@@ -304,7 +304,9 @@ def _build(options: BuildOptions) -> BuildReport:
         found, skipped = discover(options.bundles)
         input_fingerprint = _hash(build_key, [(f.rel, f.sig) for f in found], [(x.rel, x.reason) for x in skipped])
         clock.lap("discover")
-        if _unchanged_since_last_build(cache, input_fingerprint, slot, report):
+        # With an empty memory (serve's first build) plan fully even if nothing changed, to fill it.
+        filling_memory = options.memory is not None and options.memory.renderer is None
+        if not filling_memory and _unchanged_since_last_build(cache, input_fingerprint, slot, report):
             return report
         inspections, fresh, file_index = _inspect_all(options, cache, found)
         inspections = sorted([rejected(s.rel, s.check, s.reason) for s in skipped] + inspections, key=lambda i: i.rel)
@@ -469,6 +471,48 @@ def _previous_site(options: BuildOptions, slot: OutputSlot) -> PreviousSite:
     if memory is not None and sig is not None:
         memory.previous_site = (sig, previous)
     return previous
+
+
+def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = lambda: False) -> bool:
+    """Give the output a twin made of hard links, so that the next change updates it in place.
+
+    Incremental builds update the tree beside the output (the previous site) and swap it in.  Right after a
+    first build there is no such tree, and the next change would have to link a whole new one (100,000 files:
+    seconds); ``serve`` calls this while the user is still reading, so that the first edit is fast.
+    Returns True if a twin was made.  Safe to interrupt: an unfinished twin is a staging folder, removed later.
+    """
+    slot = OutputSlot(options.output)
+    slot.check_usable()
+    cache = _open_cache(options)
+    slot.acquire()
+    try:
+        prev = slot.prev
+        if prev.is_dir() and not prev.is_symlink() and cache.units(read_build_id(prev)) is not None:
+            return False
+        units = cache.units(read_build_id(slot.output))
+        if units is None:
+            return False
+        staging = slot.new_staging()
+        try:
+            for _, files in units.values():
+                if cancelled():
+                    raise OSError("cancelled")
+                for rel in files:
+                    if not staging.link_from(rel, slot.output / rel):
+                        raise OSError(f"cannot link {rel}")
+            slot.retire_prev()
+            staging.root.rename(prev)
+        except OSError:
+            slot.discard(staging)
+            return False
+        except BaseException:
+            slot.discard(staging)
+            raise
+        return True
+    finally:
+        if options.memory is None:
+            cache.close()
+        slot.release()
 
 
 def _published_by(build_id: str, report: BuildReport) -> PreviousSite:

@@ -27,7 +27,7 @@ import jinja2
 from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
 
-from site_builder.build import BuildMemory, BuildOptions, SearchIndexError, build
+from site_builder.build import BuildMemory, BuildOptions, SearchIndexError, build, prepare_spare_tree
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundlesFolderError
 from site_builder.settings import SettingsError, load_settings, normalize_base_url
@@ -125,6 +125,17 @@ class Site:
             rejected = [o.inspection.error_line() for o in report.rejected]
             self.live.set_error("Rejected bundles:\n" + "\n".join(rejected) if rejected else None)
             return True
+
+    def prepare_spare_tree(self, stop: threading.Event) -> None:
+        """Link the second tree incremental builds update in place, while the user is still reading."""
+        with self.build_lock:
+            started = time.perf_counter()
+            try:
+                if prepare_spare_tree(self._build_options(), stop.is_set):
+                    self.options.log(f"ready for fast rebuilds (linked a second tree in "
+                                     f"{time.perf_counter() - started:.1f}s)")
+            except Exception as exc:  # only an optimisation: the next build does it if this could not
+                self.options.log(f"could not prepare the second tree: {type(exc).__name__}: {exc}")
 
     def _announce(self, report) -> None:
         """Tell open pages to reload the moment the new site is live (before the build cache is saved)."""
@@ -287,8 +298,11 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
           stop: threading.Event | None = None) -> int:
     live = LiveState()
     site = Site(options, live)
-    site.rebuild("start")
     stop = stop or threading.Event()
+    spare = None
+    if site.rebuild("start"):
+        spare = threading.Thread(target=site.prepare_spare_tree, args=(stop,), daemon=True)
+        spare.start()
 
     class Server(http.server.ThreadingHTTPServer):
         daemon_threads = True
@@ -333,6 +347,9 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
         httpd.shutdown()
         httpd.server_close()
         observer.join(timeout=5)
+        stop.set()
+        if spare is not None:
+            spare.join(timeout=30)
         site.memory.close()
         _remove_leftovers(options.output)
         options.log("stopped")

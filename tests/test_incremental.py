@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from site_builder.build import BuildMemory, BuildOptions, build
+from site_builder.build import BuildMemory, BuildOptions, build, prepare_spare_tree
 from site_builder.keys import TrustSet, key_from_document, load_trust_set
 
 from conftest import REAL_FILES, ROOT
@@ -153,3 +153,37 @@ def test_cache_entry_tampered_to_claim_success_is_not_blindly_trusted(project):
     db.close()
     again = build(opts(project, out, trust))
     assert {o.inspection.rel for o in again.rejected} == {"bad.json"}
+
+
+def test_spare_tree_makes_the_first_change_an_in_place_update(project):
+    """serve links a twin of a fresh output; the next change updates the twin, never the files it shares."""
+    trust = both_keys()
+    out = project / "site"
+    build(opts(project, out, trust))
+    prev = project / ".site.prev"
+    assert not prev.exists()
+    assert prepare_spare_tree(opts(project, out, trust))
+    assert tree(prev) == tree(out)
+    sample = out / "index.html"
+    assert (prev / "index.html").stat().st_ino == sample.stat().st_ino  # hard links, not copies
+    assert not prepare_spare_tree(opts(project, out, trust))  # already there: nothing to do
+
+    live_before = tree(out)
+    twin = prev.stat().st_ino
+    (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=7))
+    report = build(opts(project, out, trust))
+    assert out.stat().st_ino == twin  # the twin was updated and swapped in, not a new tree
+    assert report.files_written < 40 and report.files_reused > 50
+    assert tree(prev) == live_before  # the old site (shared inodes) was not touched by the update
+    clean = project / "clean"
+    build(opts(project, clean, trust, use_cache=False))
+    assert tree(out) == tree(clean)
+
+
+def test_spare_tree_can_be_cancelled(project):
+    trust = both_keys()
+    out = project / "site"
+    build(opts(project, out, trust))
+    assert not prepare_spare_tree(opts(project, out, trust), cancelled=lambda: True)
+    assert not (project / ".site.prev").exists()
+    assert [p.name for p in project.iterdir() if ".staging-" in p.name] == []
