@@ -38,7 +38,7 @@ from site_builder.cache import BuildCache
 from site_builder.inspection import Inspection, inspect_bytes, rejected
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, discover, read_bytes
-from site_builder.pages import Catalogue, RedirectPlan, catalogue, collection_units, paper_files, plan_redirects, report_files
+from site_builder.pages import Catalogue, Listing, RedirectPlan, catalogue, collection_units, paper_files, plan_redirects, report_files
 from site_builder.records import PaperSummary
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportRows
@@ -82,6 +82,8 @@ class BuildMemory:
     redirects: tuple[list, RedirectPlan] | None = None  # keyed by the records' ids and versions
     catalogue: tuple[list, Catalogue] | None = None  # keyed by the records' ids, dates and categories
     unit_rows: dict[str, tuple[list, str]] = field(default_factory=dict)  # listing unit -> (its records, digests)
+    unit_keys: dict[str, tuple[str, object, str]] = field(default_factory=dict)  # unit -> (build key, material, key)
+    outcomes: dict[int, FileOutcome] = field(default_factory=dict)  # id(inspection) -> its outcome last build
     record_keys: tuple[str, dict[str, tuple]] | None = None  # build key; pith id -> (sha256, addresses, key)
 
     def close(self) -> None:
@@ -302,11 +304,13 @@ def _build(options: BuildOptions) -> BuildReport:
     cache = _open_cache(options)
     try:
         found, skipped = discover(options.bundles)
-        input_fingerprint = _hash(build_key, [(f.rel, f.sig) for f in found], [(x.rel, x.reason) for x in skipped])
+
+        def input_fingerprint() -> str:  # the inputs by stat; computed only when needed (10,000 entries)
+            return _hash(build_key, [(f.rel, f.sig) for f in found], [(x.rel, x.reason) for x in skipped])
         clock.lap("discover")
-        # With an empty memory (serve's first build) plan fully even if nothing changed, to fill it.
-        filling_memory = options.memory is not None and options.memory.renderer is None
-        if not filling_memory and _unchanged_since_last_build(cache, input_fingerprint, slot, report):
+        # The quick no-op check is for separate processes; serve, with everything in memory, plans anyway
+        # (and writes nothing if nothing changed), which also fills the memory on its first build.
+        if options.memory is None and _unchanged_since_last_build(cache, input_fingerprint(), slot, report):
             return report
         inspections, fresh, file_index = _inspect_all(options, cache, found)
         inspections = sorted([rejected(s.rel, s.check, s.reason) for s in skipped] + inspections, key=lambda i: i.rel)
@@ -317,7 +321,7 @@ def _build(options: BuildOptions) -> BuildReport:
         clock.lap("previous_site")
         selection = select([Candidate(i, paths[i.rel]) for i in inspections if i.verified])
         _refuse_rollbacks(selection, previous, slot, options, report)
-        published = [c.inspection.summary for _, c in sorted(selection.published.items())]
+        published = [c.inspection.summary for c in selection.published.values()]  # in pith-id order
         clock.lap("select")
         plan = _plan_redirects(options, published)
         clock.lap("plan_addresses")
@@ -332,13 +336,13 @@ def _build(options: BuildOptions) -> BuildReport:
                                       options.memory.unit_rows if options.memory is not None else None)
         clock.lap("plan_collection")
         units = _units_plan(build_key, record_keys, published, collection, options)
-        _record_outcomes(report, inspections, selection, {})
+        _record_outcomes(report, inspections, selection, {}, options.memory)
         build_id, report_doc, files_text = _identify(build_key, report, units, options)
         clock.lap("identify")
         if previous.build_id == build_id and cache.units(previous.build_id) is not None:
             report.changed = False
             cache.save_inputs(file_index, fresh, options.trust.identity())
-            cache.save_quick(input_fingerprint, _stat_sig(slot.output / MARKER), report)
+            cache.save_quick(input_fingerprint(), _stat_sig(slot.output / MARKER), report)
             return report
         live_units = cache.units(previous.build_id) or {}
         tree, kept, stale_dirs = _prepare_tree(slot, cache, units)
@@ -430,11 +434,13 @@ def _build(options: BuildOptions) -> BuildReport:
             if options.memory is not None:  # what the next build would read back from verification.json
                 options.memory.previous_site = (_stat_sig(slot.output / MARKER), _published_by(build_id, report))
             cache.save(file_index, fresh, options.trust.identity(), units, build_id, keep_build_id=previous.build_id)
-            cache.save_quick(input_fingerprint, _stat_sig(slot.output / MARKER), report)
+            cache.save_quick(input_fingerprint(), _stat_sig(slot.output / MARKER), report)
             clock.lap("save_cache")
             if options.memory is not None:
                 options.memory.report_rows.forget_all_but(report.outcomes)
                 options.memory.unit_rows = {k: v for k, v in options.memory.unit_rows.items() if k in units}
+                options.memory.unit_keys = {k: v for k, v in options.memory.unit_keys.items() if k in units}
+                options.memory.outcomes = {id(o.inspection): o for o in report.outcomes}
         except BaseException:
             if tree.root != slot.prev:
                 slot.discard(tree)
@@ -551,13 +557,31 @@ def _catalogue(options: BuildOptions, published: list[PaperSummary]) -> Catalogu
     shape = [(p.pith_id, p.submitted_at, p.primary_cat, p.cross_cats) for p in published]
     if memory.catalogue is not None and memory.catalogue[0] == shape:
         old = memory.catalogue[1]
-        current = {p.pith_id: p for p in published}
+        shown = {p.pith_id: p for p in old.papers}
+        newer = [p for p in published if shown[p.pith_id] is not p]  # same record, new bundle
+        if not newer:
+            return old
 
-        def now(listing):
-            return replace(listing, papers=[current[p.pith_id] for p in listing.papers])
-        everything = now(old.everything)
-        return Catalogue(everything.papers, everything, [now(c) for c in old.categories], [now(y) for y in old.years])
-    result = catalogue(published)
+        def patched(listing: Listing, records: list[PaperSummary]) -> Listing:
+            papers = list(listing.papers)
+            for p in records:
+                before = shown[p.pith_id]  # found by identity: dataclass == would compare every field
+                papers[next(i for i, q in enumerate(papers) if q is before)] = p
+            return replace(listing, papers=papers)
+        everything = patched(old.everything, newer)
+        in_category: dict[str, list[PaperSummary]] = {}
+        in_year: dict[str, list[PaperSummary]] = {}
+        for p in newer:
+            for cat in p.categories:
+                in_category.setdefault(cat, []).append(p)
+            in_year.setdefault(p.submitted_at[:4], []).append(p)
+        categories = [patched(c, in_category[c.key]) if c.key in in_category else c for c in old.categories]
+        years = [patched(y, in_year[y.key]) if y.key in in_year else y for y in old.years]
+        result = Catalogue(everything.papers, everything, categories, years)
+        if "record_paths" in old.__dict__:  # same records: same pages (a cached_property carried over)
+            result.__dict__["record_paths"] = old.record_paths
+    else:
+        result = catalogue(published)
     memory.catalogue = (shape, result)
     return result
 
@@ -633,8 +657,16 @@ def _units_plan(build_key: str, record_keys: dict[str, str], papers: list[PaperS
     A record's key covers its bytes and short addresses; a collection unit's key covers what it shows
     (listings show summaries only, so a new event on a record does not re-render any listing)."""
     units: dict[str, tuple[str, list[str]]] = {f"record:{p.pith_id}": (record_keys[p.pith_id], []) for p in papers}
+    memo = options.memory.unit_keys if options.memory is not None else {}
     for unit in collection:  # materials are nested lists and tuples of str and int: repr() is exact and fast
-        units[unit.name] = (_hash(build_key, repr(unit.material)), [])
+        hit = memo.get(unit.name)
+        if hit is not None and hit[0] == build_key and hit[1] == unit.material:
+            key = hit[2]  # (comparing reuses the joined row strings: usually the very same objects)
+        else:
+            key = _hash(build_key, repr(unit.material))
+            if options.memory is not None:
+                memo[unit.name] = (build_key, unit.material, key)
+        units[unit.name] = (key, [])
     if options.search and papers:
         units["search"] = (_hash(build_key, sorted(k for k, _ in units.values())), [])
     return units
@@ -741,7 +773,9 @@ def _refuse_rollbacks(selection, previous: PreviousSite, slot: OutputSlot, optio
         report.warnings.append(f"{chosen.inspection.rel}: pith:{pith_id}: {note}")
 
 
-def _record_outcomes(report: BuildReport, inspections: list[Inspection], selection, changed: dict) -> None:
+def _record_outcomes(report: BuildReport, inspections: list[Inspection], selection, changed: dict,
+                     memory: BuildMemory | None = None) -> None:
+    before = memory.outcomes if memory is not None else {}
     for i in inspections:
         if not i.verified:
             report.outcomes.append(FileOutcome(i, REJECTED))
@@ -751,7 +785,11 @@ def _record_outcomes(report: BuildReport, inspections: list[Inspection], selecti
             check, _, reason = changed[i.pith_id].partition(": ")
             report.outcomes.append(FileOutcome(rejected(i.rel, check, reason), REJECTED))
         else:
-            report.outcomes.append(FileOutcome(i, PUBLISHED))
+            last = before.get(id(i))  # the same result published again: reuse its outcome (serve)
+            if last is not None and last.inspection is i and last.status == PUBLISHED and not last.note:
+                report.outcomes.append(last)
+            else:
+                report.outcomes.append(FileOutcome(i, PUBLISHED))
     for c in selection.published.values():
         if c.from_previous_site and c.inspection.pith_id not in changed:
             report.outcomes.append(FileOutcome(c.inspection, PUBLISHED, "kept from the previous site"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Iterator
 
 from site_builder.canonical import resolver_json
@@ -78,6 +79,11 @@ class Listing:
     base: str  # site-relative folder of page 1
     papers: list[PaperSummary]
 
+    @cached_property
+    def updated(self) -> str:
+        """The newest ``built_at`` shown (the feed's updated stamp)."""
+        return max((p.built_at for p in self.papers), default="1970-01-01T00:00:00Z")
+
 
 def listings(papers: list[PaperSummary]) -> tuple[Listing, list[Listing], list[Listing]]:
     """The full list, one listing per category and one per year; each newest first."""
@@ -102,6 +108,11 @@ class Catalogue:
     everything: Listing
     categories: list[Listing]
     years: list[Listing]
+
+    @cached_property
+    def record_paths(self) -> list[str]:
+        """Every record's page, in pith-id order (as the sitemap lists them)."""
+        return [f"pith/{pid}/" for pid in sorted(p.pith_id for p in self.papers)]
 
 
 def catalogue(papers: list[PaperSummary]) -> Catalogue:
@@ -239,7 +250,7 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
     """
     config = renderer.config
     papers, everything, cats, years = catalog.papers, catalog.everything, catalog.categories, catalog.years
-    updated = max((p.built_at for p in papers), default=generated_at or "1970-01-01T00:00:00Z")
+    updated = everything.updated if papers else generated_at or "1970-01-01T00:00:00Z"
     units: list[Unit] = []
     listing_urls: list[str] = []
 
@@ -261,8 +272,7 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
                                ("year/index.html", renderer.render("groups.html", title="Years", groups=years))]))
 
     feeds = [("feed.xml", config.title, papers[:FEED_ENTRIES], updated)]
-    feeds += [(c.base + "feed.xml", f"{config.title}: {c.key}", c.papers[:FEED_ENTRIES],
-               max(p.built_at for p in c.papers)) for c in cats]
+    feeds += [(c.base + "feed.xml", f"{config.title}: {c.key}", c.papers[:FEED_ENTRIES], c.updated) for c in cats]
     for path, title, entries, stamp in feeds:
         units.append(Unit(f"feed:{path}", [title, stamp, _rows(entries, rows_memo, f"feed:{path}")],
                           lambda path=path, title=title, entries=entries, stamp=stamp: [(path, renderer.render(
@@ -276,7 +286,7 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
     urls = ["", "papers/", "category/", "year/", "stats/", "verification/", "search/"]
     if about_markdown is not None:
         urls.append("about/")
-    urls += [f"pith/{p.pith_id}/" for p in sorted(papers, key=lambda p: p.pith_id)]
+    urls += catalog.record_paths
     urls = list(dict.fromkeys(urls + listing_urls))
     units.append(Unit("sitemap", [SITEMAP_LIMIT, urls], lambda: list(_sitemaps(renderer, urls))))
 

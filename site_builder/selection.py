@@ -51,7 +51,7 @@ def is_rollback(new: Inspection, before: PublishedBefore) -> bool:
 
 
 def select(candidates: list[Candidate]) -> Selection:
-    """Pick the newest valid bundle per record; the rest are superseded."""
+    """Pick the newest valid bundle per record (``published`` is in pith-id order); the rest are superseded."""
     selection = Selection()
     by_record: dict[str, list[Candidate]] = {}
     for candidate in candidates:

@@ -122,6 +122,7 @@ class Site:
             for outcome in report.rejected:
                 self.options.log(f"REJECTED {outcome.inspection.error_line()}")
             self.options.log(f"[{reason}] {report.summary_line()} (rebuild {time.perf_counter() - started:.2f}s)")
+            self.options.log(str({k: round(v, 3) for k, v in report.timings.items()}))  # TEMP
             rejected = [o.inspection.error_line() for o in report.rejected]
             self.live.set_error("Rejected bundles:\n" + "\n".join(rejected) if rejected else None)
             return True
@@ -195,7 +196,8 @@ class _Watcher(FileSystemEventHandler):
                 if quiet or overdue:
                     self.pending.clear()
                     return True
-            time.sleep(0.03)
+                wait = DEBOUNCE_SECONDS - (now - self.last)
+            time.sleep(max(0.005, min(wait, 0.05)))
         return False
 
 
