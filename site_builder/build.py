@@ -42,7 +42,7 @@ from site_builder.pages import Catalogue, Listing, RedirectPlan, catalogue, coll
 from site_builder.records import PaperSummary
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportRows
-from site_builder.selection import Candidate, PublishedBefore, is_rollback, select
+from site_builder.selection import Candidate, PublishedBefore, Selection, is_rollback, select
 from site_builder.settings import SiteConfig
 from site_builder.writing import MARKER, OutputError, OutputSlot, StagingTree
 
@@ -84,6 +84,9 @@ class BuildMemory:
     unit_rows: dict[str, tuple[list, str]] = field(default_factory=dict)  # listing unit -> (its records, digests)
     unit_keys: dict[str, tuple[str, object, str]] = field(default_factory=dict)  # unit -> (build key, material, key)
     outcomes: dict[int, FileOutcome] = field(default_factory=dict)  # id(inspection) -> its outcome last build
+    inputs: dict[str, tuple[str, str, Inspection]] = field(default_factory=dict)  # rel -> (stat, trust, result)
+    candidates: dict[str, Candidate] = field(default_factory=dict)  # rel -> candidate last build
+    selection: tuple[list[Candidate], Selection] | None = None  # last candidates and what select() made of them
     record_keys: tuple[str, dict[str, tuple]] | None = None  # build key; pith id -> (sha256, addresses, key)
 
     def close(self) -> None:
@@ -250,11 +253,19 @@ def default_cache_dir(output: Path) -> Path:
 def _inspect_all(options: BuildOptions, cache: BuildCache, found: list[InputFile]) -> tuple[list[Inspection], list[Inspection], dict]:
     """Inspections for every found file (cached where the bytes and keys are unchanged); also the new ones."""
     trust_id = options.trust.identity()
-    known_sha = {f.rel: cache.file_sha(f.rel, f.sig) for f in found}
-    cached = cache.inspections([s for s in known_sha.values() if s], trust_id)
+    memo = options.memory.inputs if options.memory is not None else {}
     results: dict[str, Inspection] = {}
+    rest = []
+    for f in found:  # serve: a file with the stat it had last build has the result it had
+        hit = memo.get(f.rel)
+        if hit is not None and hit[0] == f.sig and hit[1] == trust_id:
+            results[f.rel] = hit[2]
+        else:
+            rest.append(f)
+    known_sha = {f.rel: cache.file_sha(f.rel, f.sig) for f in rest}
+    cached = cache.inspections([s for s in known_sha.values() if s], trust_id)
     todo = []
-    for f in found:
+    for f in rest:
         hit = cached.get(known_sha[f.rel] or "")
         if hit is not None and hit.rel == f.rel:
             results[f.rel] = hit
@@ -267,6 +278,8 @@ def _inspect_all(options: BuildOptions, cache: BuildCache, found: list[InputFile
     for inspection in fresh:
         results[inspection.rel] = inspection
     file_index = {f.rel: (f.sig, results[f.rel].sha256) for f in found if results[f.rel].sha256}
+    if options.memory is not None:
+        options.memory.inputs = {f.rel: (f.sig, trust_id, results[f.rel]) for f in found}
     return [results[f.rel] for f in found], fresh, file_index
 
 
@@ -319,7 +332,7 @@ def _build(options: BuildOptions) -> BuildReport:
 
         previous = _previous_site(options, slot)
         clock.lap("previous_site")
-        selection = select([Candidate(i, paths[i.rel]) for i in inspections if i.verified])
+        selection = _select(options, inspections, paths)
         _refuse_rollbacks(selection, previous, slot, options, report)
         published = [c.inspection.summary for c in selection.published.values()]  # in pith-id order
         clock.lap("select")
@@ -529,6 +542,38 @@ def _published_by(build_id: str, report: BuildReport) -> PreviousSite:
             published[summary.pith_id] = PublishedBefore(summary.pith_id, o.inspection.sha256, summary.built_at,
                                                          summary.event_count)
     return PreviousSite(build_id, published)
+
+
+def _select(options: BuildOptions, inspections: list[Inspection], paths: dict) -> Selection:
+    """select() over the verified files.  In memory, when the only differences from the last build are new
+    bundles of the same records in the same files (and no record had duplicates), the last selection is
+    patched instead of recomputed."""
+    memory = options.memory
+    memo = memory.candidates if memory is not None else {}
+    candidates = []
+    for i in inspections:
+        if i.verified:
+            c = memo.get(i.rel)
+            if c is None or c.inspection is not i or c.source != paths[i.rel]:
+                c = Candidate(i, paths[i.rel])
+            candidates.append(c)
+    if memory is None:
+        return select(candidates)
+    memory.candidates = {c.inspection.rel: c for c in candidates}
+    last = memory.selection
+    selection = None
+    if last is not None and len(last[0]) == len(candidates) and not last[1].superseded:
+        swapped = [(a, b) for a, b in zip(last[0], candidates) if a is not b]
+        if len(swapped) <= 64 and all(a.inspection.rel == b.inspection.rel and a.inspection.pith_id == b.inspection.pith_id
+                                      for a, b in swapped):
+            selection = Selection(dict(last[1].published))
+            for _, b in swapped:
+                selection.published[b.inspection.pith_id] = b
+    if selection is None:
+        selection = select(candidates)
+    # Kept as a copy: the caller goes on to refuse rollbacks, which edits the selection it gets.
+    memory.selection = (candidates, Selection(dict(selection.published), dict(selection.superseded)))
+    return selection
 
 
 def _plan_redirects(options: BuildOptions, published: list[PaperSummary]) -> RedirectPlan:

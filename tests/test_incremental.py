@@ -54,9 +54,10 @@ def test_random_edits_match_clean_builds(project, kept_in_memory):
     memory = BuildMemory() if kept_in_memory else None
     build(opts(project, inc, trust, memory=memory))
     next_id = 100
-    for step in range(14):
+    actions = ["add", "remove", "change", "change", "replace", "duplicate", "template", "keys", "noop"] * 2
+    rng.shuffle(actions)  # every kind of edit, twice, in a random order
+    for step, action in enumerate(actions):
         bundles = sorted((project / "bundles").iterdir())
-        action = rng.choice(["add", "remove", "change", "replace", "template", "keys", "noop"])
         if action == "add":
             (project / "bundles" / f"gen{next_id}.json").write_bytes(make_bundle(next_id))
             next_id += 1
@@ -70,6 +71,8 @@ def test_random_edits_match_clean_builds(project, kept_in_memory):
             victim = rng.choice([b for b in bundles if b.name.startswith("gen")] or bundles)
             victim.write_bytes(make_bundle(next_id, record=next_id + 1000))  # now holds another record
             next_id += 1
+        elif action == "duplicate":  # the same record twice: one copy is published, the other superseded
+            shutil.copy(rng.choice(bundles), project / "bundles" / f"dup{step}.json")
         elif action == "template":
             (project / "templates" / "badge.svg").write_text(
                 (ROOT / "templates" / "badge.svg").read_text() + f"<!-- {step} -->\n")
