@@ -36,6 +36,9 @@ from site_builder.writing import OutputError, remove_tree
 EVENTS_PATH = "__site_builder__/events"
 LIVE_JS_PATH = "__site_builder__/live.js"
 DEBOUNCE_SECONDS = 0.1
+# After a file was closed from writing or renamed into place its new content is complete, so a short quiet
+# period is enough; a longer one still gathers bursts (a copy of 1,000 files closes them back to back).
+SETTLED_DEBOUNCE_SECONDS = 0.03
 MAX_BATCH_SECONDS = 2.0
 CONTENT_TYPES = {".json": "application/json", ".js": "text/javascript", ".css": "text/css",
                  ".svg": "image/svg+xml", ".xml": "application/xml", ".html": "text/html; charset=utf-8",
@@ -161,6 +164,7 @@ class _Watcher(FileSystemEventHandler):
         self.pending = threading.Event()
         self.first = 0.0
         self.last = 0.0
+        self.settled = False  # the last event finished a write (closed or moved into place)
         self.lock = threading.Lock()
 
     def relevant(self, raw_path) -> bool:
@@ -183,6 +187,7 @@ class _Watcher(FileSystemEventHandler):
             if not self.pending.is_set():
                 self.first = now
             self.last = now
+            self.settled = event.event_type in ("closed", "moved")
             self.pending.set()
 
     def wait_for_batch(self, stop: threading.Event) -> bool:
@@ -191,12 +196,13 @@ class _Watcher(FileSystemEventHandler):
                 continue
             with self.lock:
                 now = time.monotonic()
-                quiet = now - self.last >= DEBOUNCE_SECONDS
+                debounce = SETTLED_DEBOUNCE_SECONDS if self.settled else DEBOUNCE_SECONDS
+                quiet = now - self.last >= debounce
                 overdue = now - self.first >= MAX_BATCH_SECONDS
                 if quiet or overdue:
                     self.pending.clear()
                     return True
-                wait = DEBOUNCE_SECONDS - (now - self.last)
+                wait = debounce - (now - self.last)
             time.sleep(max(0.005, min(wait, 0.05)))
         return False
 

@@ -207,3 +207,35 @@ def test_ctrl_c_stops_cleanly(server):
     assert [p.name for p in root.iterdir() if ".staging-" in p.name] == []
     # Replaced trees are deleted by a detached process that outlives the server.
     eventually(lambda: [p.name for p in root.iterdir() if ".old-" in p.name] == [], deadline=10)
+
+
+def test_a_burst_of_events_becomes_one_rebuild(tmp_path):
+    """200 files written back to back (as by cp -r) make one batch; the batch ends once writing stops."""
+    from watchdog.events import FileClosedEvent, FileCreatedEvent, FileModifiedEvent
+
+    from site_builder.serving import SETTLED_DEBOUNCE_SECONDS, _Watcher
+
+    watcher = _Watcher(tmp_path / "output", tmp_path, {"site.toml"})
+    stop = threading.Event()
+    batches = []
+
+    def consume():
+        while not stop.is_set():
+            if watcher.wait_for_batch(stop):
+                batches.append(time.monotonic())
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    for i in range(200):
+        path = str(tmp_path / "bundles" / f"b{i}.json")
+        for event in (FileCreatedEvent(path), FileModifiedEvent(path), FileClosedEvent(path)):
+            watcher.on_any_event(event)
+        time.sleep(0.001)
+    finished = time.monotonic()
+    time.sleep(0.5)
+    stop.set()
+    consumer.join(2)
+    # One batch (two if this machine stalled the writer for longer than the quiet period): not 200.
+    assert 1 <= len(batches) <= 2
+    assert batches[-1] - finished >= SETTLED_DEBOUNCE_SECONDS * 0.9  # waited for quiet, then went at once
+    assert batches[-1] - finished < 0.2
