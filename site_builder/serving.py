@@ -307,10 +307,6 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
     live = LiveState()
     site = Site(options, live)
     stop = stop or threading.Event()
-    spare = None
-    if site.rebuild("start"):
-        spare = threading.Thread(target=site.prepare_spare_tree, args=(stop,), daemon=True)
-        spare.start()
 
     class Server(http.server.ThreadingHTTPServer):
         daemon_threads = True
@@ -320,42 +316,52 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
             if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
                 super().handle_error(request, client_address)  # a browser closing a tab is not an error
 
-    httpd = Server((options.host, options.port), _make_handler(options, live))
-    url = f"http://{options.host}:{httpd.server_address[1]}{live.base_path}"
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-
-    about_name = "about.md"
-    try:
-        about_name = load_settings(options.settings).about_file
-    except SettingsError:
-        pass
-    watcher = _Watcher(options.output, options.settings.parent, {options.settings.name, about_name})
+    spare = httpd = None
+    serving = False
     observer = Observer()
-    watched = set()
-    for folder in (options.bundles, options.templates, options.settings.parent):
-        folder = folder.resolve()
-        if folder.is_dir() and folder not in watched:
-            recursive = folder != options.settings.parent.resolve()
-            observer.schedule(watcher, str(folder), recursive=recursive)
-            watched.add(folder)
-    observer.start()
-    options.log(f"serving {options.output} at {url} (Ctrl-C to stop); watching {', '.join(map(str, sorted(watched)))}")
-    if ready:
-        ready(url)
-    if open_browser:
-        webbrowser.open(url)
-    try:
+    try:  # Ctrl-C may come at any point, even during the first build: always stop the same clean way
+        if site.rebuild("start"):
+            spare = threading.Thread(target=site.prepare_spare_tree, args=(stop,), daemon=True)
+            spare.start()
+        httpd = Server((options.host, options.port), _make_handler(options, live))
+        url = f"http://{options.host}:{httpd.server_address[1]}{live.base_path}"
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        serving = True
+
+        about_name = "about.md"
+        try:
+            about_name = load_settings(options.settings).about_file
+        except SettingsError:
+            pass
+        watcher = _Watcher(options.output, options.settings.parent, {options.settings.name, about_name})
+        watched = set()
+        for folder in (options.bundles, options.templates, options.settings.parent):
+            folder = folder.resolve()
+            if folder.is_dir() and folder not in watched:
+                recursive = folder != options.settings.parent.resolve()
+                observer.schedule(watcher, str(folder), recursive=recursive)
+                watched.add(folder)
+        observer.start()
+        options.log(f"serving {options.output} at {url} (Ctrl-C to stop); "
+                    f"watching {', '.join(map(str, sorted(watched)))}")
+        if ready:
+            ready(url)
+        if open_browser:
+            webbrowser.open(url)
         while not stop.is_set():
             if watcher.wait_for_batch(stop):
                 site.rebuild("change")
     except KeyboardInterrupt:
         pass
     finally:
-        observer.stop()
-        httpd.shutdown()
-        httpd.server_close()
-        observer.join(timeout=5)
         stop.set()
+        if observer.is_alive():
+            observer.stop()
+            observer.join(timeout=5)
+        if httpd is not None:
+            if serving:
+                httpd.shutdown()
+            httpd.server_close()
         if spare is not None:
             spare.join(timeout=30)
         site.memory.close()
