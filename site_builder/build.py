@@ -724,8 +724,9 @@ def _identify(build_key: str, report: BuildReport, units: dict, options: BuildOp
     rows = options.memory.report_rows if options.memory is not None else None
     doc, files_text = report.document([k.key_id for k in options.trust.keys], source_date(), rows)
     head = {k: v for k, v in doc.items() if k != "files"}
+    # The units are in a deterministic order (records by pith id, then the collection in page order).
     build_id = _hash(build_key, json.dumps(head, sort_keys=True), files_text,
-                     sorted((u, k) for u, (k, _) in units.items()))
+                     "\n".join([f"{u}\t{k}" for u, (k, _) in units.items()]))
     return build_id, {"build_id": build_id, **doc}, files_text
 
 

@@ -8,10 +8,12 @@ blocking, hidden entries are ignored, and size is capped before reading.
 from __future__ import annotations
 
 import errno
+import operator
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 
@@ -20,8 +22,9 @@ class BundlesFolderError(Exception):
     """The bundles folder itself is unusable (missing, not a folder, unreadable)."""
 
 
-@dataclass(frozen=True)
-class InputFile:
+class InputFile(NamedTuple):
+    """A candidate bundle file (a named tuple: discover() makes one per file, 10,000 at a time)."""
+
     rel: str  # path relative to the bundles folder, POSIX separators
     path: str | Path  # a plain string from discover(): 10,000 Path objects cost a tenth of a second
     sig: str = ""  # size, mtime, inode and ctime: unchanged means the cached digest still applies
@@ -53,6 +56,9 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+_entry_name = operator.attrgetter("name")
+
+
 def discover(root: Path) -> tuple[list[InputFile], list[SkippedFile]]:
     """Every candidate ``*.json`` under *root* in a stable order, and what was skipped and why."""
     try:
@@ -69,7 +75,7 @@ def discover(root: Path) -> tuple[list[InputFile], list[SkippedFile]]:
     def walk(folder: Path, prefix: str, top: bool) -> None:
         try:
             with os.scandir(folder) as it:
-                entries = sorted(it, key=lambda e: e.name)
+                entries = sorted(it, key=_entry_name)
         except OSError as exc:
             if top:
                 raise BundlesFolderError(f"{folder}: cannot list bundles folder: {exc.strerror}") from None
