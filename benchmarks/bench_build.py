@@ -81,7 +81,7 @@ def main() -> None:
         t = time.perf_counter()
         generate(bundles, args.n)
         print(f"generated {args.n} bundles in {time.perf_counter() - t:.1f}s", file=sys.stderr)
-    for stale in [work / "site", work / ".site-builder-cache", work / "templates"]:
+    for stale in [work / "site", work / ".site.prev", work / ".site-builder-cache", work / "templates"]:
         shutil.rmtree(stale, ignore_errors=True)
     shutil.copytree(ROOT / "templates", work / "templates")
     size = sum(p.stat().st_size for p in bundles.iterdir()) / args.n
