@@ -35,7 +35,7 @@ from typing import Callable
 
 from site_builder import __version__
 from site_builder.cache import BuildCache
-from site_builder.inspection import Inspection, inspect_bytes, rejected
+from site_builder.inspection import Inspection, inspect_bytes, rejected, shared_checks
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, discover, read_bytes
 from site_builder.pages import Catalogue, Listing, RedirectPlan, catalogue, collection_units, paper_files, plan_redirects, report_files
@@ -274,7 +274,8 @@ def _inspect_all(options: BuildOptions, cache: BuildCache, found: list[InputFile
                                         hit.summary)
         else:
             todo.append(f)
-    fresh = _map(_inspect_file, _init_inspect, (options.trust, options.max_bytes), todo, options, "verify")
+    fresh = [shared_checks(i) for i in
+             _map(_inspect_file, _init_inspect, (options.trust, options.max_bytes), todo, options, "verify")]
     for inspection in fresh:
         results[inspection.rel] = inspection
     file_index = {f.rel: (f.sig, results[f.rel].sha256) for f in found if results[f.rel].sha256}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from site_builder.keys import TrustSet
 from site_builder.records import SUMMARY_FIELDS, PaperSummary, summarize
@@ -81,6 +81,20 @@ def _checks_from_text(text: str) -> tuple[CheckResult, ...]:
         if len(_CHECKS_SEEN) < 10_000:
             _CHECKS_SEEN[text] = found
     return found
+
+
+_CHECKS_SHARED: dict[tuple[CheckResult, ...], tuple[CheckResult, ...]] = {}
+
+
+def shared_checks(i: Inspection) -> Inspection:
+    """The same inspection holding a shared copy of its check results: nearly every bundle's 15 results are
+    identical, and a worker process sends each its own copy (100,000 copies are ~300 MB)."""
+    checks = _CHECKS_SHARED.get(i.checks)
+    if checks is None:
+        if len(_CHECKS_SHARED) >= 10_000:
+            return i
+        checks = _CHECKS_SHARED[i.checks] = i.checks
+    return i if checks is i.checks else replace(i, checks=checks)
 
 
 def _summary_from_values(values: list) -> PaperSummary:
