@@ -38,7 +38,8 @@ from site_builder.cache import BuildCache
 from site_builder.inspection import Inspection, inspect_bytes, rejected, shared_checks
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, discover, read_bytes
-from site_builder.pages import Catalogue, Listing, RedirectPlan, catalogue, collection_units, paper_files, plan_redirects, report_files
+from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, collection_units, paper_files,
+                                plan_redirects, report_files)
 from site_builder.records import PaperSummary
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportRows
@@ -72,8 +73,10 @@ class BuildOptions:
 @dataclass
 class BuildMemory:
     """What a long-running process (``serve``) keeps from one build to the next: the open build cache, which
-    then holds every verification result in memory, and the compiled templates.  Everything in it is keyed
-    by content (byte digests, the build key), so it can only save work, never change the output."""
+    then holds every verification result in memory, the compiled templates, and the intermediate results of
+    planning (selection, short addresses, listing order, unit keys, report rows).  Each entry is keyed by what
+    it was computed from (file stats, digests, the build key, or the very objects it was made of), so it can
+    only save work, never change the output (tests/test_incremental.py builds with and without it)."""
 
     cache: BuildCache | None = None
     renderer: tuple[str, SiteRenderer] | None = None
@@ -250,7 +253,8 @@ def default_cache_dir(output: Path) -> Path:
     return output.parent / ".site-builder-cache" / output.name
 
 
-def _inspect_all(options: BuildOptions, cache: BuildCache, found: list[InputFile]) -> tuple[list[Inspection], list[Inspection], dict]:
+def _inspect_all(options: BuildOptions, cache: BuildCache,
+                 found: list[InputFile]) -> tuple[list[Inspection], list[Inspection], dict]:
     """Inspections for every found file (cached where the bytes and keys are unchanged); also the new ones."""
     trust_id = options.trust.identity()
     memo = options.memory.inputs if options.memory is not None else {}
@@ -565,8 +569,9 @@ def _select(options: BuildOptions, inspections: list[Inspection], paths: dict) -
     selection = None
     if last is not None and len(last[0]) == len(candidates) and not last[1].superseded:
         swapped = [(a, b) for a, b in zip(last[0], candidates) if a is not b]
-        if len(swapped) <= 64 and all(a.inspection.rel == b.inspection.rel and a.inspection.pith_id == b.inspection.pith_id
-                                      for a, b in swapped):
+        same_files_and_records = all(a.inspection.rel == b.inspection.rel
+                                     and a.inspection.pith_id == b.inspection.pith_id for a, b in swapped)
+        if len(swapped) <= 64 and same_files_and_records:
             selection = Selection(dict(last[1].published))
             for _, b in swapped:
                 selection.published[b.inspection.pith_id] = b
