@@ -42,7 +42,7 @@ from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, col
                                 plan_redirects, report_files)
 from site_builder.records import PaperSummary
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
-from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportRows
+from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportDocument, ReportRows
 from site_builder.selection import Candidate, PublishedBefore, Selection, is_rollback, select
 from site_builder.settings import SiteConfig
 from site_builder.writing import MARKER, OutputError, OutputSlot, StagingTree
@@ -206,11 +206,17 @@ def _map(fn, init, initargs, items: list, options: BuildOptions, stage: str) -> 
                 progress(stage, i + 1, len(items))
         return results
     chunk = max(1, min(256, len(items) // (workers * 8) or 1))
-    with pool:
-        for i, result in enumerate(pool.map(fn, items, chunksize=chunk)):
-            results.append(result)
-            if progress and (i % 100 == 0 or i + 1 == len(items)):
-                progress(stage, i + 1, len(items))
+    # Forked workers share this process's memory (100,000 records: ~1 GB) until they touch it; their garbage
+    # collector would touch every object and so copy it all.  Frozen objects are left alone by it.
+    gc.freeze()
+    try:
+        with pool:
+            for i, result in enumerate(pool.map(fn, items, chunksize=chunk)):
+                results.append(result)
+                if progress and (i % 100 == 0 or i + 1 == len(items)):
+                    progress(stage, i + 1, len(items))
+    finally:
+        gc.unfreeze()
     return results
 
 
@@ -355,7 +361,7 @@ def _build(options: BuildOptions) -> BuildReport:
         clock.lap("plan_collection")
         units = _units_plan(build_key, record_keys, published, collection, options)
         _record_outcomes(report, inspections, selection, {}, options.memory)
-        build_id, report_doc, files_text = _identify(build_key, report, units, options)
+        build_id, report_doc = _identify(build_key, report, units, options)
         clock.lap("identify")
         if previous.build_id == build_id and cache.units(previous.build_id) is not None:
             report.changed = False
@@ -428,9 +434,9 @@ def _build(options: BuildOptions) -> BuildReport:
                 clock.lap("search_index")
 
             if changed:  # the outcomes and unit keys differ from those planned
-                build_id, report_doc, files_text = _identify(build_key, report, units, options)
+                build_id, report_doc = _identify(build_key, report, units, options)
             written = []
-            for rel, data in report_files(renderer, catalog, report_doc, about is not None, files_text):
+            for rel, data in report_files(renderer, catalog, report_doc, about is not None):
                 tree.write(rel, data)
                 written.append(rel)
                 report.files_written += 1
@@ -723,17 +729,15 @@ def _units_plan(build_key: str, record_keys: dict[str, str], papers: list[PaperS
     return units
 
 
-def _identify(build_key: str, report: BuildReport, units: dict, options: BuildOptions) -> tuple[str, dict, str]:
-    """The build id names everything the output depends on; it is stored in verification.json.
-
-    Returns the id, the report document and its serialised "files" array (written as it was hashed)."""
+def _identify(build_key: str, report: BuildReport, units: dict, options: BuildOptions) -> tuple[str, ReportDocument]:
+    """The build id names everything the output depends on; it is stored at the top of verification.json."""
     rows = options.memory.report_rows if options.memory is not None else None
-    doc, files_text = report.document([k.key_id for k in options.trust.keys], source_date(), rows)
-    head = {k: v for k, v in doc.items() if k != "files"}
+    doc = report.document([k.key_id for k in options.trust.keys], source_date(), rows)
     # The units are in a deterministic order (records by pith id, then the collection in page order).
-    build_id = _hash(build_key, json.dumps(head, sort_keys=True), files_text,
+    build_id = _hash(build_key, json.dumps(doc.head, sort_keys=True), doc.files_text,
                      "\n".join([f"{u}\t{k}" for u, (k, _) in units.items()]))
-    return build_id, {"build_id": build_id, **doc}, files_text
+    doc.head = {"build_id": build_id, **doc.head}
+    return build_id, doc
 
 
 def read_build_id(tree: Path) -> str | None:

@@ -143,9 +143,9 @@ class BuildCache:
         self.db.executemany("DELETE FROM files WHERE rel=?", [(rel,) for rel in old if rel not in files])
         self.db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?)",
                             [(rel, sig, sha) for rel, (sig, sha) in files.items() if old.get(rel) != (sig, sha)])
-        self.db.executemany("INSERT OR REPLACE INTO inspections VALUES (?, ?, ?)",
-                            [(i.sha256, trust, json.dumps(inspection_to_json(i), ensure_ascii=False))
-                             for i in new_inspections if i.sha256])
+        self.db.executemany("INSERT OR REPLACE INTO inspections VALUES (?, ?, ?)",  # streamed: 100,000 rows
+                            ((i.sha256, trust, json.dumps(inspection_to_json(i), ensure_ascii=False))
+                             for i in new_inspections if i.sha256))
         live = {sha for _, sha in files.values()}
         gone = {sha for _, sha in old.values()} - live
         self.db.executemany("DELETE FROM inspections WHERE sha256=?", [(s,) for s in gone])
@@ -168,7 +168,7 @@ class BuildCache:
             self.db.execute("INSERT OR REPLACE INTO units VALUES (?, ?)", (build_id, _units_to_text(units)))
             self.db.execute("COMMIT")
             self._units = {b: u for b, u in self._units.items() if b == keep_build_id}
-            self._units[build_id] = {name: (key, list(files)) for name, (key, files) in units.items()}
+            self._units[build_id] = dict(units)  # the file lists are never changed once a unit is placed
         except sqlite3.DatabaseError:
             self._reset()
 

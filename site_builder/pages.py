@@ -18,7 +18,7 @@ from site_builder.canonical import resolver_json
 from site_builder.keys import TrustSet
 from site_builder.records import PaperSummary, detail
 from site_builder.rendering import SiteRenderer, pagination
-from site_builder.report import dumps_report
+from site_builder.report import ReportDocument
 from site_builder.verification import CheckResult, Verdict, VerificationWarning
 
 FEED_ENTRIES = 50
@@ -185,16 +185,16 @@ def bar_chart(rows: list[tuple[str, int]], unit: str) -> dict:
     return {"bars": bars, "width": width, "height": max(1, len(rows)) * (bar_height + gap), "unit": unit}
 
 
-def _counts(papers: list[PaperSummary], report_doc: dict) -> dict:
-    return {"published": len(papers), "rejected": report_doc["counts"]["rejected"],
-            "superseded": report_doc["counts"]["superseded"], "read": report_doc["counts"]["read"]}
+def _counts(papers: list[PaperSummary], head: dict) -> dict:
+    return {"published": len(papers), "rejected": head["counts"]["rejected"],
+            "superseded": head["counts"]["superseded"], "read": head["counts"]["read"]}
 
 
-def report_files(renderer: SiteRenderer, catalog: Catalogue, report_doc: dict,
-                 has_about: bool, files_text: str) -> Iterator[tuple[str, bytes]]:
+def report_files(renderer: SiteRenderer, catalog: Catalogue, report: ReportDocument,
+                 has_about: bool) -> Iterator[tuple[str, bytes]]:
     """Pages that show the outcome of this build (counts, rejections); rendered on every build."""
     papers, cats, years = catalog.papers, catalog.categories, catalog.years
-    counts = _counts(papers, report_doc)
+    counts = _counts(papers, report.head)
     yield "index.html", renderer.render("home.html", recent=papers[:HOME_RECENT], counts=counts, categories=cats,
                                         years=years, has_about=has_about)
     per_year = [(y.key, len(y.papers)) for y in sorted(years, key=lambda y: y.key)]
@@ -207,11 +207,9 @@ def report_files(renderer: SiteRenderer, catalog: Catalogue, report_doc: dict,
             ("Papers per primary category", bar_chart(per_primary, "papers")),
             ("Bundles by verification outcome", bar_chart(outcome_rows, "bundles")),
         ])
-    yield "verification.json", dumps_report(report_doc, files_text)
-    files = report_doc["files"]
-    attention = ([f for f in files if f["status"] != "published"]
-                 + [f for f in files if f["status"] == "published" and f["warnings"]])
-    yield "verification/index.html", renderer.render("verification.html", report=report_doc, attention=attention)
+    yield "verification.json", report.dumps()
+    yield "verification/index.html", renderer.render("verification.html", report=report.head,
+                                                     attention=report.attention)
 
 
 @dataclass

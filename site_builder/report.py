@@ -98,11 +98,12 @@ class BuildReport:
                 + (f" (search index {self.search_seconds:.2f}s)" if self.search_seconds else ""))
 
     def document(self, trusted_key_ids: list[str], generated_at: str | None,
-                 rows: ReportRows | None = None) -> tuple[dict, str]:
-        """verification.json's content, and its "files" array serialised one line per file."""
+                 rows: ReportRows | None = None) -> ReportDocument:
+        """verification.json's content: its head, its "files" array serialised one line per file, and the rows
+        that need a reader's attention (the only ones the HTML report lists)."""
         rows = rows if rows is not None else ReportRows()
-        files = [rows.row(o) for o in sorted(self.outcomes, key=lambda o: o.inspection.rel)]
-        doc = {
+        ordered = sorted(self.outcomes, key=lambda o: o.inspection.rel)
+        head = {
             "generator": "site-builder",
             "generator_version": __version__,
             "trusted_keys": trusted_key_ids,
@@ -111,43 +112,46 @@ class BuildReport:
                        REJECTED: self.count(REJECTED), SUPERSEDED: self.count(SUPERSEDED)},
             "rejected_by_class": self.class_counts(),
             "warnings": self.warnings,
-            "files": [doc for doc, _ in files],
         }
         if generated_at:
-            doc["generated_at"] = generated_at
-        return doc, ",\n".join(line for _, line in files)
+            head["generated_at"] = generated_at
+        attention = ([o.as_json() for o in ordered if o.status != PUBLISHED]
+                     + [o.as_json() for o in ordered if o.status == PUBLISHED and o.inspection.warnings])
+        return ReportDocument(head, ",\n".join([rows.line(o) for o in ordered]), attention)
+
+
+@dataclass
+class ReportDocument:
+    head: dict  # everything but the per-file rows
+    files_text: str  # the rows, one JSON line per input file
+    attention: list[dict]  # rejected and superseded files, then published files with warnings
+
+    def dumps(self) -> bytes:
+        """verification.json: one line per input file (readable, diffable, fast to write for 100,000 files)."""
+        return (json.dumps(self.head, ensure_ascii=False)[:-1] + ',\n"files": [\n' + self.files_text
+                + "\n]}\n").encode("utf-8")
 
 
 class ReportRows:
-    """Each outcome's verification.json row, as a dict and as its JSON line, made once per (result, status).
+    """Each outcome's verification.json line, made once per (result, status).
 
     Serialising 10,000 rows takes a tenth of a second; ``serve`` keeps one of these between rebuilds, and
     the verification results it holds are the same objects from build to build, so only new rows are made.
     """
 
     def __init__(self) -> None:
-        self._rows: dict[int, tuple[Inspection, str, str, dict, str]] = {}
+        self._rows: dict[int, tuple[Inspection, str, str, str]] = {}
 
-    def row(self, outcome: FileOutcome) -> tuple[dict, str]:
+    def line(self, outcome: FileOutcome) -> str:
         i = outcome.inspection
         entry = self._rows.get(id(i))
         if entry is not None and entry[0] is i and entry[1] == outcome.status and entry[2] == outcome.note:
-            return entry[3], entry[4]
-        doc = outcome.as_json()
-        line = json.dumps(doc, ensure_ascii=False)
-        self._rows[id(i)] = (i, outcome.status, outcome.note, doc, line)  # holding i keeps its id() unique
-        return doc, line
+            return entry[3]
+        line = json.dumps(outcome.as_json(), ensure_ascii=False)
+        self._rows[id(i)] = (i, outcome.status, outcome.note, line)  # holding i keeps its id() unique
+        return line
 
     def forget_all_but(self, outcomes: list[FileOutcome]) -> None:
         """Drop rows of results no longer in the build (they would pin them in memory)."""
         live = {id(o.inspection) for o in outcomes}
         self._rows = {k: v for k, v in self._rows.items() if k in live}
-
-
-def dumps_report(doc: dict, files_text: str) -> bytes:
-    """verification.json: one line per input file (readable, diffable, and fast to write for 100,000 files)."""
-    head = {k: v for k, v in doc.items() if k != "files"}
-    lines = [json.dumps(head, ensure_ascii=False)[:-1] + ',\n"files": [']
-    lines.append(files_text)
-    lines.append("]}\n")
-    return "\n".join(lines).encode("utf-8")
