@@ -125,7 +125,6 @@ class Site:
             for outcome in report.rejected:
                 self.options.log(f"REJECTED {outcome.inspection.error_line()}")
             self.options.log(f"[{reason}] {report.summary_line()} (rebuild {time.perf_counter() - started:.2f}s)")
-            self.options.log(str({k: round(v, 3) for k, v in report.timings.items()}))  # TEMP
             rejected = [o.inspection.error_line() for o in report.rejected]
             self.live.set_error("Rejected bundles:\n" + "\n".join(rejected) if rejected else None)
             return True
