@@ -33,6 +33,8 @@ from multiprocessing import current_process, get_context
 from pathlib import Path
 from typing import Callable
 
+import jinja2
+
 from site_builder import __version__
 from site_builder.cache import BuildCache
 from site_builder.inspection import Inspection, inspect_bytes, rejected, shared_checks
@@ -682,6 +684,13 @@ def _renderer(options: BuildOptions, dirs: list[Path], build_key: str) -> SiteRe
     renderer = SiteRenderer(options.config, dirs, options.trust, options.search)
     if memory is not None:
         memory.renderer = (build_key, renderer)
+        for name in renderer.env.list_templates(extensions=["html", "xml", "txt", "svg"]):
+            try:
+                renderer.env.get_template(name)  # compile now, not during the first edit's rebuild
+            except (jinja2.TemplateError, UnicodeDecodeError, OSError):
+                pass  # reported if and when a page uses it
+    # Records rendered in this process (a few changed ones) use the same compiled templates.
+    _worker["renderer"], _worker["renderer_key"] = renderer, build_key
     return renderer
 
 
