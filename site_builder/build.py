@@ -39,7 +39,7 @@ from site_builder import __version__
 from site_builder.cache import BuildCache
 from site_builder.inspection import Inspection, inspect_bytes, rejected, shared_checks
 from site_builder.keys import TrustSet
-from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, discover, read_bytes
+from site_builder.loading import DEFAULT_MAX_BYTES, BundleListing, FileReadError, InputFile, discover, read_bytes
 from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, collection_units, paper_files,
                                 plan_redirects, report_files)
 from site_builder.records import PaperSummary
@@ -70,6 +70,7 @@ class BuildOptions:
     mp_context: str = "fork"  # "forkserver" where the caller runs threads (serve)
     memory: BuildMemory | None = None  # kept between builds by a long-running process (serve)
     on_published: Callable[[BuildReport], None] | None = None  # called as soon as the new site is live
+    listing: BundleListing | None = None  # the bundles folder as the caller already listed it (serve); else discover()
 
 
 @dataclass
@@ -329,7 +330,10 @@ def _build(options: BuildOptions) -> BuildReport:
     slot.acquire()
     cache = _open_cache(options)
     try:
-        found, skipped = discover(options.bundles)
+        if options.listing is not None:
+            found, skipped = options.listing.found, options.listing.skipped
+        else:
+            found, skipped = discover(options.bundles)
 
         def input_fingerprint() -> str:  # the inputs by stat; computed only when needed (10,000 entries)
             return _hash(build_key, [(f.rel, f.sig) for f in found], [(x.rel, x.reason) for x in skipped])

@@ -11,6 +11,7 @@ import errno
 import operator
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -59,8 +60,9 @@ def _kind(mode: int) -> str:
 _entry_name = operator.attrgetter("name")
 
 
-def discover(root: Path) -> tuple[list[InputFile], list[SkippedFile]]:
-    """Every candidate ``*.json`` under *root* in a stable order, and what was skipped and why."""
+def discover(root: Path, folders: list[str] | None = None) -> tuple[list[InputFile], list[SkippedFile]]:
+    """Every candidate ``*.json`` under *root* in a stable order, and what was skipped and why (and, into
+    *folders*, every folder listed)."""
     try:
         st = os.stat(root)
     except FileNotFoundError:
@@ -81,6 +83,8 @@ def discover(root: Path) -> tuple[list[InputFile], list[SkippedFile]]:
                 raise BundlesFolderError(f"{folder}: cannot list bundles folder: {exc.strerror}") from None
             skipped.append(SkippedFile(prefix.rstrip("/"), "file_read", f"cannot list folder: {exc.strerror}"))
             return
+        if folders is not None:
+            folders.append(str(folder))
         for entry in entries:
             if entry.name.startswith("."):
                 continue
@@ -138,3 +142,72 @@ def read_bytes(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
         raise FileReadError("file_read", f"cannot read: {exc.strerror}") from None
     finally:
         os.close(fd)
+
+
+@dataclass
+class BundleListing:
+    """What discover() found, with the stat of every folder it listed and when (for rediscover())."""
+
+    root: str
+    found: list[InputFile]
+    skipped: list[SkippedFile]
+    folders: dict[str, tuple[int, int, int]]  # path -> (st_ino, st_mtime_ns, st_ctime_ns)
+    scanned_at_ns: int
+
+    def same_files(self, other: BundleListing) -> bool:
+        return self.found == other.found and self.skipped == other.skipped
+
+
+RACY_NS = 2_000_000_000  # a folder changed this close to a scan may change again within the same timestamp
+
+
+def list_bundles(root: Path) -> BundleListing:
+    """discover(), remembering the folders' stats so that a later rediscover() can skip listing them.
+
+    *root* should be absolute and resolved, as a file watcher reports paths."""
+    scanned_at = time.time_ns()
+    listed: list[str] = []
+    found, skipped = discover(root, listed)
+    folders = {}
+    for folder in listed:
+        try:
+            st = os.stat(folder)
+        except OSError:
+            st = None
+        # A folder that cannot be stat-ed now is marked so that rediscover() lists everything again.
+        folders[folder] = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns) if st else (0, 0, 0)
+    return BundleListing(str(root), found, skipped, folders, scanned_at)
+
+
+def rediscover(before: BundleListing, changed: set[str]) -> BundleListing | None:
+    """The listing after changes to the files named in *changed* (absolute paths, as a file watcher reports
+    them), without listing folders whose entries did not change; None when a full discover() is needed.
+
+    A folder's entries are unchanged while its inode, mtime and ctime are (creating, deleting or renaming an
+    entry updates them) and it had not changed within RACY_NS of the last scan (a coarse timestamp could hide
+    a second change).  Files changed in place do not touch their folder: those are the ones *changed* names,
+    and only they are stat-ed again.
+    """
+    for folder, known in before.folders.items():
+        try:
+            st = os.stat(folder)
+        except OSError:
+            return None
+        if (st.st_ino, st.st_mtime_ns, st.st_ctime_ns) != known or st.st_mtime_ns >= before.scanned_at_ns - RACY_NS:
+            return None
+    if any(os.path.dirname(p) not in before.folders and p not in before.folders for p in changed):
+        return None  # something in a folder discover() did not list (a new, hidden or unreadable one)
+    by_path = {f.path: i for i, f in enumerate(before.found)} if changed else {}
+    found = list(before.found)
+    for path in changed:
+        i = by_path.get(path)
+        if i is None:
+            continue  # not a candidate bundle (hidden, not .json, a folder)
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        found[i] = found[i]._replace(sig=f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}")
+    return BundleListing(before.root, found, before.skipped, before.folders, before.scanned_at_ns)

@@ -29,7 +29,7 @@ from watchdog.observers import Observer
 
 from site_builder.build import BuildMemory, BuildOptions, SearchIndexError, build, prepare_spare_tree
 from site_builder.keys import KeyFileError, load_trust_set
-from site_builder.loading import BundlesFolderError
+from site_builder.loading import BundleListing, BundlesFolderError, list_bundles, rediscover
 from site_builder.settings import SettingsError, load_settings, normalize_base_url
 from site_builder.writing import OutputError, remove_tree
 
@@ -96,6 +96,8 @@ class Site:
         self.build_lock = threading.Lock()
         self.builds = 0
         self.memory = BuildMemory()  # the cache and compiled templates stay loaded between rebuilds
+        self.listing: BundleListing | None = None  # the bundles folder as listed after the last build
+        self.request_rebuild: Callable[[], None] = lambda: None
 
     def _build_options(self) -> BuildOptions:
         o = self.options
@@ -108,11 +110,35 @@ class Site:
                             about_file=o.settings.parent / config.about_file, search=o.search,
                             mp_context="forkserver", memory=self.memory, on_published=self._announce)
 
-    def rebuild(self, reason: str) -> bool:
+    def _listing(self, bundles: Path, changed: set[str] | None) -> BundleListing:
+        """The bundles folder now: the last listing updated by the watcher's events (only the changed files
+        are stat-ed again), or a full listing when the events cannot tell (a folder's entries changed)."""
+        root = bundles.resolve()
+        if self.listing is not None and changed is not None and self.listing.root == str(root):
+            updated = rediscover(self.listing, changed)
+            if updated is not None:
+                return updated
+        return list_bundles(root)
+
+    def _check_listing(self, bundles: Path, used: BundleListing) -> None:
+        """After the site is live: list the folder in full and rebuild again if the build missed a change
+        (a lost file event); this listing is also where the next rebuild starts from."""
+        try:
+            self.listing = list_bundles(bundles.resolve())
+        except (BundlesFolderError, OSError):
+            self.listing = None  # the next rebuild reports it
+            return
+        if not self.listing.same_files(used):
+            self.request_rebuild()
+
+    def rebuild(self, reason: str, changed: set[str] | None = None) -> bool:
         with self.build_lock:
             started = time.perf_counter()
+            listing = None
             try:
-                report = build(self._build_options())
+                options = self._build_options()
+                listing = self._listing(options.bundles, changed)
+                report = build(replace(options, listing=listing))
             except jinja2.TemplateSyntaxError as exc:
                 return self._fail(f"template error: {exc.filename or exc.name}:{exc.lineno}: {exc.message}")
             except jinja2.TemplateError as exc:
@@ -122,6 +148,7 @@ class Site:
             except Exception as exc:  # never let a bad edit stop the server
                 return self._fail(f"build failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
             self.builds += 1
+            self._check_listing(options.bundles, listing)
             for outcome in report.rejected:
                 self.options.log(f"REJECTED {outcome.inspection.error_line()}")
             self.options.log(f"[{reason}] {report.summary_line()} (rebuild {time.perf_counter() - started:.2f}s)")
@@ -148,6 +175,7 @@ class Site:
                                      "build": self.builds + 1})
 
     def _fail(self, message: str) -> bool:
+        self.listing = None  # list everything again next time
         self.options.log(f"ERROR {message.splitlines()[0]} (serving the last good site)")
         self.live.set_error(message)
         return False
@@ -164,6 +192,7 @@ class _Watcher(FileSystemEventHandler):
         self.first = 0.0
         self.last = 0.0
         self.settled = False  # the last event finished a write (closed or moved into place)
+        self.changed: set[str] | None = set()  # paths the events named since the last batch; None: unknown
         self.lock = threading.Lock()
 
     def relevant(self, raw_path) -> bool:
@@ -187,7 +216,24 @@ class _Watcher(FileSystemEventHandler):
                 self.first = now
             self.last = now
             self.settled = event.event_type in ("closed", "moved")
+            if self.changed is not None:
+                self.changed.update(os.path.abspath(os.fsdecode(p)) for p in paths)
             self.pending.set()
+
+    def poke(self) -> None:
+        """Ask for a rebuild that lists the bundles folder in full (a change may have been missed)."""
+        with self.lock:
+            now = time.monotonic()
+            if not self.pending.is_set():
+                self.first = now
+            self.last = now
+            self.changed = None
+            self.pending.set()
+
+    def take_changes(self) -> set[str] | None:
+        with self.lock:
+            changed, self.changed = self.changed, set()
+            return changed
 
     def wait_for_batch(self, stop: threading.Event) -> bool:
         while not stop.is_set():
@@ -333,6 +379,7 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
         except SettingsError:
             pass
         watcher = _Watcher(options.output, options.settings.parent, {options.settings.name, about_name})
+        site.request_rebuild = watcher.poke
         watched = set()
         for folder in (options.bundles, options.templates, options.settings.parent):
             folder = folder.resolve()
@@ -349,7 +396,7 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
             webbrowser.open(url)
         while not stop.is_set():
             if watcher.wait_for_batch(stop):
-                site.rebuild("change")
+                site.rebuild("change", watcher.take_changes())
     except KeyboardInterrupt:
         pass
     finally:

@@ -6,7 +6,7 @@ import pytest
 
 from site_builder.build import BuildOptions, build
 from site_builder.keys import load_trust_set
-from site_builder.loading import FileReadError, discover, read_bytes
+from site_builder.loading import FileReadError, discover, list_bundles, read_bytes, rediscover
 
 from conftest import REAL_FILES
 
@@ -86,3 +86,54 @@ def test_unreadable_file_is_reported_not_raised():
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def _quiet_folder(tmp_path, names=("a.json", "b.json", "sub/c.json")):
+    """A bundles folder whose folders last changed well before it is listed (as in a long editing session)."""
+    root = tmp_path / "bundles"
+    for name in names:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("{}")
+    old = os.stat(root).st_mtime - 60
+    for folder in (root, root / "sub"):
+        os.utime(folder, (old, old))
+    return root.resolve()
+
+
+def test_rediscover_restats_only_the_files_a_watcher_named(tmp_path):
+    root = _quiet_folder(tmp_path)
+    before = list_bundles(root)
+    assert [f.rel for f in before.found] == ["a.json", "b.json", "sub/c.json"]
+    (root / "sub" / "c.json").write_text('{"changed": true}')  # in place: the folder does not change
+    after = rediscover(before, {str(root / "sub" / "c.json")})
+    assert after is not None and after.same_files(list_bundles(root))
+    assert after.found[2].sig != before.found[2].sig and after.found[:2] == before.found[:2]
+    # A file the events did not name keeps its old stat here; serve lists the folder in full after each build
+    # and rebuilds again if that finds a difference.
+    (root / "a.json").write_text('{"unreported": 1}')
+    assert rediscover(before, set()).found[0] == before.found[0]
+    assert not list_bundles(root).same_files(before)
+
+
+@pytest.mark.parametrize("change", ["add", "remove", "rename", "recent", "unlisted folder", "now a folder"])
+def test_rediscover_lists_again_when_events_cannot_tell(tmp_path, change):
+    root = _quiet_folder(tmp_path)
+    before = list_bundles(root)
+    changed = set()
+    if change == "add":
+        (root / "sub" / "d.json").write_text("{}")
+    elif change == "remove":
+        (root / "b.json").unlink()
+    elif change == "rename":
+        (root / "b.json").rename(root / "e.json")
+    elif change == "recent":  # the folder changed within the racy window before the scan
+        os.utime(root, None)
+        before = list_bundles(root)
+    elif change == "unlisted folder":
+        changed = {str(root / ".hidden" / "x.json")}
+    elif change == "now a folder":  # the folder's ctime changes even if its mtime is set back
+        (root / "a.json").unlink()
+        (root / "a.json").mkdir()
+        os.utime(root, (os.stat(root).st_mtime - 60,) * 2)
+        changed = {str(root / "a.json")}
+    assert rediscover(before, changed) is None

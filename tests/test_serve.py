@@ -1,6 +1,7 @@
 """``site-builder serve`` with real files, the real watcher, real HTTP and a real browser."""
 
 import http.client
+import os
 import json
 import shutil
 import signal
@@ -239,3 +240,31 @@ def test_a_burst_of_events_becomes_one_rebuild(tmp_path):
     assert 1 <= len(batches) <= 2
     assert batches[-1] - finished >= SETTLED_DEBOUNCE_SECONDS * 0.9  # waited for quiet, then went at once
     assert batches[-1] - finished < 0.2
+
+
+def test_a_change_the_watcher_missed_is_caught_after_the_build(project):
+    """Rebuilds trust the watcher's list of changed files; a full listing after each build catches a lost event."""
+    from site_builder.serving import LiveState, ServeOptions, Site
+
+    root, key = project
+    options = ServeOptions(bundles=root / "bundles", output=root / "output", templates=root / "templates",
+                           settings=root / "site.toml", trusted_keys=[root / "pith-key.json", root / "test-key.json"],
+                           search=False, log=lambda line: None)
+    site = Site(options, LiveState())
+    asked = []
+    site.request_rebuild = lambda: asked.append(True)
+    bundles = root / "bundles"
+    old = os.stat(bundles).st_mtime - 60
+    os.utime(bundles, (old, old))  # a folder that has been quiet for a while: its listing is trusted
+    assert site.rebuild("start")
+    assert not asked
+    newer = sign_bundle(dict(with_paper(json.loads(REAL_FILES[0].read_bytes()), title="Edited unseen"),
+                             built_at="2026-12-01T00:00:00Z"), key)
+    (bundles / REAL_FILES[0].name).write_bytes(to_bytes(newer))  # in place, and no event reaches the server
+    page = root / "output" / "pith" / newer["pith_number"].rsplit(":", 1)[1] / "index.html"
+    assert site.rebuild("change", set())  # "nothing changed", says the watcher
+    assert "Edited unseen" not in page.read_text()
+    assert asked  # ... but the listing after the build saw it and asked for another rebuild
+    assert site.rebuild("change", None)
+    assert "Edited unseen" in page.read_text()
+    site.memory.close()
