@@ -175,6 +175,18 @@ def test_rejected_bundle_is_reported_in_the_browser(server):
                any(e == "status" and d["error"] is None for e, d in events.items[2:]))
 
 
+def test_bad_settings_file_is_reported_and_recovers(server):
+    root, _, base, port, _ = server
+    events = Events("127.0.0.1", port, "/mirror/__site_builder__/events")
+    eventually(lambda: events.items)
+    (root / "site.toml").write_text('title = "unterminated\n')
+    eventually(lambda: any(e == "status" and d["error"] and "site.toml" in d["error"] for e, d in events.items))
+    assert get(base)[0] == 200  # the last good site is still served
+    (root / "site.toml").write_text('title = "Settings fixed"\n')
+    eventually(lambda: "Settings fixed" in get(base)[2])
+    eventually(lambda: any(e == "status" and d["error"] is None for e, d in events.items[2:]))
+
+
 def test_reload_signal_reaches_client_and_browser_reloads(server):
     root, key, base, port, _ = server
     events = Events("127.0.0.1", port, "/mirror/__site_builder__/events")
