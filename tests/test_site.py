@@ -2,6 +2,7 @@
 and headless chromium for search and redirects."""
 
 import json
+import random
 import re
 import shutil
 import subprocess
@@ -177,6 +178,48 @@ def test_shared_prefix_becomes_a_list_and_arxiv_goes_to_latest_version():
     assert ("arxiv/2001.00001/", "arXiv:2001.00001") in plan.per_record[b.pith_id]
     assert ("arxiv/2001.00001v1/", "arXiv:2001.00001v1") in plan.per_record[a.pith_id]
     assert ("pith/AAAAAAAABBBB/", "pith:AAAAAAAABBBB") in plan.per_record[a.pith_id]
+
+
+def _reference_plan(papers):
+    """The short-address plan by its definition: every address, sorted; one target redirects, more list."""
+    addresses = {}
+    for p in papers:
+        for n in (8, 12, 16):
+            addresses.setdefault(f"pith/{p.pith_id[:n]}/", (f"pith:{p.pith_id[:n]}", []))[1].append(p)
+        addresses.setdefault(f"arxiv/{p.arxiv_id}v{p.version}/", (f"arXiv:{p.arxiv_id}v{p.version}", []))[1].append(p)
+    for arxiv_id in {p.arxiv_id for p in papers}:
+        top = max(p.version for p in papers if p.arxiv_id == arxiv_id)
+        addresses[f"arxiv/{arxiv_id}/"] = (f"arXiv:{arxiv_id}", [p for p in papers if p.arxiv_id == arxiv_id
+                                                                and p.version == top])
+    per_record, shared = {}, []
+    for folder in sorted(addresses):
+        label, targets = addresses[folder]
+        if len(targets) == 1:
+            per_record.setdefault(targets[0].pith_id, []).append((folder, label))
+        else:
+            shared.append((folder, label, sorted(t.pith_id for t in targets)))
+    return {k: tuple(v) for k, v in per_record.items()}, shared
+
+
+def test_short_address_plan_matches_its_definition_with_many_collisions():
+    rng = random.Random(7)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+    stems = ["".join(rng.choice(alphabet) for _ in range(20)) for _ in range(40)]
+    papers, seen = [], set()
+    for _ in range(600):  # few stems and ids: prefixes, arXiv ids and versions collide often
+        stem = rng.choice(stems)[:rng.choice([8, 12, 16, 20])]
+        pith_id = (stem + "".join(rng.choice(alphabet) for _ in range(26)))[:26]
+        if pith_id in seen:
+            continue
+        seen.add(pith_id)
+        arxiv_id = rng.choice(["2001.00001", "2001.00002", "hep-lat/0305021", f"2101.{rng.randrange(10**5):05d}"])
+        papers.append(_summary(pith_id, arxiv_id, rng.randrange(1, 4)))
+    papers.sort(key=lambda p: p.pith_id)
+    plan = pages.plan_redirects(papers)
+    per_record, shared = _reference_plan(papers)
+    assert plan.per_record == per_record
+    assert [(f, label, [t.pith_id for t in targets]) for f, label, targets in plan.shared] == shared
+    assert shared and len(per_record) > 100  # both kinds occur
 
 
 def test_old_style_arxiv_id_addresses(tmp_path):
