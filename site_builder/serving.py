@@ -115,7 +115,8 @@ class Site:
         are stat-ed again), or a full listing when the events cannot tell (a folder's entries changed)."""
         root = bundles.resolve()
         if self.listing is not None and changed is not None and self.listing.root == str(root):
-            updated = rediscover(self.listing, changed)
+            inside = str(root) + os.sep  # template and settings edits say nothing about the bundles folder
+            updated = rediscover(self.listing, {p for p in changed if p.startswith(inside)})
             if updated is not None:
                 return updated
         return list_bundles(root)
