@@ -39,7 +39,8 @@ from site_builder import __version__
 from site_builder.cache import BuildCache
 from site_builder.inspection import Inspection, inspect_bytes, rejected, shared_checks
 from site_builder.keys import TrustSet
-from site_builder.loading import DEFAULT_MAX_BYTES, BundleListing, FileReadError, InputFile, discover, read_bytes
+from site_builder.loading import (DEFAULT_MAX_BYTES, BundleListing, FileReadError, InputFile, discover, read_bytes,
+                                  stat_signature)
 from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, collection_units, paper_files,
                                 plan_redirects, report_files)
 from site_builder.records import PaperSummary
@@ -91,7 +92,6 @@ class BuildMemory:
     unit_keys: dict[str, tuple[str, object, str]] = field(default_factory=dict)  # unit -> (build key, material, key)
     outcomes: dict[int, FileOutcome] = field(default_factory=dict)  # id(inspection) -> its outcome last build
     inputs: dict[str, tuple[str, str, Inspection]] = field(default_factory=dict)  # rel -> (stat, trust, result)
-    candidates: dict[str, Candidate] = field(default_factory=dict)  # rel -> candidate last build
     selection: tuple[list[Candidate], Selection] | None = None  # last candidates and what select() made of them
     record_keys: tuple[str, dict[str, tuple]] | None = None  # build key; pith id -> (sha256, addresses, key)
 
@@ -461,10 +461,11 @@ def _build(options: BuildOptions) -> BuildReport:
             clock.lap("swap")
             if options.on_published is not None:
                 options.on_published(report)
+            marker_sig = _stat_sig(slot.output / MARKER)
             if options.memory is not None:  # what the next build would read back from verification.json
-                options.memory.previous_site = (_stat_sig(slot.output / MARKER), _published_by(build_id, report))
+                options.memory.previous_site = (marker_sig, _published_by(build_id, report))
             cache.save(file_index, fresh, options.trust.identity(), units, build_id, keep_build_id=previous.build_id)
-            cache.save_quick(input_fingerprint(), _stat_sig(slot.output / MARKER), report)
+            cache.save_quick(input_fingerprint(), marker_sig, report)
             clock.lap("save_cache")
             if options.memory is not None:
                 options.memory.report_rows.forget_all_but(report.outcomes)
@@ -492,10 +493,9 @@ def _differs(path: Path, data: bytes) -> bool:
 
 def _stat_sig(path: Path) -> str | None:
     try:
-        st = os.stat(path)
+        return stat_signature(os.stat(path))
     except OSError:
         return None
-    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
 
 
 def _previous_site(options: BuildOptions, slot: OutputSlot) -> PreviousSite:
@@ -530,12 +530,11 @@ def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = la
             return False
         staging = slot.new_staging()
         try:
-            for _, files in units.values():
+            for name, (key, _) in units.items():
                 if cancelled():
                     raise OSError("cancelled")
-                for rel in files:
-                    if not staging.link_from(rel, slot.output / rel):
-                        raise OSError(f"cannot link {rel}")
+                if _place_unit(name, key, staging, {}, units, slot.output) is None:
+                    raise OSError(f"cannot link the files of {name}")
             slot.retire_prev()
             staging.root.rename(prev)
         except OSError:
@@ -566,7 +565,8 @@ def _select(options: BuildOptions, inspections: list[Inspection], paths: dict) -
     bundles of the same records in the same files (and no record had duplicates), the last selection is
     patched instead of recomputed."""
     memory = options.memory
-    memo = memory.candidates if memory is not None else {}
+    last = memory.selection if memory is not None else None
+    memo = {c.inspection.rel: c for c in last[0]} if last is not None else {}
     candidates = []
     for i in inspections:
         if i.verified:
@@ -576,8 +576,6 @@ def _select(options: BuildOptions, inspections: list[Inspection], paths: dict) -
             candidates.append(c)
     if memory is None:
         return select(candidates)
-    memory.candidates = {c.inspection.rel: c for c in candidates}
-    last = memory.selection
     selection = None
     if last is not None and len(last[0]) == len(candidates) and not last[1].superseded:
         swapped = [(a, b) for a, b in zip(last[0], candidates) if a is not b]

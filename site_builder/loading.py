@@ -60,6 +60,16 @@ def _kind(mode: int) -> str:
 _entry_name = operator.attrgetter("name")
 
 
+def stat_signature(st: os.stat_result) -> str:
+    """Size, mtime, inode and ctime: while they are unchanged, so are the file's bytes (for caching)."""
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
+
+
+def _folder_stamp(st: os.stat_result) -> tuple[int, int, int]:
+    """What changes when a folder's entries do (an entry created, deleted or renamed)."""
+    return st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
 def discover(root: Path, folders: list[str] | None = None) -> tuple[list[InputFile], list[SkippedFile]]:
     """Every candidate ``*.json`` under *root* in a stable order, and what was skipped and why (and, into
     *folders*, every folder listed)."""
@@ -100,8 +110,7 @@ def discover(root: Path, folders: list[str] | None = None) -> tuple[list[InputFi
                 walk(Path(entry.path), rel + "/", False)
             elif entry.name.endswith(".json"):
                 if stat.S_ISREG(mode):
-                    sig = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
-                    found.append(InputFile(rel, entry.path, sig))
+                    found.append(InputFile(rel, entry.path, stat_signature(st)))
                 else:
                     skipped.append(SkippedFile(rel, "file_type", _kind(mode)))
 
@@ -175,7 +184,7 @@ def list_bundles(root: Path) -> BundleListing:
         except OSError:
             st = None
         # A folder that cannot be stat-ed now is marked so that rediscover() lists everything again.
-        folders[folder] = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns) if st else (0, 0, 0)
+        folders[folder] = _folder_stamp(st) if st else (0, 0, 0)
     return BundleListing(str(root), found, skipped, folders, scanned_at)
 
 
@@ -193,7 +202,7 @@ def rediscover(before: BundleListing, changed: set[str]) -> BundleListing | None
             st = os.stat(folder)
         except OSError:
             return None
-        if (st.st_ino, st.st_mtime_ns, st.st_ctime_ns) != known or st.st_mtime_ns >= before.scanned_at_ns - RACY_NS:
+        if _folder_stamp(st) != known or st.st_mtime_ns >= before.scanned_at_ns - RACY_NS:
             return None
     if any(os.path.dirname(p) not in before.folders and p not in before.folders for p in changed):
         return None  # something in a folder discover() did not list (a new, hidden or unreadable one)
@@ -209,5 +218,5 @@ def rediscover(before: BundleListing, changed: set[str]) -> BundleListing | None
             return None
         if not stat.S_ISREG(st.st_mode):
             return None
-        found[i] = found[i]._replace(sig=f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}")
+        found[i] = found[i]._replace(sig=stat_signature(st))
     return BundleListing(before.root, found, before.skipped, before.folders, before.scanned_at_ns)

@@ -258,9 +258,9 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
         for page in pages:
             start = (page.number - 1) * config.page_size
             chunk = listing.papers[start:start + config.page_size]
+            name = f"listing:{page.url}"
             units.append(Unit(
-                f"listing:{page.url}", [listing.title, len(listing.papers), len(pages),
-                                        _rows(chunk, rows_memo, f"listing:{page.url}")],
+                name, [listing.title, len(listing.papers), len(pages), _rows(chunk, rows_memo, name)],
                 lambda listing=listing, page=page, pages=pages, chunk=chunk, start=start: [(
                     page.url + "index.html",
                     renderer.render("listing.html", listing=listing, page=page, pages=pages, papers=chunk,
@@ -272,12 +272,14 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
     feeds = [("feed.xml", config.title, papers[:FEED_ENTRIES], updated)]
     feeds += [(c.base + "feed.xml", f"{config.title}: {c.key}", c.papers[:FEED_ENTRIES], c.updated) for c in cats]
     for path, title, entries, stamp in feeds:
-        units.append(Unit(f"feed:{path}", [title, stamp, _rows(entries, rows_memo, f"feed:{path}")],
+        name = f"feed:{path}"
+        units.append(Unit(name, [title, stamp, _rows(entries, rows_memo, name)],
                           lambda path=path, title=title, entries=entries, stamp=stamp: [(path, renderer.render(
                               "feed.xml", feed_title=title, feed_path=path, entries=entries, updated=stamp))]))
 
     for folder, label, targets in shared:
-        units.append(Unit(f"shared:{folder}", [label, _rows(targets, rows_memo, f"shared:{folder}")],
+        name = f"shared:{folder}"
+        units.append(Unit(name, [label, _rows(targets, rows_memo, name)],
                           lambda folder=folder, label=label, targets=targets: [(
                               folder + "index.html", renderer.render("ambiguous.html", label=label, targets=targets))]))
 

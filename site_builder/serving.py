@@ -31,7 +31,7 @@ from site_builder.build import BuildMemory, BuildOptions, SearchIndexError, buil
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundleListing, BundlesFolderError, list_bundles, rediscover
 from site_builder.settings import SettingsError, load_settings, normalize_base_url
-from site_builder.writing import OutputError, remove_tree
+from site_builder.writing import OutputError, OutputSlot
 
 EVENTS_PATH = "__site_builder__/events"
 LIVE_JS_PATH = "__site_builder__/live.js"
@@ -212,24 +212,24 @@ class _Watcher(FileSystemEventHandler):
         if not any(self.relevant(p) for p in paths):
             return
         with self.lock:
-            now = time.monotonic()
-            if not self.pending.is_set():
-                self.first = now
-            self.last = now
-            self.settled = event.event_type in ("closed", "moved")
+            self._note(settled=event.event_type in ("closed", "moved"))
             if self.changed is not None:
                 self.changed.update(os.path.abspath(os.fsdecode(p)) for p in paths)
-            self.pending.set()
 
     def poke(self) -> None:
         """Ask for a rebuild that lists the bundles folder in full (a change may have been missed)."""
         with self.lock:
-            now = time.monotonic()
-            if not self.pending.is_set():
-                self.first = now
-            self.last = now
+            self._note(settled=False)
             self.changed = None
-            self.pending.set()
+
+    def _note(self, settled: bool) -> None:
+        """Something changed now (call with the lock held): start or extend the current batch."""
+        now = time.monotonic()
+        if not self.pending.is_set():
+            self.first = now
+        self.last = now
+        self.settled = settled
+        self.pending.set()
 
     def take_changes(self) -> set[str] | None:
         with self.lock:
@@ -418,9 +418,11 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
 
 
 def _remove_leftovers(output: Path) -> None:
-    """An interrupted build's staging tree goes now; retired trees are left to their background deleters."""
-    output = Path(os.path.abspath(output))
-    for p in output.parent.glob(f".{output.name}.staging-*"):
-        remove_tree(p)
-    for p in output.parent.glob(f".{output.name}.old-*"):
-        remove_tree(p, wait=False)
+    """Clear an interrupted build's staging tree and retired trees the way the next build would (taking the
+    build lock, so a build another process is running keeps its files)."""
+    slot = OutputSlot(output)
+    try:
+        slot.acquire()
+    except OutputError:
+        return
+    slot.release()

@@ -150,9 +150,6 @@ class OutputSlot:
         self.parent = self.output.parent
         self.name = self.output.name
         self._lock_fd: int | None = None
-        # Deleting the replaced tree (one entry per file) can take longer than the build; it is renamed
-        # out of the way first, so it is safe to finish in the background (the next build removes leftovers).
-        self.background_cleanup = True
 
     def staging_path(self) -> Path:
         return self.parent / f".{self.name}.staging-{os.getpid()}"
@@ -201,7 +198,7 @@ class OutputSlot:
                 except OSError:
                     continue
                 leftover = aside
-            remove_tree(leftover, wait=not self.background_cleanup)  # a no-op if one is already deleting it
+            remove_tree(leftover, wait=False)  # a no-op if one is already deleting it
 
     def release(self) -> None:
         if self._lock_fd is not None:
@@ -224,11 +221,12 @@ class OutputSlot:
         aside.rename(tree)
 
     def retire_prev(self) -> None:
-        """Move the kept previous tree out of the way (deleted in the background)."""
+        """Move the kept previous tree out of the way and delete it in the background: deleting one entry per
+        file can take longer than the build, and once renamed it is safe to finish later."""
         if self.prev.exists() or self.prev.is_symlink():
             old = self._trash_path()
             self.prev.rename(old)
-            remove_tree(old, wait=not self.background_cleanup)
+            remove_tree(old, wait=False)
 
     def publish(self, staging: StagingTree) -> None:
         """Make the staging tree the output; the old output is kept as the previous tree."""
