@@ -35,7 +35,7 @@ from site_builder.keys import load_trust_set
 args = json.loads(sys.argv[1])
 opts = BuildOptions(bundles=Path(args["bundles"]), output=Path(args["output"]),
                     trust=load_trust_set([Path(args["key"])]), templates=Path(args["templates"]),
-                    search=args["search"], jobs=args["jobs"])
+                    search=args["search"], jobs=args["jobs"], save_in_background=True)  # as the CLI does
 t = time.perf_counter()
 r = build(opts)
 wall = time.perf_counter() - t

@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -41,6 +42,7 @@ from site_builder.inspection import Inspection, inspect_bytes, rejected, shared_
 from site_builder.keys import TrustSet
 from site_builder.loading import (DEFAULT_MAX_BYTES, BundleListing, FileReadError, InputFile, discover, read_bytes,
                                   stat_signature)
+from site_builder.memory import BuildMemory, load_snapshot, save_snapshot
 from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, collection_units, paper_files,
                                 plan_redirects, report_files)
 from site_builder.records import PaperSummary
@@ -70,35 +72,10 @@ class BuildOptions:
     use_cache: bool = True
     mp_context: str = "fork"  # "forkserver" where the caller runs threads (serve)
     memory: BuildMemory | None = None  # kept between builds by a long-running process (serve)
+    keep_memory: bool = True  # without memory given: save it beside the cache for the next build, and use it
+    save_in_background: bool = False  # save the cache in a detached process once the site is live (CLI build)
     on_published: Callable[[BuildReport], None] | None = None  # called as soon as the new site is live
     listing: BundleListing | None = None  # the bundles folder as the caller already listed it (serve); else discover()
-
-
-@dataclass
-class BuildMemory:
-    """What a long-running process (``serve``) keeps from one build to the next: the open build cache, which
-    then holds every verification result in memory, the compiled templates, and the intermediate results of
-    planning (selection, short addresses, listing order, unit keys, report rows).  Each entry is keyed by what
-    it was computed from (file stats, digests, the build key, or the very objects it was made of), so it can
-    only save work, never change the output (tests/test_incremental.py builds with and without it)."""
-
-    cache: BuildCache | None = None
-    renderer: tuple[str, SiteRenderer] | None = None
-    report_rows: ReportRows = field(default_factory=ReportRows)
-    previous_site: tuple[str | None, PreviousSite] | None = None  # keyed by the stat of verification.json
-    redirects: tuple[list, RedirectPlan] | None = None  # keyed by the records' ids and versions
-    catalogue: tuple[list, Catalogue] | None = None  # keyed by the records' ids, dates and categories
-    unit_rows: dict[str, tuple[list, str]] = field(default_factory=dict)  # listing unit -> (its records, digests)
-    unit_keys: dict[str, tuple[str, object, str]] = field(default_factory=dict)  # unit -> (build key, material, key)
-    outcomes: dict[int, FileOutcome] = field(default_factory=dict)  # id(inspection) -> its outcome last build
-    inputs: dict[str, tuple[str, str, Inspection]] = field(default_factory=dict)  # rel -> (stat, trust, result)
-    selection: tuple[list[Candidate], Selection] | None = None  # last candidates and what select() made of them
-    record_keys: tuple[str, dict[str, tuple]] | None = None  # build key; pith id -> (sha256, addresses, key)
-
-    def close(self) -> None:
-        if self.cache is not None:
-            self.cache.close()
-            self.cache = None
 
 
 class SearchIndexError(Exception):
@@ -156,10 +133,10 @@ def _inspect_file(item: InputFile) -> Inspection:
 
 
 def _init_render(config: SiteConfig, dirs: list[Path], trust: TrustSet, staging_root: Path, search: bool,
-                 build_key: str) -> None:
+                 build_key: str, compiled_dir: Path | None) -> None:
     _in_worker_process()
     if _worker.get("renderer_key") != build_key:  # same key: same templates and settings, reuse the compiled ones
-        _worker["renderer"] = SiteRenderer(config, dirs, trust, search)
+        _worker["renderer"] = SiteRenderer(config, dirs, trust, search, compiled_dir)
         _worker["renderer_key"] = build_key
     _worker["staging"] = StagingTree(staging_root)
 
@@ -329,6 +306,9 @@ def _build(options: BuildOptions) -> BuildReport:
 
     slot.acquire()
     cache = _open_cache(options)
+    snapshot_dir = None
+    if options.memory is None and options.keep_memory and cache.path is not None:
+        snapshot_dir = cache.path.parent
     try:
         if options.listing is not None:
             found, skipped = options.listing.found, options.listing.skipped
@@ -342,6 +322,10 @@ def _build(options: BuildOptions) -> BuildReport:
         # (and writes nothing if nothing changed), which also fills the memory on its first build.
         if options.memory is None and _unchanged_since_last_build(cache, input_fingerprint(), slot, report):
             return report
+        if snapshot_dir is not None:  # a separate process: start from what the last build planned
+            options = replace(options, memory=load_snapshot(snapshot_dir))
+            options.memory.cache = cache
+            clock.lap("load_memory")
         inspections, fresh, file_index = _inspect_all(options, cache, found)
         inspections = sorted([rejected(s.rel, s.check, s.reason) for s in skipped] + inspections, key=lambda i: i.rel)
         paths = {f.rel: f.path for f in found}
@@ -371,8 +355,17 @@ def _build(options: BuildOptions) -> BuildReport:
         clock.lap("identify")
         if previous.build_id == build_id and cache.units(previous.build_id) is not None:
             report.changed = False
-            cache.save_inputs(file_index, fresh, options.trust.identity())
-            cache.save_quick(input_fingerprint(), _stat_sig(slot.output / MARKER), report)
+            marker_sig = _stat_sig(slot.output / MARKER)
+            if snapshot_dir is not None:
+                _forget_stale(options.memory, report, cache.units(build_id) or {})
+
+            def remember_inputs() -> None:
+                cache.save_inputs(file_index, fresh, options.trust.identity())
+                cache.save_quick(input_fingerprint(), marker_sig, report)
+                if snapshot_dir is not None:
+                    save_snapshot(options.memory, snapshot_dir)
+            _remember(remember_inputs, cache, slot, options)
+            clock.lap("save_cache")
             return report
         live_units = cache.units(previous.build_id) or {}
         tree, kept, stale_dirs = _prepare_tree(slot, cache, units)
@@ -389,7 +382,8 @@ def _build(options: BuildOptions) -> BuildReport:
                     units[f"record:{pid}"] = (record_keys[pid], reused)
                     report.files_reused += len(reused)
             results = _map(_render_record, _init_render,
-                           (options.config, dirs, options.trust, tree.root, options.search, build_key),
+                           (options.config, dirs, options.trust, tree.root, options.search, build_key,
+                            _compiled_templates_dir(options)),
                            to_render, options, "render")
             changed = {}
             for pid, written, err in results:
@@ -464,24 +458,82 @@ def _build(options: BuildOptions) -> BuildReport:
             marker_sig = _stat_sig(slot.output / MARKER)
             if options.memory is not None:  # what the next build would read back from verification.json
                 options.memory.previous_site = (marker_sig, _published_by(build_id, report))
-            cache.save(file_index, fresh, options.trust.identity(), units, build_id, keep_build_id=previous.build_id)
-            cache.save_quick(input_fingerprint(), marker_sig, report)
-            clock.lap("save_cache")
             if options.memory is not None:
-                options.memory.report_rows.forget_all_but(report.outcomes)
-                options.memory.unit_rows = {k: v for k, v in options.memory.unit_rows.items() if k in units}
-                options.memory.unit_keys = {k: v for k, v in options.memory.unit_keys.items() if k in units}
-                options.memory.outcomes = {id(o.inspection): o for o in report.outcomes}
+                _forget_stale(options.memory, report, units)
+
+            def remember_build() -> None:
+                cache.save(file_index, fresh, options.trust.identity(), units, build_id,
+                           keep_build_id=previous.build_id)
+                cache.save_quick(input_fingerprint(), marker_sig, report)
+                if snapshot_dir is not None:
+                    save_snapshot(options.memory, snapshot_dir)
+            _remember(remember_build, cache, slot, options)
+            clock.lap("save_cache")
         except BaseException:
             if tree.root != slot.prev:
                 slot.discard(tree)
             raise
     finally:
-        if options.memory is None:
+        if options.memory is None or snapshot_dir is not None:
             cache.close()
+        else:
+            cache.release_lock()  # serve keeps the cache open between builds, not locked
         slot.release()
         report.seconds = time.perf_counter() - started
     return report
+
+
+def _remember(save: Callable[[], None], cache: BuildCache, slot: OutputSlot, options: BuildOptions) -> None:
+    """Run *save* (the cache, the no-op answer, the memory snapshot: what the next build reads), in a detached
+    process when asked to (``build`` on the command line): the new site is live already, and saving 10,000
+    records' worth takes longer than the rest of a one-file rebuild.  The saver inherits the cache's lock, so
+    the next build waits for it before reading the cache; a saver that fails leaves the previous cache,
+    which can only cost the next build time."""
+    if options.save_in_background and _start_detached(save, cache, slot):
+        return
+    save()
+
+
+def _start_detached(save: Callable[[], None], cache: BuildCache, slot: OutputSlot) -> bool:
+    """Run *save* in a grandchild process that outlives this one and holds only the cache lock; False when
+    this process cannot fork safely (threads running, no fork) -- the caller then saves in place."""
+    if not hasattr(os, "fork") or threading.active_count() > 1 or cache.lock_fd is None:
+        return False
+    if cache.db is not None:  # an SQLite connection must not cross a fork: the saver opens its own
+        cache.db.close()
+        cache.db = None
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            if os.fork() == 0:  # the grandchild: no parent waits for it, so it never becomes a zombie
+                os.setsid()
+                _keep_only_fd(cache.lock_fd)  # drops the output lock and the caller's pipes (which it would hold open)
+                cache.reconnect()
+                save()
+            code = 0
+        finally:
+            os._exit(code)
+    os.waitpid(pid, 0)
+    cache.release_lock()  # this process's copy only: the saver still holds the lock
+    return True
+
+
+def _keep_only_fd(keep: int) -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    limit = os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024
+    os.closerange(3, keep)
+    os.closerange(keep + 1, limit)
+
+
+def _forget_stale(memory: BuildMemory, report: BuildReport, units: dict) -> None:
+    """Drop what no longer belongs to the build (it would pin old results in memory and in the snapshot)."""
+    memory.report_rows.forget_all_but(report.outcomes)
+    memory.unit_rows = {k: v for k, v in memory.unit_rows.items() if k in units}
+    memory.unit_keys = {k: v for k, v in memory.unit_keys.items() if k in units}
+    memory.outcomes = {id(o.inspection): o for o in report.outcomes}
 
 
 def _differs(path: Path, data: bytes) -> bool:
@@ -547,6 +599,8 @@ def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = la
     finally:
         if options.memory is None:
             cache.close()
+        else:
+            cache.release_lock()
         slot.release()
 
 
@@ -667,10 +721,15 @@ def _record_keys(options: BuildOptions, build_key: str, selection, plan: Redirec
     return keys
 
 
+def _compiled_templates_dir(options: BuildOptions) -> Path | None:
+    return (options.cache_dir or default_cache_dir(options.output)) / "templates" if options.use_cache else None
+
+
 def _open_cache(options: BuildOptions) -> BuildCache:
     path = (options.cache_dir or default_cache_dir(options.output)) / "cache.sqlite" if options.use_cache else None
     memory = options.memory
     if memory is not None and memory.cache is not None and memory.cache.path == path and memory.cache.db is not None:
+        memory.cache.take_lock()
         return memory.cache
     cache = BuildCache(path)
     if memory is not None:
@@ -683,9 +742,10 @@ def _renderer(options: BuildOptions, dirs: list[Path], build_key: str) -> SiteRe
     memory = options.memory
     if memory is not None and memory.renderer is not None and memory.renderer[0] == build_key:
         return memory.renderer[1]
-    renderer = SiteRenderer(options.config, dirs, options.trust, options.search)
+    renderer = SiteRenderer(options.config, dirs, options.trust, options.search, _compiled_templates_dir(options))
     if memory is not None:
         memory.renderer = (build_key, renderer)
+    if memory is not None and memory.compile_all_templates:
         for name in renderer.env.list_templates(extensions=["html", "xml", "txt", "svg"]):
             try:
                 renderer.env.get_template(name)  # compile now, not during the first edit's rebuild

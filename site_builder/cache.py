@@ -13,6 +13,7 @@ entry can only cause extra work, because every key includes what the output depe
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sqlite3
@@ -31,8 +32,42 @@ class BuildCache:
         self._files: dict[str, tuple[str, str]] = {}
         self._units: dict[str, dict[str, tuple[str, list[str]]]] = {}  # build id -> unit -> (key, files)
         self._known: dict[tuple[str, str], Inspection] = {}  # (sha256, trust) -> result read or saved by this process
+        self.lock_fd: int | None = None
         if path is not None:
+            self.take_lock()
             self._open()
+
+    def take_lock(self) -> None:
+        """Hold the cache's lock for this build, first waiting while the previous build saves the cache in the
+        background (build.py): reading before that save ends would miss what the live site is made of."""
+        if self.path is None or self.lock_fd is not None:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path.parent / "cache.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return  # an unwritable cache folder: the cache itself falls back to nothing
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            os.close(fd)
+            return
+        self.lock_fd = fd
+
+    def release_lock(self) -> None:
+        """Close this process's handle on the lock (a background saver that inherited it keeps holding it)."""
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
+
+    def reconnect(self) -> None:
+        """A fresh connection in a forked process (an SQLite connection must not cross a fork)."""
+        self.db = None
+        if self.path is not None:
+            try:
+                self.db = sqlite3.connect(self.path, isolation_level=None)
+            except sqlite3.DatabaseError:
+                self.db = None
 
     def _open(self) -> None:
         assert self.path is not None
@@ -204,6 +239,7 @@ class BuildCache:
         if self.db is not None:
             self.db.close()
             self.db = None
+        self.release_lock()
 
 
 def _units_to_text(units: dict[str, tuple[str, list[str]]]) -> str:

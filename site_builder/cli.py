@@ -119,7 +119,8 @@ def cmd_build(args) -> int:
     progress, update = _progress_bar(not args.quiet)
     options = BuildOptions(bundles=args.bundles, output=args.output, trust=trust, config=config, templates=templates,
                            about_file=about, jobs=args.jobs, progress=update,
-                           search=not args.no_search, cache_dir=args.cache_dir, use_cache=not args.no_cache)
+                           search=not args.no_search, cache_dir=args.cache_dir, use_cache=not args.no_cache,
+                           save_in_background=True)
     try:
         with progress or contextlib.nullcontext():
             report = build(options)

@@ -85,11 +85,22 @@ def pagination(base: str, total_items: int, page_size: int) -> list[Page]:
 
 
 class SiteRenderer:
-    def __init__(self, config: SiteConfig, dirs: list[Path], trust: TrustSet, search_enabled: bool = True):
+    def __init__(self, config: SiteConfig, dirs: list[Path], trust: TrustSet, search_enabled: bool = True,
+                 compiled_dir: Path | None = None):
+        """*compiled_dir*: where Jinja keeps compiled templates between processes (keyed by each template's
+        source, so an edited template is compiled again); a one-file rebuild saves ~0.1 s of compiling."""
         self.config = config
         self.trust = trust
+        bytecode_cache = None
+        if compiled_dir is not None:
+            try:
+                compiled_dir.mkdir(parents=True, exist_ok=True)
+                bytecode_cache = jinja2.FileSystemBytecodeCache(str(compiled_dir))
+            except OSError:
+                bytecode_cache = None
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader([str(d) for d in dirs]),
+            bytecode_cache=bytecode_cache,
             autoescape=True,
             undefined=jinja2.StrictUndefined,
             trim_blocks=True,

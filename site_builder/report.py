@@ -151,6 +151,13 @@ class ReportRows:
         self._rows[id(i)] = (i, outcome.status, outcome.note, line)  # holding i keeps its id() unique
         return line
 
+    def __getstate__(self) -> list:
+        return list(self._rows.values())
+
+    def __setstate__(self, entries: list) -> None:
+        """Rows are keyed by id(): in a memory read back from a snapshot, the same results have new ids."""
+        self._rows = {id(e[0]): e for e in entries if isinstance(e, tuple) and len(e) == 4}
+
     def forget_all_but(self, outcomes: list[FileOutcome]) -> None:
         """Drop rows of results no longer in the build (they would pin them in memory)."""
         live = {id(o.inspection) for o in outcomes}
