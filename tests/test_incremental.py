@@ -45,14 +45,20 @@ def opts(project: Path, output: Path, trust: TrustSet, **kw) -> BuildOptions:
                         search=kw.pop("search", False), **kw)
 
 
-@pytest.mark.parametrize("kept_in_memory", [False, True], ids=["separate-processes", "serve-memory"])
-def test_random_edits_match_clean_builds(project, kept_in_memory):
-    """Also as ``serve`` builds: one BuildMemory (open cache, compiled templates) across all the builds."""
+@pytest.mark.parametrize("mode", ["separate", "separate-no-snapshot", "separate-stale-snapshot", "serve"])
+def test_random_edits_match_clean_builds(project, mode):
+    """As separate builds (each starting from the memory snapshot the last one saved; from none; from the
+    first build's snapshot every time) and as ``serve`` builds: one BuildMemory (open cache, compiled
+    templates) across all the builds."""
     rng = random.Random(20261129)
     trust = both_keys()
     inc = project / "inc"
-    memory = BuildMemory() if kept_in_memory else None
-    build(opts(project, inc, trust, memory=memory))
+    memory = BuildMemory() if mode == "serve" else None
+    keep = mode != "separate-no-snapshot"
+    build(opts(project, inc, trust, memory=memory, keep_memory=keep))
+    snapshot = project / ".site-builder-cache" / "inc" / "memory.pickle"
+    assert snapshot.is_file() == (mode in ("separate", "separate-stale-snapshot"))
+    first_snapshot = snapshot.read_bytes() if mode == "separate-stale-snapshot" else None
     next_id = 100
     actions = ["add", "remove", "change", "change", "replace", "duplicate", "template", "keys", "noop"] * 2
     rng.shuffle(actions)  # every kind of edit, twice, in a random order
@@ -78,7 +84,9 @@ def test_random_edits_match_clean_builds(project, kept_in_memory):
                 (ROOT / "templates" / "badge.svg").read_text() + f"<!-- {step} -->\n")
         elif action == "keys":
             trust = load_trust_set() if len(trust.keys) == 2 else both_keys()
-        report = build(opts(project, inc, trust, memory=memory))
+        if first_snapshot is not None:
+            snapshot.write_bytes(first_snapshot)
+        report = build(opts(project, inc, trust, memory=memory, keep_memory=keep))
         clean = project / f"clean{step}"
         build(opts(project, clean, trust, use_cache=False))
         assert tree(inc) == tree(clean), f"step {step}: {action}"

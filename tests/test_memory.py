@@ -1,0 +1,146 @@
+"""The build memory snapshot: separate builds start from what the last one planned, and a snapshot that is
+damaged, foreign or hostile is ignored (the build is still exactly a clean build)."""
+
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from site_builder.build import BuildOptions, build
+from site_builder.cache import BuildCache
+from site_builder.memory import _HEADER, SNAPSHOT_NAME, BuildMemory, load_snapshot, save_snapshot
+
+from conftest import REAL_FILES, ROOT
+from test_incremental import both_keys, opts, tree
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from generate import make_bundle  # noqa: E402
+
+
+@pytest.fixture
+def project(tmp_path):
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    for p in REAL_FILES:
+        shutil.copy(p, bundles / p.name)
+    for i in range(4):
+        (bundles / f"gen{i}.json").write_bytes(make_bundle(i))
+    return tmp_path
+
+
+def snapshot_dir(project):
+    return project / ".site-builder-cache" / "site"
+
+
+def test_a_build_leaves_its_memory_and_the_next_one_reads_it(project):
+    trust = both_keys()
+    build(opts(project, project / "site", trust))
+    memory = load_snapshot(snapshot_dir(project))
+    files = sorted(p.name for p in (project / "bundles").iterdir())
+    assert sorted(memory.inputs) == files
+    assert memory.selection is not None and memory.catalogue is not None and memory.redirects is not None
+    # Memos keyed by id() are re-keyed to the objects of this process.
+    assert memory.outcomes and all(key == id(o.inspection) for key, o in memory.outcomes.items())
+    assert memory.report_rows._rows and all(key == id(row[0]) for key, row in memory.report_rows._rows.items())
+    assert not memory.compile_all_templates  # a one-off build compiles only the templates it uses
+
+    (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=4))
+    report = build(opts(project, project / "site", trust))
+    assert "load_memory" in report.timings and report.files_written < report.files_reused
+    assert sorted(load_snapshot(snapshot_dir(project)).inputs) == files
+    build(opts(project, project / "clean", trust, use_cache=False))
+    assert tree(project / "site") == tree(project / "clean")
+
+
+class _RunsCode:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "other_version", "names_code", "wrong_shape"])
+def test_damaged_or_hostile_snapshot_is_ignored(project, damage):
+    trust = both_keys()
+    out = project / "site"
+    build(opts(project, out, trust))
+    path = snapshot_dir(project) / SNAPSHOT_NAME
+    data = path.read_bytes()
+    ran = project / "code-ran"
+    if damage == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        path.write_bytes(_HEADER + b"\x80\x05garbage" * 50)
+    elif damage == "other_version":
+        path.write_bytes(b"site-builder memory 0.0.1/1\n" + data[len(_HEADER):])
+    elif damage == "names_code":
+        path.write_bytes(_HEADER + pickle.dumps(_RunsCode(ran)))
+    else:
+        path.write_bytes(_HEADER + pickle.dumps(BuildMemory(inputs=["not", "a", "dict"])))
+    assert load_snapshot(snapshot_dir(project)).inputs == {}
+    (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=5))
+    build(opts(project, out, trust))
+    assert not ran.exists()
+    build(opts(project, project / "clean", trust, use_cache=False))
+    assert tree(out) == tree(project / "clean")
+
+
+def test_a_snapshot_that_cannot_be_written_is_skipped(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    assert save_snapshot(BuildMemory(), blocked) is False
+    assert not list(tmp_path.glob(".memory*"))
+
+
+def test_cache_waits_for_a_background_saver(tmp_path):
+    """A build opening the cache while the previous build's saver holds its lock reads what the saver wrote."""
+    path = tmp_path / "cache" / "cache.sqlite"
+    BuildCache(path).close()
+    saver = textwrap.dedent(f"""
+        import fcntl, os, sqlite3, sys, time
+        fd = os.open({str(path.parent / "cache.lock")!r}, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print("locked", flush=True)
+        time.sleep(0.5)
+        db = sqlite3.connect({str(path)!r}, isolation_level=None)
+        db.execute("INSERT INTO files VALUES ('late.json', 'sig', 'abc')")
+        db.close()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", saver], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        cache = BuildCache(path)
+        assert cache.file_sha("late.json", "sig") == "abc"
+        cache.close()
+    finally:
+        proc.wait(10)
+
+
+def test_command_line_builds_save_in_the_background_and_stay_exact(project):
+    """Two `build` runs back to back: the second waits for the first one's saver and reuses its cache."""
+    def cli(*args):
+        r = subprocess.run([sys.executable, "-m", "site_builder", "build", "--bundles", project / "bundles",
+                            "--no-search", *args], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip().splitlines()[-1]
+
+    first = cli("--output", project / "site")
+    (project / "bundles" / "gen3.json").write_bytes(make_bundle(3, variant=2))
+    second = cli("--output", project / "site")
+    pages = lambda line: int(line.split(" pages written")[0].rsplit(", ", 1)[1])  # noqa: E731
+    assert pages(second) < pages(first) / 2  # a cache read before the saver finished would re-render everything
+    cli("--output", project / "clean", "--no-cache")
+    assert tree(project / "site") == tree(project / "clean")
+    lock = snapshot_dir(project) / "cache.lock"
+    import fcntl
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the saver finishes and lets go
+    finally:
+        os.close(fd)
+    assert load_snapshot(snapshot_dir(project)).inputs
