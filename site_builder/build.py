@@ -305,7 +305,8 @@ def _build(options: BuildOptions) -> BuildReport:
                       about, options.max_bytes, source_date(), options.search)
 
     slot.acquire()
-    cache = _open_cache(options)
+    cache = _open_cache(options)  # waits while the last build's detached saver writes it
+    clock.lap("start")
     snapshot_dir = None
     if options.memory is None and options.keep_memory and cache.path is not None:
         snapshot_dir = cache.path.parent
@@ -364,7 +365,7 @@ def _build(options: BuildOptions) -> BuildReport:
                 cache.save_quick(input_fingerprint(), marker_sig, report)
                 if snapshot_dir is not None:
                     save_snapshot(options.memory, snapshot_dir)
-            _remember(remember_inputs, cache, slot, options)
+            _remember(remember_inputs, cache, options, report)
             clock.lap("save_cache")
             return report
         live_units = cache.units(previous.build_id) or {}
@@ -467,7 +468,7 @@ def _build(options: BuildOptions) -> BuildReport:
                 cache.save_quick(input_fingerprint(), marker_sig, report)
                 if snapshot_dir is not None:
                     save_snapshot(options.memory, snapshot_dir)
-            _remember(remember_build, cache, slot, options)
+            _remember(remember_build, cache, options, report)
             clock.lap("save_cache")
         except BaseException:
             if tree.root != slot.prev:
@@ -483,18 +484,19 @@ def _build(options: BuildOptions) -> BuildReport:
     return report
 
 
-def _remember(save: Callable[[], None], cache: BuildCache, slot: OutputSlot, options: BuildOptions) -> None:
+def _remember(save: Callable[[], None], cache: BuildCache, options: BuildOptions, report: BuildReport) -> None:
     """Run *save* (the cache, the no-op answer, the memory snapshot: what the next build reads), in a detached
     process when asked to (``build`` on the command line): the new site is live already, and saving 10,000
     records' worth takes longer than the rest of a one-file rebuild.  The saver inherits the cache's lock, so
     the next build waits for it before reading the cache; a saver that fails leaves the previous cache,
     which can only cost the next build time."""
-    if options.save_in_background and _start_detached(save, cache, slot):
+    if options.save_in_background and _start_detached(save, cache):
+        report.saved_in_background = True
         return
     save()
 
 
-def _start_detached(save: Callable[[], None], cache: BuildCache, slot: OutputSlot) -> bool:
+def _start_detached(save: Callable[[], None], cache: BuildCache) -> bool:
     """Run *save* in a grandchild process that outlives this one and holds only the cache lock; False when
     this process cannot fork safely (threads running, no fork) -- the caller then saves in place."""
     if not hasattr(os, "fork") or threading.active_count() > 1 or cache.lock_fd is None:
@@ -502,7 +504,11 @@ def _start_detached(save: Callable[[], None], cache: BuildCache, slot: OutputSlo
     if cache.db is not None:  # an SQLite connection must not cross a fork: the saver opens its own
         cache.db.close()
         cache.db = None
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        cache.reconnect()
+        return False
     if pid == 0:
         code = 1
         try:
@@ -514,7 +520,9 @@ def _start_detached(save: Callable[[], None], cache: BuildCache, slot: OutputSlo
             code = 0
         finally:
             os._exit(code)
-    os.waitpid(pid, 0)
+    if os.waitpid(pid, 0)[1] != 0:  # no saver was started
+        cache.reconnect()
+        return False
     cache.release_lock()  # this process's copy only: the saver still holds the lock
     return True
 

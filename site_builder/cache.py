@@ -9,6 +9,10 @@ Three things are remembered:
     (the output and the previous tree beside it); a tree's ``verification.json`` names its build id.
 A cache that is unreadable, corrupt, or from another builder version is deleted and rebuilt; a stale
 entry can only cause extra work, because every key includes what the output depends on.
+
+``cache.lock`` beside it is held by the build using the cache, and then by the detached process that saves
+it (build.py ``_remember``); a build opening the cache waits for that save first.  The same folder holds the
+build memory snapshot (memory.py) and Jinja's compiled templates.
 """
 
 from __future__ import annotations

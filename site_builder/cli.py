@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -90,14 +91,21 @@ def _progress_bar(enabled: bool):
         return None, None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    # Refreshed from the build's own calls (at most ten times a second), not by rich's refresh thread: the
+    # build forks its cache saver at the end, which is only safe in a process without other threads.
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                        transient=True, console=None)
+                        transient=True, console=None, auto_refresh=False)
     tasks: dict[str, int] = {}
+    last_refresh = [0.0]
 
     def update(stage: str, done: int, total: int) -> None:
         if stage not in tasks:
             tasks[stage] = progress.add_task(stage, total=total)
         progress.update(tasks[stage], completed=done)
+        now = time.monotonic()
+        if done == total or now - last_refresh[0] >= 0.1:
+            progress.refresh()
+            last_refresh[0] = now
 
     return progress, update
 
@@ -147,6 +155,8 @@ def cmd_build(args) -> int:
                 print(f"OK {outcome.pith_number} {outcome.inspection.rel}")
     if not report.changed and not args.quiet:
         print("output is up to date: nothing to write", file=sys.stderr)
+    if args.verbose and report.saved_in_background:
+        print("the build cache is being saved in the background (a next build waits for it)", file=sys.stderr)
     print(report.summary_line())
     if args.strict and report.rejected:
         return EXIT_REJECTED

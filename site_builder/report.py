@@ -76,6 +76,7 @@ class BuildReport:
     rendered: list[str] = field(default_factory=list)  # files this build rendered anew (serve reloads their pages)
     removed: list[str] = field(default_factory=list)  # pages of records no longer published
     changed: bool = True
+    saved_in_background: bool = False  # the cache is being saved by a detached process (build.py)
 
     def count(self, status: str) -> int:
         return sum(1 for o in self.outcomes if o.status == status)

@@ -79,3 +79,43 @@ def test_settings_file_and_flag_precedence(tmp_path):
     (project / "site.toml").write_text('titel = "typo"\n')
     r = cli("build", "--bundles", ROOT / "bundles", "--output", "out", cwd=project)
     assert r.returncode == 2 and "unknown setting(s): titel" in r.stderr
+
+
+def _run_on_terminal(*args) -> str:
+    """Run the command line with a pseudo-terminal as stdout and stderr; everything it wrote there."""
+    import os
+    import pty
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "site_builder", *map(str, args)], stdout=slave, stderr=slave,
+                            env={**os.environ, "TERM": "xterm", "COLUMNS": "120"})
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(120)
+    os.close(master)
+    assert proc.returncode == 0, b"".join(chunks).decode(errors="replace")
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_bar_only_on_a_terminal_and_cache_saved_in_the_background(bundles_dir, tmp_path):
+    on_terminal = _run_on_terminal("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--no-search",
+                                   "--verbose")
+    assert "verify" in on_terminal and "render" in on_terminal  # the bar's stage names
+    assert "4 bundles read, 4 published" in on_terminal
+    # The bar stops when the site is live, so the cache is saved by a detached process even on a terminal.
+    assert "saved in the background" in on_terminal
+    (bundles_dir / REAL_FILES[0].name).touch()
+    piped = cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site2", "--no-search", "--verbose")
+    assert piped.returncode == 0
+    assert "verify" not in piped.stderr and "\x1b[" not in piped.stderr + piped.stdout
+    assert "saved in the background" in piped.stderr
+    quiet = _run_on_terminal("build", "--bundles", bundles_dir, "--output", tmp_path / "site3", "--no-search",
+                             "--quiet")
+    assert "verify" not in quiet and quiet.strip().splitlines()[-1].startswith("4 bundles read")
