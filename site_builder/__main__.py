@@ -1,5 +1,3 @@
-import sys
+from site_builder.cli import run
 
-from site_builder.cli import main
-
-sys.exit(main())
+run()

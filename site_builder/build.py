@@ -73,7 +73,9 @@ class BuildOptions:
     mp_context: str = "fork"  # "forkserver" where the caller runs threads (serve)
     memory: BuildMemory | None = None  # kept between builds by a long-running process (serve)
     keep_memory: bool = True  # without memory given: save it beside the cache for the next build, and use it
-    save_in_background: bool = False  # save the cache in a detached process once the site is live (CLI build)
+    # The process ends after this build (the command line): the cache is saved by a detached process once the site
+    # is live, and the build's objects are left for the exit to drop (freeing a million objects takes ~1 s).
+    one_shot: bool = False
     on_published: Callable[[BuildReport], None] | None = None  # called as soon as the new site is live
     listing: BundleListing | None = None  # the bundles folder as the caller already listed it (serve); else discover()
 
@@ -105,6 +107,10 @@ def _hash(*parts: object) -> str:
         h.update(part if isinstance(part, bytes) else str(part).encode("utf-8"))
         h.update(b"\0")
     return h.hexdigest()
+
+
+# What a one-shot build leaves for the process exit to drop instead of freeing it on return (BuildOptions.one_shot).
+_LEFT_FOR_EXIT: list = []
 
 
 # --- worker processes ----------------------------------------------------------------------------
@@ -367,6 +373,8 @@ def _build(options: BuildOptions) -> BuildReport:
                     save_snapshot(options.memory, snapshot_dir)
             _remember(remember_inputs, cache, options, report)
             clock.lap("save_cache")
+            if options.one_shot:
+                _LEFT_FOR_EXIT[:] = [options.memory, cache, inspections, units]
             return report
         live_units = cache.units(previous.build_id) or {}
         tree, kept, stale_dirs = _prepare_tree(slot, cache, units)
@@ -470,6 +478,8 @@ def _build(options: BuildOptions) -> BuildReport:
                     save_snapshot(options.memory, snapshot_dir)
             _remember(remember_build, cache, options, report)
             clock.lap("save_cache")
+            if options.one_shot:
+                _LEFT_FOR_EXIT[:] = [options.memory, cache, inspections, units, selection, catalog, collection]
         except BaseException:
             if tree.root != slot.prev:
                 slot.discard(tree)
@@ -486,11 +496,11 @@ def _build(options: BuildOptions) -> BuildReport:
 
 def _remember(save: Callable[[], None], cache: BuildCache, options: BuildOptions, report: BuildReport) -> None:
     """Run *save* (the cache, the no-op answer, the memory snapshot: what the next build reads), in a detached
-    process when asked to (``build`` on the command line): the new site is live already, and saving 10,000
+    process for a one-shot build (``build`` on the command line): the new site is live already, and saving 10,000
     records' worth takes longer than the rest of a one-file rebuild.  The saver inherits the cache's lock, so
     the next build waits for it before reading the cache; a saver that fails leaves the previous cache,
     which can only cost the next build time."""
-    if options.save_in_background and _start_detached(save, cache):
+    if options.one_shot and _start_detached(save, cache):
         report.saved_in_background = True
         return
     save()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from dataclasses import replace
@@ -128,7 +129,7 @@ def cmd_build(args) -> int:
     options = BuildOptions(bundles=args.bundles, output=args.output, trust=trust, config=config, templates=templates,
                            about_file=about, jobs=args.jobs, progress=update,
                            search=not args.no_search, cache_dir=args.cache_dir, use_cache=not args.no_cache,
-                           save_in_background=True)
+                           one_shot=True)
     try:
         with progress or contextlib.nullcontext():
             report = build(options)
@@ -273,5 +274,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def run() -> None:
+    """The console entry point: ``main()``, then exit without tearing down the build's objects one by one
+    (a one-shot build leaves them, see BuildOptions.one_shot; the cache saver is a detached process)."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
