@@ -37,7 +37,7 @@ from typing import Callable
 import jinja2
 
 from site_builder import __version__
-from site_builder.cache import BuildCache
+from site_builder.cache import BuildCache, file_count, join_files, split_files
 from site_builder.inspection import Inspection, inspect_bytes, rejected, shared_checks
 from site_builder.keys import TrustSet
 from site_builder.loading import (DEFAULT_MAX_BYTES, BundleListing, FileReadError, InputFile, discover, read_bytes,
@@ -389,7 +389,7 @@ def _build(options: BuildOptions) -> BuildReport:
                     to_render.append(RecordTask(chosen.source, chosen.inspection, plan.per_record.get(pid, ())))
                 else:
                     units[f"record:{pid}"] = (record_keys[pid], reused)
-                    report.files_reused += len(reused)
+                    report.files_reused += file_count(reused)
             results = _map(_render_record, _init_render,
                            (options.config, dirs, options.trust, tree.root, options.search, build_key,
                             _compiled_templates_dir(options)),
@@ -400,7 +400,7 @@ def _build(options: BuildOptions) -> BuildReport:
                     changed[pid] = err
                     units.pop(f"record:{pid}", None)
                     continue
-                units[f"record:{pid}"] = (record_keys[pid], written)
+                units[f"record:{pid}"] = (record_keys[pid], join_files(written))
                 report.rendered.extend(written)
                 report.files_written += len(written)
                 report.pages_written += sum(1 for rel in written if rel.endswith(".html"))
@@ -420,15 +420,16 @@ def _build(options: BuildOptions) -> BuildReport:
                 key = units[unit.name][0]
                 reused = place(unit.name, key)
                 if reused is None:
-                    reused = []
+                    rendered = []
                     for rel, data in unit.render():
                         tree.write(rel, data)
-                        reused.append(rel)
-                    report.files_written += len(reused)
-                    report.pages_written += sum(1 for rel in reused if rel.endswith(".html"))
-                    report.rendered.extend(reused)
+                        rendered.append(rel)
+                    report.files_written += len(rendered)
+                    report.pages_written += sum(1 for rel in rendered if rel.endswith(".html"))
+                    report.rendered.extend(rendered)
+                    reused = join_files(rendered)
                 else:
-                    report.files_reused += len(reused)
+                    report.files_reused += file_count(reused)
                 units[unit.name] = (key, reused)
             clock.lap("render_collection")
 
@@ -437,8 +438,8 @@ def _build(options: BuildOptions) -> BuildReport:
                 if reused is None:
                     shutil.rmtree(tree.root / "pagefind", ignore_errors=True)
                     index_search(tree.root)
-                    reused = sorted(str(p.relative_to(tree.root)) for p in (tree.root / "pagefind").rglob("*")
-                                    if p.is_file())
+                    reused = join_files(sorted(str(p.relative_to(tree.root))
+                                               for p in (tree.root / "pagefind").rglob("*") if p.is_file()))
                 units["search"] = (units["search"][0], reused)
                 clock.lap("search_index")
 
@@ -452,7 +453,7 @@ def _build(options: BuildOptions) -> BuildReport:
                 report.pages_written += rel.endswith(".html")
                 if _differs(slot.output / rel, data):
                     report.rendered.append(rel)
-            units["report"] = ("", written)
+            units["report"] = ("", join_files(written))
             report.removed = sorted(f"pith/{pid}/index.html" for pid in previous.published
                                     if pid not in selection.published)
             _prune_empty_dirs(tree.root, stale_dirs)
@@ -797,12 +798,12 @@ def _unchanged_since_last_build(cache: BuildCache, input_fingerprint: str, slot:
 
 
 def _units_plan(build_key: str, record_keys: dict[str, str], papers: list[PaperSummary], collection: list,
-                options: BuildOptions) -> dict[str, tuple[str, list[str]]]:
+                options: BuildOptions) -> dict[str, tuple[str, str]]:
     """The key of every output unit (files are filled in as units are rendered or reused).
 
     A record's key covers its bytes and short addresses; a collection unit's key covers what it shows
     (listings show summaries only, so a new event on a record does not re-render any listing)."""
-    units: dict[str, tuple[str, list[str]]] = {f"record:{p.pith_id}": (record_keys[p.pith_id], []) for p in papers}
+    units: dict[str, tuple[str, str]] = {f"record:{p.pith_id}": (record_keys[p.pith_id], "") for p in papers}
     memo = options.memory.unit_keys if options.memory is not None else {}
     for unit in collection:  # materials are nested lists and tuples of str and int: repr() is exact and fast
         hit = memo.get(unit.name)
@@ -812,9 +813,9 @@ def _units_plan(build_key: str, record_keys: dict[str, str], papers: list[PaperS
             key = _hash(build_key, repr(unit.material))
             if options.memory is not None:
                 memo[unit.name] = (build_key, unit.material, key)
-        units[unit.name] = (key, [])
+        units[unit.name] = (key, "")
     if options.search and papers:
-        units["search"] = (_hash(build_key, sorted(k for k, _ in units.values())), [])
+        units["search"] = (_hash(build_key, sorted(k for k, _ in units.values())), "")
     return units
 
 
@@ -850,13 +851,13 @@ def _prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict) -> tuple[Sta
     kept = {name: (key, files) for name, (key, files) in prev_units.items()
             if name != "report" and units.get(name, (None,))[0] == key}
     stale = [files for name, (_, files) in prev_units.items() if name not in kept]
-    if sum(map(len, stale)) > IN_PLACE_LIMIT * sum(len(f) for _, f in prev_units.values()):
+    if sum(map(file_count, stale)) > IN_PLACE_LIMIT * sum(file_count(f) for _, f in prev_units.values()):
         return slot.new_staging(), {}, set()  # most files change (a template edit): a fresh tree is cheaper
     (prev / MARKER).unlink()  # from here on the previous tree counts as unknown until it is swapped in
     root = str(prev)
     stale_dirs: set[str] = set()
     for files in stale:
-        for rel in files:
+        for rel in split_files(files):
             try:
                 os.unlink(os.path.join(root, rel))
             except FileNotFoundError:
@@ -865,8 +866,9 @@ def _prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict) -> tuple[Sta
     return StagingTree(prev), kept, stale_dirs
 
 
-def _place_unit(name: str, key: str, tree: StagingTree, kept: dict, live_units: dict, output: Path) -> list[str] | None:
-    """Files of an unchanged unit: already in the tree, or hard-linked from the live output; None: render it."""
+def _place_unit(name: str, key: str, tree: StagingTree, kept: dict, live_units: dict, output: Path) -> str | None:
+    """Files of an unchanged unit (joined): already in the tree, or hard-linked from the live output; None: render
+    it."""
     have = kept.get(name)
     if have is not None and have[0] == key:
         return have[1]
@@ -874,13 +876,13 @@ def _place_unit(name: str, key: str, tree: StagingTree, kept: dict, live_units: 
     if live is None or live[0] != key:
         return None
     linked = []
-    for rel in live[1]:
+    for rel in split_files(live[1]):
         if not tree.link_from(rel, output / rel):
             for done in linked:  # could not reuse all of it: render the unit instead
                 os.unlink(tree.path_for(done))
             return None
         linked.append(rel)
-    return linked
+    return live[1]
 
 
 def _prune_empty_dirs(root: Path, folders: set[str]) -> None:
