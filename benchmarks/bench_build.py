@@ -90,11 +90,16 @@ def main() -> None:
 
     work = args.workdir / str(args.n)
     bundles = work / "bundles"
+    (bundles / "zz-added.json").unlink(missing_ok=True)  # left by an interrupted run
     if not bundles.is_dir() or len(list(bundles.iterdir())) != args.n:
         shutil.rmtree(bundles, ignore_errors=True)
         t = time.perf_counter()
         generate(bundles, args.n)
         print(f"generated {args.n} bundles in {time.perf_counter() - t:.1f}s", file=sys.stderr)
+    # The files the scenarios edit start as generated (an interrupted run, or a hand edit, must not turn a
+    # "newer bundle" scenario into a refused rollback).
+    for i in (4, 5, 6):
+        (bundles / f"b{i:07d}.json").write_bytes(make_bundle(i))
     for stale in [work / "site", work / ".site.prev", work / ".site-builder-cache", work / "templates"]:
         shutil.rmtree(stale, ignore_errors=True)
     shutil.copytree(ROOT / "templates", work / "templates")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import io
 import os
 import pickle
 from dataclasses import dataclass, field
@@ -122,10 +121,10 @@ def load_snapshot(folder: Path) -> BuildMemory:
     """The memory the last build saved in *folder*; an empty one if there is none or it is unusable
     (damaged, from another version, or naming anything but the builder's data)."""
     try:
-        with open(folder / SNAPSHOT_NAME, "rb") as f:
+        with open(folder / SNAPSHOT_NAME, "rb", buffering=1 << 20) as f:
             if f.read(len(_HEADER)) != _HEADER:
                 return BuildMemory(compile_all_templates=False)
-            memory = _SnapshotUnpickler(io.BufferedReader(f, 1 << 20)).load()
+            memory = _SnapshotUnpickler(f).load()
     except Exception:  # noqa: BLE001 -- whatever a damaged file makes unpickling raise, the answer is the same
         return BuildMemory(compile_all_templates=False)
     if not _well_formed(memory):
