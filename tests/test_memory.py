@@ -47,6 +47,9 @@ def test_a_build_leaves_its_memory_and_the_next_one_reads_it(project):
     assert memory.outcomes and all(key == id(o.inspection) for key, o in memory.outcomes.items())
     assert memory.report_rows._rows and all(key == id(row[0]) for key, row in memory.report_rows._rows.items())
     assert not memory.compile_all_templates  # a one-off build compiles only the templates it uses
+    # Compiled templates are kept beside the cache for the next process (an edited template is compiled again:
+    # the edit sequence in test_incremental.py compares every step with a clean build).
+    assert list((snapshot_dir(project) / "templates").glob("__jinja2_*.cache"))
 
     (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=4))
     report = build(opts(project, project / "site", trust))
