@@ -590,9 +590,10 @@ def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = la
     """
     slot = OutputSlot(options.output)
     slot.check_usable()
-    cache = _open_cache(options)
     slot.acquire()
+    cache = None
     try:
+        cache = _open_cache(options)
         prev = slot.prev
         if prev.is_dir() and not prev.is_symlink() and cache.units(read_build_id(prev)) is not None:
             return False
@@ -616,9 +617,9 @@ def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = la
             raise
         return True
     finally:
-        if options.memory is None:
+        if cache is not None and options.memory is None:
             cache.close()
-        else:
+        elif cache is not None:
             cache.release_lock()
         slot.release()
 
