@@ -128,6 +128,7 @@ class SiteRenderer:
         )
         self.dirs = dirs
         self._rows: dict[str, Markup] = {}
+        self._row_template: jinja2.Template | None = None
 
     def paper_row(self, paper) -> Markup:
         """A record's row in a list of papers (``_paper_row.html``), rendered once and reused by every list page
@@ -139,7 +140,9 @@ class SiteRenderer:
         if row is None:
             if len(self._rows) >= ROW_MEMO_LIMIT:
                 self._rows.clear()
-            row = self._rows[key] = Markup(self.env.get_template("_paper_row.html").render(p=paper))
+            if self._row_template is None:  # looked up once: get_template() stats the file on every call
+                self._row_template = self.env.get_template("_paper_row.html")
+            row = self._rows[key] = Markup(self._row_template.render(p=paper))
         return row
 
     def markdown(self, text: str) -> Markup:
