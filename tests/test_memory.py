@@ -1,6 +1,7 @@
 """The build memory snapshot: separate builds start from what the last one planned, and a snapshot that is
 damaged, foreign or hostile is ignored (the build is still exactly a clean build)."""
 
+import fcntl
 import os
 import pickle
 import shutil
@@ -140,7 +141,6 @@ def test_command_line_builds_save_in_the_background_and_stay_exact(project):
     cli("--output", project / "clean", "--no-cache")
     assert tree(project / "site") == tree(project / "clean")
     lock = snapshot_dir(project) / "cache.lock"
-    import fcntl
     fd = os.open(lock, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # the saver finishes and lets go
