@@ -40,7 +40,8 @@ opts = BuildOptions(bundles=Path(args["bundles"]), output=Path(args["output"]),
 # A build hands the cache save to a detached process; the next build waits for it (the cache lock).  Wait here,
 # untimed, so each scenario measures itself; the wait is reported as "saver_wait".
 import fcntl, os
-lock = Path(args["output"]).parent / ".site-builder-cache" / Path(args["output"]).name / "cache.lock"
+from site_builder.build import default_cache_dir
+lock = default_cache_dir(Path(args["output"])) / "cache.lock"
 t = time.perf_counter()
 if lock.exists():
     fd = os.open(lock, os.O_RDWR)

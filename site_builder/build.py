@@ -19,6 +19,7 @@ leaves the output untouched.
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import json
@@ -49,7 +50,7 @@ from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, col
                                 plan_redirects, report_files)
 from site_builder.records import PaperSummary
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
-from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportDocument, ReportRows
+from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportDocument
 from site_builder.selection import Candidate, PublishedBefore, Selection, is_rollback, select
 from site_builder.settings import SiteConfig
 from site_builder.writing import MARKER, OutputError, OutputSlot, StagingTree
@@ -315,16 +316,15 @@ def _build(options: BuildOptions) -> BuildReport:
     slot.acquire()
     cache = _open_cache(options)  # waits while the last build's detached saver writes it
     clock.lap("start")
-    snapshot_dir = None
-    if options.memory is None and options.keep_memory and cache.path is not None:
-        snapshot_dir = cache.path.parent
+    snapshot_dir = _cache_folder(options) if options.memory is None and options.keep_memory else None
     try:
         if options.listing is not None:
             found, skipped = options.listing.found, options.listing.skipped
         else:
             found, skipped = discover(options.bundles)
 
-        def input_fingerprint() -> str:  # the inputs by stat; computed only when needed (10,000 entries)
+        @functools.cache
+        def input_fingerprint() -> str:  # the inputs by stat; computed only when needed, once (10,000 entries)
             return _hash(build_key, [(f.rel, f.sig) for f in found], [(x.rel, x.reason) for x in skipped])
         clock.lap("discover")
         # The quick no-op check is for separate processes; serve, with everything in memory, plans anyway
@@ -364,16 +364,10 @@ def _build(options: BuildOptions) -> BuildReport:
         clock.lap("identify")
         if previous.build_id == build_id and cache.units(previous.build_id) is not None:
             report.changed = False
-            marker_sig = _stat_sig(slot.output / MARKER)
             if snapshot_dir is not None:
                 _forget_stale(options.memory, report, cache.units(build_id) or {})
-
-            def remember_inputs() -> None:
-                cache.save_inputs(file_index, fresh, options.trust.identity())
-                cache.save_quick(input_fingerprint(), marker_sig, report)
-                if snapshot_dir is not None:
-                    save_snapshot(options.memory, snapshot_dir)
-            _remember(remember_inputs, cache, options, report)
+            _remember(lambda: cache.save_inputs(file_index, fresh, options.trust.identity()), cache, options,
+                      report, input_fingerprint, _stat_sig(slot.output / MARKER), snapshot_dir)
             clock.lap("save_cache")
             if options.one_shot:
                 _LEFT_FOR_EXIT[:] = [options.memory, cache, inspections, units]
@@ -473,13 +467,9 @@ def _build(options: BuildOptions) -> BuildReport:
             if options.memory is not None:
                 _forget_stale(options.memory, report, units)
 
-            def remember_build() -> None:
-                cache.save(file_index, fresh, options.trust.identity(), units, build_id,
-                           keep_build_id=previous.build_id)
-                cache.save_quick(input_fingerprint(), marker_sig, report)
-                if snapshot_dir is not None:
-                    save_snapshot(options.memory, snapshot_dir)
-            _remember(remember_build, cache, options, report)
+            _remember(lambda: cache.save(file_index, fresh, options.trust.identity(), units, build_id,
+                                         keep_build_id=previous.build_id),
+                      cache, options, report, input_fingerprint, marker_sig, snapshot_dir)
             clock.lap("save_cache")
             if options.one_shot:
                 _LEFT_FOR_EXIT[:] = [options.memory, cache, inspections, units, selection, catalog, collection]
@@ -497,12 +487,19 @@ def _build(options: BuildOptions) -> BuildReport:
     return report
 
 
-def _remember(save: Callable[[], None], cache: BuildCache, options: BuildOptions, report: BuildReport) -> None:
-    """Run *save* (the cache, the no-op answer, the memory snapshot: what the next build reads), in a detached
-    process for a one-shot build (``build`` on the command line): the new site is live already, and saving 10,000
+def _remember(write_cache: Callable[[], None], cache: BuildCache, options: BuildOptions, report: BuildReport,
+              input_fingerprint: Callable[[], str], marker_sig: str | None, snapshot_dir: Path | None) -> None:
+    """Save what the next build reads (the cache via *write_cache*, the no-op answer, the memory snapshot), in a
+    detached process for a one-shot build (``build`` on the command line): the new site is live already, and saving 10,000
     records' worth takes longer than the rest of a one-file rebuild.  The saver inherits the cache's lock, so
     the next build waits for it before reading the cache; a saver that fails leaves the previous cache,
     which can only cost the next build time."""
+    def save() -> None:
+        write_cache()
+        cache.save_quick(input_fingerprint(), marker_sig, report)
+        if snapshot_dir is not None:
+            save_snapshot(options.memory, snapshot_dir)
+
     if options.one_shot and _start_detached(save, cache):
         report.saved_in_background = True
         return
@@ -743,12 +740,19 @@ def _record_keys(options: BuildOptions, build_key: str, selection, plan: Redirec
     return keys
 
 
+def _cache_folder(options: BuildOptions) -> Path | None:
+    """Where the cache, the memory snapshot and the compiled templates live (None: no cache)."""
+    return (options.cache_dir or default_cache_dir(options.output)) if options.use_cache else None
+
+
 def _compiled_templates_dir(options: BuildOptions) -> Path | None:
-    return (options.cache_dir or default_cache_dir(options.output)) / "templates" if options.use_cache else None
+    folder = _cache_folder(options)
+    return folder / "templates" if folder is not None else None
 
 
 def _open_cache(options: BuildOptions) -> BuildCache:
-    path = (options.cache_dir or default_cache_dir(options.output)) / "cache.sqlite" if options.use_cache else None
+    folder = _cache_folder(options)
+    path = folder / "cache.sqlite" if folder is not None else None
     memory = options.memory
     if memory is not None and memory.cache is not None and memory.cache.path == path and memory.cache.db is not None:
         memory.cache.take_lock()
