@@ -4,33 +4,21 @@ damaged, foreign or hostile is ignored (the build is still exactly a clean build
 import fcntl
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from site_builder.build import BuildOptions, build
+from site_builder.build import build
 from site_builder.cache import BuildCache
 from site_builder.memory import _HEADER, SNAPSHOT_NAME, BuildMemory, load_snapshot, save_snapshot
 
-from conftest import REAL_FILES, ROOT
-from test_incremental import both_keys, opts, tree
+from conftest import ROOT
+from test_incremental import both_keys, opts, project, tree  # noqa: F401 (project: the same fixture)
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from generate import make_bundle  # noqa: E402
-
-
-@pytest.fixture
-def project(tmp_path):
-    bundles = tmp_path / "bundles"
-    bundles.mkdir()
-    for p in REAL_FILES:
-        shutil.copy(p, bundles / p.name)
-    for i in range(4):
-        (bundles / f"gen{i}.json").write_bytes(make_bundle(i))
-    return tmp_path
 
 
 def snapshot_dir(project):
