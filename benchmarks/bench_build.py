@@ -62,7 +62,9 @@ print(json.dumps({"wall": wall, "written": r.files_written, "reused": r.files_re
 def run_build(work: Path, search: bool, jobs: int) -> dict:
     args = {"bundles": str(work / "bundles"), "output": str(work / "site"), "key": str(work / "bench-key.json"),
             "templates": str(work / "templates"), "search": search, "jobs": jobs}
-    out = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(args)], capture_output=True, text=True, check=True)
+    # The code measured is this checkout's (``python -c`` puts the working folder first on the import path).
+    out = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(args)], capture_output=True, text=True, check=True,
+                         cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -47,7 +47,7 @@ from site_builder.loading import (DEFAULT_MAX_BYTES, BundleListing, FileReadErro
                                   stat_signature)
 from site_builder.memory import BuildMemory, load_snapshot, save_snapshot
 from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, collection_units, paper_files,
-                                plan_redirects, report_files)
+                                plan_redirects, recatalogue, replan_redirects, report_files)
 from site_builder.records import PaperSummary
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportDocument
@@ -634,9 +634,8 @@ def _published_by(build_id: str, report: BuildReport) -> PreviousSite:
 
 
 def _select(options: BuildOptions, inspections: list[Inspection], paths: dict) -> Selection:
-    """select() over the verified files.  In memory, when the only differences from the last build are new
-    bundles of the same records in the same files (and no record had duplicates), the last selection is
-    patched instead of recomputed."""
+    """select() over the verified files.  In memory, when a few files came, went or changed since the last
+    build and no record has two of them, the last selection is patched instead of recomputed."""
     memory = options.memory
     last = memory.selection if memory is not None else None
     memo = {c.inspection.rel: c for c in last[0]} if last is not None else {}
@@ -650,14 +649,8 @@ def _select(options: BuildOptions, inspections: list[Inspection], paths: dict) -
     if memory is None:
         return select(candidates)
     selection = None
-    if last is not None and len(last[0]) == len(candidates) and not last[1].superseded:
-        swapped = [(a, b) for a, b in zip(last[0], candidates) if a is not b]
-        same_files_and_records = all(a.inspection.rel == b.inspection.rel
-                                     and a.inspection.pith_id == b.inspection.pith_id for a, b in swapped)
-        if len(swapped) <= 64 and same_files_and_records:
-            selection = Selection(dict(last[1].published))
-            for _, b in swapped:
-                selection.published[b.inspection.pith_id] = b
+    if last is not None and not last[1].superseded:
+        selection = _patched_selection(memo, last[1], candidates)
     if selection is None:
         selection = select(candidates)
     # Kept as a copy: the caller goes on to refuse rollbacks, which edits the selection it gets.
@@ -665,8 +658,29 @@ def _select(options: BuildOptions, inspections: list[Inspection], paths: dict) -
     return selection
 
 
+def _patched_selection(was: dict[str, Candidate], selected: Selection,
+                       candidates: list[Candidate]) -> Selection | None:
+    """``select(candidates)`` from the last selection, which superseded nothing (so each of its candidates was
+    published under its own record), when at most 64 files came, went or changed; None when a record now has
+    two candidates (then select() has to choose)."""
+    now = {c.inspection.rel: c for c in candidates}
+    gone = [c for rel, c in was.items() if now.get(rel) is not c]
+    came = [c for rel, c in now.items() if was.get(rel) is not c]
+    if len(gone) + len(came) > 64:
+        return None
+    published = dict(selected.published)
+    for c in gone:
+        del published[c.inspection.pith_id]
+    for c in came:
+        if c.inspection.pith_id in published:
+            return None
+        published[c.inspection.pith_id] = c
+    return Selection(dict(sorted(published.items())) if came else published)  # in pith-id order, as select()
+
+
 def _plan_redirects(options: BuildOptions, published: list[PaperSummary]) -> RedirectPlan:
-    """The short-address plan; in memory it is reused while no record's id, arXiv id or version changed."""
+    """The short-address plan; in memory it is reused while no record's id, arXiv id or version changed, and
+    re-planned only around the records that came or went when a few did."""
     memory = options.memory
     if memory is None:
         return plan_redirects(published)
@@ -678,13 +692,18 @@ def _plan_redirects(options: BuildOptions, published: list[PaperSummary]) -> Red
         current = {p.pith_id: p for p in published}  # list pages show the records as they are now
         return RedirectPlan(old.per_record, [(folder, label, [current[t.pith_id] for t in targets])
                                              for folder, label, targets in old.shared])
-    plan = plan_redirects(published)
+    touched = set(shape).symmetric_difference(memory.redirects[0]) if memory.redirects is not None else None
+    if touched is not None and len(touched) <= 64:  # records came or went: re-plan only their neighbourhood
+        plan = replan_redirects(memory.redirects[1], published, touched)
+    else:
+        plan = plan_redirects(published)
     memory.redirects = (shape, plan)
     return plan
 
 
 def _catalogue(options: BuildOptions, published: list[PaperSummary]) -> Catalogue:
-    """Listings in order; in memory the order is reused while no record's id, date or categories changed."""
+    """Listings in order; in memory the order is reused while no record's id, date or categories changed, and
+    patched when a few records came, went or moved."""
     memory = options.memory
     if memory is None:
         return catalogue(published)
@@ -714,10 +733,17 @@ def _catalogue(options: BuildOptions, published: list[PaperSummary]) -> Catalogu
         result = Catalogue(everything.papers, everything, categories, years)
         if "record_paths" in old.__dict__:  # same records: same pages (a cached_property carried over)
             result.__dict__["record_paths"] = old.record_paths
+    elif memory.catalogue is not None and len(moved := _moved(memory.catalogue[0], shape)) <= 64:
+        result = recatalogue(memory.catalogue[1], published, moved)  # a few records came, went or moved
     else:
         result = catalogue(published)
     memory.catalogue = (shape, result)
     return result
+
+
+def _moved(before: list[tuple], now: list[tuple]) -> set[str]:
+    """The pith ids of the entries (id first) that are in one list and not in the other."""
+    return {entry[0] for entry in set(before).symmetric_difference(now)}
 
 
 def _record_keys(options: BuildOptions, build_key: str, selection, plan: RedirectPlan) -> dict[str, str]:
@@ -768,9 +794,13 @@ def _renderer(options: BuildOptions, dirs: list[Path], build_key: str) -> SiteRe
     memory = options.memory
     if memory is not None and memory.renderer is not None and memory.renderer[0] == build_key:
         return memory.renderer[1]
-    renderer = SiteRenderer(options.config, dirs, options.trust, options.search, _compiled_templates_dir(options))
+    rows = memory.list_rows[1] if memory is not None and memory.list_rows and memory.list_rows[0] == build_key \
+        else None  # rows rendered with these templates and settings
+    renderer = SiteRenderer(options.config, dirs, options.trust, options.search, _compiled_templates_dir(options),
+                            rows)
     if memory is not None:
         memory.renderer = (build_key, renderer)
+        memory.list_rows = (build_key, renderer.rows)
     if memory is not None and memory.compile_all_templates:
         for name in renderer.env.list_templates(extensions=["html", "xml", "txt", "svg"]):
             try:

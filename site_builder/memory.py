@@ -59,6 +59,7 @@ class BuildMemory:
     inputs: dict[str, tuple[str, str, Inspection]] = field(default_factory=dict)  # rel -> (stat, trust, result)
     selection: tuple[list[Candidate], Selection] | None = None  # last candidates and what select() made of them
     record_keys: tuple[str, dict[str, tuple]] | None = None  # build key; pith id -> (sha256, addresses, key)
+    list_rows: tuple[str, dict[str, str]] | None = None  # build key; row digest -> a record's rendered list row
 
     def close(self) -> None:
         if self.cache is not None:
@@ -92,15 +93,26 @@ def _well_formed(memory: object) -> bool:
     if not isinstance(memory, BuildMemory) or not isinstance(memory.report_rows, ReportRows):
         return False
     dicts = (memory.unit_rows, memory.unit_keys, memory.outcomes, memory.inputs)
-    pairs = (memory.previous_site, memory.redirects, memory.catalogue, memory.selection, memory.record_keys)
+    pairs = (memory.previous_site, memory.redirects, memory.catalogue, memory.selection, memory.record_keys,
+             memory.list_rows)
     return all(isinstance(d, dict) for d in dicts) and all(p is None or (isinstance(p, tuple) and len(p) == 2)
-                                                            for p in pairs)
+                                                            for p in pairs) \
+        and (memory.list_rows is None or isinstance(memory.list_rows[1], dict))
+
+
+def _shown_rows(memory: BuildMemory) -> tuple[str, dict[str, str]] | None:
+    """The list rows of the records the site shows now (rows of removed or changed records are dropped)."""
+    if memory.list_rows is None or memory.catalogue is None:
+        return None
+    build_key, rows = memory.list_rows
+    shown = (rows.get(p.row_digest) for p in memory.catalogue[1].papers)
+    return build_key, {p.row_digest: row for p, row in zip(memory.catalogue[1].papers, shown) if row is not None}
 
 
 def save_snapshot(memory: BuildMemory, folder: Path) -> bool:
     """Write *memory* (without the open cache and compiled templates) for the next build; False if it could
     not be written (the next build then plans from scratch)."""
-    kept = dataclasses.replace(memory, cache=None, renderer=None)
+    kept = dataclasses.replace(memory, cache=None, renderer=None, list_rows=_shown_rows(memory))
     path = folder / SNAPSHOT_NAME
     temporary = folder / f".{SNAPSHOT_NAME}.{os.getpid()}"
     try:

@@ -8,11 +8,12 @@ belongs to, once per year and once in the full list.
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from site_builder.canonical import resolver_json
 from site_builder.keys import TrustSet
@@ -94,9 +95,17 @@ def listings(papers: list[PaperSummary]) -> tuple[Listing, list[Listing], list[L
             by_cat.setdefault(cat, []).append(p)
         by_year.setdefault(p.submitted_at[:4], []).append(p)
     everything = Listing("all", "All papers", "papers/", papers)
-    cats = [Listing(c, f"Category {c}", f"category/{c}/", by_cat[c]) for c in sorted(by_cat)]
-    years = [Listing(y, f"Submitted in {y}", f"year/{y}/", by_year[y]) for y in sorted(by_year, reverse=True)]
+    cats = [_category(c, by_cat[c]) for c in sorted(by_cat)]
+    years = [_year(y, by_year[y]) for y in sorted(by_year, reverse=True)]
     return everything, cats, years
+
+
+def _category(cat: str, papers: list[PaperSummary]) -> Listing:
+    return Listing(cat, f"Category {cat}", f"category/{cat}/", papers)
+
+
+def _year(year: str, papers: list[PaperSummary]) -> Listing:
+    return Listing(year, f"Submitted in {year}", f"year/{year}/", papers)
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,50 @@ def catalogue(papers: list[PaperSummary]) -> Catalogue:
     return Catalogue(newest, *listings(newest))
 
 
+def _insert_newest_first(papers: list[PaperSummary], p: PaperSummary) -> None:
+    """Insert *p* into *papers*, kept in ``newest_first`` order, by bisection."""
+    key, lo, hi = (p.submitted_at, p.pith_id), 0, len(papers)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        q = papers[mid]
+        if (q.submitted_at, q.pith_id) > key:
+            lo = mid + 1
+        else:
+            hi = mid
+    papers.insert(lo, p)
+
+
+def recatalogue(old: Catalogue, papers: list[PaperSummary], moved: set[str]) -> Catalogue:
+    """``catalogue(papers)`` for a catalogue *old* made before the records *moved* (pith ids) came, went or
+    changed date or categories: the others keep their places (as the objects in *papers*, which may be newer
+    bundles of them) and the moved ones are inserted by bisection instead of sorting everything again.  The
+    result is the same (tests/test_site.py compares the two)."""
+    current = {p.pith_id: p for p in papers}
+    arriving = [current[pid] for pid in sorted(moved) if pid in current]
+
+    def patched(listing: Listing, incoming: list[PaperSummary]) -> Listing | None:
+        kept = [current[q.pith_id] for q in listing.papers if q.pith_id not in moved]
+        for p in incoming:
+            _insert_newest_first(kept, p)
+        return replace(listing, papers=kept) if kept else None
+
+    everything = patched(old.everything, arriving) or Listing("all", "All papers", "papers/", [])
+    by_cat: dict[str, list[PaperSummary]] = {}
+    by_year: dict[str, list[PaperSummary]] = {}
+    for p in arriving:
+        for cat in p.categories:
+            by_cat.setdefault(cat, []).append(p)
+        by_year.setdefault(p.submitted_at[:4], []).append(p)
+    cats = {c.key: c for c in old.categories}
+    cats.update((c, _category(c, [])) for c in by_cat if c not in cats)
+    years = {y.key: y for y in old.years}
+    years.update((y, _year(y, [])) for y in by_year if y not in years)
+    categories = [patched(cats[c], by_cat.get(c, [])) for c in sorted(cats)]
+    in_years = [patched(years[y], by_year.get(y, [])) for y in sorted(years, reverse=True)]
+    return Catalogue(everything.papers, everything, [c for c in categories if c is not None],
+                     [y for y in in_years if y is not None])
+
+
 @dataclass
 class RedirectPlan:
     """Short addresses: those with one target belong to that record's files, the rest are list pages."""
@@ -128,9 +181,8 @@ class RedirectPlan:
     shared: list[tuple[str, str, list[PaperSummary]]]  # (folder, label, targets), in folder order
 
 
-def plan_redirects(papers: list[PaperSummary]) -> RedirectPlan:
-    """Which short address leads where: ``pith/<8|12|16>/``, ``arxiv/<id>v<n>/`` and ``arxiv/<id>/`` (the
-    latest version).  An address shared by several records becomes a list page."""
+def _address_groups(papers: Iterable[PaperSummary]) -> tuple[dict[str, list[PaperSummary]], dict[str, list[PaperSummary]]]:
+    """Every short address of *papers* with the records it names, and per arXiv id its latest version's records."""
     targets: dict[str, list[PaperSummary]] = {}
     latest: dict[str, list[PaperSummary]] = {}
     for p in papers:
@@ -148,28 +200,89 @@ def plan_redirects(papers: list[PaperSummary]) -> RedirectPlan:
             group.append(p)
     for arxiv_id, group in latest.items():
         targets[f"arxiv/{arxiv_id}/"] = group
-    # A record's own addresses in folder order ("arxiv/<id>/" < "arxiv/<id>v<n>/" < "pith/<8>/" < ...),
-    # without sorting every address of the site.
-    per_record: dict[str, tuple[tuple[str, str], ...]] = {}
+    return targets, latest
+
+
+def _own_addresses(p: PaperSummary, targets: dict[str, list[PaperSummary]],
+                   latest: dict[str, list[PaperSummary]]) -> tuple[tuple[str, str], ...]:
+    """A record's own addresses (those naming it alone) in folder order ("arxiv/<id>/" < "arxiv/<id>v<n>/" <
+    "pith/<8>/" < ...), without sorting every address of the site."""
+    pid, arxiv_id = p.pith_id, p.arxiv_id
+    own = []
+    group = latest[arxiv_id]
+    if len(group) == 1 and group[0] is p:
+        own.append((f"arxiv/{arxiv_id}/", f"arXiv:{arxiv_id}"))
+    versioned = f"{arxiv_id}v{p.version}"
+    if len(targets[f"arxiv/{versioned}/"]) == 1:
+        own.append((f"arxiv/{versioned}/", f"arXiv:{versioned}"))
+    for n in (8, 12, 16):
+        if len(targets[f"pith/{pid[:n]}/"]) == 1:
+            own.append((f"pith/{pid[:n]}/", f"pith:{pid[:n]}"))
+    return tuple(own)
+
+
+def _shared_address(folder: str, group: list[PaperSummary]) -> tuple[str, str, list[PaperSummary]]:
+    kind, _, name = folder[:-1].partition("/")
+    return folder, f"pith:{name}" if kind == "pith" else f"arXiv:{name}", sorted(group, key=lambda p: p.pith_id)
+
+
+def plan_redirects(papers: list[PaperSummary]) -> RedirectPlan:
+    """Which short address leads where: ``pith/<8|12|16>/``, ``arxiv/<id>v<n>/`` and ``arxiv/<id>/`` (the
+    latest version).  An address shared by several records becomes a list page."""
+    targets, latest = _address_groups(papers)
+    per_record = {}
     for p in papers:
-        pid, arxiv_id = p.pith_id, p.arxiv_id
-        own = []
-        group = latest[arxiv_id]
-        if len(group) == 1 and group[0] is p:
-            own.append((f"arxiv/{arxiv_id}/", f"arXiv:{arxiv_id}"))
-        versioned = f"{arxiv_id}v{p.version}"
-        if len(targets[f"arxiv/{versioned}/"]) == 1:
-            own.append((f"arxiv/{versioned}/", f"arXiv:{versioned}"))
-        for n in (8, 12, 16):
-            if len(targets[f"pith/{pid[:n]}/"]) == 1:
-                own.append((f"pith/{pid[:n]}/", f"pith:{pid[:n]}"))
+        own = _own_addresses(p, targets, latest)
         if own:
-            per_record[pid] = tuple(own)
-    shared = []
-    for folder in sorted(f for f, group in targets.items() if len(group) > 1):
-        kind, _, name = folder[:-1].partition("/")
-        shared.append((folder, f"pith:{name}" if kind == "pith" else f"arXiv:{name}",
-                       sorted(targets[folder], key=lambda p: p.pith_id)))
+            per_record[p.pith_id] = own
+    shared = [_shared_address(f, targets[f]) for f in sorted(f for f, group in targets.items() if len(group) > 1)]
+    return RedirectPlan(per_record, shared)
+
+
+def _folders(pith_id: str, arxiv_id: str, version: int) -> tuple[str, ...]:
+    return (f"pith/{pith_id[:8]}/", f"pith/{pith_id[:12]}/", f"pith/{pith_id[:16]}/", f"arxiv/{arxiv_id}/",
+            f"arxiv/{arxiv_id}v{version}/")
+
+
+def replan_redirects(old: RedirectPlan, papers: list[PaperSummary], touched: set[tuple[str, str, int]]) -> RedirectPlan:
+    """``plan_redirects(papers)`` for a plan *old* made before the records *touched* (pith id, arXiv id,
+    version) came or went: only the addresses of records sharing one with them, directly or through another
+    such record, are planned again (a record added to 10,000 touches a handful).  *papers* is in pith-id order,
+    as for a full plan, and the result is the same (tests/test_site.py compares the two)."""
+    ids = [p.pith_id for p in papers]
+    by_arxiv: dict[str, list[PaperSummary]] = {}
+    for p in papers:
+        by_arxiv.setdefault(p.arxiv_id, []).append(p)
+    prefixes = {pid[:8] for pid, _, _ in touched}  # records sharing a 12- or 16-character prefix share the 8
+    arxiv_ids = {arxiv_id for _, arxiv_id, _ in touched}
+    involved: dict[str, PaperSummary] = {}
+    while True:  # the records linked to the touched ones by some address, until no more are found
+        found = {}
+        for prefix in prefixes:
+            i = bisect.bisect_left(ids, prefix)
+            while i < len(ids) and ids[i].startswith(prefix):
+                found[ids[i]] = papers[i]
+                i += 1
+        for arxiv_id in arxiv_ids:
+            found.update((p.pith_id, p) for p in by_arxiv.get(arxiv_id, ()))
+        if found.keys() <= involved.keys():
+            break
+        involved.update(found)
+        prefixes |= {pid[:8] for pid in found}
+        arxiv_ids |= {p.arxiv_id for p in found.values()}
+    targets, latest = _address_groups(involved.values())
+    current = dict(zip(ids, papers))  # list pages show the records as they are now
+    per_record = {pid: own for pid, own in old.per_record.items() if pid not in involved and pid in current}
+    for pid, p in involved.items():
+        own = _own_addresses(p, targets, latest)
+        if own:
+            per_record[pid] = own
+    # A shared address that named a record which went names others still here, and they are involved.
+    replanned = {folder for p in involved.values() for folder in _folders(p.pith_id, p.arxiv_id, p.version)}
+    shared = [(folder, label, [current[t.pith_id] for t in group])
+              for folder, label, group in old.shared if folder not in replanned]
+    shared += [_shared_address(f, group) for f, group in targets.items() if len(group) > 1]
+    shared.sort(key=lambda entry: entry[0])
     return RedirectPlan(per_record, shared)
 
 

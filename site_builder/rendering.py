@@ -90,9 +90,11 @@ def pagination(base: str, total_items: int, page_size: int) -> list[Page]:
 
 class SiteRenderer:
     def __init__(self, config: SiteConfig, dirs: list[Path], trust: TrustSet, search_enabled: bool = True,
-                 compiled_dir: Path | None = None):
+                 compiled_dir: Path | None = None, rows: dict[str, str] | None = None):
         """*compiled_dir*: where Jinja keeps compiled templates between processes (keyed by each template's
-        source, so an edited template is compiled again); a one-file rebuild saves ~0.1 s of compiling."""
+        source, so an edited template is compiled again); a one-file rebuild saves ~0.1 s of compiling.
+        *rows*: list rows an earlier renderer with the same templates and settings made (see ``paper_row``);
+        the dict is used, and filled, in place."""
         self.config = config
         self.trust = trust
         bytecode_cache = None
@@ -130,23 +132,24 @@ class SiteRenderer:
             paper_row=self.paper_row,
         )
         self.dirs = dirs
-        self._rows: dict[str, Markup] = {}
+        self.rows: dict[str, str] = rows if rows is not None else {}
         self._row_template: jinja2.Template | None = None
 
     def paper_row(self, paper) -> Markup:
         """A record's row in a list of papers (``_paper_row.html``), rendered once and reused by every list page
         that shows it: a record is on three or four listings, and a page of 100 rows costs ~8 ms to render.
         Keyed by the record's row digest (every field of its summary); the templates and settings are this
-        renderer's own, so the row cannot differ."""
+        renderer's own (or, for rows handed over, the same: the build keys them by its build key), so the row
+        cannot differ."""
         key = paper.row_digest
-        row = self._rows.get(key)
+        row = self.rows.get(key)
         if row is None:
-            if len(self._rows) >= ROW_MEMO_LIMIT:
-                self._rows.clear()
+            if len(self.rows) >= ROW_MEMO_LIMIT:
+                self.rows.clear()
             if self._row_template is None:  # looked up once: get_template() stats the file on every call
                 self._row_template = self.env.get_template("_paper_row.html")
-            row = self._rows[key] = Markup(self._row_template.render(p=paper))
-        return row
+            row = self.rows[key] = self._row_template.render(p=paper)
+        return Markup(row)
 
     def markdown(self, text: str) -> Markup:
         return Markup(self._md.render(text or ""))

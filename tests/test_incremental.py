@@ -79,9 +79,9 @@ def test_random_edits_match_clean_builds(project, mode):
             next_id += 1
         elif action == "duplicate":  # the same record twice: one copy is published, the other superseded
             shutil.copy(rng.choice(bundles), project / "bundles" / f"dup{step}.json")
-        elif action == "template":
-            (project / "templates" / "badge.svg").write_text(
-                (ROOT / "templates" / "badge.svg").read_text() + f"<!-- {step} -->\n")
+        elif action == "template":  # a record's own file, or the row every list page shows (kept in memory)
+            name = "badge.svg" if not (project / "templates" / "badge.svg").exists() else "_paper_row.html"
+            (project / "templates" / name).write_text((ROOT / "templates" / name).read_text() + f"<!-- {step} -->\n")
         elif action == "keys":
             trust = load_trust_set() if len(trust.keys) == 2 else both_keys()
         if first_snapshot is not None:

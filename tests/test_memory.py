@@ -36,6 +36,9 @@ def test_a_build_leaves_its_memory_and_the_next_one_reads_it(project):
     assert memory.outcomes and all(key == id(o.inspection) for key, o in memory.outcomes.items())
     assert memory.report_rows._rows and all(key == id(row[0]) for key, row in memory.report_rows._rows.items())
     assert not memory.compile_all_templates  # a one-off build compiles only the templates it uses
+    # Each shown record's list row, rendered with this build's templates and settings.
+    shown = {p.row_digest for p in memory.catalogue[1].papers}
+    assert memory.list_rows is not None and set(memory.list_rows[1]) == shown
     # Compiled templates are kept beside the cache for the next process (an edited template is compiled again:
     # the edit sequence in test_incremental.py compares every step with a clean build).
     assert list((snapshot_dir(project) / "templates").glob("__jinja2_*.cache"))
@@ -54,6 +57,27 @@ class _RunsCode:
 
     def __reduce__(self):
         return os.system, (f"touch {self.marker}",)
+
+
+def test_list_rows_come_from_the_snapshot_only_under_the_same_templates(project):
+    """A separate build reuses the list rows the last build rendered (a new record shifts ~100 rows per
+    listing page it joins), and renders them again once a template, setting or key changed."""
+    trust = both_keys()
+    out = project / "site"
+    build(opts(project, out, trust))
+    memory = load_snapshot(snapshot_dir(project))
+    build_key, rows = memory.list_rows
+    memory.list_rows = (build_key, {digest: "<li>row from the snapshot</li>\n" for digest in rows})
+    assert save_snapshot(memory, snapshot_dir(project))
+    (project / "bundles" / "gen50.json").write_bytes(make_bundle(50))  # page 1 of "All papers" changes
+    build(opts(project, out, trust))
+    assert "row from the snapshot" in (out / "papers" / "index.html").read_text()
+
+    (project / "templates" / "badge.svg").write_text((ROOT / "templates" / "badge.svg").read_text() + "<!-- x -->")
+    build(opts(project, out, trust))
+    assert "row from the snapshot" not in (out / "papers" / "index.html").read_text()
+    build(opts(project, project / "clean", trust, use_cache=False))
+    assert tree(out) == tree(project / "clean")
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "other_version", "names_code", "wrong_shape"])

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import feedparser
@@ -222,6 +223,91 @@ def test_short_address_plan_matches_its_definition_with_many_collisions():
     assert shared and len(per_record) > 100  # both kinds occur
 
 
+def _colliding_summaries(rng, count):
+    """Summaries whose pith ids, arXiv ids and versions collide often (so short addresses are shared)."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+    stems = ["".join(rng.choice(alphabet) for _ in range(20)) for _ in range(40)]
+    papers = {}
+    for _ in range(count):
+        stem = rng.choice(stems)[:rng.choice([8, 12, 16, 20])]
+        pith_id = (stem + "".join(rng.choice(alphabet) for _ in range(26)))[:26]
+        arxiv_id = rng.choice(["2001.00001", "2001.00002", "hep-lat/0305021", f"2101.{rng.randrange(10**5):05d}"])
+        papers[pith_id] = _summary(pith_id, arxiv_id, rng.randrange(1, 4))
+    return list(papers.values())
+
+
+def test_replanning_around_added_and_removed_records_equals_a_full_plan():
+    """An incremental build re-plans only the addresses near the records that came or went; after every step of
+    a random sequence of additions and removals the plan is the one planned from scratch."""
+    rng = random.Random(11)
+    pool = _colliding_summaries(rng, 900)
+    papers = sorted(pool[:500], key=lambda p: p.pith_id)
+    plan = pages.plan_redirects(papers)
+    waiting = pool[500:]
+    for step in range(60):
+        shown = list(papers)
+        touched = set()
+        for _ in range(rng.choice([1, 1, 2, 5])):
+            if waiting and (rng.random() < 0.5 or len(shown) < 10):
+                p = waiting.pop()
+                shown.append(p)
+            else:
+                p = shown.pop(rng.randrange(len(shown)))
+                waiting.append(p)
+            touched.add((p.pith_id, p.arxiv_id, p.version))
+        # The same records as new objects (a new bundle of each): list pages must show the current ones.
+        shown = sorted((replace(p, title=f"T{step}") for p in shown), key=lambda p: p.pith_id)
+        plan = pages.replan_redirects(plan, shown, touched)
+        full = pages.plan_redirects(shown)
+        assert plan.per_record == full.per_record, f"step {step}"
+        assert [(f, label, [id(t) for t in targets]) for f, label, targets in plan.shared] == \
+            [(f, label, [id(t) for t in targets]) for f, label, targets in full.shared], f"step {step}"
+        papers = shown
+    assert plan.shared and len(plan.per_record) > 100  # both kinds occurred
+
+
+def test_patching_the_listings_for_added_removed_and_moved_records_equals_a_full_catalogue():
+    """The listings (all, per category, per year) patched for a few records that came, went or changed date or
+    categories are those sorted from scratch, holding the current objects."""
+    rng = random.Random(12)
+    cats = ["cs.LG", "cs.AI", "math.PR", "hep-th", "q-bio.NC"]
+
+    def dated(p):  # rare categories and years come and go as records do
+        rare = [f"rare.{rng.randrange(40)}"] if rng.random() < 0.2 else []
+        year = rng.randrange(2007, 2026) if rng.random() < 0.95 else rng.randrange(1990, 2007)
+        return replace(p, submitted_at=f"{year}-0{rng.randrange(1, 10)}-01T00:00:00Z", primary_cat=rng.choice(cats),
+                       cross_cats=tuple(rng.sample(cats, rng.randrange(0, 3)) + rare))
+
+    pool = [dated(p) for p in _colliding_summaries(rng, 700)]
+    shown = {p.pith_id: p for p in pool[:400]}
+    waiting = pool[400:]
+    cat = pages.catalogue(sorted(shown.values(), key=lambda p: p.pith_id))
+    for step in range(60):
+        moved = set()
+        for _ in range(rng.choice([1, 2, 5])):
+            roll = rng.random()
+            if roll < 0.4 and waiting:
+                p = waiting.pop()
+                shown[p.pith_id] = p
+            elif roll < 0.8 and len(shown) > 1:
+                p = shown.pop(rng.choice(sorted(shown)))
+                waiting.append(p)
+            else:  # the same record with another date or categories
+                p = shown[rng.choice(sorted(shown))]
+                shown[p.pith_id] = dated(p)
+            moved.add(p.pith_id)
+        for pid in rng.sample(sorted(shown), 3):  # newer bundles of records that stay in place
+            shown[pid] = replace(shown[pid], title=f"T{step}")
+        papers = sorted(shown.values(), key=lambda p: p.pith_id)
+        cat = pages.recatalogue(cat, papers, moved)
+        full = pages.catalogue(papers)
+        for mine, theirs in zip([cat.everything, *cat.categories, *cat.years],
+                                [full.everything, *full.categories, *full.years], strict=True):
+            assert (mine.key, mine.title, mine.base) == (theirs.key, theirs.title, theirs.base), f"step {step}"
+            assert [id(p) for p in mine.papers] == [id(p) for p in theirs.papers], f"step {step}: {mine.key}"
+        assert [id(p) for p in cat.papers] == [id(p) for p in full.papers]
+
+
 def test_old_style_arxiv_id_addresses(tmp_path):
     key = TestKey()
     b = json.loads(REAL_FILES[0].read_bytes())
@@ -314,15 +400,17 @@ def test_two_records_of_one_arxiv_version_get_a_list_page(tmp_path):
 def test_list_rows_are_rendered_once_per_record_and_follow_its_fields():
     """List pages reuse a record's rendered row (it is on three or four listings); a changed record gets a new
     row, and its text is escaped like everything else."""
-    from dataclasses import replace
-
     from site_builder.records import summarize
     from site_builder.rendering import SiteRenderer, pagination, template_dirs
 
     renderer = SiteRenderer(SiteConfig(), template_dirs(None), load_trust_set())
     paper = summarize(json.loads(REAL_FILES[0].read_bytes()))
     row = renderer.paper_row(paper)
-    assert renderer.paper_row(paper) is row and f'href="/pith/{paper.pith_id}/"' in row
+    assert renderer.paper_row(paper) == row and f'href="/pith/{paper.pith_id}/"' in row
+    assert renderer.rows == {paper.row_digest: row}  # rendered once, kept by the record's row digest
+    # Rows handed to a renderer (the build does so from its memory, under the same build key) are used as they are.
+    handed = SiteRenderer(SiteConfig(), template_dirs(None), load_trust_set(), rows={paper.row_digest: "<li>kept"})
+    assert handed.paper_row(paper) == "<li>kept"
     changed = replace(paper, title="A <script>new</script> title")
     new_row = renderer.paper_row(changed)
     assert new_row != row and "A &lt;script&gt;new&lt;/script&gt; title" in new_row and "<script>" not in new_row
