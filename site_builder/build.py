@@ -364,10 +364,9 @@ def _build(options: BuildOptions) -> BuildReport:
         clock.lap("identify")
         if previous.build_id == build_id and cache.units(previous.build_id) is not None:
             report.changed = False
-            if snapshot_dir is not None:
-                _forget_stale(options.memory, report, cache.units(build_id) or {})
             _remember(lambda: cache.save_inputs(file_index, fresh, options.trust.identity()), cache, options,
-                      report, input_fingerprint, _stat_sig(slot.output / MARKER), snapshot_dir)
+                      report, input_fingerprint, _stat_sig(slot.output / MARKER), snapshot_dir,
+                      lambda: _forget_stale(options.memory, report, cache.units(build_id) or {}))
             clock.lap("save_cache")
             if options.one_shot:
                 _LEFT_FOR_EXIT[:] = [options.memory, cache, inspections, units]
@@ -462,14 +461,13 @@ def _build(options: BuildOptions) -> BuildReport:
             if options.on_published is not None:
                 options.on_published(report)
             marker_sig = _stat_sig(slot.output / MARKER)
-            if options.memory is not None:  # what the next build would read back from verification.json
-                options.memory.previous_site = (marker_sig, _published_by(build_id, report))
-            if options.memory is not None:
-                _forget_stale(options.memory, report, units)
 
+            def upkeep() -> None:  # (the previous site is what the next build would read from verification.json)
+                options.memory.previous_site = (marker_sig, _published_by(build_id, report))
+                _forget_stale(options.memory, report, units)
             _remember(lambda: cache.save(file_index, fresh, options.trust.identity(), units, build_id,
                                          keep_build_id=previous.build_id),
-                      cache, options, report, input_fingerprint, marker_sig, snapshot_dir)
+                      cache, options, report, input_fingerprint, marker_sig, snapshot_dir, upkeep)
             clock.lap("save_cache")
             if options.one_shot:
                 _LEFT_FOR_EXIT[:] = [options.memory, cache, inspections, units, selection, catalog, collection]
@@ -488,15 +486,18 @@ def _build(options: BuildOptions) -> BuildReport:
 
 
 def _remember(write_cache: Callable[[], None], cache: BuildCache, options: BuildOptions, report: BuildReport,
-              input_fingerprint: Callable[[], str], marker_sig: str | None, snapshot_dir: Path | None) -> None:
-    """Save what the next build reads (the cache via *write_cache*, the no-op answer, the memory snapshot), in a
-    detached process for a one-shot build (``build`` on the command line): the new site is live already, and saving 10,000
-    records' worth takes longer than the rest of a one-file rebuild.  The saver inherits the cache's lock, so
-    the next build waits for it before reading the cache; a saver that fails leaves the previous cache,
-    which can only cost the next build time."""
+              input_fingerprint: Callable[[], str], marker_sig: str | None, snapshot_dir: Path | None,
+              upkeep: Callable[[], None]) -> None:
+    """Save what the next build reads (the cache via *write_cache*, the no-op answer, the memory brought up to
+    date by *upkeep* and its snapshot), in a detached process for a one-shot build (``build`` on the command
+    line): the new site is live already, and saving 10,000 records' worth takes longer than the rest of a
+    one-file rebuild.  The saver inherits the cache's lock, so the next build waits for it before reading the
+    cache; a saver that fails leaves the previous cache, which can only cost the next build time."""
     def save() -> None:
         write_cache()
         cache.save_quick(input_fingerprint(), marker_sig, report)
+        if options.memory is not None:
+            upkeep()
         if snapshot_dir is not None:
             save_snapshot(options.memory, snapshot_dir)
 

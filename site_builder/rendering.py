@@ -130,6 +130,7 @@ class SiteRenderer:
             check_descriptions=CHECK_DESCRIPTIONS,
             search_enabled=search_enabled,
             paper_row=self.paper_row,
+            paper_rows=self.paper_rows,
         )
         self.dirs = dirs
         self.rows: dict[str, str] = rows if rows is not None else {}
@@ -150,6 +151,11 @@ class SiteRenderer:
                 self._row_template = self.env.get_template("_paper_row.html")
             row = self.rows[key] = self._row_template.render(p=paper)
         return Markup(row)
+
+    def paper_rows(self, papers) -> Markup:
+        """The rows of *papers*, one after the other: what a list page shows (a loop in the template over
+        ``paper_row`` gives the same bytes, at twice the cost)."""
+        return Markup("".join([self.paper_row(p) for p in papers]))
 
     def markdown(self, text: str) -> Markup:
         return Markup(self._md.render(text or ""))
