@@ -105,8 +105,12 @@ def _shown_rows(memory: BuildMemory) -> tuple[str, dict[str, str]] | None:
     if memory.list_rows is None or memory.catalogue is None:
         return None
     build_key, rows = memory.list_rows
-    shown = (rows.get(p.row_digest) for p in memory.catalogue[1].papers)
-    return build_key, {p.row_digest: row for p, row in zip(memory.catalogue[1].papers, shown) if row is not None}
+    kept = {}
+    for p in memory.catalogue[1].papers:
+        row = rows.get(p.row_digest)
+        if row is not None:
+            kept[p.row_digest] = row
+    return build_key, kept
 
 
 def save_snapshot(memory: BuildMemory, folder: Path) -> bool:

@@ -153,8 +153,8 @@ class SiteRenderer:
         return Markup(row)
 
     def paper_rows(self, papers) -> Markup:
-        """The rows of *papers*, one after the other: what a list page shows (a loop in the template over
-        ``paper_row`` gives the same bytes, at twice the cost)."""
+        """The rows of *papers*, one after the other: what a list page shows.  A loop over ``paper_row`` in the
+        template gives the same bytes, but its per-row overhead made a 100-row page ~1.6 times as slow."""
         return Markup("".join([self.paper_row(p) for p in papers]))
 
     def markdown(self, text: str) -> Markup:
