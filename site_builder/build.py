@@ -381,7 +381,8 @@ def _build(options: BuildOptions) -> BuildReport:
             for pid, chosen in selection.published.items():
                 reused = place(f"record:{pid}", record_keys[pid])
                 if reused is None:
-                    to_render.append(RecordTask(chosen.source, chosen.inspection, plan.per_record.get(pid, ())))
+                    to_render.append(RecordTask(chosen.source, chosen.inspection,
+                                                plan.addresses(chosen.inspection.summary)))
                 else:
                     units[f"record:{pid}"] = (record_keys[pid], reused)
                     report.files_reused += file_count(reused)
@@ -754,7 +755,7 @@ def _record_keys(options: BuildOptions, build_key: str, selection, plan: Redirec
         memory.record_keys[0] == build_key else {}
     keys, seen = {}, {}
     for pid, chosen in selection.published.items():
-        sha, redirects = chosen.inspection.sha256, plan.per_record.get(pid, ())
+        sha, redirects = chosen.inspection.sha256, plan.per_record.get(pid, 0)  # (the bytes give the record's ids)
         hit = memo.get(pid)
         if hit is not None and hit[0] == sha and hit[1] == redirects:
             key = hit[2]

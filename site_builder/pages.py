@@ -173,21 +173,41 @@ def recatalogue(old: Catalogue, papers: list[PaperSummary], moved: set[str]) -> 
                      [y for y in in_years if y is not None])
 
 
+def own_addresses(p: PaperSummary, mask: int) -> tuple[tuple[str, str], ...]:
+    """The (folder, label) of each of *p*'s short addresses whose bit is set in *mask*, in folder order:
+    ``arxiv/<id>/`` (bit 0) < ``arxiv/<id>v<n>/`` (1) < ``pith/<8>/`` (2) < ``pith/<12>/`` (3) < ``pith/<16>/`` (4)."""
+    pid, arxiv_id, versioned = p.pith_id, p.arxiv_id, f"{p.arxiv_id}v{p.version}"
+    every = ((f"arxiv/{arxiv_id}/", f"arXiv:{arxiv_id}"), (f"arxiv/{versioned}/", f"arXiv:{versioned}"),
+             *((f"pith/{pid[:n]}/", f"pith:{pid[:n]}") for n in (8, 12, 16)))
+    return tuple(address for bit, address in enumerate(every) if mask >> bit & 1)
+
+
 @dataclass
 class RedirectPlan:
-    """Short addresses: those with one target belong to that record's files, the rest are list pages."""
+    """Short addresses: those with one target belong to that record's files, the rest are list pages.
 
-    per_record: dict[str, tuple[tuple[str, str], ...]]  # pith id -> (folder, label), in folder order
+    A record's own addresses are kept as a bit mask (``own_addresses``): the plan is in every build's memory
+    snapshot, where 10,000 records' addresses as strings were 170,000 objects to unpickle."""
+
+    per_record: dict[str, int]  # pith id -> bit mask of the addresses naming it alone (0: absent)
     shared: list[tuple[str, str, list[PaperSummary]]]  # (folder, label, targets), in folder order
 
+    def addresses(self, p: PaperSummary) -> tuple[tuple[str, str], ...]:
+        """*p*'s own short addresses as (folder, label), in folder order."""
+        return own_addresses(p, self.per_record.get(p.pith_id, 0))
 
-def _address_groups(papers: Iterable[PaperSummary]) -> tuple[dict[str, list[PaperSummary]], dict[str, list[PaperSummary]]]:
+
+Groups = dict[str, list[PaperSummary]]
+
+
+def _address_groups(papers: Iterable[PaperSummary]) -> tuple[Groups, Groups]:
     """Every short address of *papers* with the records it names, and per arXiv id its latest version's records."""
     targets: dict[str, list[PaperSummary]] = {}
     latest: dict[str, list[PaperSummary]] = {}
     for p in papers:
         pid = p.pith_id
-        for folder in (f"pith/{pid[:8]}/", f"pith/{pid[:12]}/", f"pith/{pid[:16]}/", f"arxiv/{p.arxiv_id}v{p.version}/"):
+        for folder in (f"pith/{pid[:8]}/", f"pith/{pid[:12]}/", f"pith/{pid[:16]}/",
+                       f"arxiv/{p.arxiv_id}v{p.version}/"):
             group = targets.get(folder)
             if group is None:
                 targets[folder] = [p]
@@ -203,22 +223,17 @@ def _address_groups(papers: Iterable[PaperSummary]) -> tuple[dict[str, list[Pape
     return targets, latest
 
 
-def _own_addresses(p: PaperSummary, targets: dict[str, list[PaperSummary]],
-                   latest: dict[str, list[PaperSummary]]) -> tuple[tuple[str, str], ...]:
-    """A record's own addresses (those naming it alone) in folder order ("arxiv/<id>/" < "arxiv/<id>v<n>/" <
-    "pith/<8>/" < ...), without sorting every address of the site."""
-    pid, arxiv_id = p.pith_id, p.arxiv_id
-    own = []
-    group = latest[arxiv_id]
-    if len(group) == 1 and group[0] is p:
-        own.append((f"arxiv/{arxiv_id}/", f"arXiv:{arxiv_id}"))
-    versioned = f"{arxiv_id}v{p.version}"
-    if len(targets[f"arxiv/{versioned}/"]) == 1:
-        own.append((f"arxiv/{versioned}/", f"arXiv:{versioned}"))
-    for n in (8, 12, 16):
+def _own_addresses(p: PaperSummary, targets: Groups, latest: Groups) -> int:
+    """The bit mask (see ``own_addresses``) of a record's addresses that name it alone."""
+    pid = p.pith_id
+    group = latest[p.arxiv_id]
+    mask = 1 if len(group) == 1 and group[0] is p else 0
+    if len(targets[f"arxiv/{p.arxiv_id}v{p.version}/"]) == 1:
+        mask |= 2
+    for bit, n in ((4, 8), (8, 12), (16, 16)):
         if len(targets[f"pith/{pid[:n]}/"]) == 1:
-            own.append((f"pith/{pid[:n]}/", f"pith:{pid[:n]}"))
-    return tuple(own)
+            mask |= bit
+    return mask
 
 
 def _shared_address(folder: str, group: list[PaperSummary]) -> tuple[str, str, list[PaperSummary]]:
