@@ -553,7 +553,6 @@ def _forget_stale(memory: BuildMemory, report: BuildReport, units: dict) -> None
     memory.report_rows.forget_all_but(report.outcomes)
     memory.unit_rows = {k: v for k, v in memory.unit_rows.items() if k in units}
     memory.unit_keys = {k: v for k, v in memory.unit_keys.items() if k in units}
-    memory.outcomes = {id(o.inspection): o for o in report.outcomes}
 
 
 def _differs(path: Path, data: bytes) -> bool:
@@ -961,7 +960,7 @@ def _refuse_rollbacks(selection, previous: PreviousSite, slot: OutputSlot, optio
 
 def _record_outcomes(report: BuildReport, inspections: list[Inspection], selection, changed: dict,
                      memory: BuildMemory | None = None) -> None:
-    before = memory.outcomes if memory is not None else {}
+    rows = memory.report_rows if memory is not None else None
     for i in inspections:
         if not i.verified:
             report.outcomes.append(FileOutcome(i, REJECTED))
@@ -971,11 +970,8 @@ def _record_outcomes(report: BuildReport, inspections: list[Inspection], selecti
             check, _, reason = changed[i.pith_id].partition(": ")
             report.outcomes.append(FileOutcome(rejected(i.rel, check, reason), REJECTED))
         else:
-            last = before.get(id(i))  # the same result published again: reuse its outcome (serve)
-            if last is not None and last.inspection is i and last.status == PUBLISHED and not last.note:
-                report.outcomes.append(last)
-            else:
-                report.outcomes.append(FileOutcome(i, PUBLISHED))
+            # The same result published again keeps its outcome (and its report line).
+            report.outcomes.append(rows.outcome(i, PUBLISHED) if rows is not None else FileOutcome(i, PUBLISHED))
     for c in selection.published.values():
         if c.from_previous_site and c.inspection.pith_id not in changed:
             report.outcomes.append(FileOutcome(c.inspection, PUBLISHED, "kept from the previous site"))

@@ -24,7 +24,7 @@ from pathlib import Path, PosixPath, PurePosixPath
 from typing import TYPE_CHECKING
 
 from site_builder import __version__
-from site_builder.report import FileOutcome, ReportRows
+from site_builder.report import ReportRows
 
 if TYPE_CHECKING:
     from site_builder.build import PreviousSite
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from site_builder.selection import Candidate, Selection
 
 SNAPSHOT_NAME = "memory.pickle"
-_HEADER = f"site-builder memory {__version__}/1\n".encode()
+_HEADER = f"site-builder memory {__version__}/2\n".encode()
 
 
 @dataclass
@@ -55,7 +55,6 @@ class BuildMemory:
     catalogue: tuple[list, Catalogue] | None = None  # keyed by the records' ids, dates and categories
     unit_rows: dict[str, tuple[list, str]] = field(default_factory=dict)  # listing unit -> (its records, digests)
     unit_keys: dict[str, tuple[str, object, str]] = field(default_factory=dict)  # unit -> (build key, material, key)
-    outcomes: dict[int, FileOutcome] = field(default_factory=dict)  # id(inspection) -> its outcome last build
     inputs: dict[str, tuple[str, str, Inspection]] = field(default_factory=dict)  # rel -> (stat, trust, result)
     selection: tuple[list[Candidate], Selection] | None = None  # last candidates and what select() made of them
     record_keys: tuple[str, dict[str, tuple]] | None = None  # build key; pith id -> (sha256, addresses, key)
@@ -92,7 +91,7 @@ def _well_formed(memory: object) -> bool:
     """The shape of each memo (their contents are checked against their keys when used)."""
     if not isinstance(memory, BuildMemory) or not isinstance(memory.report_rows, ReportRows):
         return False
-    dicts = (memory.unit_rows, memory.unit_keys, memory.outcomes, memory.inputs)
+    dicts = (memory.unit_rows, memory.unit_keys, memory.inputs)
     pairs = (memory.previous_site, memory.redirects, memory.catalogue, memory.selection, memory.record_keys,
              memory.list_rows)
     return all(isinstance(d, dict) for d in dicts) and all(p is None or (isinstance(p, tuple) and len(p) == 2)
@@ -145,7 +144,5 @@ def load_snapshot(folder: Path) -> BuildMemory:
         return BuildMemory(compile_all_templates=False)
     if not _well_formed(memory):
         return BuildMemory(compile_all_templates=False)
-    # Memos keyed by id() name objects of the saving process; the same objects here have other ids.
-    memory.outcomes = {id(o.inspection): o for o in memory.outcomes.values() if isinstance(o, FileOutcome)}
     memory.compile_all_templates = False
     return memory

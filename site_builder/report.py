@@ -134,30 +134,43 @@ class ReportDocument:
 
 
 class ReportRows:
-    """Each outcome's verification.json line, made once per (result, status).
+    """Each file's outcome and its verification.json line, made once per (result, status, note).
 
     Serialising 10,000 rows takes a tenth of a second; ``serve`` keeps one of these between rebuilds, and
-    the verification results it holds are the same objects from build to build, so only new rows are made.
+    separate builds read it back from the memory snapshot.  The verification results it holds are the same
+    objects from build to build, so only new outcomes and rows are made.
     """
 
     def __init__(self) -> None:
-        self._rows: dict[int, tuple[Inspection, str, str, str]] = {}
+        self._rows: dict[int, tuple[FileOutcome, str]] = {}  # id(result) -> (its outcome, its line)
+
+    def outcome(self, inspection: Inspection, status: str, note: str = "") -> FileOutcome:
+        """The outcome made before for this very result, status and note, or a new one."""
+        entry = self._rows.get(id(inspection))
+        if entry is not None and self._same(entry[0], inspection, status, note):
+            return entry[0]
+        return FileOutcome(inspection, status, note)
 
     def line(self, outcome: FileOutcome) -> str:
         i = outcome.inspection
         entry = self._rows.get(id(i))
-        if entry is not None and entry[0] is i and entry[1] == outcome.status and entry[2] == outcome.note:
-            return entry[3]
+        if entry is not None and self._same(entry[0], i, outcome.status, outcome.note):
+            return entry[1]
         line = json.dumps(outcome.as_json(), ensure_ascii=False)
-        self._rows[id(i)] = (i, outcome.status, outcome.note, line)  # holding i keeps its id() unique
+        self._rows[id(i)] = (outcome, line)  # holding the result keeps its id() unique
         return line
+
+    @staticmethod
+    def _same(outcome: FileOutcome, inspection: Inspection, status: str, note: str) -> bool:
+        return outcome.inspection is inspection and outcome.status == status and outcome.note == note
 
     def __getstate__(self) -> list:
         return list(self._rows.values())
 
     def __setstate__(self, entries: list) -> None:
         """Rows are keyed by id(): in a memory read back from a snapshot, the same results have new ids."""
-        self._rows = {id(e[0]): e for e in entries if isinstance(e, tuple) and len(e) == 4}
+        self._rows = {id(e[0].inspection): e for e in entries
+                      if isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], FileOutcome)}
 
     def forget_all_but(self, outcomes: list[FileOutcome]) -> None:
         """Drop rows of results no longer in the build (they would pin them in memory)."""

@@ -33,8 +33,14 @@ def test_a_build_leaves_its_memory_and_the_next_one_reads_it(project):
     assert sorted(memory.inputs) == files
     assert memory.selection is not None and memory.catalogue is not None and memory.redirects is not None
     # Memos keyed by id() are re-keyed to the objects of this process.
-    assert memory.outcomes and all(key == id(o.inspection) for key, o in memory.outcomes.items())
-    assert memory.report_rows._rows and all(key == id(row[0]) for key, row in memory.report_rows._rows.items())
+    rows = memory.report_rows._rows
+    assert len(rows) == len(files) and all(key == id(outcome.inspection) for key, (outcome, _) in rows.items())
+    # A result published again keeps its outcome and report line; another status makes a new one.
+    kept, line = next(iter(rows.values()))
+    assert memory.report_rows.outcome(kept.inspection, kept.status, kept.note) is kept
+    assert memory.report_rows.line(kept) is line
+    other = memory.report_rows.outcome(kept.inspection, "superseded", "by another file")
+    assert other is not kept and '"superseded"' in memory.report_rows.line(other)
     assert not memory.compile_all_templates  # a one-off build compiles only the templates it uses
     # Each shown record's list row, rendered with this build's templates and settings.
     shown = {p.row_digest for p in memory.catalogue[1].papers}
