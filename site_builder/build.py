@@ -46,8 +46,8 @@ from site_builder.keys import TrustSet
 from site_builder.loading import (DEFAULT_MAX_BYTES, BundleListing, FileReadError, InputFile, discover, read_bytes,
                                   stat_signature)
 from site_builder.memory import BuildMemory, load_snapshot, save_snapshot
-from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, collection_units, paper_files,
-                                plan_redirects, recatalogue, replan_redirects, report_files)
+from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, collection_units, groups,
+                                paper_files, plan_redirects, recatalogue, replan_redirects, report_files)
 from site_builder.records import PaperSummary
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportDocument
@@ -723,12 +723,7 @@ def _catalogue(options: BuildOptions, published: list[PaperSummary]) -> Catalogu
                 papers[next(i for i, q in enumerate(papers) if q is before)] = p
             return replace(listing, papers=papers)
         everything = patched(old.everything, newer)
-        in_category: dict[str, list[PaperSummary]] = {}
-        in_year: dict[str, list[PaperSummary]] = {}
-        for p in newer:
-            for cat in p.categories:
-                in_category.setdefault(cat, []).append(p)
-            in_year.setdefault(p.submitted_at[:4], []).append(p)
+        in_category, in_year = groups(newer)
         categories = [patched(c, in_category[c.key]) if c.key in in_category else c for c in old.categories]
         years = [patched(y, in_year[y.key]) if y.key in in_year else y for y in old.years]
         result = Catalogue(everything.papers, everything, categories, years)

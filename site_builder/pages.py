@@ -26,6 +26,8 @@ FEED_ENTRIES = 50
 SITEMAP_LIMIT = 50_000
 HOME_RECENT = 20
 
+Groups = dict[str, list[PaperSummary]]  # a key (category, year, address) -> the records under it
+
 
 def paper_dir(pith_id: str) -> str:
     return f"pith/{pith_id}/"
@@ -88,16 +90,22 @@ class Listing:
 
 def listings(papers: list[PaperSummary]) -> tuple[Listing, list[Listing], list[Listing]]:
     """The full list, one listing per category and one per year; each newest first."""
-    by_cat: dict[str, list[PaperSummary]] = {}
-    by_year: dict[str, list[PaperSummary]] = {}
-    for p in papers:  # already newest first, so every group stays sorted
-        for cat in p.categories:
-            by_cat.setdefault(cat, []).append(p)
-        by_year.setdefault(p.submitted_at[:4], []).append(p)
+    by_cat, by_year = groups(papers)  # papers are newest first already, so every group stays sorted
     everything = Listing("all", "All papers", "papers/", papers)
     cats = [_category(c, by_cat[c]) for c in sorted(by_cat)]
     years = [_year(y, by_year[y]) for y in sorted(by_year, reverse=True)]
     return everything, cats, years
+
+
+def groups(papers: Iterable[PaperSummary]) -> tuple[Groups, Groups]:
+    """*papers* by category (each under every category it is in) and by submission year, in the order given."""
+    by_cat: Groups = {}
+    by_year: Groups = {}
+    for p in papers:
+        for cat in p.categories:
+            by_cat.setdefault(cat, []).append(p)
+        by_year.setdefault(p.submitted_at[:4], []).append(p)
+    return by_cat, by_year
 
 
 def _category(cat: str, papers: list[PaperSummary]) -> Listing:
@@ -157,12 +165,7 @@ def recatalogue(old: Catalogue, papers: list[PaperSummary], moved: set[str]) -> 
         return replace(listing, papers=kept) if kept else None
 
     everything = patched(old.everything, arriving) or Listing("all", "All papers", "papers/", [])
-    by_cat: dict[str, list[PaperSummary]] = {}
-    by_year: dict[str, list[PaperSummary]] = {}
-    for p in arriving:
-        for cat in p.categories:
-            by_cat.setdefault(cat, []).append(p)
-        by_year.setdefault(p.submitted_at[:4], []).append(p)
+    by_cat, by_year = groups(arriving)
     cats = {c.key: c for c in old.categories}
     cats.update((c, _category(c, [])) for c in by_cat if c not in cats)
     years = {y.key: y for y in old.years}
@@ -182,6 +185,9 @@ def own_addresses(p: PaperSummary, mask: int) -> tuple[tuple[str, str], ...]:
     return tuple(address for bit, address in enumerate(every) if mask >> bit & 1)
 
 
+ALL_ADDRESSES = 0b11111
+
+
 @dataclass
 class RedirectPlan:
     """Short addresses: those with one target belong to that record's files, the rest are list pages.
@@ -195,9 +201,6 @@ class RedirectPlan:
     def addresses(self, p: PaperSummary) -> tuple[tuple[str, str], ...]:
         """*p*'s own short addresses as (folder, label), in folder order."""
         return own_addresses(p, self.per_record.get(p.pith_id, 0))
-
-
-Groups = dict[str, list[PaperSummary]]
 
 
 def _address_groups(papers: Iterable[PaperSummary]) -> tuple[Groups, Groups]:
@@ -254,11 +257,6 @@ def plan_redirects(papers: list[PaperSummary]) -> RedirectPlan:
     return RedirectPlan(per_record, shared)
 
 
-def _folders(pith_id: str, arxiv_id: str, version: int) -> tuple[str, ...]:
-    return (f"pith/{pith_id[:8]}/", f"pith/{pith_id[:12]}/", f"pith/{pith_id[:16]}/", f"arxiv/{arxiv_id}/",
-            f"arxiv/{arxiv_id}v{version}/")
-
-
 def replan_redirects(old: RedirectPlan, papers: list[PaperSummary], touched: set[tuple[str, str, int]]) -> RedirectPlan:
     """``plan_redirects(papers)`` for a plan *old* made before the records *touched* (pith id, arXiv id,
     version) came or went: only the addresses of records sharing one with them, directly or through another
@@ -293,7 +291,7 @@ def replan_redirects(old: RedirectPlan, papers: list[PaperSummary], touched: set
         if own:
             per_record[pid] = own
     # A shared address that named a record which went names others still here, and they are involved.
-    replanned = {folder for p in involved.values() for folder in _folders(p.pith_id, p.arxiv_id, p.version)}
+    replanned = {folder for p in involved.values() for folder, _ in own_addresses(p, ALL_ADDRESSES)}
     shared = [(folder, label, [current[t.pith_id] for t in group])
               for folder, label, group in old.shared if folder not in replanned]
     shared += [_shared_address(f, group) for f, group in targets.items() if len(group) > 1]
