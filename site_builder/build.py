@@ -168,9 +168,15 @@ def _render_record(task: RecordTask) -> tuple[str, list[str], str | None]:
         return inspection.pith_id, [], "file_changed: file changed after it was verified"
     staging: StagingTree = _worker["staging"]
     written = []
+    raw_at = None  # where the bundle's bytes were first written: its second path links to it
     for rel, data in paper_files(_worker["renderer"], raw, json.loads(raw), inspection.summary,
                                  inspection.checks, inspection.warnings, task.redirects):
-        staging.write(rel, data)
+        if data is raw and raw_at is not None:
+            staging.write_twin(rel, raw_at, data)
+        else:
+            staging.write(rel, data)
+            if data is raw:
+                raw_at = rel
         written.append(rel)
     return inspection.pith_id, written, None
 

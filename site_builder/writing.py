@@ -75,6 +75,20 @@ class StagingTree:
             os.close(fd)
         self.files_written += 1
 
+    def write_twin(self, rel: str, twin: str, data: bytes) -> None:
+        """Write *data*, which this tree already holds at *twin*, as a hard link to it: the mirrored bundle is
+        served at two paths, and a link costs a directory entry instead of another ~14 KB (a quarter of a
+        site's bytes).  Files in a tree are never rewritten in place (a changed file is unlinked and created
+        anew), so the two names cannot drift apart.  Written out where links are impossible."""
+        target = self.path_for(rel)
+        self._ensure_parent(rel)
+        try:
+            os.link(self.path_for(twin), target, follow_symlinks=False)
+        except OSError:
+            self.write(rel, data)
+            return
+        self.files_written += 1
+
     def link_from(self, rel: str, source: Path) -> bool:
         """Reuse an unchanged file of the previous site by hard link; False if that is impossible."""
         target = self.path_for(rel)

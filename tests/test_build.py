@@ -33,6 +33,7 @@ def test_output_tree_of_the_example_bundles(bundles_dir, tmp_path):
         pith_id = json.loads(raw)["pith_number"].rsplit(":", 1)[1]
         assert (out / "pith" / pith_id / "bundle.json").read_bytes() == raw
         assert (out / ".well-known" / "pith" / pith_id / "bundle.json").read_bytes() == raw
+        assert (out / ".well-known" / "pith" / pith_id / "bundle.json").samefile(out / "pith" / pith_id / "bundle.json")
         state = json.loads(raw)["state"]
         assert (out / "pith" / pith_id / "state.json").read_bytes() == resolver_json(state)
         page = (out / "pith" / pith_id / "index.html").read_text()

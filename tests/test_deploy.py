@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import tarfile
 import urllib.error
 import urllib.request
 
@@ -61,3 +62,22 @@ def test_sub_path_site_served_end_to_end(tmp_path):
         status, _, body = fetch(url + "no/such/page/")
         assert status == 404 and b"Not found" in body
     assert (out / ".nojekyll").is_file()
+
+
+def test_pages_artifact_holds_every_file_in_full(tmp_path):
+    """The output shares inodes (a record's bundle is one file at two paths); a Pages artifact must hold no
+    links.  Pack it with the command actions/upload-pages-artifact runs and read it back."""
+    out = tmp_path / "output"
+    r = subprocess.run([sys.executable, "-m", "site_builder", "build", "--no-search", "--bundles",
+                        str(ROOT / "bundles"), "--output", str(out)], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    artifact = tmp_path / "artifact.tar"
+    subprocess.run(["tar", "--dereference", "--hard-dereference", "--directory", str(out), "-cf", str(artifact),
+                    "--exclude=.git", "--exclude=.github", "."], check=True)
+    with tarfile.open(artifact) as tar:
+        members = tar.getmembers()
+        assert all(m.isfile() or m.isdir() for m in members), [m.name for m in members if m.islnk() or m.issym()]
+        for path in REAL_FILES:
+            pith_id = json.loads(path.read_bytes())["pith_number"].rsplit(":", 1)[1]
+            for name in (f"./pith/{pith_id}/bundle.json", f"./.well-known/pith/{pith_id}/bundle.json"):
+                assert tar.extractfile(name).read() == path.read_bytes()

@@ -116,7 +116,10 @@ def test_one_change_rebuilds_only_that_record(project):
     report = build(opts(project, out, trust))
     assert report.changed and report.files_reused > report.files_written > 0
     pith_id = json.loads((project / "bundles" / "gen3.json").read_bytes())["pith_number"].rsplit(":", 1)[1]
-    assert (out / "pith" / pith_id / "bundle.json").read_bytes() == (project / "bundles" / "gen3.json").read_bytes()
+    new_bytes = (project / "bundles" / "gen3.json").read_bytes()
+    mirrored = out / ".well-known" / "pith" / pith_id / "bundle.json"
+    assert (out / "pith" / pith_id / "bundle.json").read_bytes() == new_bytes == mirrored.read_bytes()
+    assert mirrored.samefile(out / "pith" / pith_id / "bundle.json")  # one file with two names, both new
 
 
 @pytest.mark.parametrize("damage", ["old_version", "truncated", "garbage"])

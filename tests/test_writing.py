@@ -5,7 +5,7 @@ import os
 import time
 from pathlib import Path
 
-from site_builder.writing import OutputSlot, remove_tree
+from site_builder.writing import OutputSlot, StagingTree, remove_tree
 
 
 def wait_gone(path: Path, seconds: float = 10) -> bool:
@@ -59,3 +59,20 @@ def test_a_killed_builds_staging_tree_is_removed_by_the_next_build(tmp_path):
     slot.release()
     assert not staging.exists()  # renamed out of the way at once
     assert wait_gone(next(iter(tmp_path.glob(".site.old-*")), tmp_path / "none"))
+
+
+def test_a_twin_is_a_hard_link_or_else_a_copy(tmp_path, monkeypatch):
+    tree = StagingTree(tmp_path / "t")
+    tree.root.mkdir()
+    tree.write("pith/A/bundle.json", b"{}")
+    tree.write_twin(".well-known/pith/A/bundle.json", "pith/A/bundle.json", b"{}")
+    assert (tree.root / ".well-known/pith/A/bundle.json").samefile(tree.root / "pith/A/bundle.json")
+
+    def no_links(*args, **kwargs):
+        raise OSError(1, "Operation not permitted")  # as on a file system without hard links
+    monkeypatch.setattr(os, "link", no_links)
+    tree.write("pith/B/bundle.json", b"[]")
+    tree.write_twin(".well-known/pith/B/bundle.json", "pith/B/bundle.json", b"[]")
+    copy = tree.root / ".well-known/pith/B/bundle.json"
+    assert copy.read_bytes() == b"[]" and not copy.samefile(tree.root / "pith/B/bundle.json")
+    assert tree.files_written == 4
