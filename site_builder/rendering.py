@@ -112,6 +112,9 @@ class SiteRenderer:
             trim_blocks=True,
             lstrip_blocks=True,
             keep_trailing_newline=True,
+            # A renderer lives for one set of templates: the build keys it by their digest and makes a new one
+            # when any template changes, so Jinja need not stat every template file on every page.
+            auto_reload=False,
         )
         self._md = make_markdown()
         self.env.filters["markdown"] = self.markdown
@@ -134,7 +137,7 @@ class SiteRenderer:
         )
         self.dirs = dirs
         self.rows: dict[str, str] = rows if rows is not None else {}
-        self._row_template: jinja2.Template | None = None
+        self._templates: dict[str, jinja2.Template] = {}
 
     def paper_row(self, paper) -> Markup:
         """A record's row in a list of papers (``_paper_row.html``), rendered once and reused by every list page
@@ -147,9 +150,7 @@ class SiteRenderer:
         if row is None:
             if len(self.rows) >= ROW_MEMO_LIMIT:
                 self.rows.clear()
-            if self._row_template is None:  # looked up once: get_template() stats the file on every call
-                self._row_template = self.env.get_template("_paper_row.html")
-            row = self.rows[key] = self._row_template.render(p=paper)
+            row = self.rows[key] = self.render_text("_paper_row.html", p=paper)
         return Markup(row)
 
     def paper_rows(self, papers) -> Markup:
@@ -161,7 +162,13 @@ class SiteRenderer:
         return Markup(self._md.render(text or ""))
 
     def render(self, template: str, **context: Any) -> bytes:
-        return self.env.get_template(template).render(**context).encode("utf-8")
+        return self.render_text(template, **context).encode("utf-8")
+
+    def render_text(self, template: str, **context: Any) -> str:
+        found = self._templates.get(template)
+        if found is None:  # get_template() costs ~10 µs even when cached; a record renders eight pages
+            found = self._templates[template] = self.env.get_template(template)
+        return found.render(**context)
 
     def asset(self, name: str) -> bytes | None:
         for d in self.dirs:
