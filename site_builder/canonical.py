@@ -3,7 +3,8 @@
 Every hash in a bundle is ``sha256(canon(obj))`` where ``canon`` is Python's
 ``json.dumps`` with sorted keys, compact separators and non-ASCII kept as
 UTF-8.  The in-browser verifier (``static/verify.js``) must produce the same
-bytes; both are tested against each other.
+bytes; both are tested against each other.  Verification encodes with orjson
+where it gives the same bytes (no floats), checked by a property test.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import base64
 import hashlib
 import json
 from typing import Any
+
+import orjson
 
 _encoder = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
@@ -41,6 +44,33 @@ def digest_without(obj: dict, *excluded: str) -> str:
     return digest({k: v for k, v in obj.items() if k not in excluded})
 
 
+def _holds_float(obj: Any) -> bool:
+    """True if a float is anywhere in *obj* (dicts and lists walked without recursion)."""
+    stack = [obj]
+    pop, push = stack.pop, stack.extend
+    while stack:
+        node = pop()
+        kind = type(node)
+        if kind is dict:
+            push(node.values())
+        elif kind is list:
+            push(node)
+        elif kind is float:
+            return True
+    return False
+
+
+def _orjson_canon(obj: Any) -> bytes:
+    """``canon(obj)`` by orjson, for values that hold no float (the one place the two differ: orjson writes
+    ``1e-7`` where Python writes ``1e-07``).  On strings, integers, keys and nesting they agree byte for byte
+    (``tests/test_canonical.py`` checks it on generated values); whatever orjson refuses (an integer beyond 64
+    bits, a lone surrogate, deep nesting) goes to ``canon``, which encodes or refuses it as ever."""
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONEncodeError, TypeError):
+        return canon(obj)
+
+
 class CanonicalCache:
     """Canonical text of a bundle's parts, each large part encoded once.
 
@@ -52,12 +82,25 @@ class CanonicalCache:
     object) is reused.  Only the top ``depth`` levels are assembled in Python;
     below that the C encoder is faster than any reuse.  One cache per bundle;
     the bundle must not change while the cache is alive (keys are identities).
+
+    A *fast* cache (``for_document`` of a bundle without floats, i.e. every
+    bundle seen so far) encodes each part whole with orjson instead: that is
+    faster than any assembly.
     """
 
-    def __init__(self) -> None:
-        self._memo: dict[int, tuple[object, str]] = {}
+    def __init__(self, fast: bool = False) -> None:
+        self._memo: dict[int, tuple[object, Any]] = {}
+        self._fast = fast
+
+    @classmethod
+    def for_document(cls, doc: Any) -> "CanonicalCache":
+        """A cache for one parsed document: encoded by orjson (about four times as fast) when it holds no float,
+        else by the reference encoder.  Walking the document costs a tenth of what orjson saves on a bundle."""
+        return cls(fast=not _holds_float(doc))
 
     def text(self, obj: Any, depth: int = 0) -> str:
+        if self._fast:
+            return self._fast_bytes(obj).decode("utf-8")
         kind = type(obj)
         if kind is str:
             return _encode_string(obj)  # what the encoder itself calls for a str (with ensure_ascii=False)
@@ -75,8 +118,20 @@ class CanonicalCache:
         self._memo[id(obj)] = (obj, text)
         return text
 
+    def _fast_bytes(self, obj: Any) -> bytes:
+        if type(obj) is not dict and type(obj) is not list:
+            return _orjson_canon(obj)
+        hit = self._memo.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        data = _orjson_canon(obj)
+        self._memo[id(obj)] = (obj, data)
+        return data
+
     def text_without(self, obj: dict, *excluded: str, depth: int = 1) -> str:
         """Canonical text of *obj* minus some keys, assembled from its members' texts."""
+        if self._fast:
+            return _orjson_canon({k: v for k, v in obj.items() if k not in excluded}).decode("utf-8")
         return "{" + ",".join(_encode_string(k) + ":" + self.text(obj[k], depth - 1)
                               for k in sorted(obj) if k not in excluded) + "}"
 
@@ -88,9 +143,13 @@ class CanonicalCache:
             raise ValueError(f"string is not valid Unicode ({exc.reason})") from None
 
     def digest(self, obj: Any, depth: int = 0) -> str:
+        if self._fast:
+            return hashlib.sha256(self._fast_bytes(obj)).hexdigest()
         return self.sha256(self.text(obj, depth))
 
     def digest_without(self, obj: dict, *excluded: str, depth: int = 1) -> str:
+        if self._fast:
+            return hashlib.sha256(_orjson_canon({k: v for k, v in obj.items() if k not in excluded})).hexdigest()
         return self.sha256(self.text_without(obj, *excluded, depth=depth))
 
 

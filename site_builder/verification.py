@@ -475,7 +475,7 @@ def _title_warning(ctx: _Context) -> None:
 
 def verify_bundle(bundle: Any, trust: TrustSet) -> Verdict:
     """Run every check on a parsed bundle. Never raises for bad input; returns a Verdict."""
-    ctx = _Context(bundle=bundle, trust=trust)
+    ctx = _Context(bundle=bundle, trust=trust, canon=CanonicalCache.for_document(bundle))
     results: list[CheckResult] = []
     for name in CHECK_ORDER:
         if results and results[0].status == "failed":

@@ -1,12 +1,16 @@
-"""Known answers from real resolver pages (tests/vectors, copied from ../shared/vectors)."""
+"""Known answers from real resolver pages (tests/vectors, copied from ../shared/vectors), and the fast canonical
+encoder (orjson) against the reference recipe."""
 
 import base64
+import hashlib
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from nacl.signing import VerifyKey
 
-from site_builder.canonical import canon, digest, pith_id_from_digest, title_canon_sha256
+from site_builder.canonical import CanonicalCache, canon, digest, pith_id_from_digest, title_canon_sha256
 from site_builder.keys import load_trust_set
 
 from conftest import VECTORS
@@ -49,3 +53,49 @@ def test_canon_refuses_nan_and_lone_surrogates():
         canon({"x": float("nan")})
     with pytest.raises(ValueError):
         canon({"x": "\ud800"})
+
+
+def reference(value) -> str:
+    """The canonical form as PITH_FORMAT.md defines it."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+# Every character but lone surrogates (which the strict parser refuses and both encoders reject), weighted
+# toward the ones encoders treat specially: controls, quotes, backslash, DEL, U+2028, the BMP's end, astral.
+_SPECIAL = st.sampled_from(list('\x00\x01\x08\t\n\x0c\r\x1f "\\/\x7f\x80\u00e9\u2028\u2029\ud7ff\ue000\uffff') + ["\U0001f600", "\U0010ffff"])
+_TEXT = st.text(st.one_of(_SPECIAL, st.characters(exclude_categories=("Cs",))), max_size=12)
+_PLAIN = st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | _TEXT
+JSON_WITHOUT_FLOATS = st.recursive(_PLAIN, lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_TEXT, inner, max_size=6),
+                                   max_leaves=30)
+
+
+@settings(max_examples=600, deadline=None)
+@given(JSON_WITHOUT_FLOATS, st.data())
+def test_fast_encoder_gives_the_reference_bytes(value, data):
+    cache = CanonicalCache.for_document(value)
+    assert cache._fast  # no float: orjson encodes it
+    assert cache.text(value) == reference(value)
+    assert cache.digest(value) == hashlib.sha256(reference(value).encode()).hexdigest()
+    if isinstance(value, dict) and value:
+        excluded = data.draw(st.lists(st.sampled_from(sorted(value)), max_size=3))
+        rest = {k: v for k, v in value.items() if k not in excluded}
+        assert cache.text_without(value, *excluded) == reference(rest)
+        assert cache.digest_without(value, *excluded) == hashlib.sha256(reference(rest).encode()).hexdigest()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(_PLAIN | st.floats(allow_nan=False, allow_infinity=False),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4), max_leaves=20))
+def test_a_document_with_a_float_uses_the_reference_encoder(value):
+    cache = CanonicalCache.for_document(value)
+    assert cache.text(value) == reference(value)
+    assert cache.digest(value) == hashlib.sha256(reference(value).encode()).hexdigest()
+
+
+def test_where_orjson_differs_or_refuses_the_reference_decides():
+    assert CanonicalCache.for_document({"x": [1e-07, 1e16]}).text({"x": [1e-07, 1e16]}) == '{"x":[1e-07,1e+16]}'
+    fast = CanonicalCache(fast=True)
+    assert fast.text(2**70) == str(2**70)  # beyond orjson's 64 bits
+    assert fast.text({"\uffff": 1, "\U0001f600": 2}) == reference({"\uffff": 1, "\U0001f600": 2})  # code point order
+    with pytest.raises(ValueError):
+        fast.digest({"x": "\ud800"})
