@@ -95,7 +95,8 @@ class CanonicalCache:
     @classmethod
     def for_document(cls, doc: Any) -> "CanonicalCache":
         """A cache for one parsed document: encoded by orjson (about four times as fast) when it holds no float,
-        else by the reference encoder.  Walking the document costs a tenth of what orjson saves on a bundle."""
+        else by the reference encoder.  The walk that looks for floats costs about a fifth of what orjson saves on a
+        bundle (measured: ~0.08 ms of ~0.4 ms)."""
         return cls(fast=not _holds_float(doc))
 
     def text(self, obj: Any, depth: int = 0) -> str:
