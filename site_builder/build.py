@@ -31,11 +31,12 @@ import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from multiprocessing import current_process, get_context
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import jinja2
 
@@ -183,7 +184,12 @@ def _render_record(task: RecordTask) -> tuple[str, list[str], str | None]:
 
 def _map(fn, init, initargs, items: list, options: BuildOptions, stage: str) -> list:
     """Map in worker processes (fork) when there is enough work, else in this process; order kept."""
-    results = []
+    return list(_imap(fn, init, initargs, items, options, stage))
+
+
+def _imap(fn, init, initargs, items: list, options: BuildOptions, stage: str) -> Iterator:
+    """``_map`` yielding each result as it comes (in order), so a caller that digests results one by one does
+    not hold them all: 100,000 records' lists of written files are ~100 MB."""
     pool = None
     jobs, progress = options.jobs, options.progress
     if len(items) >= PARALLEL_THRESHOLD and jobs != 1:
@@ -196,10 +202,10 @@ def _map(fn, init, initargs, items: list, options: BuildOptions, stage: str) -> 
     if pool is None:
         init(*initargs)
         for i, item in enumerate(items):
-            results.append(fn(item))
+            yield fn(item)
             if progress:
                 progress(stage, i + 1, len(items))
-        return results
+        return
     chunk = max(1, min(256, len(items) // (workers * 8) or 1))
     # Forked workers share this process's memory (100,000 records: ~1 GB) until they touch it; their garbage
     # collector would touch every object and so copy it all.  Frozen objects are left alone by it.
@@ -207,12 +213,11 @@ def _map(fn, init, initargs, items: list, options: BuildOptions, stage: str) -> 
     try:
         with pool:
             for i, result in enumerate(pool.map(fn, items, chunksize=chunk)):
-                results.append(result)
+                yield result
                 if progress and (i % 100 == 0 or i + 1 == len(items)):
                     progress(stage, i + 1, len(items))
     finally:
         gc.unfreeze()
-    return results
 
 
 class _StageClock:
@@ -392,20 +397,20 @@ def _build(options: BuildOptions) -> BuildReport:
                 else:
                     units[f"record:{pid}"] = (record_keys[pid], reused)
                     report.files_reused += file_count(reused)
-            results = _map(_render_record, _init_render,
-                           (options.config, dirs, options.trust, tree.root, options.search, build_key,
-                            _compiled_templates_dir(options)),
-                           to_render, options, "render")
             changed = {}
-            for pid, written, err in results:
-                if err:
-                    changed[pid] = err
-                    units.pop(f"record:{pid}", None)
-                    continue
-                units[f"record:{pid}"] = (record_keys[pid], join_files(written))
-                report.rendered.extend(written)
-                report.files_written += len(written)
-                report.pages_written += sum(1 for rel in written if rel.endswith(".html"))
+            with closing(_imap(_render_record, _init_render,
+                               (options.config, dirs, options.trust, tree.root, options.search, build_key,
+                                _compiled_templates_dir(options)),
+                               to_render, options, "render")) as results:  # closed (workers stopped) on any error
+                for pid, written, err in results:
+                    if err:
+                        changed[pid] = err
+                        units.pop(f"record:{pid}", None)
+                        continue
+                    units[f"record:{pid}"] = (record_keys[pid], join_files(written))
+                    report.note_rendered(written)
+                    report.files_written += len(written)
+                    report.pages_written += sum(1 for rel in written if rel.endswith(".html"))
             clock.lap("render_records")
 
             papers = [s for s in published if s.pith_id not in changed]
@@ -428,7 +433,7 @@ def _build(options: BuildOptions) -> BuildReport:
                         rendered.append(rel)
                     report.files_written += len(rendered)
                     report.pages_written += sum(1 for rel in rendered if rel.endswith(".html"))
-                    report.rendered.extend(rendered)
+                    report.note_rendered(rendered)
                     reused = join_files(rendered)
                 else:
                     report.files_reused += file_count(reused)
@@ -454,7 +459,7 @@ def _build(options: BuildOptions) -> BuildReport:
                 report.files_written += 1
                 report.pages_written += rel.endswith(".html")
                 if _differs(slot.output / rel, data):
-                    report.rendered.append(rel)
+                    report.note_rendered([rel])
             units["report"] = ("", join_files(written))
             report.removed = sorted(f"pith/{pid}/index.html" for pid in previous.published
                                     if pid not in selection.published)

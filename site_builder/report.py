@@ -63,6 +63,9 @@ class FileOutcome:
         return doc
 
 
+RENDERED_KEPT = 5_000
+
+
 @dataclass
 class BuildReport:
     outcomes: list[FileOutcome] = field(default_factory=list)
@@ -73,10 +76,21 @@ class BuildReport:
     seconds: float = 0.0
     search_seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
-    rendered: list[str] = field(default_factory=list)  # files this build rendered anew (serve reloads their pages)
+    rendered: list[str] = field(default_factory=list)  # files rendered anew (serve reloads their pages), the first
+    rendered_more: bool = False  # ... RENDERED_KEPT of them; True if there were more
     removed: list[str] = field(default_factory=list)  # pages of records no longer published
     changed: bool = True
     saved_in_background: bool = False  # the cache is being saved by a detached process (build.py)
+
+    def note_rendered(self, rels: list[str]) -> None:
+        """Remember files rendered anew, up to RENDERED_KEPT: past a few hundred pages serve reloads every open
+        page anyway, and a full build of 100,000 records would otherwise hold a million paths (~90 MB)."""
+        room = RENDERED_KEPT - len(self.rendered)
+        if len(rels) > room:
+            self.rendered.extend(rels[:max(room, 0)])
+            self.rendered_more = True
+        else:
+            self.rendered.extend(rels)
 
     def count(self, status: str) -> int:
         return sum(1 for o in self.outcomes if o.status == status)

@@ -171,7 +171,7 @@ class Site:
     def _announce(self, report) -> None:
         """Tell open pages to reload the moment the new site is live (before the build cache is saved)."""
         changed = page_paths(report.rendered + report.removed, self.live.base_path)
-        everything = len(changed) > 500 or any(p.endswith("/assets/") for p in changed)
+        everything = report.rendered_more or len(changed) > 500 or any(p.endswith("/assets/") for p in changed)
         self.live.publish("reload", {"all": everything or not changed, "paths": changed[:500],
                                      "build": self.builds + 1})
 

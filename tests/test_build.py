@@ -172,3 +172,31 @@ def test_refuses_to_replace_a_folder_it_did_not_make(bundles_dir, tmp_path):
     with pytest.raises(OutputError):
         run(bundles_dir, out)
     assert (out / "thesis.tex").read_text() == "do not delete"
+
+
+def test_the_report_names_a_bounded_number_of_rendered_files(bundles_dir, tmp_path, monkeypatch):
+    """serve reloads the pages a build rendered; past a few hundred it reloads everything, so a full build of
+    100,000 records need not keep a million paths."""
+    import site_builder.report
+    from types import SimpleNamespace
+
+    from site_builder.serving import Site
+
+    monkeypatch.setattr(site_builder.report, "RENDERED_KEPT", 5)
+    out = tmp_path / "site"
+    report = run(bundles_dir, out)
+    assert len(report.rendered) == 5 and report.rendered_more
+    assert set(report.rendered) <= {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    published = []
+    live = SimpleNamespace(base_path="/", publish=lambda event, data: published.append((event, data)))
+    Site._announce(SimpleNamespace(live=live, builds=0), report)
+    assert published[0][0] == "reload" and published[0][1]["all"] is True
+
+    monkeypatch.setattr(site_builder.report, "RENDERED_KEPT", 5000)
+    report = run(bundles_dir, tmp_path / "other")
+    assert not report.rendered_more and len(report.rendered) == report.files_written
+    published.clear()
+    (bundles_dir / REAL_FILES[0].name).unlink()  # one record goes: its listings and the home page change
+    report = run(bundles_dir, tmp_path / "other")
+    Site._announce(SimpleNamespace(live=live, builds=1), report)
+    assert published[0][1]["all"] is False and "/" in published[0][1]["paths"]
