@@ -48,7 +48,8 @@ from site_builder.loading import (DEFAULT_MAX_BYTES, BundleListing, FileReadErro
                                   stat_signature)
 from site_builder.memory import BuildMemory, load_snapshot, save_snapshot
 from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, collection_units, groups,
-                                paper_files, plan_redirects, recatalogue, replan_redirects, report_files)
+                                own_addresses, paper_files, plan_redirects, recatalogue, replan_redirects,
+                                report_files)
 from site_builder.records import PaperSummary
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportDocument
@@ -155,7 +156,8 @@ def _init_render(config: SiteConfig, dirs: list[Path], trust: TrustSet, staging_
 class RecordTask:
     source: str | Path
     inspection: Inspection
-    redirects: tuple[tuple[str, str], ...]
+    addresses: int  # bit mask of the record's own short addresses (pages.own_addresses): expanded in the worker,
+    # since 100,000 records' addresses as strings are ~90 MB held for the whole render stage
 
 
 def _render_record(task: RecordTask) -> tuple[str, list[str], str | None]:
@@ -171,7 +173,8 @@ def _render_record(task: RecordTask) -> tuple[str, list[str], str | None]:
     written = []
     raw_at = None  # where the bundle's bytes were first written: its second path links to it
     for rel, data in paper_files(_worker["renderer"], raw, json.loads(raw), inspection.summary,
-                                 inspection.checks, inspection.warnings, task.redirects):
+                                 inspection.checks, inspection.warnings,
+                                 own_addresses(inspection.summary, task.addresses)):
         if data is raw and raw_at is not None:
             staging.write_twin(rel, raw_at, data)
         else:
@@ -392,8 +395,7 @@ def _build(options: BuildOptions) -> BuildReport:
             for pid, chosen in selection.published.items():
                 reused = place(f"record:{pid}", record_keys[pid])
                 if reused is None:
-                    to_render.append(RecordTask(chosen.source, chosen.inspection,
-                                                plan.addresses(chosen.inspection.summary)))
+                    to_render.append(RecordTask(chosen.source, chosen.inspection, plan.per_record.get(pid, 0)))
                 else:
                     units[f"record:{pid}"] = (record_keys[pid], reused)
                     report.files_reused += file_count(reused)
