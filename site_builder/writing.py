@@ -80,17 +80,13 @@ class StagingTree:
         served at two paths, and a link costs a directory entry instead of another ~14 KB (a quarter of a
         site's bytes).  Files in a tree are never rewritten in place (a changed file is unlinked and created
         anew), so the two names cannot drift apart.  Written out where links are impossible."""
-        target = self.path_for(rel)
-        self._ensure_parent(rel)
-        try:
-            os.link(self.path_for(twin), target, follow_symlinks=False)
-        except OSError:
+        if self.link_from(rel, self.path_for(twin)):
+            self.files_written += 1
+        else:
             self.write(rel, data)
-            return
-        self.files_written += 1
 
     def link_from(self, rel: str, source: Path) -> bool:
-        """Reuse an unchanged file of the previous site by hard link; False if that is impossible."""
+        """Reuse a file by hard link (an unchanged file of the previous site, or a twin); False if impossible."""
         target = self.path_for(rel)
         self._ensure_parent(rel)
         try:

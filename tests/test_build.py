@@ -3,13 +3,16 @@
 import hashlib
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import jinja2
 import pytest
 
+import site_builder.report
 from site_builder.build import BuildOptions, build
 from site_builder.canonical import resolver_json
 from site_builder.keys import load_trust_set
+from site_builder.serving import Site
 from site_builder.settings import SiteConfig
 
 from conftest import REAL_FILES
@@ -177,11 +180,6 @@ def test_refuses_to_replace_a_folder_it_did_not_make(bundles_dir, tmp_path):
 def test_the_report_names_a_bounded_number_of_rendered_files(bundles_dir, tmp_path, monkeypatch):
     """serve reloads the pages a build rendered; past a few hundred it reloads everything, so a full build of
     100,000 records need not keep a million paths."""
-    import site_builder.report
-    from types import SimpleNamespace
-
-    from site_builder.serving import Site
-
     monkeypatch.setattr(site_builder.report, "RENDERED_KEPT", 5)
     out = tmp_path / "site"
     report = run(bundles_dir, out)
