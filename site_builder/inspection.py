@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from site_builder.keys import TrustSet
 from site_builder.records import SUMMARY_FIELDS, PaperSummary, summarize
-from site_builder.strict_json import StrictJSONError, parse_strict
+from site_builder.strict_json import StrictJSONError, parse_strict_noting_floats
 from site_builder.verification import CheckResult, VerificationWarning, verify_bundle
 
 
@@ -48,12 +48,12 @@ def inspect_bytes(rel: str, raw: bytes, trust: TrustSet) -> Inspection:
     """Never raises for bad input: every problem becomes a rejected Inspection."""
     sha = hashlib.sha256(raw).hexdigest()
     try:
-        bundle = parse_strict(raw)
+        bundle, holds_float = parse_strict_noting_floats(raw)
     except StrictJSONError as exc:
         return Inspection(rel, sha, len(raw), exc.check, exc.reason)
     if not isinstance(bundle, dict):
         return Inspection(rel, sha, len(raw), "structure", "top-level JSON value is not an object")
-    verdict = verify_bundle(bundle, trust)
+    verdict = verify_bundle(bundle, trust, holds_float)
     failure = verdict.first_failure
     if failure is not None:
         return Inspection(rel, sha, len(raw), failure.name, failure.detail, verdict.checks, verdict.warnings)

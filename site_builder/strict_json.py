@@ -14,9 +14,12 @@ import math
 import re
 from typing import Any
 
+import orjson
+
 MAX_DEPTH = 64
 MAX_SAFE_INTEGER = 2**53 - 1
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SPACED_KEY_END = re.compile(rb'"[ \t\n\r]+:')
 
 
 class StrictJSONError(ValueError):
@@ -83,6 +86,21 @@ def _contains_lone_surrogate(value: Any) -> bool:
 
 def parse_strict(raw: bytes, max_depth: int = MAX_DEPTH) -> Any:
     """Parse *raw* as one strict JSON document or raise StrictJSONError."""
+    return parse_strict_noting_floats(raw, max_depth)[0]
+
+
+def parse_strict_noting_floats(raw: bytes, max_depth: int = MAX_DEPTH) -> tuple[Any, bool | None]:
+    """``parse_strict``, and whether the value holds a float: False when known to hold none (the canonical
+    encoder then takes its fast path without walking the value again), None when not known."""
+    _check_encoding(raw)
+    if _SURROGATE_ESCAPE.search(raw) is None:
+        value = _parse_plain(raw, max_depth)
+        if value is not None:
+            return value, False
+    return _parse_checked(raw, max_depth), None
+
+
+def _check_encoding(raw: bytes) -> None:
     if not raw.strip():
         raise StrictJSONError("json_syntax", "empty file")
     if raw.startswith(b"\xef\xbb\xbf"):
@@ -92,9 +110,66 @@ def parse_strict(raw: bytes, max_depth: int = MAX_DEPTH) -> Any:
     if b"\x00" in raw:
         raise StrictJSONError("json_encoding", "contains NUL bytes (UTF-16 or binary?); bundles are UTF-8")
     try:
-        text = raw.decode("utf-8")
+        raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise StrictJSONError("json_encoding", f"invalid UTF-8 at byte {exc.start}") from None
+
+
+def _parse_plain(raw: bytes, max_depth: int) -> dict | list | None:
+    """The fast path: orjson (~30 µs for a 14 KB bundle where ``json.loads`` with the checking hooks takes
+    ~125 µs and the depth walk ~30 µs more), for documents that are plainly acceptable: an object or array
+    without floats or integers beyond ±2^53, nesting within *max_depth*, and not one duplicate key.  It only
+    ever accepts; anything else (None) goes to ``_parse_checked``, which accepts or names the problem.
+
+    Duplicates are found by counting: orjson keeps one value per key, so its objects hold fewer keys than the
+    text names exactly when a key repeats.  The text's keys are counted as ``":`` (a key's closing quote and
+    its colon).  That count can only be too high (a string may hold ``\\":``), which sends a document to the
+    full parser, never past it; it could be too low only with white space before a colon, and such documents
+    go to the full parser too.  Property tests (tests/test_strict_json.py) hold the two paths to the same
+    answer."""
+    if _SPACED_KEY_END.search(raw) is not None:
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(value) is not dict and type(value) is not list:
+        return None
+    keys = _plain_keys(value, max_depth)
+    return value if keys == raw.count(b'":') else None
+
+
+def _plain_keys(node: dict | list, budget: int) -> int:
+    """How many keys *node*'s objects hold, or -1 if it nests deeper than *budget* or holds a float or an
+    integer beyond ±2^53 (orjson reads integers beyond 64 bits as floats)."""
+    if budget <= 0:
+        return -1
+    if type(node) is dict:
+        count = len(node)
+        values = node.values()
+    else:
+        count = 0
+        values = node
+    for value in values:
+        kind = type(value)
+        if kind is str:
+            continue
+        if kind is dict or kind is list:
+            inner = _plain_keys(value, budget - 1)
+            if inner < 0:
+                return -1
+            count += inner
+        elif kind is int:
+            if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+                return -1
+        elif kind is float:
+            return -1
+    return count
+
+
+def _parse_checked(raw: bytes, max_depth: int) -> Any:
+    """Python's parser with a hook for every object and number: slower, and names what is wrong."""
+    text = raw.decode("utf-8")
     try:
         value = json.loads(
             text,

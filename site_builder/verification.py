@@ -473,9 +473,10 @@ def _title_warning(ctx: _Context) -> None:
             return
 
 
-def verify_bundle(bundle: Any, trust: TrustSet) -> Verdict:
-    """Run every check on a parsed bundle. Never raises for bad input; returns a Verdict."""
-    ctx = _Context(bundle=bundle, trust=trust, canon=CanonicalCache.for_document(bundle))
+def verify_bundle(bundle: Any, trust: TrustSet, holds_float: bool | None = None) -> Verdict:
+    """Run every check on a parsed bundle. Never raises for bad input; returns a Verdict.  *holds_float*: what
+    the parser found out about floats in *bundle* (None: not known; the canonical encoder then looks)."""
+    ctx = _Context(bundle=bundle, trust=trust, canon=CanonicalCache.for_document(bundle, holds_float))
     results: list[CheckResult] = []
     for name in CHECK_ORDER:
         if results and results[0].status == "failed":

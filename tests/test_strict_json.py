@@ -29,3 +29,100 @@ def test_rejections(raw, check):
 def test_accepts_ordinary_json_with_unicode_and_surrogate_pairs():
     assert parse_strict('{"a": [1, 2.5, "é", "\\ud83d\\ude00", null]}'.encode()) == \
         {"a": [1, 2.5, "é", "😀", None]}
+
+
+# --- the fast path (orjson) and the checking parser give the same answer -----------------------------------
+
+import json  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from site_builder.strict_json import _parse_checked, _parse_plain, parse_strict_noting_floats  # noqa: E402
+
+from conftest import REAL_FILES  # noqa: E402
+
+# Keys and strings weighted toward what the key count looks at: quotes, colons, backslashes, white space.
+_TRICKY = st.sampled_from(['"', ':', '\\', ' ', '\t', '\n', 'a', 'é', '\u2028', '\U0001f600', '\x1f'])
+_TEXT = st.lists(st.one_of(_TRICKY, st.sampled_from(['":', '\\":', '" :']), st.characters(exclude_categories=("Cs",))),
+                 max_size=5).map("".join)
+_NUMBERS = st.integers(-(2**65), 2**65) | st.integers(-(2**53) - 2, -(2**53) + 2) | st.integers(2**53 - 2, 2**53 + 2) \
+    | st.floats(allow_nan=False, allow_infinity=False)
+_SCALAR = st.none() | st.booleans() | _NUMBERS | _TEXT
+# Objects as lists of pairs, so that keys may repeat, directly or through an escape (\u0061 for a).
+_VALUE = st.recursive(_SCALAR, lambda inner: st.lists(inner, max_size=4).map(lambda v: ("list", v))
+                      | st.lists(st.tuples(_TEXT | st.sampled_from(["a", "b"]), inner), max_size=4).map(lambda v: ("obj", v)),
+                      max_leaves=25)
+
+
+def _write(value, style) -> str:
+    """JSON text in one of several styles: compact, spaced, white space before colons, keys escaped."""
+    if isinstance(value, tuple) and value[0] == "list":
+        return "[" + style["comma"].join(_write(v, style) for v in value[1]) + "]"
+    if isinstance(value, tuple) and value[0] == "obj":
+        pairs = []
+        for k, v in value[1]:
+            key = json.dumps(k, ensure_ascii=style["ascii"])
+            if style["escape_a"] and k == "a":
+                key = '"\\u0061"'
+            pairs.append(key + style["colon"] + _write(v, style))
+        return "{" + style["comma"].join(pairs) + "}"
+    return json.dumps(value, ensure_ascii=style["ascii"])
+
+
+_STYLE = st.fixed_dictionaries({"comma": st.sampled_from([",", ", ", ",\n  "]),
+                                "colon": st.sampled_from([":", ": ", " :", "\t:", "\n:"]),
+                                "ascii": st.booleans(), "escape_a": st.booleans()})
+
+
+def _typed(value):
+    """*value* with every number tagged by its type (1 == 1.0 == True in Python; the parsers must agree on types)."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    return (type(value).__name__, repr(value))
+
+
+def _checked(raw: bytes):
+    try:
+        return "ok", _typed(_parse_checked(raw, 64))
+    except StrictJSONError as exc:
+        return "refused", exc.check
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_VALUE, _STYLE, st.integers(1, 8))
+def test_the_fast_path_accepts_only_what_the_checking_parser_accepts_and_reads_it_the_same(value, style, depth):
+    raw = _write(value, style).encode()
+    for _ in range(depth if depth > 5 else 0):  # now and then nest it near the depth limit
+        raw = b"[" * 10 + raw + b"]" * 10
+    fast = _parse_plain(raw, 64) if raw.lstrip()[:1] in (b"{", b"[") else None
+    expected = _checked(raw)
+    if fast is not None:
+        assert expected == ("ok", _typed(fast))
+    try:
+        got = "ok", _typed(parse_strict(raw))
+    except StrictJSONError as exc:
+        got = "refused", exc.check
+    assert got == expected
+
+
+def test_a_duplicate_key_is_refused_however_the_text_hides_it():
+    cases = [b'{"a":1,"a":2}', b'{"\\u0061":1,"a":2}', b'{"a" :1,"a":2,"x\\":":0}', b'{"a":{"b":1,"b":1}}',
+             b'[{"k":"\\":"},{"k":1,"k":2}]', b'{"a":1,\n"a"\n:2}']
+    for raw in cases:
+        assert _parse_plain(raw, 64) is None, raw
+        with pytest.raises(StrictJSONError) as info:
+            parse_strict(raw)
+        assert info.value.check == "json_duplicate_key", raw
+
+
+def test_a_real_bundle_takes_the_fast_path_and_is_known_to_hold_no_float():
+    for path in REAL_FILES:
+        raw = path.read_bytes()
+        value, holds_float = parse_strict_noting_floats(raw)
+        assert holds_float is False
+        assert _parse_plain(raw, 64) is not None
+        assert _typed(value) == _typed(_parse_checked(raw, 64))
+    assert parse_strict_noting_floats(b'{"x": 1.5}') == ({"x": 1.5}, None)  # a float: the checking parser read it
