@@ -39,10 +39,11 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import jinja2
+import orjson
 
 from site_builder import __version__
 from site_builder.cache import BuildCache, file_count, join_files, split_files
-from site_builder.inspection import Inspection, inspect_bytes, rejected, shared_checks
+from site_builder.inspection import Inspection, compact, inspect_bytes, rejected
 from site_builder.keys import TrustSet
 from site_builder.loading import (DEFAULT_MAX_BYTES, BundleListing, FileReadError, InputFile, discover, read_bytes,
                                   stat_signature)
@@ -172,7 +173,7 @@ def _render_record(task: RecordTask) -> tuple[str, list[str], str | None]:
     staging: StagingTree = _worker["staging"]
     written = []
     raw_at = None  # where the bundle's bytes were first written: its second path links to it
-    for rel, data in paper_files(_worker["renderer"], raw, json.loads(raw), inspection.summary,
+    for rel, data in paper_files(_worker["renderer"], raw, orjson.loads(raw), inspection.summary,
                                  inspection.checks, inspection.warnings,
                                  own_addresses(inspection.summary, task.addresses)):
         if data is raw and raw_at is not None:
@@ -287,7 +288,7 @@ def _inspect_all(options: BuildOptions, cache: BuildCache,
                                         hit.summary)
         else:
             todo.append(f)
-    fresh = [shared_checks(i) for i in
+    fresh = [compact(i) for i in
              _map(_inspect_file, _init_inspect, (options.trust, options.max_bytes), todo, options, "verify")]
     for inspection in fresh:
         results[inspection.rel] = inspection

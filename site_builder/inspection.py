@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from site_builder.keys import TrustSet
-from site_builder.records import SUMMARY_FIELDS, PaperSummary, summarize
+from site_builder.records import SUMMARY_FIELDS, PaperSummary, summarize, summary_from_values
 from site_builder.strict_json import StrictJSONError, parse_strict_noting_floats
 from site_builder.verification import CheckResult, VerificationWarning, verify_bundle
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Inspection:
     rel: str
     sha256: str | None
@@ -57,8 +57,7 @@ def inspect_bytes(rel: str, raw: bytes, trust: TrustSet) -> Inspection:
     failure = verdict.first_failure
     if failure is not None:
         return Inspection(rel, sha, len(raw), failure.name, failure.detail, verdict.checks, verdict.warnings)
-    summary = summarize(bundle)
-    summary.row_digest  # computed here, in the worker process, and kept in the build cache
+    summary = summarize(bundle)  # with its row digest, computed here in the worker process and kept in the cache
     return Inspection(rel, sha, len(raw), None, "", verdict.checks, verdict.warnings, summary)
 
 
@@ -84,28 +83,49 @@ def _checks_from_text(text: str) -> tuple[CheckResult, ...]:
 
 
 _CHECKS_SHARED: dict[tuple[CheckResult, ...], tuple[CheckResult, ...]] = {}
+_VALUES_SHARED: dict[object, object] = {}
+_SHARED_LIMIT = 10_000
 
 
-def shared_checks(i: Inspection) -> Inspection:
-    """The same inspection holding a shared copy of its check results: nearly every bundle's 15 results are
-    identical, and a worker process sends each its own copy (100,000 copies are ~300 MB)."""
+def _shared(value):
+    found = _VALUES_SHARED.get(value)
+    if found is None:
+        if len(_VALUES_SHARED) >= _SHARED_LIMIT:
+            return value
+        found = _VALUES_SHARED[value] = value
+    return found
+
+
+def compact(i: Inspection) -> Inspection:
+    """The same inspection holding shared copies of what many records have alike: the check results (nearly
+    every bundle's 15 are identical, and a worker process sends each its own copy: 100,000 copies are
+    ~300 MB), and the summary's few-valued fields (year, categories, license: ~0.3 KB a record as copies)."""
     checks = _CHECKS_SHARED.get(i.checks)
     if checks is None:
-        if len(_CHECKS_SHARED) >= 10_000:
-            return i
-        checks = _CHECKS_SHARED[i.checks] = i.checks
-    return i if checks is i.checks else replace(i, checks=checks)
+        checks = i.checks
+        if len(_CHECKS_SHARED) < _SHARED_LIMIT:
+            _CHECKS_SHARED[checks] = checks
+    summary = i.summary
+    if summary is not None:
+        summary = _compact_summary([getattr(summary, name) for name in SUMMARY_FIELDS], summary.row_digest)
+    return Inspection(i.rel, i.sha256, i.size, i.check, i.reason, checks, i.warnings, summary)
+
+
+_FEW_VALUED = tuple(SUMMARY_FIELDS.index(name) for name in ("year", "primary_cat", "license"))
+_CROSS = SUMMARY_FIELDS.index("cross_cats")
+
+
+def _compact_summary(values: list, row_digest: str) -> PaperSummary:
+    for index in _FEW_VALUED:
+        values[index] = _shared(values[index])
+    values[_CROSS] = _shared(tuple(_shared(c) for c in values[_CROSS]))
+    return summary_from_values(values, row_digest)
 
 
 def _summary_from_values(values: list) -> PaperSummary:
-    """PaperSummary from its field values, without the frozen dataclass's per-field __setattr__ (a cached
-    incremental build makes 10,000 of these)."""
     if not isinstance(values, list) or len(values) != len(SUMMARY_FIELDS) + 1 or not isinstance(values[-1], str):
         raise ValueError("damaged summary")
-    summary = object.__new__(PaperSummary)
-    summary.__dict__.update(zip(SUMMARY_FIELDS, [tuple(v) if isinstance(v, list) else v for v in values]))
-    summary.__dict__["row_digest"] = values[-1]
-    return summary
+    return _compact_summary([tuple(v) if isinstance(v, list) else v for v in values[:-1]], values[-1])
 
 
 def inspection_from_json(doc: list) -> Inspection:

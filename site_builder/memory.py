@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from site_builder.selection import Candidate, Selection
 
 SNAPSHOT_NAME = "memory.pickle"
-_HEADER = f"site-builder memory {__version__}/2\n".encode()
+_HEADER = f"site-builder memory {__version__}/3\n".encode()
 
 
 @dataclass
@@ -58,7 +58,7 @@ class BuildMemory:
     inputs: dict[str, tuple[str, str, Inspection]] = field(default_factory=dict)  # rel -> (stat, trust, result)
     selection: tuple[list[Candidate], Selection] | None = None  # last candidates and what select() made of them
     record_keys: tuple[str, dict[str, tuple]] | None = None  # build key; pith id -> (sha256, addresses, key)
-    list_rows: tuple[str, dict[str, str]] | None = None  # build key; row digest -> a record's rendered list row
+    list_rows: tuple[str, dict[str, bytes]] | None = None  # build key; row digest -> a record's list row (UTF-8)
 
     def close(self) -> None:
         if self.cache is not None:
@@ -99,7 +99,7 @@ def _well_formed(memory: object) -> bool:
         and (memory.list_rows is None or isinstance(memory.list_rows[1], dict))
 
 
-def _shown_rows(memory: BuildMemory) -> tuple[str, dict[str, str]] | None:
+def _shown_rows(memory: BuildMemory) -> tuple[str, dict[str, bytes]] | None:
     """The list rows of the records the site shows now (rows of removed or changed records are dropped)."""
     if memory.list_rows is None or memory.catalogue is None:
         return None

@@ -25,7 +25,7 @@ CHECK_CLASSES = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class FileOutcome:
     inspection: Inspection
     status: str

@@ -15,7 +15,7 @@ from pathlib import Path
 from site_builder.inspection import Inspection
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PublishedBefore:
     """What the previous build's verification.json says it published for one record."""
 
@@ -25,7 +25,7 @@ class PublishedBefore:
     event_count: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Candidate:
     inspection: Inspection
     source: str | Path  # where the verified bytes live (an input file, or the previous site)

@@ -84,14 +84,14 @@ class CheckFailed(Exception):
     """Raised inside a check; the message is the one-line reason."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CheckResult:
     name: str
     status: Status
     detail: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VerificationWarning:
     code: str
     message: str

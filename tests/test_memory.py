@@ -73,7 +73,7 @@ def test_list_rows_come_from_the_snapshot_only_under_the_same_templates(project)
     build(opts(project, out, trust))
     memory = load_snapshot(snapshot_dir(project))
     build_key, rows = memory.list_rows
-    memory.list_rows = (build_key, {digest: "<li>row from the snapshot</li>\n" for digest in rows})
+    memory.list_rows = (build_key, {digest: b"<li>row from the snapshot</li>\n" for digest in rows})
     assert save_snapshot(memory, snapshot_dir(project))
     (project / "bundles" / "gen50.json").write_bytes(make_bundle(50))  # page 1 of "All papers" changes
     build(opts(project, out, trust))
