@@ -14,8 +14,10 @@ from dataclasses import dataclass, field, fields
 from typing import Sequence
 
 from site_builder.merge import KNOWN_EVENT_TYPES
+from site_builder.slotted import quick_unpickle
 
 
+@quick_unpickle
 @dataclass(frozen=True, slots=True)
 class PaperSummary:
     """Slotted, like the other per-record classes: without an instance dict a record's summary and

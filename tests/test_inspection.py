@@ -1,0 +1,45 @@
+"""What a build keeps per record: the inspection of each file, compact and unchanged through cache and snapshot."""
+
+import json
+import pickle
+from dataclasses import replace
+
+from site_builder.inspection import compact, inspect_bytes, inspection_from_json, inspection_to_json
+from site_builder.keys import load_trust_set
+from site_builder.records import SUMMARY_FIELDS
+
+from conftest import REAL_FILES
+
+
+def _inspect(rel: str):
+    result = inspect_bytes(rel, REAL_FILES[0].read_bytes(), load_trust_set())
+    assert result.verified, result.error_line()
+    return result
+
+
+def test_results_kept_for_every_record_share_what_records_have_alike():
+    """Each worker sends its own copies; the build keeps one copy of the checks and of few-valued fields."""
+    first, second = _inspect("a.json"), _inspect("b.json")
+    assert first.summary.primary_cat is not second.summary.primary_cat  # as they come from the workers
+    a, b = compact(first), compact(second)
+    assert a == first and a.summary == first.summary and a.summary.row_digest == first.summary.row_digest
+    assert a.checks is b.checks
+    for name in ("year", "primary_cat", "license", "cross_cats"):
+        assert getattr(a.summary, name) is getattr(b.summary, name), name
+    assert a.summary.title is not b.summary.title  # text of one record is its own
+
+
+def test_a_result_is_the_same_after_the_cache_and_the_snapshot():
+    result = _inspect("a.json")
+    from_cache = inspection_from_json(json.loads(json.dumps(inspection_to_json(result))))
+    from_snapshot = pickle.loads(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+    for kept in (from_cache, from_snapshot):
+        assert kept == result and kept.summary.row_digest == result.summary.row_digest
+        assert [getattr(kept.summary, n) for n in SUMMARY_FIELDS] == [getattr(result.summary, n) for n in SUMMARY_FIELDS]
+
+
+def test_the_row_digest_follows_every_field():
+    summary = _inspect("a.json").summary
+    for name, value in (("title", "Another title"), ("authors", ("A. Person",)), ("abstract", "x"), ("version", 9)):
+        assert replace(summary, **{name: value}).row_digest != summary.row_digest, name
+    assert replace(summary).row_digest == summary.row_digest
