@@ -178,5 +178,13 @@ def title_canon_sha256(title: str) -> str:
 
 
 def resolver_json(obj: Any) -> bytes:
-    """The resolver's compact form for served JSON (file key order, not sorted)."""
+    """The resolver's compact form for served JSON (file key order, not sorted):
+    ``json.dumps(obj, separators=(",", ":"), ensure_ascii=False)`` in UTF-8.  Written by orjson (every record's
+    ``state.json``) where the two agree, as for canonical bytes: without floats; whatever orjson refuses goes to
+    the reference encoder."""
+    if not _holds_float(obj):
+        try:
+            return orjson.dumps(obj)
+        except (orjson.JSONEncodeError, TypeError):
+            pass
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")

@@ -51,16 +51,22 @@ class StagingTree:
 
     def __init__(self, root: Path):
         self.root = root
+        self._prefix = os.path.join(os.fspath(root), "")  # paths are joined as strings: a record writes ten files
         self._dirs: set[str] = set()
         self.files_written = 0
 
-    def path_for(self, rel: str) -> Path:
-        return self.root / check_relative_path(rel)
+    def path_for(self, rel: str) -> str:
+        return self._prefix + check_relative_path(rel)
 
     def _ensure_parent(self, rel: str) -> None:
         parent = rel.rpartition("/")[0]
         if parent and parent not in self._dirs:
-            os.makedirs(self.root / parent, exist_ok=True)
+            try:
+                os.mkdir(self._prefix + parent)  # one call where the parent's parent exists, as it mostly does
+            except FileExistsError:
+                pass
+            except FileNotFoundError:
+                os.makedirs(self._prefix + parent, exist_ok=True)
             self._dirs.add(parent)
 
     def write(self, rel: str, data: bytes) -> None:

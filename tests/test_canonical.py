@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nacl.signing import VerifyKey
 
-from site_builder.canonical import CanonicalCache, FastCanonicalCache, canon, digest, pith_id_from_digest, title_canon_sha256
+from site_builder.canonical import (CanonicalCache, FastCanonicalCache, canon, digest, pith_id_from_digest, resolver_json,
+                                    title_canon_sha256)
 from site_builder.keys import load_trust_set
 
 from conftest import VECTORS
@@ -99,3 +100,14 @@ def test_where_orjson_differs_or_refuses_the_reference_decides():
     assert fast.text({"\uffff": 1, "\U0001f600": 2}) == reference({"\uffff": 1, "\U0001f600": 2})  # code point order
     with pytest.raises(ValueError):
         fast.digest({"x": "\ud800"})
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.recursive(_PLAIN | st.floats(allow_nan=False, allow_infinity=False) | st.integers(),
+                    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_TEXT, inner, max_size=6), max_leaves=30))
+def test_served_json_is_the_resolver_form_in_file_order(value):
+    """state.json is written by orjson where it agrees with the reference form, by the reference elsewhere."""
+    assert resolver_json(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    if isinstance(value, dict) and len(value) > 1:
+        reordered = dict(reversed(list(value.items())))
+        assert list(json.loads(resolver_json(reordered))) == list(reordered)  # keys in the order given, not sorted
