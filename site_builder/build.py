@@ -923,8 +923,9 @@ def _place_unit(name: str, key: str, tree: StagingTree, kept: dict, live_units: 
     if live is None or live[0] != key:
         return None
     linked = []
+    live_root = os.path.join(os.fspath(output), "")
     for rel in split_files(live[1]):
-        if not tree.link_from(rel, output / rel):
+        if not tree.link_from(rel, live_root + rel):  # (rel is checked by link_from before anything is made)
             for done in linked:  # could not reuse all of it: render the unit instead
                 os.unlink(tree.path_for(done))
             return None

@@ -25,8 +25,12 @@ import sys
 import time
 from pathlib import Path
 
-_SAFE_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*\Z")
-_WINDOWS_RESERVED = re.compile(r"(CON|PRN|AUX|NUL|COM[0-9]|LPT[0-9])(\..*)?\Z", re.IGNORECASE)
+# A path is plain components joined by "/": each starts with a letter or digit and holds only letters, digits, ".",
+# "_" and "-" (so never "", "." or ".."), or is one of the two dot-names a static host needs.  One expression for
+# the whole path (a record writes ten files; checking them part by part was ~8 µs a file).
+_COMPONENT = r"(?:[A-Za-z0-9][A-Za-z0-9._\-]*|\.well-known|\.nojekyll)"
+_SAFE_PATH = re.compile(rf"(?:{_COMPONENT}/)*{_COMPONENT}")
+_WINDOWS_RESERVED = re.compile(r"(?:\A|/)(?:CON|PRN|AUX|NUL|COM[0-9]|LPT[0-9])(?:\.[^/]*)?(?:/|\Z)", re.IGNORECASE)
 MARKER = "verification.json"
 
 
@@ -36,13 +40,8 @@ class OutputError(Exception):
 
 def check_relative_path(rel: str) -> str:
     """Return *rel* if it is a safe relative path of plain components, else raise ValueError."""
-    if not rel or rel.startswith("/") or "\\" in rel or "\x00" in rel:
+    if _SAFE_PATH.fullmatch(rel) is None or _WINDOWS_RESERVED.search(rel) is not None:
         raise ValueError(f"unsafe output path {rel!r}")
-    for part in rel.split("/"):
-        if part in (".well-known", ".nojekyll"):
-            continue
-        if part in ("", ".", "..") or not _SAFE_COMPONENT.match(part) or _WINDOWS_RESERVED.match(part):
-            raise ValueError(f"unsafe output path {rel!r}")
     return rel
 
 
@@ -91,7 +90,7 @@ class StagingTree:
         else:
             self.write(rel, data)
 
-    def link_from(self, rel: str, source: Path) -> bool:
+    def link_from(self, rel: str, source: str | Path) -> bool:
         """Reuse a file by hard link (an unchanged file of the previous site, or a twin); False if impossible."""
         target = self.path_for(rel)
         self._ensure_parent(rel)

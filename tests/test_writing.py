@@ -1,11 +1,17 @@
-"""The output slot: leftovers of earlier builds are deleted in the background, never twice, never waited for."""
+"""The output slot: leftovers of earlier builds are deleted in the background, never twice, never waited for; and
+only plain relative paths are ever written."""
 
 import fcntl
 import os
+import re
 import time
 from pathlib import Path
 
-from site_builder.writing import OutputSlot, StagingTree, remove_tree
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from site_builder.writing import OutputSlot, StagingTree, check_relative_path, remove_tree
 
 
 def wait_gone(path: Path, seconds: float = 10) -> bool:
@@ -76,3 +82,44 @@ def test_a_twin_is_a_hard_link_or_else_a_copy(tmp_path, monkeypatch):
     copy = tree.root / ".well-known/pith/B/bundle.json"
     assert copy.read_bytes() == b"[]" and not copy.samefile(tree.root / "pith/B/bundle.json")
     assert tree.files_written == 4
+
+
+def _reference_check(rel: str) -> bool:
+    """The rule part by part, as written before it became one expression."""
+    if not rel or rel.startswith("/") or "\\" in rel or "\x00" in rel:
+        return False
+    for part in rel.split("/"):
+        if part in (".well-known", ".nojekyll"):
+            continue
+        if part in ("", ".", "..") or not re.match(r"[A-Za-z0-9][A-Za-z0-9._\-]*\Z", part) \
+                or re.match(r"(CON|PRN|AUX|NUL|COM[0-9]|LPT[0-9])(\..*)?\Z", part, re.IGNORECASE):
+            return False
+    return True
+
+
+_PATH_PIECES = st.sampled_from(["/", ".", "..", "a", "Z", "9", "-", "_", "con", "COM1", "lpt9", "nul.txt", ".well-known",
+                                ".nojekyll", "\\", "\x00", "é", " ", "\n", "index.html", "K", "ſ"])
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(_PATH_PIECES, max_size=8).map("".join))
+def test_output_paths_are_plain_components(rel):
+    accepted = True
+    try:
+        assert check_relative_path(rel) == rel
+    except ValueError:
+        accepted = False
+    assert accepted == _reference_check(rel)
+
+
+@pytest.mark.parametrize("rel", ["../x", "a/../b", "/etc/passwd", "a//b", "a/", "./a", "a\\b", "CON/x", "x/aux.html",
+                                 "x/.git/config", "é/index.html", ""])
+def test_unsafe_output_paths_are_refused(rel):
+    with pytest.raises(ValueError, match="unsafe output path"):
+        check_relative_path(rel)
+
+
+@pytest.mark.parametrize("rel", ["pith/ABC/index.html", ".well-known/pith/ABC/bundle.json", ".nojekyll",
+                                 "arxiv/2401.00001v2/index.html", "console/index.html", "com10/x"])
+def test_plain_output_paths_are_accepted(rel):
+    assert check_relative_path(rel) == rel
