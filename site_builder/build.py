@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from multiprocessing import current_process, get_context
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import jinja2
 import orjson
@@ -45,8 +45,8 @@ from site_builder import __version__
 from site_builder.cache import BuildCache, file_count, join_files, split_files
 from site_builder.inspection import Inspection, compact, inspect_bytes, rejected
 from site_builder.keys import TrustSet
-from site_builder.loading import (DEFAULT_MAX_BYTES, BundleListing, FileReadError, InputFile, discover, read_bytes,
-                                  stat_signature)
+from site_builder.loading import (DEFAULT_MAX_BYTES, BundleListing, FileReadError, InputFile, Prefetcher, discover,
+                                  read_bytes, stat_signature)
 from site_builder.memory import BuildMemory, load_snapshot, save_snapshot
 from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, collection_units, groups,
                                 own_addresses, paper_files, plan_redirects, recatalogue, replan_redirects,
@@ -186,12 +186,13 @@ def _render_record(task: RecordTask) -> tuple[str, list[str], str | None]:
     return inspection.pith_id, written, None
 
 
-def _map(fn, init, initargs, items: list, options: BuildOptions, stage: str) -> list:
-    """Map in worker processes (fork) when there is enough work, else in this process; order kept."""
-    return list(_imap(fn, init, initargs, items, options, stage))
+def _map(fn, init, initargs, items: list, options: BuildOptions, stage: str, reads: Sequence = ()) -> list:
+    """Map in worker processes (fork) when there is enough work, else in this process; order kept.  *reads*:
+    the file each item reads, in order, for the kernel to read ahead (``Prefetcher``)."""
+    return list(_imap(fn, init, initargs, items, options, stage, reads))
 
 
-def _imap(fn, init, initargs, items: list, options: BuildOptions, stage: str) -> Iterator:
+def _imap(fn, init, initargs, items: list, options: BuildOptions, stage: str, reads: Sequence = ()) -> Iterator:
     """``_map`` yielding each result as it comes (in order), so a caller that digests results one by one does
     not hold them all: 100,000 records' lists of written files are ~100 MB."""
     pool = None
@@ -214,13 +215,21 @@ def _imap(fn, init, initargs, items: list, options: BuildOptions, stage: str) ->
     # Forked workers share this process's memory (100,000 records: ~1 GB) until they touch it; their garbage
     # collector would touch every object and so copy it all.  Frozen objects are left alone by it.
     gc.freeze()
+    prefetcher = None
     try:
         with pool:
-            for i, result in enumerate(pool.map(fn, items, chunksize=chunk)):
+            results = pool.map(fn, items, chunksize=chunk)  # the workers are forked by now: a thread may start
+            # Ahead of the results taken by what the workers may be working on (a chunk each, in order), and two
+            # chunks more.
+            prefetcher = Prefetcher(reads, ahead=chunk * (workers + 2)).start()
+            for i, result in enumerate(results):
+                prefetcher.taken = i
                 yield result
                 if progress and (i % 100 == 0 or i + 1 == len(items)):
                     progress(stage, i + 1, len(items))
     finally:
+        if prefetcher is not None:
+            prefetcher.stop()
         gc.unfreeze()
 
 
@@ -289,7 +298,8 @@ def _inspect_all(options: BuildOptions, cache: BuildCache,
         else:
             todo.append(f)
     fresh = [compact(i) for i in
-             _map(_inspect_file, _init_inspect, (options.trust, options.max_bytes), todo, options, "verify")]
+             _map(_inspect_file, _init_inspect, (options.trust, options.max_bytes), todo, options, "verify",
+                  [f.path for f in todo])]
     for inspection in fresh:
         results[inspection.rel] = inspection
     file_index = {f.rel: (f.sig, results[f.rel].sha256) for f in found if results[f.rel].sha256}
@@ -404,7 +414,8 @@ def _build(options: BuildOptions) -> BuildReport:
             with closing(_imap(_render_record, _init_render,
                                (options.config, dirs, options.trust, tree.root, options.search, build_key,
                                 _compiled_templates_dir(options)),
-                               to_render, options, "render")) as results:  # closed (workers stopped) on any error
+                               to_render, options, "render", [t.source for t in to_render])) as results:
+                # (closed, which stops the workers, on any error)
                 for pid, written, err in results:
                     if err:
                         changed[pid] = err

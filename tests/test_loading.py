@@ -137,3 +137,37 @@ def test_rediscover_lists_again_when_events_cannot_tell(tmp_path, change):
         os.utime(root, (os.stat(root).st_mtime - 60,) * 2)
         changed = {str(root / "a.json")}
     assert rediscover(before, changed) is None
+
+
+def test_prefetcher_reads_ahead_only_so_far_and_never_waits_on_a_fifo_or_follows_a_link(tmp_path, monkeypatch):
+    """The kernel is asked to read each regular file ahead, at most *ahead* files past the results taken."""
+    import threading
+    import time
+
+    from site_builder.loading import Prefetcher
+
+    paths = []
+    for i in range(8):
+        (tmp_path / f"{i}.json").write_text("{}")
+        paths.append(str(tmp_path / f"{i}.json"))
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "link.json").symlink_to(tmp_path / "0.json")
+    paths[3:3] = [str(tmp_path / "fifo.json"), str(tmp_path / "link.json"), str(tmp_path / "gone.json")]
+    advised, lock = [], threading.Lock()
+
+    def record(fd, offset, length, advice):
+        with lock:
+            advised.append(os.readlink(f"/proc/self/fd/{fd}"))
+
+    monkeypatch.setattr(os, "posix_fadvise", record)
+    prefetcher = Prefetcher(paths, ahead=2).start()
+    time.sleep(0.3)
+    with lock:
+        assert advised == paths[:3]  # files 0..2 (taken 0, two ahead), and no further
+    prefetcher.taken = len(paths)
+    deadline = time.time() + 5
+    while len(advised) < 8 and time.time() < deadline:
+        time.sleep(0.01)
+    prefetcher.stop()
+    assert advised == [p for p in paths if p.endswith(tuple(f"/{i}.json" for i in range(8)))]  # not the FIFO, the
+    # link or the missing file, and the FIFO did not block it
