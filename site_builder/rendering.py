@@ -155,13 +155,22 @@ class SiteRenderer:
     def _row_bytes(self, paper) -> bytes:
         """The row as UTF-8: kept for every record of the site, and a row with one character beyond Latin-1
         (the default row's "·") takes two bytes a character as a ``str``, one as UTF-8."""
-        key = paper.row_digest
-        row = self.rows.get(key)
+        row = self.rows.get(paper.row_digest)
         if row is None:
-            if len(self.rows) >= ROW_MEMO_LIMIT:
-                self.rows.clear()
-            row = self.rows[key] = self.render("_paper_row.html", p=paper)
+            row = self.row_of(paper)
+            self.keep_row(paper.row_digest, row)
         return row
+
+    def row_of(self, paper) -> bytes:
+        """The row, kept or rendered, without keeping it: a render worker renders the row of each record it
+        renders (so that list pages only join rows) and hands it to the build, which keeps it (``keep_row``)."""
+        row = self.rows.get(paper.row_digest)
+        return row if row is not None else self.render("_paper_row.html", p=paper)
+
+    def keep_row(self, row_digest: str, row: bytes) -> None:
+        if len(self.rows) >= ROW_MEMO_LIMIT and row_digest not in self.rows:
+            self.rows.clear()
+        self.rows[row_digest] = row
 
     def markdown(self, text: str) -> Markup:
         return Markup(self._md.render(text or ""))

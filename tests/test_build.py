@@ -198,3 +198,35 @@ def test_the_report_names_a_bounded_number_of_rendered_files(bundles_dir, tmp_pa
     report = run(bundles_dir, tmp_path / "other")
     Site._announce(SimpleNamespace(live=live, builds=1), report)
     assert published[0][1]["all"] is False and "/" in published[0][1]["paths"]
+
+
+def test_worker_processes_build_what_one_process_builds_and_render_the_list_rows(tmp_path, monkeypatch):
+    """Over the worker threshold the records (their pages and their rows in lists) are rendered by worker
+    processes; the site is byte for byte the one a single process builds, and the main process renders no row."""
+    import os
+    import sys
+
+    from site_builder.build import PARALLEL_THRESHOLD
+    from site_builder.rendering import SiteRenderer
+
+    from conftest import ROOT
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from generate import generate
+
+    bundles = generate(tmp_path / "bundles", PARALLEL_THRESHOLD + 16)
+    trust = load_trust_set([tmp_path / "bench-key.json"])
+    rows_here = []
+    render = SiteRenderer.render
+
+    def counting(self, template, **context):
+        if template == "_paper_row.html":
+            rows_here.append(os.getpid())  # a worker appends to its own copy of the list
+        return render(self, template, **context)
+
+    monkeypatch.setattr(SiteRenderer, "render", counting)
+    pooled, single = tmp_path / "pooled", tmp_path / "single"
+    build(BuildOptions(bundles=bundles, output=pooled, trust=trust, search=False, jobs=2))
+    assert rows_here == []
+    build(BuildOptions(bundles=bundles, output=single, trust=trust, search=False, jobs=1))
+    assert len(rows_here) == PARALLEL_THRESHOLD + 16  # in one process every row is rendered here, once
+    assert tree(pooled) == tree(single)
