@@ -341,7 +341,7 @@ def _build(options: BuildOptions) -> BuildReport:
                       about, options.max_bytes, source_date(), options.search)
 
     slot.acquire()
-    cache = _open_cache(options)  # waits while the last build's detached saver writes it
+    cache = _open_cache(options, load=False)  # waits while the last build's detached saver writes it
     clock.lap("start")
     snapshot_dir = _cache_folder(options) if options.memory is None and options.keep_memory else None
     try:
@@ -358,6 +358,7 @@ def _build(options: BuildOptions) -> BuildReport:
         # (and writes nothing if nothing changed), which also fills the memory on its first build.
         if options.memory is None and _unchanged_since_last_build(cache, input_fingerprint(), slot, report):
             return report
+        cache.load()
         if snapshot_dir is not None:  # a separate process: start from what the last build planned
             options = replace(options, memory=load_snapshot(snapshot_dir))
             options.memory.cache = cache
@@ -800,14 +801,14 @@ def _compiled_templates_dir(options: BuildOptions) -> Path | None:
     return folder / "templates" if folder is not None else None
 
 
-def _open_cache(options: BuildOptions) -> BuildCache:
+def _open_cache(options: BuildOptions, load: bool = True) -> BuildCache:
     folder = _cache_folder(options)
     path = folder / "cache.sqlite" if folder is not None else None
     memory = options.memory
     if memory is not None and memory.cache is not None and memory.cache.path == path and memory.cache.db is not None:
         memory.cache.take_lock()
         return memory.cache
-    cache = BuildCache(path)
+    cache = BuildCache(path, load)
     if memory is not None:
         memory.close()
         memory.cache = cache
