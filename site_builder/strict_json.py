@@ -125,7 +125,8 @@ def _parse_plain(raw: bytes, max_depth: int) -> dict | list | None:
     text names exactly when a key repeats.  The text's keys are counted as ``":`` (a key's closing quote and
     its colon).  That count can only be too high (a string may hold ``\\":``), which sends a document to the
     full parser, never past it; it could be too low only with white space before a colon, and such documents
-    go to the full parser too.  Property tests (tests/test_strict_json.py) hold the two paths to the same
+    go to the full parser too (JSON, and orjson, allow only space, tab, CR and LF there; the property test
+    writes other white space as well, which both parsers refuse).  Property tests (tests/test_strict_json.py) hold the two paths to the same
     answer."""
     if _SPACED_KEY_END.search(raw) is not None:
         return None

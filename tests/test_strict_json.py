@@ -71,7 +71,8 @@ def _write(value, style) -> str:
 
 
 _STYLE = st.fixed_dictionaries({"comma": st.sampled_from([",", ", ", ",\n  "]),
-                                "colon": st.sampled_from([":", ": ", " :", "\t:", "\n:"]),
+                                "colon": st.sampled_from([":", ": ", " :", "\t:", "\n:", "\r\n :",
+                                                           "\x0c:", "\xa0:", "\u2028:"]),  # the last three: not JSON white space
                                 "ascii": st.booleans(), "escape_a": st.booleans()})
 
 
