@@ -161,7 +161,10 @@ def test_prefetcher_reads_ahead_only_so_far_and_never_waits_on_a_fifo_or_follows
 
     monkeypatch.setattr(os, "posix_fadvise", record)
     prefetcher = Prefetcher(paths, ahead=2).start()
-    time.sleep(0.3)
+    deadline = time.time() + 5
+    while len(advised) < 3 and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # time to go further, if it would
     with lock:
         assert advised == paths[:3]  # files 0..2 (taken 0, two ahead), and no further
     prefetcher.taken = len(paths)
