@@ -143,9 +143,11 @@ class Prefetcher:
         return self
 
     def stop(self) -> None:
+        """Stop reading ahead; never waits long (a daemon thread stuck in an ``open`` of a hung file system is
+        left behind rather than holding up the build)."""
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join()
+            self._thread.join(timeout=1.0)
 
     def _run(self) -> None:
         flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
