@@ -243,8 +243,8 @@ def test_a_burst_of_events_becomes_one_rebuild(tmp_path):
         path = str(tmp_path / "bundles" / f"b{i}.json")
         for event in (FileCreatedEvent(path), FileModifiedEvent(path), FileClosedEvent(path)):
             watcher.on_any_event(event)
+        finished = time.monotonic()  # the last write so far (measured before the pause, which may oversleep)
         time.sleep(0.001)
-    finished = time.monotonic()
     time.sleep(0.5)
     stop.set()
     consumer.join(2)
