@@ -86,10 +86,12 @@ def _checks_from_text(text: str) -> tuple[CheckResult, ...]:
 
 _CHECKS_SHARED: dict[tuple[CheckResult, ...], tuple[CheckResult, ...]] = {}
 _VALUES_SHARED: dict[object, object] = {}
-_SHARED_LIMIT = 10_000
+_SHARED_LIMIT = 10_000  # entries; each a short value (a long one is kept as it is: the memo outlives records)
 
 
 def _shared(value):
+    if len(value) > 256:
+        return value
     found = _VALUES_SHARED.get(value)
     if found is None:
         if len(_VALUES_SHARED) >= _SHARED_LIMIT:

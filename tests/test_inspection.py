@@ -43,3 +43,14 @@ def test_the_row_digest_follows_every_field():
     for name, value in (("title", "Another title"), ("authors", ("A. Person",)), ("abstract", "x"), ("version", 9)):
         assert replace(summary, **{name: value}).row_digest != summary.row_digest, name
     assert replace(summary).row_digest == summary.row_digest
+
+
+def test_only_short_values_are_kept_for_sharing():
+    """The sharing memo lives as long as the process (serve): a long value is left with its record."""
+    from site_builder.inspection import _VALUES_SHARED
+
+    result = _inspect("a.json")
+    long_license = "L" * 10_000
+    compacted = compact(replace(result, summary=replace(result.summary, license=long_license)))
+    assert compacted.summary.license == long_license
+    assert long_license not in _VALUES_SHARED and result.summary.primary_cat in _VALUES_SHARED
