@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
@@ -64,15 +64,21 @@ def _holds_float(obj: Any) -> bool:
     return False
 
 
-def _orjson_canon(obj: Any) -> bytes:
-    """``canon(obj)`` by orjson, for values that hold no float (the one place the two differ: orjson writes
-    ``1e-7`` where Python writes ``1e-07``).  On strings, integers, keys and nesting they agree byte for byte
-    (``tests/test_canonical.py`` checks it on generated values); whatever orjson refuses (an integer beyond 64
-    bits, a lone surrogate, deep nesting) goes to ``canon``, which encodes or refuses it as ever."""
+def _by_orjson(obj: Any, option: int, reference: Callable[[Any], bytes]) -> bytes:
+    """What *reference* (Python's encoder) makes of *obj*, made by orjson, for values that hold no float (the one
+    place the two differ: orjson writes ``1e-7`` where Python writes ``1e-07``).  On strings, integers, keys and
+    nesting they agree byte for byte (``tests/test_canonical.py`` checks it on generated values); whatever orjson
+    refuses (an integer beyond 64 bits, a lone surrogate, deep nesting) goes to *reference*, which encodes or
+    refuses it as ever."""
     try:
-        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(obj, option=option)
     except (orjson.JSONEncodeError, TypeError):
-        return canon(obj)
+        return reference(obj)
+
+
+def _orjson_canon(obj: Any) -> bytes:
+    """``canon(obj)`` by orjson, for a value without floats."""
+    return _by_orjson(obj, orjson.OPT_SORT_KEYS, canon)
 
 
 class CanonicalCache:
@@ -180,11 +186,11 @@ def title_canon_sha256(title: str) -> str:
 def resolver_json(obj: Any) -> bytes:
     """The resolver's compact form for served JSON (file key order, not sorted):
     ``json.dumps(obj, separators=(",", ":"), ensure_ascii=False)`` in UTF-8.  Written by orjson (every record's
-    ``state.json``) where the two agree, as for canonical bytes: without floats; whatever orjson refuses goes to
-    the reference encoder."""
-    if not _holds_float(obj):
-        try:
-            return orjson.dumps(obj)
-        except (orjson.JSONEncodeError, TypeError):
-            pass
+    ``state.json``) where the two agree, as for canonical bytes: without floats."""
+    if _holds_float(obj):
+        return _resolver_reference(obj)
+    return _by_orjson(obj, 0, _resolver_reference)
+
+
+def _resolver_reference(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")

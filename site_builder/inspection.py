@@ -126,7 +126,8 @@ def _compact_summary(values: list, row_digest: str) -> PaperSummary:
     return summary_from_values(values, row_digest)
 
 
-def _summary_from_values(values: list) -> PaperSummary:
+def _summary_from_json(values: list) -> PaperSummary:
+    """A summary from its cache row (field values, then the row digest), checked for shape and compacted."""
     if not isinstance(values, list) or len(values) != len(SUMMARY_FIELDS) + 1 or not isinstance(values[-1], str):
         raise ValueError("damaged summary")
     return _compact_summary([tuple(v) if isinstance(v, list) else v for v in values[:-1]], values[-1])
@@ -137,4 +138,4 @@ def inspection_from_json(doc: list) -> Inspection:
     rel, sha256, size, check, reason, checks, warnings, summary = doc
     return Inspection(rel, sha256, size, check, reason, _checks_from_text(checks),
                       tuple(VerificationWarning(*w) for w in warnings),
-                      None if summary is None else _summary_from_values(summary))
+                      None if summary is None else _summary_from_json(summary))

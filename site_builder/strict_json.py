@@ -92,15 +92,16 @@ def parse_strict(raw: bytes, max_depth: int = MAX_DEPTH) -> Any:
 def parse_strict_noting_floats(raw: bytes, max_depth: int = MAX_DEPTH) -> tuple[Any, bool | None]:
     """``parse_strict``, and whether the value holds a float: False when known to hold none (the canonical
     encoder then takes its fast path without walking the value again), None when not known."""
-    _check_encoding(raw)
+    text = _checked_text(raw)
     if _SURROGATE_ESCAPE.search(raw) is None:
         value = _parse_plain(raw, max_depth)
         if value is not None:
             return value, False
-    return _parse_checked(raw, max_depth), None
+    return _parse_checked(text, raw, max_depth), None
 
 
-def _check_encoding(raw: bytes) -> None:
+def _checked_text(raw: bytes) -> str:
+    """*raw* as text, or StrictJSONError for an empty file, a byte-order mark, NUL bytes or invalid UTF-8."""
     if not raw.strip():
         raise StrictJSONError("json_syntax", "empty file")
     if raw.startswith(b"\xef\xbb\xbf"):
@@ -110,7 +111,7 @@ def _check_encoding(raw: bytes) -> None:
     if b"\x00" in raw:
         raise StrictJSONError("json_encoding", "contains NUL bytes (UTF-16 or binary?); bundles are UTF-8")
     try:
-        raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise StrictJSONError("json_encoding", f"invalid UTF-8 at byte {exc.start}") from None
 
@@ -126,8 +127,8 @@ def _parse_plain(raw: bytes, max_depth: int) -> dict | list | None:
     its colon).  That count can only be too high (a string may hold ``\\":``), which sends a document to the
     full parser, never past it; it could be too low only with white space before a colon, and such documents
     go to the full parser too (JSON, and orjson, allow only space, tab, CR and LF there; the property test
-    writes other white space as well, which both parsers refuse).  Property tests (tests/test_strict_json.py) hold the two paths to the same
-    answer."""
+    writes other white space as well, which both parsers refuse).  Property tests (tests/test_strict_json.py)
+    hold the two paths to the same answer."""
     if _SPACED_KEY_END.search(raw) is not None:
         return None
     try:
@@ -168,9 +169,8 @@ def _plain_keys(node: dict | list, budget: int) -> int:
     return count
 
 
-def _parse_checked(raw: bytes, max_depth: int) -> Any:
+def _parse_checked(text: str, raw: bytes, max_depth: int) -> Any:
     """Python's parser with a hook for every object and number: slower, and names what is wrong."""
-    text = raw.decode("utf-8")
     try:
         value = json.loads(
             text,

@@ -87,7 +87,7 @@ def _typed(value):
 
 def _checked(raw: bytes):
     try:
-        return "ok", _typed(_parse_checked(raw, 64))
+        return "ok", _typed(_parse_checked(raw.decode(), raw, 64))
     except StrictJSONError as exc:
         return "refused", exc.check
 
@@ -125,5 +125,5 @@ def test_a_real_bundle_takes_the_fast_path_and_is_known_to_hold_no_float():
         value, holds_float = parse_strict_noting_floats(raw)
         assert holds_float is False
         assert _parse_plain(raw, 64) is not None
-        assert _typed(value) == _typed(_parse_checked(raw, 64))
+        assert _typed(value) == _typed(_parse_checked(raw.decode(), raw, 64))
     assert parse_strict_noting_floats(b'{"x": 1.5}') == ({"x": 1.5}, None)  # a float: the checking parser read it
