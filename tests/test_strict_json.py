@@ -1,6 +1,13 @@
-import pytest
+import json
 
-from site_builder.strict_json import StrictJSONError, parse_strict
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from site_builder.strict_json import (StrictJSONError, _parse_checked, _parse_plain, parse_strict,
+                                      parse_strict_noting_floats)
+
+from conftest import REAL_FILES
 
 
 @pytest.mark.parametrize("raw, check", [
@@ -33,14 +40,6 @@ def test_accepts_ordinary_json_with_unicode_and_surrogate_pairs():
 
 # --- the fast path (orjson) and the checking parser give the same answer -----------------------------------
 
-import json  # noqa: E402
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from site_builder.strict_json import _parse_checked, _parse_plain, parse_strict_noting_floats  # noqa: E402
-
-from conftest import REAL_FILES  # noqa: E402
 
 # Keys and strings weighted toward what the key count looks at: quotes, colons, backslashes, white space.
 _TRICKY = st.sampled_from(['"', ':', '\\', ' ', '\t', '\n', 'a', 'é', '\u2028', '\U0001f600', '\x1f'])
