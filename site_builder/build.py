@@ -470,7 +470,10 @@ def _build(options: BuildOptions) -> BuildReport:
 
             if changed:  # the outcomes and unit keys differ from those planned
                 build_id, report_doc = _identify(build_key, report, units, options)
-            written = []
+            tree.write_chunks(MARKER, report_doc.chunks())  # (its build id differs from the live one's)
+            report.note_rendered([MARKER])
+            written = [MARKER]
+            report.files_written += 1
             for rel, data in report_files(renderer, catalog, report_doc, about is not None):
                 tree.write(rel, data)
                 written.append(rel)
@@ -578,8 +581,9 @@ def _keep_only_fd(keep: int) -> None:
 
 
 def _forget_stale(memory: BuildMemory, report: BuildReport, units: dict) -> None:
-    """Drop what no longer belongs to the build (it would pin old results in memory and in the snapshot)."""
-    memory.report_rows.forget_all_but(report.outcomes)
+    """Drop what no longer belongs to the build (it would pin old results in memory and in the snapshot), and
+    keep this build's report lines for the next (the build wrote them without keeping them)."""
+    memory.report_rows.keep_lines(report.outcomes)
     memory.unit_rows = {k: v for k, v in memory.unit_rows.items() if k in units}
     memory.unit_keys = {k: v for k, v in memory.unit_keys.items() if k in units}
 
@@ -886,7 +890,7 @@ def _identify(build_key: str, report: BuildReport, units: dict, options: BuildOp
     rows = options.memory.report_rows if options.memory is not None else None
     doc = report.document([k.key_id for k in options.trust.keys], source_date(), rows)
     # The units are in a deterministic order (records by pith id, then the collection in page order).
-    build_id = _hash(build_key, json.dumps(doc.head, sort_keys=True), doc.files_text,
+    build_id = _hash(build_key, json.dumps(doc.head, sort_keys=True), doc.identity(),
                      "\n".join([f"{u}\t{k}" for u, (k, _) in units.items()]))
     doc.head = {"build_id": build_id, **doc.head}
     return build_id, doc

@@ -318,7 +318,8 @@ def _counts(papers: list[PaperSummary], head: dict) -> dict:
 
 def report_files(renderer: SiteRenderer, catalog: Catalogue, report: ReportDocument,
                  has_about: bool) -> Iterator[tuple[str, bytes]]:
-    """Pages that show the outcome of this build (counts, rejections); rendered on every build."""
+    """Pages that show the outcome of this build (counts, rejections); rendered on every build.  (Its
+    verification.json is written by the build, in pieces: ``ReportDocument.chunks``.)"""
     papers, cats, years = catalog.papers, catalog.categories, catalog.years
     counts = _counts(papers, report.head)
     yield "index.html", renderer.render("home.html", recent=papers[:HOME_RECENT], counts=counts, categories=cats,
@@ -333,7 +334,6 @@ def report_files(renderer: SiteRenderer, catalog: Catalogue, report: ReportDocum
             ("Papers per primary category", bar_chart(per_primary, "papers")),
             ("Bundles by verification outcome", bar_chart(outcome_rows, "bundles")),
         ])
-    yield "verification.json", report.dumps()
     yield "verification/index.html", renderer.render("verification.html", report=report.head,
                                                      attention=report.attention)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from site_builder import __version__
 from site_builder.inspection import Inspection
@@ -114,8 +115,9 @@ class BuildReport:
 
     def document(self, trusted_key_ids: list[str], generated_at: str | None,
                  rows: ReportRows | None = None) -> ReportDocument:
-        """verification.json's content: its head, its "files" array serialised one line per file, and the rows
-        that need a reader's attention (the only ones the HTML report lists)."""
+        """verification.json's content: its head, the outcomes whose lines make its "files" array (serialised as
+        the file is written, not held: 100,000 lines are ~50 MB), and the rows that need a reader's attention
+        (the only ones the HTML report lists)."""
         rows = rows if rows is not None else ReportRows()
         ordered = sorted(self.outcomes, key=lambda o: o.inspection.rel)
         head = {
@@ -132,19 +134,36 @@ class BuildReport:
             head["generated_at"] = generated_at
         attention = ([o.as_json() for o in ordered if o.status != PUBLISHED]
                      + [o.as_json() for o in ordered if o.status == PUBLISHED and o.inspection.warnings])
-        return ReportDocument(head, ",\n".join([rows.line(o) for o in ordered]), attention)
+        return ReportDocument(head, ordered, rows, attention)
 
 
 @dataclass
 class ReportDocument:
     head: dict  # everything but the per-file rows
-    files_text: str  # the rows, one JSON line per input file
+    ordered: list[FileOutcome]  # one per input file, by path: the "files" array
+    rows: ReportRows  # makes (or has kept) each outcome's line
     attention: list[dict]  # rejected and superseded files, then published files with warnings
 
+    def identity(self) -> str:
+        """What the "files" array is made of, one short line per file, for the build id.  A file's line is a
+        function of these: a result is a function of the file's bytes (``sha256``) under the build key (trusted
+        keys, builder version), and a result made without bytes (a file that could not be read) is its check
+        and reason.  Hashing this instead of the lines spares the build serialising 100,000 lines to name it."""
+        return "\n".join([f"{o.inspection.rel}\t{o.inspection.sha256}\t{o.inspection.size}\t{o.status}\t{o.note}"
+                          f"\t{o.inspection.check}\t{o.inspection.reason}" for o in self.ordered])
+
+    def chunks(self, lines_per_chunk: int = 2_000) -> Iterator[bytes]:
+        """verification.json in pieces: one line per input file (readable, diffable, fast to write for 100,000
+        files), made as they are written; lines kept from an earlier build are reused, new ones not kept."""
+        yield (json.dumps(self.head, ensure_ascii=False)[:-1] + ',\n"files": [\n').encode("utf-8")
+        line = self.rows.line_unkept
+        for start in range(0, len(self.ordered), lines_per_chunk):
+            text = ",\n".join([line(o) for o in self.ordered[start:start + lines_per_chunk]])
+            yield ((",\n" if start else "") + text).encode("utf-8")
+        yield b"\n]}\n"
+
     def dumps(self) -> bytes:
-        """verification.json: one line per input file (readable, diffable, fast to write for 100,000 files)."""
-        return (json.dumps(self.head, ensure_ascii=False)[:-1] + ',\n"files": [\n' + self.files_text
-                + "\n]}\n").encode("utf-8")
+        return b"".join(self.chunks())
 
 
 class ReportRows:
@@ -166,6 +185,7 @@ class ReportRows:
         return FileOutcome(inspection, status, note)
 
     def line(self, outcome: FileOutcome) -> str:
+        """The outcome's line, kept for the next build."""
         i = outcome.inspection
         entry = self._rows.get(id(i))
         if entry is not None and self._same(entry[0], i, outcome.status, outcome.note):
@@ -173,6 +193,22 @@ class ReportRows:
         line = json.dumps(outcome.as_json(), ensure_ascii=False)
         self._rows[id(i)] = (outcome, line)  # holding the result keeps its id() unique
         return line
+
+    def line_unkept(self, outcome: FileOutcome) -> str:
+        """The outcome's line, kept before or made without keeping it: a build writes its report before it
+        saves its memory, and ``keep_lines`` (run by the saver, which for a command-line build is a separate
+        process) keeps them, so the build itself does not hold 100,000 lines."""
+        i = outcome.inspection
+        entry = self._rows.get(id(i))
+        if entry is not None and self._same(entry[0], i, outcome.status, outcome.note):
+            return entry[1]
+        return json.dumps(outcome.as_json(), ensure_ascii=False)
+
+    def keep_lines(self, outcomes: list[FileOutcome]) -> None:
+        """Keep the lines of *outcomes* (and only theirs) for the next build."""
+        self.forget_all_but(outcomes)
+        for o in outcomes:
+            self.line(o)
 
     @staticmethod
     def _same(outcome: FileOutcome, inspection: Inspection, status: str, note: str) -> bool:

@@ -1,0 +1,75 @@
+"""verification.json: written in pieces, named by what its lines are made of, its lines kept only for the next build."""
+
+import json
+
+from site_builder.inspection import inspect_bytes, rejected
+from site_builder.keys import load_trust_set
+from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportRows
+
+from conftest import REAL_FILES
+
+
+def _report() -> BuildReport:
+    trust = load_trust_set()
+    report = BuildReport()
+    for n, path in enumerate(REAL_FILES):
+        result = inspect_bytes(f"{n}-{path.name}", path.read_bytes(), trust)
+        report.outcomes.append(FileOutcome(result, PUBLISHED if n else SUPERSEDED, "" if n else "by a newer bundle"))
+    report.outcomes.append(FileOutcome(rejected("z-broken.json", "json_syntax", "line 1: bad"), REJECTED))
+    report.outcomes.append(FileOutcome(rejected("a-unread.json", "file_read", "cannot read: Permission denied"),
+                                       REJECTED))
+    return report
+
+
+def test_the_report_written_in_pieces_is_one_json_document_in_path_order():
+    report = _report()
+    doc = report.document(["k1"], "2026-01-01T00:00:00Z")
+    whole = doc.dumps()
+    for per_chunk in (1, 2, 3, 1000):
+        assert b"".join(doc.chunks(lines_per_chunk=per_chunk)) == whole
+    parsed = json.loads(whole)
+    assert [f["path"] for f in parsed["files"]] == sorted(o.inspection.rel for o in report.outcomes)
+    assert parsed["counts"] == {"read": 6, "published": 3, "rejected": 2, "superseded": 1}
+    by_path = {f["path"]: f for f in parsed["files"]}
+    assert by_path["z-broken.json"]["rejected_by"] == "json_syntax"
+    assert by_path[report.outcomes[0].inspection.rel]["note"] == "by a newer bundle"
+    # One line per file: the report stays readable and diffable.
+    assert whole.count(b"\n") == len(report.outcomes) + 3
+
+
+def test_the_identity_changes_with_anything_a_line_shows():
+    report = _report()
+    base = report.document([], None).identity()
+    first = report.outcomes[1]
+    changes = [
+        FileOutcome(first.inspection, SUPERSEDED, "by another file"),  # status
+        FileOutcome(first.inspection, PUBLISHED, "kept from the previous site"),  # note
+        FileOutcome(rejected(first.inspection.rel, "file_changed", "changed"), REJECTED),  # result
+        FileOutcome(rejected(first.inspection.rel, "file_read", "cannot read: No such file"), REJECTED),
+    ]
+    seen = {base}
+    for changed in changes:
+        other = BuildReport(outcomes=[changed if o is first else o for o in report.outcomes])
+        identity = other.document([], None).identity()
+        assert identity not in seen
+        seen.add(identity)
+    # A different reason for the same check is another line, so another identity.
+    unread = report.outcomes[-1]
+    other = BuildReport(outcomes=[*report.outcomes[:-1], FileOutcome(rejected(unread.inspection.rel, "file_read",
+                                                                              "cannot read: I/O error"), REJECTED)])
+    assert other.document([], None).identity() != base
+
+
+def test_lines_are_kept_by_the_saver_not_while_writing():
+    report = _report()
+    rows = ReportRows()
+    doc = report.document([], None, rows)
+    doc.dumps()
+    assert rows._rows == {}  # writing the report keeps nothing
+    rows.keep_lines(report.outcomes[:2])
+    assert len(rows._rows) == 2
+    kept_line = rows._rows[id(report.outcomes[0].inspection)][1]
+    assert rows.line_unkept(report.outcomes[0]) is kept_line  # and a later build reuses them
+    assert doc.dumps() == report.document([], None).dumps()
+    rows.keep_lines(report.outcomes[1:3])  # the lines of results no longer in the build are dropped
+    assert set(rows._rows) == {id(o.inspection) for o in report.outcomes[1:3]}
