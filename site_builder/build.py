@@ -43,15 +43,15 @@ import orjson
 
 from site_builder import __version__
 from site_builder.cache import BuildCache, file_count, join_files, split_files
-from site_builder.inspection import Inspection, compact, inspect_bytes, rejected
+from site_builder.inspection import Inspection, by_reference, compact, inspect_bytes, rejected
 from site_builder.keys import TrustSet
 from site_builder.loading import (DEFAULT_MAX_BYTES, BundleListing, FileReadError, InputFile, Prefetcher, discover,
                                   read_bytes, stat_signature)
 from site_builder.memory import BuildMemory, load_snapshot, save_snapshot
 from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, collection_units, groups,
-                                own_addresses, paper_files, plan_redirects, recatalogue, replan_redirects,
+                                own_addresses, paper_dir, paper_files, plan_redirects, recatalogue, replan_redirects,
                                 report_files)
-from site_builder.records import PaperSummary
+from site_builder.records import PaperSummary, PaperText, paper_text, text_source
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportDocument
 from site_builder.selection import Candidate, PublishedBefore, Selection, is_rollback, select
@@ -141,7 +141,7 @@ def _inspect_file(item: InputFile) -> Inspection:
         raw = read_bytes(item.path, _worker["max_bytes"])
     except FileReadError as exc:
         return rejected(item.rel, exc.check, exc.reason)
-    return inspect_bytes(item.rel, raw, _worker["trust"])
+    return by_reference(inspect_bytes(item.rel, raw, _worker["trust"]))  # the words stay out of the build
 
 
 def _init_render(config: SiteConfig, dirs: list[Path], trust: TrustSet, staging_root: Path, search: bool,
@@ -175,9 +175,10 @@ def _render_record(task: RecordTask) -> tuple[str, list[str], str | None, bytes 
     staging: StagingTree = _worker["staging"]
     written = []
     raw_at = None  # where the bundle's bytes were first written: its second path links to it
-    for rel, data in paper_files(_worker["renderer"], raw, orjson.loads(raw), inspection.summary,
-                                 inspection.checks, inspection.warnings,
-                                 own_addresses(inspection.summary, task.addresses)):
+    bundle = orjson.loads(raw)
+    summary = inspection.summary.with_words(paper_text(bundle))  # (the build holds them by reference)
+    for rel, data in paper_files(_worker["renderer"], raw, bundle, summary, inspection.checks, inspection.warnings,
+                                 own_addresses(summary, task.addresses)):
         if data is raw and raw_at is not None:
             staging.write_twin(rel, raw_at, data)
         else:
@@ -185,7 +186,7 @@ def _render_record(task: RecordTask) -> tuple[str, list[str], str | None, bytes 
             if data is raw:
                 raw_at = rel
         written.append(rel)
-    return inspection.pith_id, written, None, _worker["renderer"].row_of(inspection.summary)
+    return inspection.pith_id, written, None, _worker["renderer"].row_of(summary)
 
 
 def _map(fn, init, initargs, items: list, options: BuildOptions, stage: str, reads: Sequence = ()) -> list:
@@ -441,51 +442,53 @@ def _build(options: BuildOptions) -> BuildReport:
                 units = {u: v for u, v in units.items() if u.startswith("record:")}
                 units.update({u: v for u, v in _units_plan(build_key, record_keys, papers, collection, options).items()
                               if not u.startswith("record:")})
-            for unit in collection:
-                key = units[unit.name][0]
-                reused = place(unit.name, key)
-                if reused is None:
-                    rendered = []
-                    for rel, data in unit.render():
-                        tree.write(rel, data)
-                        rendered.append(rel)
-                    report.files_written += len(rendered)
-                    report.pages_written += sum(1 for rel in rendered if rel.endswith(".html"))
-                    report.note_rendered(rendered)
-                    reused = join_files(rendered)
-                else:
-                    report.files_reused += file_count(reused)
-                units[unit.name] = (key, reused)
-            clock.lap("render_collection")
+            # (feeds show the words of records, which the build holds by reference: read from the tree's bundles)
+            with text_source(_words_in(tree, options.max_bytes)):
+                for unit in collection:
+                    key = units[unit.name][0]
+                    reused = place(unit.name, key)
+                    if reused is None:
+                        rendered = []
+                        for rel, data in unit.render():
+                            tree.write(rel, data)
+                            rendered.append(rel)
+                        report.files_written += len(rendered)
+                        report.pages_written += sum(1 for rel in rendered if rel.endswith(".html"))
+                        report.note_rendered(rendered)
+                        reused = join_files(rendered)
+                    else:
+                        report.files_reused += file_count(reused)
+                    units[unit.name] = (key, reused)
+                clock.lap("render_collection")
 
-            if "search" in units:
-                reused = place("search", units["search"][0])
-                if reused is None:
-                    shutil.rmtree(tree.root / "pagefind", ignore_errors=True)
-                    index_search(tree.root)
-                    reused = join_files(sorted(str(p.relative_to(tree.root))
-                                               for p in (tree.root / "pagefind").rglob("*") if p.is_file()))
-                units["search"] = (units["search"][0], reused)
-                clock.lap("search_index")
+                if "search" in units:
+                    reused = place("search", units["search"][0])
+                    if reused is None:
+                        shutil.rmtree(tree.root / "pagefind", ignore_errors=True)
+                        index_search(tree.root)
+                        reused = join_files(sorted(str(p.relative_to(tree.root))
+                                                   for p in (tree.root / "pagefind").rglob("*") if p.is_file()))
+                    units["search"] = (units["search"][0], reused)
+                    clock.lap("search_index")
 
-            if changed:  # the outcomes and unit keys differ from those planned
-                build_id, report_doc = _identify(build_key, report, units, options)
-            tree.write_chunks(MARKER, report_doc.chunks())  # (its build id differs from the live one's)
-            report.note_rendered([MARKER])
-            written = [MARKER]
-            report.files_written += 1
-            for rel, data in report_files(renderer, catalog, report_doc, about is not None):
-                tree.write(rel, data)
-                written.append(rel)
+                if changed:  # the outcomes and unit keys differ from those planned
+                    build_id, report_doc = _identify(build_key, report, units, options)
+                tree.write_chunks(MARKER, report_doc.chunks())  # (its build id differs from the live one's)
+                report.note_rendered([MARKER])
+                written = [MARKER]
                 report.files_written += 1
-                report.pages_written += rel.endswith(".html")
-                if _differs(slot.output / rel, data):
-                    report.note_rendered([rel])
-            units["report"] = ("", join_files(written))
-            report.removed = sorted(f"pith/{pid}/index.html" for pid in previous.published
-                                    if pid not in selection.published)
-            _prune_empty_dirs(tree.root, stale_dirs)
-            clock.lap("render_collection")
+                for rel, data in report_files(renderer, catalog, report_doc, about is not None):
+                    tree.write(rel, data)
+                    written.append(rel)
+                    report.files_written += 1
+                    report.pages_written += rel.endswith(".html")
+                    if _differs(slot.output / rel, data):
+                        report.note_rendered([rel])
+                units["report"] = ("", join_files(written))
+                report.removed = sorted(f"pith/{pid}/index.html" for pid in previous.published
+                                        if pid not in selection.published)
+                _prune_empty_dirs(tree.root, stale_dirs)
+                clock.lap("render_collection")
             if tree.root == slot.prev:
                 slot.publish_prev()
             else:
@@ -586,6 +589,22 @@ def _forget_stale(memory: BuildMemory, report: BuildReport, units: dict) -> None
     memory.report_rows.keep_lines(report.outcomes)
     memory.unit_rows = {k: v for k, v in memory.unit_rows.items() if k in units}
     memory.unit_keys = {k: v for k, v in memory.unit_keys.items() if k in units}
+
+
+def _words_in(tree: StagingTree, max_bytes: int) -> Callable[[str, str], PaperText]:
+    """Reads a record's words back from the bundle the tree being built holds for it (written, or linked from
+    the previous tree, from the verified bytes), which must still have the verified digest."""
+    @functools.lru_cache(maxsize=2048)  # a feed entry reads title, authors and abstract; feeds overlap
+    def read(pith_id: str, sha256: str) -> PaperText:
+        rel = paper_dir(pith_id) + "bundle.json"
+        try:
+            raw = read_bytes(tree.path_for(rel), max_bytes)
+        except FileReadError as exc:
+            raise OutputError(f"{tree.root / rel}: {exc.reason} (the output changed during the build)") from None
+        if hashlib.sha256(raw).hexdigest() != sha256:
+            raise OutputError(f"{tree.root / rel}: not the verified bundle (the output changed during the build)")
+        return paper_text(orjson.loads(raw))
+    return read
 
 
 def _differs(path: Path, data: bytes) -> bool:

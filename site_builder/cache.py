@@ -26,7 +26,7 @@ from pathlib import Path
 from site_builder import __version__
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
 
-SCHEMA = "7"
+SCHEMA = "8"
 
 
 class BuildCache:

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 
 from site_builder.keys import TrustSet
-from site_builder.records import SUMMARY_FIELDS, PaperSummary, summarize, summary_from_values
+from site_builder.records import SUMMARY_FIELDS, PaperSummary, TextOf, summarize, summary_from_values
 from site_builder.slotted import quick_unpickle
 from site_builder.strict_json import StrictJSONError, parse_strict_noting_floats
 from site_builder.verification import CheckResult, VerificationWarning, verify_bundle
@@ -63,10 +63,23 @@ def inspect_bytes(rel: str, raw: bytes, trust: TrustSet) -> Inspection:
     return Inspection(rel, sha, len(raw), None, "", verdict.checks, verdict.warnings, summary)
 
 
+def by_reference(i: Inspection) -> Inspection:
+    """The result with its summary's words held by reference (``records.TextOf``): what a build keeps."""
+    if i.summary is None or type(i.summary.text) is TextOf:
+        return i
+    return Inspection(i.rel, i.sha256, i.size, i.check, i.reason, i.checks, i.warnings,
+                      i.summary.by_reference(i.sha256))
+
+
+_TEXT = SUMMARY_FIELDS.index("text")
+_STORED_FIELDS = tuple(name for name in SUMMARY_FIELDS if name != "text")
+
+
 def inspection_to_json(i: Inspection) -> list:
     """A compact plain-JSON form for the build cache: an array (faster to parse than an object), with the
-    checks as one string (most bundles share it, so it is parsed once per build)."""
-    summary = None if i.summary is None else [*(getattr(i.summary, name) for name in SUMMARY_FIELDS),
+    checks as one string (most bundles share it, so it is parsed once per build).  A summary is stored without
+    its words, which a build holds by reference to the bundle (``by_reference``)."""
+    summary = None if i.summary is None else [*(getattr(i.summary, name) for name in _STORED_FIELDS),
                                                i.summary.row_digest]
     return [i.rel, i.sha256, i.size, i.check, i.reason, json.dumps([[c.name, c.status, c.detail] for c in i.checks]),
             [[w.code, w.message] for w in i.warnings], summary]
@@ -126,11 +139,15 @@ def _compact_summary(values: list, row_digest: str) -> PaperSummary:
     return summary_from_values(values, row_digest)
 
 
-def _summary_from_json(values: list) -> PaperSummary:
-    """A summary from its cache row (field values, then the row digest), checked for shape and compacted."""
-    if not isinstance(values, list) or len(values) != len(SUMMARY_FIELDS) + 1 or not isinstance(values[-1], str):
+def _summary_from_json(values: list, sha256: str) -> PaperSummary:
+    """A summary from its cache row (field values but the words, then the row digest), checked for shape and
+    compacted, holding its words by reference to the bundle with digest *sha256*."""
+    if not isinstance(values, list) or len(values) != len(_STORED_FIELDS) + 1 or not isinstance(values[-1], str) \
+            or not isinstance(sha256, str):
         raise ValueError("damaged summary")
-    return _compact_summary([tuple(v) if isinstance(v, list) else v for v in values[:-1]], values[-1])
+    fields = [tuple(v) if isinstance(v, list) else v for v in values[:-1]]
+    fields.insert(_TEXT, TextOf(sha256))
+    return _compact_summary(fields, values[-1])
 
 
 def inspection_from_json(doc: list) -> Inspection:
@@ -138,4 +155,4 @@ def inspection_from_json(doc: list) -> Inspection:
     rel, sha256, size, check, reason, checks, warnings, summary = doc
     return Inspection(rel, sha256, size, check, reason, _checks_from_text(checks),
                       tuple(VerificationWarning(*w) for w in warnings),
-                      None if summary is None else _summary_from_json(summary))
+                      None if summary is None else _summary_from_json(summary, sha256))

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from site_builder.selection import Candidate, Selection
 
 SNAPSHOT_NAME = "memory.pickle"
-_HEADER = f"site-builder memory {__version__}/3\n".encode()
+_HEADER = f"site-builder memory {__version__}/4\n".encode()
 
 
 @dataclass

@@ -10,11 +10,52 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Sequence
+from typing import Callable, Iterator, Sequence
 
 from site_builder.merge import KNOWN_EVENT_TYPES
 from site_builder.slotted import quick_unpickle
+
+
+@quick_unpickle
+@dataclass(frozen=True, slots=True)
+class PaperText:
+    """A record's words (title, authors, abstract): what its page, its list row and the feeds show of it, and
+    most of a summary's size (~1.5 KB of ~2.5)."""
+
+    title: str
+    authors: tuple[str, ...]
+    abstract: str
+
+
+@quick_unpickle
+@dataclass(frozen=True, slots=True)
+class TextOf:
+    """A record's words held by reference: the sha256 of the verified bundle they are read from again.
+
+    A build holds every published record's summary at once, but only a few of them are shown with their words
+    in the build's own process (feeds; the rows of list pages are rendered with the record's pages, in the
+    workers).  Holding this instead is 1.5 KB less a record (150 MB at 100,000 records), in memory and in the
+    snapshot the next build loads; the words are read back from the bundle the output tree holds for the record,
+    and the bytes must still have this digest (``text_source``)."""
+
+    sha256: str
+
+
+# Reads a record's words again, while a build has them to read (``text_source``): (pith id, sha256) -> words.
+_text_reader: Callable[[str, str], PaperText] | None = None
+
+
+@contextmanager
+def text_source(reader: Callable[[str, str], PaperText]) -> Iterator[None]:
+    """Summaries whose words are held by reference (``TextOf``) read them through *reader* within this block."""
+    global _text_reader
+    before, _text_reader = _text_reader, reader
+    try:
+        yield
+    finally:
+        _text_reader = before
 
 
 @quick_unpickle
@@ -28,23 +69,55 @@ class PaperSummary:
     year: str
     arxiv_id: str
     version: int
-    title: str
-    authors: tuple[str, ...]
-    abstract: str
+    # The words themselves where the record is rendered (worker processes, ``verify``), a reference to them in
+    # the build's own process (``TextOf``).  Not compared: the row digest below covers them.
+    text: PaperText | TextOf = field(compare=False)
     primary_cat: str
     cross_cats: tuple[str, ...]
     submitted_at: str
     built_at: str
     event_count: int
     license: str
-    # A digest of every field above: a listing page that shows the same digests shows the same thing.  Computed
-    # once per record (in the worker that verified it, and kept in the build cache), so keying 10,000 listing
-    # rows costs a string join, not 10,000 reprs.  Not an argument: ``replace()`` computes it anew.
-    row_digest: str = field(init=False, repr=False, compare=False)
+    # A digest of every field above, the words included: a listing page that shows the same digests shows the
+    # same thing.  Computed once per record (in the worker that verified it, and kept in the build cache), so
+    # keying 10,000 listing rows costs a string join, not 10,000 reprs.  Not an argument: ``replace()``
+    # computes it anew.
+    row_digest: str = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        values = tuple(getattr(self, name) for name in SUMMARY_FIELDS)
+        values = tuple(getattr(self, name) for name in DIGESTED_FIELDS)
         object.__setattr__(self, "row_digest", hashlib.sha256(repr(values).encode("utf-8")).hexdigest()[:32])
+
+    @property
+    def words(self) -> PaperText:
+        text = self.text
+        if type(text) is PaperText:
+            return text
+        if _text_reader is None:
+            raise LookupError(f"pith:{self.pith_id}: its words are held by reference, and no build is reading them")
+        return _text_reader(self.pith_id, text.sha256)
+
+    @property
+    def title(self) -> str:
+        return self.words.title
+
+    @property
+    def authors(self) -> tuple[str, ...]:
+        return self.words.authors
+
+    @property
+    def abstract(self) -> str:
+        return self.words.abstract
+
+    def with_words(self, words: PaperText) -> PaperSummary:
+        """The same summary holding its words (a render worker has the bundle at hand)."""
+        return summary_from_values([words if name == "text" else getattr(self, name) for name in SUMMARY_FIELDS],
+                                   self.row_digest)
+
+    def by_reference(self, sha256: str) -> PaperSummary:
+        """The same summary holding its words by reference to the verified bundle with digest *sha256*."""
+        return summary_from_values([TextOf(sha256) if name == "text" else getattr(self, name)
+                                    for name in SUMMARY_FIELDS], self.row_digest)
 
     @property
     def short_id(self) -> str:
@@ -68,6 +141,9 @@ class PaperSummary:
 
 
 SUMMARY_FIELDS = tuple(f.name for f in fields(PaperSummary) if f.init)
+# What the row digest covers (in this order): every field, the words as three.
+DIGESTED_FIELDS = ("pith_id", "pith_number", "year", "arxiv_id", "version", "title", "authors", "abstract",
+                   "primary_cat", "cross_cats", "submitted_at", "built_at", "event_count", "license")
 
 
 def summary_from_values(values: Sequence, row_digest: str) -> PaperSummary:
@@ -147,11 +223,17 @@ def _latest_snapshot(bundle: dict) -> dict:
     return snapshots[-1]["payload"]["graph_snapshot"] if snapshots else {}
 
 
+def paper_text(bundle: dict) -> PaperText:
+    """A verified bundle's words, from its latest graph snapshot."""
+    paper = _latest_snapshot(bundle).get("paper", {})
+    return PaperText(" ".join(_text(paper.get("title")).split()), split_authors(_text(paper.get("authors_text"))),
+                     _text(paper.get("abstract_excerpt")))
+
+
 def summarize(bundle: dict) -> PaperSummary:
     """Listing data for a bundle that passed verification."""
     record = bundle["canonical_record"]
     metadata = record["metadata"]
-    paper = _latest_snapshot(bundle).get("paper", {})
     pith_number = bundle["pith_number"]
     return PaperSummary(
         pith_id=pith_number.rsplit(":", 1)[1],
@@ -159,9 +241,7 @@ def summarize(bundle: dict) -> PaperSummary:
         year=pith_number.split(":")[1],
         arxiv_id=record["source"]["id"],
         version=record["source"]["version"],
-        title=" ".join(_text(paper.get("title")).split()),
-        authors=split_authors(_text(paper.get("authors_text"))),
-        abstract=_text(paper.get("abstract_excerpt")),
+        text=paper_text(bundle),
         primary_cat=metadata["primary_cat"],
         cross_cats=tuple(metadata["cross_cats_sorted"]),
         submitted_at=metadata["submitted_at"],

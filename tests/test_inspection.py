@@ -1,12 +1,15 @@
 """What a build keeps per record: the inspection of each file, compact and unchanged through cache and snapshot."""
 
+import hashlib
 import json
 import pickle
 from dataclasses import replace
 
-from site_builder.inspection import compact, inspect_bytes, inspection_from_json, inspection_to_json
+import pytest
+
+from site_builder.inspection import by_reference, compact, inspect_bytes, inspection_from_json, inspection_to_json
 from site_builder.keys import load_trust_set
-from site_builder.records import SUMMARY_FIELDS
+from site_builder.records import DIGESTED_FIELDS, TextOf, paper_text, text_source
 
 from conftest import REAL_FILES
 
@@ -29,18 +32,36 @@ def test_results_kept_for_every_record_share_what_records_have_alike():
     assert a.summary.title is not b.summary.title  # text of one record is its own
 
 
+def _words_of_real_file(pith_id, sha256):
+    raw = REAL_FILES[0].read_bytes()
+    assert hashlib.sha256(raw).hexdigest() == sha256
+    return paper_text(json.loads(raw))
+
+
 def test_a_result_is_the_same_after_the_cache_and_the_snapshot():
     result = _inspect("a.json")
+    kept_by_build = by_reference(result)
+    assert type(kept_by_build.summary.text) is TextOf and kept_by_build.summary.text.sha256 == result.sha256
     from_cache = inspection_from_json(json.loads(json.dumps(inspection_to_json(result))))
-    from_snapshot = pickle.loads(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
-    for kept in (from_cache, from_snapshot):
+    from_snapshot = pickle.loads(pickle.dumps(kept_by_build, protocol=pickle.HIGHEST_PROTOCOL))
+    for kept in (kept_by_build, from_cache, from_snapshot):
         assert kept == result and kept.summary.row_digest == result.summary.row_digest
-        assert [getattr(kept.summary, n) for n in SUMMARY_FIELDS] == [getattr(result.summary, n) for n in SUMMARY_FIELDS]
+        assert type(kept.summary.text) is TextOf  # what a build holds: no words
+        with text_source(_words_of_real_file):  # ... which it reads back from the verified bytes
+            assert [getattr(kept.summary, n) for n in DIGESTED_FIELDS] == \
+                [getattr(result.summary, n) for n in DIGESTED_FIELDS]
+        with pytest.raises(LookupError, match="held by reference"):
+            kept.summary.title
+        assert kept.summary.with_words(result.summary.words).title == result.summary.title
 
 
 def test_the_row_digest_follows_every_field():
     summary = _inspect("a.json").summary
-    for name, value in (("title", "Another title"), ("authors", ("A. Person",)), ("abstract", "x"), ("version", 9)):
+    words = summary.words
+    changes = [("version", 9), ("primary_cat", "math.CO"), ("built_at", "2030-01-01T00:00:00Z"),
+               ("text", replace(words, title="Another title")), ("text", replace(words, authors=("A. Person",))),
+               ("text", replace(words, abstract="x"))]
+    for name, value in changes:
         assert replace(summary, **{name: value}).row_digest != summary.row_digest, name
     assert replace(summary).row_digest == summary.row_digest
 

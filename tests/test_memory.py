@@ -13,6 +13,7 @@ import pytest
 from site_builder.build import build
 from site_builder.cache import BuildCache
 from site_builder.memory import _HEADER, SNAPSHOT_NAME, BuildMemory, load_snapshot, save_snapshot
+from site_builder.records import TextOf
 
 from conftest import ROOT
 from test_incremental import both_keys, opts, project, tree  # noqa: F401 (project: the same fixture)
@@ -42,6 +43,8 @@ def test_a_build_leaves_its_memory_and_the_next_one_reads_it(project):
     other = memory.report_rows.outcome(kept.inspection, "superseded", "by another file")
     assert other is not kept and '"superseded"' in memory.report_rows.line(other)
     assert not memory.compile_all_templates  # a one-off build compiles only the templates it uses
+    # The build holds records' words by reference to their verified bundles (read back for the feeds).
+    assert all(type(i.summary.text) is TextOf for _, _, i in memory.inputs.values() if i.summary is not None)
     # Each shown record's list row, rendered with this build's templates and settings.
     shown = {p.row_digest for p in memory.catalogue[1].papers}
     assert memory.list_rows is not None and set(memory.list_rows[1]) == shown

@@ -17,7 +17,7 @@ from lxml import etree
 from site_builder import pages
 from site_builder.build import BuildOptions, build
 from site_builder.keys import load_trust_set
-from site_builder.records import PaperSummary
+from site_builder.records import PaperSummary, PaperText
 from site_builder.settings import SiteConfig
 
 from browser import chromium, serve
@@ -167,7 +167,7 @@ def test_short_addresses_redirect(sites):
 
 
 def _summary(pith_id, arxiv_id, version):
-    return PaperSummary(pith_id, f"pith:2020:{pith_id}", "2020", arxiv_id, version, "T", (), "", "cs.LG", (),
+    return PaperSummary(pith_id, f"pith:2020:{pith_id}", "2020", arxiv_id, version, PaperText("T", (), ""), "cs.LG", (),
                         "2020-01-01T00:00:00Z", "2026-01-01T00:00:00Z", 2, "")
 
 
@@ -256,7 +256,7 @@ def test_replanning_around_added_and_removed_records_equals_a_full_plan():
                 waiting.append(p)
             touched.add((p.pith_id, p.arxiv_id, p.version))
         # The same records as new objects (a new bundle of each): list pages must show the current ones.
-        shown = sorted((replace(p, title=f"T{step}") for p in shown), key=lambda p: p.pith_id)
+        shown = sorted((replace(p, text=PaperText(f"T{step}", (), "")) for p in shown), key=lambda p: p.pith_id)
         plan = pages.replan_redirects(plan, shown, touched)
         full = pages.plan_redirects(shown)
         assert plan.per_record == full.per_record, f"step {step}"
@@ -297,7 +297,7 @@ def test_patching_the_listings_for_added_removed_and_moved_records_equals_a_full
                 shown[p.pith_id] = dated(p)
             moved.add(p.pith_id)
         for pid in rng.sample(sorted(shown), 3):  # newer bundles of records that stay in place
-            shown[pid] = replace(shown[pid], title=f"T{step}")
+            shown[pid] = replace(shown[pid], text=PaperText(f"T{step}", (), ""))
         papers = sorted(shown.values(), key=lambda p: p.pith_id)
         cat = pages.recatalogue(cat, papers, moved)
         full = pages.catalogue(papers)
@@ -412,7 +412,7 @@ def test_list_rows_are_rendered_once_per_record_and_follow_its_fields():
     handed = SiteRenderer(SiteConfig(), template_dirs(None), load_trust_set(), rows={paper.row_digest: "<li>kept·".encode()})
     assert handed.paper_row(paper) == "<li>kept·"
     assert handed.paper_rows([paper, paper]) == "<li>kept·<li>kept·"
-    changed = replace(paper, title="A <script>new</script> title")
+    changed = replace(paper, text=replace(paper.words, title="A <script>new</script> title"))
     new_row = renderer.paper_row(changed)
     assert new_row != row and "A &lt;script&gt;new&lt;/script&gt; title" in new_row and "<script>" not in new_row
     listed = pagination("papers/", 2, 100)
