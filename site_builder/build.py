@@ -42,14 +42,14 @@ import jinja2
 import orjson
 
 from site_builder import __version__
-from site_builder.cache import BuildCache, file_count, join_files, split_files
+from site_builder.cache import BuildCache, file_count, join_files, record_unit_files, split_files
 from site_builder.inspection import Inspection, by_reference, compact, inspect_bytes, rejected
 from site_builder.keys import TrustSet
 from site_builder.loading import (DEFAULT_MAX_BYTES, BundleListing, FileReadError, InputFile, Prefetcher, discover,
                                   read_bytes, stat_signature)
 from site_builder.memory import BuildMemory, load_snapshot, save_snapshot
 from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, collection_units, groups,
-                                own_addresses, paper_dir, paper_files, plan_redirects, recatalogue, replan_redirects,
+                                paper_dir, paper_files, plan_redirects, recatalogue, replan_redirects,
                                 report_files)
 from site_builder.records import PaperSummary, PaperText, paper_text, text_source
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
@@ -161,24 +161,25 @@ class RecordTask:
     # since 100,000 records' addresses as strings are ~90 MB held for the whole render stage
 
 
-def _render_record(task: RecordTask) -> tuple[str, list[str], str | None, bytes | None]:
-    """Write one record's files from the verified bytes; (pith_id, files, error, list row): error if the bytes
-    changed.  The record's row in lists is rendered here too, spread over the workers like its pages, so that
-    list pages (4,428 of them at 100,000 records, rendered in the main process) only join rows."""
+def _render_record(task: RecordTask) -> tuple[str, str, int, str | None, bytes | None]:
+    """Write one record's files from the verified bytes; (pith_id, files, pages, error, list row): its files
+    as the cache keeps them (``record_unit_files``), how many are pages, and an error if the bytes changed.
+    The record's row in lists is rendered here too, spread over the workers like its pages, so that list pages
+    (4,428 of them at 100,000 records, rendered in the main process) only join rows."""
     inspection = task.inspection
     try:
         raw = read_bytes(task.source, inspection.size)
     except FileReadError as exc:
-        return inspection.pith_id, [], f"file_changed: {exc.reason}", None
+        return inspection.pith_id, "", 0, f"file_changed: {exc.reason}", None
     if hashlib.sha256(raw).hexdigest() != inspection.sha256:
-        return inspection.pith_id, [], "file_changed: file changed after it was verified", None
+        return inspection.pith_id, "", 0, "file_changed: file changed after it was verified", None
     staging: StagingTree = _worker["staging"]
     written = []
     raw_at = None  # where the bundle's bytes were first written: its second path links to it
     bundle = orjson.loads(raw)
     summary = inspection.summary.with_words(paper_text(bundle))  # (the build holds them by reference)
     for rel, data in paper_files(_worker["renderer"], raw, bundle, summary, inspection.checks, inspection.warnings,
-                                 own_addresses(summary, task.addresses)):
+                                 task.addresses):
         if data is raw and raw_at is not None:
             staging.write_twin(rel, raw_at, data)
         else:
@@ -186,7 +187,11 @@ def _render_record(task: RecordTask) -> tuple[str, list[str], str | None, bytes 
             if data is raw:
                 raw_at = rel
         written.append(rel)
-    return inspection.pith_id, written, None, _worker["renderer"].row_of(summary)
+    files = record_unit_files(summary.pith_id, summary.arxiv_id, summary.version, task.addresses)
+    if split_files(files) != written:  # (cannot happen: paper_files writes record_files; kept exact regardless)
+        files = join_files(written)
+    pages = sum(1 for rel in written if rel.endswith(".html"))
+    return inspection.pith_id, files, pages, None, _worker["renderer"].row_of(summary)
 
 
 def _map(fn, init, initargs, items: list, options: BuildOptions, stage: str, reads: Sequence = ()) -> list:
@@ -420,16 +425,20 @@ def _build(options: BuildOptions) -> BuildReport:
                                 _compiled_templates_dir(options)),
                                to_render, options, "render", [t.source for t in to_render])) as results:
                 # (closed, which stops the workers, on any error)
-                for pid, written, err, row in results:
+                for pid, files, pages, err, row in results:
                     if err:
                         changed[pid] = err
                         units.pop(f"record:{pid}", None)
                         continue
                     renderer.keep_row(selection.published[pid].inspection.summary.row_digest, row)
-                    units[f"record:{pid}"] = (record_keys[pid], join_files(written))
-                    report.note_rendered(written)
-                    report.files_written += len(written)
-                    report.pages_written += sum(1 for rel in written if rel.endswith(".html"))
+                    units[f"record:{pid}"] = (record_keys[pid], files)
+                    if report.rendered_more:  # (its list is full: the files need not be listed)
+                        report.files_written += file_count(files)
+                    else:
+                        written = split_files(files)
+                        report.note_rendered(written)
+                        report.files_written += len(written)
+                    report.pages_written += pages
             clock.lap("render_records")
 
             papers = [s for s in published if s.pith_id not in changed]

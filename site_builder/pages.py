@@ -35,20 +35,22 @@ def paper_dir(pith_id: str) -> str:
 
 def paper_files(renderer: SiteRenderer, raw: bytes, bundle: dict, summary: PaperSummary,
                 checks: tuple[CheckResult, ...], warnings: tuple[VerificationWarning, ...],
-                redirects: tuple[tuple[str, str], ...] = ()) -> Iterator[tuple[str, bytes]]:
-    """One record's files: its page, mirrored JSON, badge, and the short addresses that lead only to it."""
+                mask: int = 0) -> Iterator[tuple[str, bytes]]:
+    """One record's files (``record_files``): its page, mirrored JSON, badge, and the short addresses in *mask*
+    (see ``own_addresses``), which lead only to it."""
     info = detail(bundle, summary)
-    base = paper_dir(summary.pith_id)
-    yield base + "index.html", renderer.render(
+    page, bundle_path, state, well_known, badge, *redirects = record_files(summary.pith_id, summary.arxiv_id,
+                                                                            summary.version, mask)
+    yield page, renderer.render(
         "paper.html", paper=info, p=summary, checks=checks, warnings=warnings,
         jsonld=scholarly_article(renderer, info),
         state_recomputed=Verdict(checks, warnings).state_recomputed)
-    yield base + "bundle.json", raw
-    yield base + "state.json", resolver_json(bundle["state"])
-    yield f".well-known/pith/{summary.pith_id}/bundle.json", raw
-    yield base + "badge.svg", renderer.render("badge.svg", p=summary)
-    for folder, label in redirects:
-        yield folder + "index.html", renderer.render("redirect.html", label=label, target=summary)
+    yield bundle_path, raw
+    yield state, resolver_json(bundle["state"])
+    yield well_known, raw
+    yield badge, renderer.render("badge.svg", p=summary)
+    for path, (_, label) in zip(redirects, own_addresses(summary, mask), strict=True):
+        yield path, renderer.render("redirect.html", label=label, target=summary)
 
 
 def scholarly_article(renderer: SiteRenderer, info) -> dict:
@@ -179,10 +181,23 @@ def recatalogue(old: Catalogue, papers: list[PaperSummary], moved: set[str]) -> 
 def own_addresses(p: PaperSummary, mask: int) -> tuple[tuple[str, str], ...]:
     """The (folder, label) of each of *p*'s short addresses whose bit is set in *mask*, in folder order:
     ``arxiv/<id>/`` (bit 0) < ``arxiv/<id>v<n>/`` (1) < ``pith/<8>/`` (2) < ``pith/<12>/`` (3) < ``pith/<16>/`` (4)."""
-    pid, arxiv_id, versioned = p.pith_id, p.arxiv_id, f"{p.arxiv_id}v{p.version}"
+    return _addresses(p.pith_id, p.arxiv_id, p.version, mask)
+
+
+def _addresses(pid: str, arxiv_id: str, version: int, mask: int) -> tuple[tuple[str, str], ...]:
+    versioned = f"{arxiv_id}v{version}"
     every = ((f"arxiv/{arxiv_id}/", f"arXiv:{arxiv_id}"), (f"arxiv/{versioned}/", f"arXiv:{versioned}"),
              *((f"pith/{pid[:n]}/", f"pith:{pid[:n]}") for n in (8, 12, 16)))
     return tuple(address for bit, address in enumerate(every) if mask >> bit & 1)
+
+
+def record_files(pith_id: str, arxiv_id: str, version: int, mask: int) -> list[str]:
+    """The files of a record (``paper_files`` writes them, in this order): its page, bundle, state, the bundle's
+    second path, badge, and the short addresses in *mask*.  A function of four values, so that the build can
+    remember a record's files as those (``cache.record_unit_files``) instead of as ten paths."""
+    base = paper_dir(pith_id)
+    return [base + "index.html", base + "bundle.json", base + "state.json", f".well-known/pith/{pith_id}/bundle.json",
+            base + "badge.svg", *(folder + "index.html" for folder, _ in _addresses(pith_id, arxiv_id, version, mask))]
 
 
 ALL_ADDRESSES = 0b11111

@@ -248,3 +248,32 @@ def test_words_are_read_back_only_from_the_verified_bundle_in_the_tree(tmp_path)
         read("ABC", "0" * 64)
     with pytest.raises(OutputError, match=r"pith/XYZ/bundle.json: .*output changed during the build"):
         read("XYZ", hashlib.sha256(raw).hexdigest())
+
+
+def test_a_records_files_are_remembered_as_four_values(tmp_path):
+    """The cache keeps a record's ten output paths as what makes them (pith id, arXiv id, version, short
+    addresses): what it expands them to are the files the build wrote for the record."""
+    from site_builder.cache import BuildCache, file_count, record_unit_files, split_files
+    from site_builder.pages import record_files
+
+    assert split_files(record_unit_files("A" * 26, "hep-th/9901001", 3, 0b10110)) == \
+        record_files("A" * 26, "hep-th/9901001", 3, 0b10110)
+    assert file_count(record_unit_files("A" * 26, "2401.00001", 1, 0b11111)) == 10
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    for p in REAL_FILES:
+        (bundles / p.name).write_bytes(p.read_bytes())
+    out = tmp_path / "site"
+    report = build(BuildOptions(bundles=bundles, output=out, trust=load_trust_set()))
+    build_id = json.loads((out / "verification.json").read_text())["build_id"]
+    cache = BuildCache(tmp_path / ".site-builder-cache" / "site" / "cache.sqlite")
+    records = {name: files for name, (_, files) in cache.units(build_id).items() if name.startswith("record:")}
+    cache.close()
+    assert len(records) == report.count("published") == len(REAL_FILES)
+    written = set()
+    for name, files in records.items():
+        assert files.startswith("@" + name.removeprefix("record:") + " ")
+        written.update(split_files(files))
+    on_disk = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert written <= on_disk
+    assert {rel for rel in on_disk if rel.startswith(("pith/", ".well-known/", "arxiv/"))} - written == set()

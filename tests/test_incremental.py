@@ -122,7 +122,7 @@ def test_one_change_rebuilds_only_that_record(project):
     assert mirrored.samefile(out / "pith" / pith_id / "bundle.json")  # one file with two names, both new
 
 
-@pytest.mark.parametrize("damage", ["old_version", "truncated", "garbage"])
+@pytest.mark.parametrize("damage", ["old_version", "truncated", "garbage", "record_unit"])
 def test_damaged_or_foreign_cache_gives_correct_full_rebuild(project, damage):
     trust = both_keys()
     out = project / "site"
@@ -132,6 +132,13 @@ def test_damaged_or_foreign_cache_gives_correct_full_rebuild(project, damage):
     if damage == "old_version":
         db = sqlite3.connect(cache)
         db.execute("UPDATE meta SET value='0.0.1/0' WHERE key='version'")
+        db.commit()
+        db.close()
+    elif damage == "record_unit":  # a record's files, kept as "@<pith id> <arXiv id> <version> <mask>", garbled
+        db = sqlite3.connect(cache)
+        (build_id, units), = db.execute("SELECT build_id, data FROM units").fetchall()
+        assert "\trecord:" in "\t" + units and "\t@" in units
+        db.execute("UPDATE units SET data=? WHERE build_id=?", (units.replace("\t@", "\t@../../x ", 1), build_id))
         db.commit()
         db.close()
     elif damage == "truncated":
