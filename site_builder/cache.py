@@ -271,7 +271,8 @@ class BuildCache:
 # files are a function of four values (``pages.record_files``) and are kept as those: "@<pith id> <arXiv id>
 # <version> <address mask>", ~50 characters instead of ~700 (no output path starts with "@").
 
-_RECORD_UNIT = re.compile(r"@([A-Z2-7]+) (\S+) ([0-9]+) ([0-9]+)")
+_RECORD_UNIT = re.compile(r"@([A-Z2-7]+) (\S+) ([0-9]+) ([0-9]|[12][0-9]|3[01])")  # (the mask: five bits)
+_RECORD_PAGES = 5  # page, bundle, state, the bundle's second path, badge; then one file per short address
 
 
 def record_unit_files(pith_id: str, arxiv_id: str, version: int, mask: int) -> str:
@@ -291,8 +292,9 @@ def split_files(files: str) -> list[str]:
 
 
 def file_count(files: str) -> int:
+    """How many files *files* names (without expanding a record's: a build counts every unit's)."""
     if files.startswith("@"):
-        return len(split_files(files))
+        return _RECORD_PAGES + int(files.rpartition(" ")[2]).bit_count()
     return files.count("\t") + 1 if files else 0
 
 
