@@ -201,16 +201,25 @@ class OutputSlot:
                 raise OutputError(f"{self.output}: folder is not empty and was not made by site-builder "
                                   f"(no {MARKER}); choose another --output or empty it")
 
-    def acquire(self) -> None:
-        """Take the build lock, then remove what an interrupted build left behind."""
+    def try_lock(self) -> bool:
+        """Take the build lock if it is free (without ``acquire``'s clean-up)."""
         self.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.parent / f".{self.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise OutputError(f"{self.output}: another site-builder build is writing this output") from None
+            return False
         self._lock_fd = fd
+        return True
+
+    def acquire(self) -> None:
+        """Take the build lock, then remove what an interrupted build left behind."""
+        deadline = time.monotonic() + 2
+        while not self.try_lock():  # (a build's detached saver takes it for a moment, to put a twin in place)
+            if time.monotonic() > deadline:
+                raise OutputError(f"{self.output}: another site-builder build is writing this output")
+            time.sleep(0.05)
         for leftover in self._leftovers():
             if leftover.name.startswith(f".{self.name}.staging-"):  # from a build that was killed
                 aside = self._trash_path()

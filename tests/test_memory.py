@@ -2,11 +2,14 @@
 damaged, foreign or hostile is ignored (the build is still exactly a clean build)."""
 
 import fcntl
+import json
 import os
 import pickle
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 
@@ -168,3 +171,70 @@ def test_command_line_builds_save_in_the_background_and_stay_exact(project):
     finally:
         os.close(fd)
     assert load_snapshot(snapshot_dir(project)).inputs
+
+
+def _wait_for_saver(project):
+    fd = os.open(snapshot_dir(project) / "cache.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the detached saver finishes and lets go
+    finally:
+        os.close(fd)
+
+
+def _files(root):
+    return {str(p.relative_to(root)): p.stat().st_ino for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_command_line_build_leaves_a_twin_for_the_next_one_to_update_in_place(project):
+    """After a `build`, its saver links the tree the next build updates in place (instead of that build linking
+    a whole tree first): every file of the site, as a hard link; the next build's site is that very tree."""
+    def cli(out, *args):
+        r = subprocess.run([sys.executable, "-m", "site_builder", "build", "--bundles", project / "bundles",
+                            "--output", out, "--no-search", *args], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+
+    site, twin = project / "site", project / ".site.prev"
+    cli(site)
+    _wait_for_saver(project)
+    assert twin.is_dir() and _files(twin) == _files(site)  # same names, same inodes: links, not copies
+    assert not list(project.glob(".site.staging-*")) and not (snapshot_dir(project) / "cache.wanted").exists()
+    twin_inode = twin.stat().st_ino
+    (project / "bundles" / "gen3.json").write_bytes(make_bundle(3, variant=2))
+    cli(site)
+    assert site.stat().st_ino == twin_inode  # updated in place and swapped in
+    cli(project / "clean", "--no-cache")
+    assert tree(site) == tree(project / "clean")
+
+
+def test_the_twin_gives_way_to_a_build_waiting_for_the_cache(project, monkeypatch):
+    """A build that has to wait for the cache says so (``cache.wanted``); the saver then stops linking the twin
+    and removes what it linked, so that the waiting build is not held up by work it would redo anyway."""
+    from site_builder import build as build_module
+
+    trust = both_keys()
+    build(opts(project, project / "site", trust))
+    cache = BuildCache(snapshot_dir(project) / "cache.sqlite")
+    build_id = json.loads((project / "site" / "verification.json").read_text())["build_id"]
+    units = cache.units(build_id)
+    assert units and not (project / ".site.prev").exists()
+    checks = []
+    monkeypatch.setattr(cache, "wanted", lambda: checks.append(1) or len(checks) > 1)  # asked for after it began
+    build_module._twin_for_next_build(project / "site", build_id, units, cache)
+    assert len(checks) == 2 and not (project / ".site.prev").exists() and not list(project.glob(".site.staging-*"))
+    monkeypatch.undo()
+    build_module._twin_for_next_build(project / "site", build_id, units, cache)  # nobody waiting: it is made
+    assert _files(project / ".site.prev") == _files(project / "site")
+    cache.close()
+
+    # A build waiting for the lock marks the cache as wanted while it waits, and not after.
+    holder = BuildCache(snapshot_dir(project) / "cache.sqlite")
+    waiting = threading.Thread(target=lambda: BuildCache(snapshot_dir(project) / "cache.sqlite").close())
+    waiting.start()
+    wanted = snapshot_dir(project) / "cache.wanted"
+    deadline = time.monotonic() + 10
+    while not wanted.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert wanted.exists() and holder.wanted()
+    holder.close()
+    waiting.join(10)
+    assert not waiting.is_alive() and not wanted.exists()
