@@ -987,11 +987,19 @@ def _in_place_plan(slot: OutputSlot, cache: BuildCache, units: dict) -> tuple[di
 
 def _link_twin(slot: OutputSlot, units: dict, staging: StagingTree, cancelled: Callable[[], bool]) -> bool:
     """Fill *staging* with hard links to every file of the live tree (made of *units*); False if cancelled or
-    a file could not be linked (the caller discards *staging*)."""
-    for n, (name, (key, _)) in enumerate(units.items()):
+    a file could not be linked (the caller discards *staging*).  The report's files are copied instead: a link
+    would change the live verification.json's ctime, by which the next build recognises the live site (its
+    no-op check, its memory of what the site published)."""
+    for n, (name, (key, files)) in enumerate(units.items()):
         if n % 256 == 0 and cancelled():
             return False
-        if _place_unit(name, key, staging, {}, units, slot.output) is None:
+        if name == "report":
+            try:
+                for rel in split_files(files):
+                    staging.write(rel, Path(slot.output, rel).read_bytes())
+            except OSError:
+                return False
+        elif _place_unit(name, key, staging, {}, units, slot.output) is None:
             return False
     return True
 
