@@ -400,7 +400,7 @@ def _build(options: BuildOptions) -> BuildReport:
             report.changed = False
             _remember(lambda: cache.save_inputs(file_index, fresh, options.trust.identity()), cache, options,
                       report, input_fingerprint, _stat_sig(slot.output / MARKER), snapshot_dir,
-                      lambda: _forget_stale(options.memory, report, cache.units(build_id) or {}))
+                      lambda: _tidy_memory(options.memory, report, cache.units(build_id) or {}))
             clock.lap("save_cache")
             if options.one_shot:
                 _LEFT_FOR_EXIT[:] = [options.memory, cache, inspections, units]
@@ -509,7 +509,7 @@ def _build(options: BuildOptions) -> BuildReport:
 
             def upkeep() -> None:  # (the previous site is what the next build would read from verification.json)
                 options.memory.previous_site = (marker_sig, _published_by(build_id, report))
-                _forget_stale(options.memory, report, units)
+                _tidy_memory(options.memory, report, units)
             _remember(lambda: cache.save(file_index, fresh, options.trust.identity(), units, build_id,
                                          keep_build_id=previous.build_id),
                       cache, options, report, input_fingerprint, marker_sig, snapshot_dir, upkeep,
@@ -629,7 +629,7 @@ def _keep_only_fd(keep: int) -> None:
     os.closerange(keep + 1, limit)
 
 
-def _forget_stale(memory: BuildMemory, report: BuildReport, units: dict) -> None:
+def _tidy_memory(memory: BuildMemory, report: BuildReport, units: dict) -> None:
     """Drop what no longer belongs to the build (it would pin old results in memory and in the snapshot), and
     keep this build's report lines for the next (the build wrote them without keeping them)."""
     memory.report_rows.keep_lines(report.outcomes)
