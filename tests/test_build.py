@@ -279,3 +279,25 @@ def test_a_records_files_are_remembered_as_four_values(tmp_path):
     on_disk = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
     assert written <= on_disk
     assert {rel for rel in on_disk if rel.startswith(("pith/", ".well-known/", "arxiv/"))} - written == set()
+
+
+def test_a_template_may_show_words_outside_the_row(tmp_path):
+    """The build holds records' words by reference; a user's template that shows them on a page the build's own
+    process renders (here the home page) gets them read back from the verified bundles."""
+    from markupsafe import escape
+
+    from site_builder.records import summarize
+
+    bundles, templates = tmp_path / "bundles", tmp_path / "templates"
+    bundles.mkdir()
+    templates.mkdir()
+    for p in REAL_FILES:
+        (bundles / p.name).write_bytes(p.read_bytes())
+    (templates / "home.html").write_text(
+        "{% for p in recent %}<p>{{ p.title }} | {{ p.authors|join(', ') }} | {{ p.abstract }}</p>\n{% endfor %}")
+    out = tmp_path / "site"
+    build(BuildOptions(bundles=bundles, output=out, trust=load_trust_set(), templates=templates))
+    home = (out / "index.html").read_text()
+    for path in REAL_FILES:
+        words = summarize(json.loads(path.read_bytes())).words
+        assert f"<p>{escape(words.title)} | {escape(', '.join(words.authors))} | {escape(words.abstract)}</p>" in home
