@@ -187,9 +187,7 @@ def _render_record(task: RecordTask) -> tuple[str, str, int, str | None, bytes |
             if data is raw:
                 raw_at = rel
         written.append(rel)
-    files = record_unit_files(summary.pith_id, summary.arxiv_id, summary.version, task.addresses)
-    if split_files(files) != written:  # (cannot happen: paper_files writes record_files; kept exact regardless)
-        files = join_files(written)
+    files = record_unit_files(summary.pith_id, summary.arxiv_id, summary.version, task.addresses, written)
     pages = sum(1 for rel in written if rel.endswith(".html"))
     return inspection.pith_id, files, pages, None, _worker["renderer"].row_of(summary)
 

@@ -286,9 +286,13 @@ _RECORD_UNIT = re.compile(r"@([A-Z2-7]+) (\S+) ([0-9]+) ([0-9]|[12][0-9]|3[01])"
 _RECORD_PAGES = 5  # page, bundle, state, the bundle's second path, badge; then one file per short address
 
 
-def record_unit_files(pith_id: str, arxiv_id: str, version: int, mask: int) -> str:
-    """A record's files (``pages.record_files``) as they are kept."""
-    return f"@{pith_id} {arxiv_id} {version} {mask}"
+def record_unit_files(pith_id: str, arxiv_id: str, version: int, mask: int, written: list[str]) -> str:
+    """A record's files as they are kept: its four values where they make exactly *written* (they always do:
+    ``paper_files`` writes ``pages.record_files``), the files joined otherwise."""
+    kept = f"@{pith_id} {arxiv_id} {version} {mask}"
+    if _RECORD_UNIT.fullmatch(kept) is None or record_files(pith_id, arxiv_id, version, mask) != written:
+        return join_files(written)
+    return kept
 
 
 def join_files(files: list[str]) -> str:
