@@ -66,11 +66,14 @@ class BuildCache:
             except BlockingIOError:  # a detached saver has it: say so (it stops linking a twin), then wait
                 wanted.touch()
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                wanted.unlink(missing_ok=True)
         except OSError:
             os.close(fd)
             return
         self.lock_fd = fd
+        try:
+            wanted.unlink(missing_ok=True)  # (also one left by a build that was killed while it waited)
+        except OSError:
+            pass
 
     def wanted(self) -> bool:
         """Whether a build is waiting for this cache (the detached saver then skips what can wait)."""
