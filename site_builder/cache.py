@@ -17,6 +17,7 @@ build memory snapshot (memory.py) and Jinja's compiled templates.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -64,16 +65,15 @@ class BuildCache:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:  # a detached saver has it: say so (it stops linking a twin), then wait
-                wanted.touch()
+                with contextlib.suppress(OSError):
+                    wanted.touch()
                 fcntl.flock(fd, fcntl.LOCK_EX)
         except OSError:
             os.close(fd)
             return
         self.lock_fd = fd
-        try:
+        with contextlib.suppress(OSError):
             wanted.unlink(missing_ok=True)  # (also one left by a build that was killed while it waited)
-        except OSError:
-            pass
 
     def wanted(self) -> bool:
         """Whether a build is waiting for this cache (the detached saver then skips what can wait)."""
