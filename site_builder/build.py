@@ -641,12 +641,13 @@ def _words_in(tree: StagingTree, max_bytes: int) -> Callable[[str, str], PaperTe
     @functools.lru_cache(maxsize=2048)  # a feed entry reads title, authors and abstract; feeds overlap
     def read(pith_id: str, sha256: str) -> PaperText:
         rel = paper_dir(pith_id) + "bundle.json"
+        advice = "the output was changed outside site-builder: build again with --no-cache"
         try:
             raw = read_bytes(tree.path_for(rel), max_bytes)
         except FileReadError as exc:
-            raise OutputError(f"{tree.root / rel}: {exc.reason} (the output changed during the build)") from None
+            raise OutputError(f"{tree.root / rel}: {exc.reason} ({advice})") from None
         if hashlib.sha256(raw).hexdigest() != sha256:
-            raise OutputError(f"{tree.root / rel}: not the verified bundle (the output changed during the build)")
+            raise OutputError(f"{tree.root / rel}: not the bundle that was verified ({advice})")
         return paper_text(orjson.loads(raw))
     return read
 

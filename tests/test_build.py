@@ -234,7 +234,7 @@ def test_worker_processes_build_what_one_process_builds_and_render_the_list_rows
 
 def test_words_are_read_back_only_from_the_verified_bundle_in_the_tree(tmp_path):
     """The build holds records' words by reference and reads them back, for the feeds, from the bundle its own
-    tree holds; bytes that are not the verified ones (the output changed during the build) stop the build."""
+    tree holds; bytes that are not the verified ones (the output was edited by hand) stop the build with advice."""
     from site_builder.build import _words_in
     from site_builder.records import paper_text
     from site_builder.writing import OutputError, StagingTree
@@ -244,9 +244,10 @@ def test_words_are_read_back_only_from_the_verified_bundle_in_the_tree(tmp_path)
     tree.write("pith/ABC/bundle.json", raw)
     read = _words_in(tree, 1 << 20)
     assert read("ABC", hashlib.sha256(raw).hexdigest()) == paper_text(json.loads(raw))
-    with pytest.raises(OutputError, match=r"pith/ABC/bundle.json: not the verified bundle"):
+    with pytest.raises(OutputError, match=r"pith/ABC/bundle.json: not the bundle that was verified \(the output "
+                                          r"was changed outside site-builder: build again with --no-cache\)"):
         read("ABC", "0" * 64)
-    with pytest.raises(OutputError, match=r"pith/XYZ/bundle.json: .*output changed during the build"):
+    with pytest.raises(OutputError, match=r"pith/XYZ/bundle.json: .*build again with --no-cache"):
         read("XYZ", hashlib.sha256(raw).hexdigest())
 
 
