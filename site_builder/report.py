@@ -149,8 +149,8 @@ class ReportDocument:
         function of these: a result is a function of the file's bytes (``sha256``) under the build key (trusted
         keys, builder version), and a result made without bytes (a file that could not be read) is its check
         and reason.  Hashing this instead of the lines spares the build serialising 100,000 lines to name it."""
-        return "\n".join([f"{o.inspection.rel}\t{o.inspection.sha256}\t{o.inspection.size}\t{o.status}\t{o.note}"
-                          f"\t{o.inspection.check}\t{o.inspection.reason}" for o in self.ordered])
+        return "\n".join([f"{o.inspection.rel!r}\t{o.inspection.sha256}\t{o.inspection.size}\t{o.status}\t{o.note!r}"
+                          f"\t{o.inspection.check}\t{o.inspection.reason!r}" for o in self.ordered])  # (free text quoted)
 
     def chunks(self, lines_per_chunk: int = 2_000) -> Iterator[bytes]:
         """verification.json in pieces: one line per input file (readable, diffable, fast to write for 100,000
@@ -186,12 +186,8 @@ class ReportRows:
 
     def line(self, outcome: FileOutcome) -> str:
         """The outcome's line, kept for the next build."""
-        i = outcome.inspection
-        entry = self._rows.get(id(i))
-        if entry is not None and self._same(entry[0], i, outcome.status, outcome.note):
-            return entry[1]
-        line = json.dumps(outcome.as_json(), ensure_ascii=False)
-        self._rows[id(i)] = (outcome, line)  # holding the result keeps its id() unique
+        line = self.line_unkept(outcome)
+        self._rows[id(outcome.inspection)] = (outcome, line)  # holding the result keeps its id() unique
         return line
 
     def line_unkept(self, outcome: FileOutcome) -> str:

@@ -262,7 +262,7 @@ def test_a_records_files_are_remembered_as_four_values(tmp_path):
     assert split_files(record_unit_files("A" * 26, "hep-th/9901001", 3, 0b10110, written)) == written
     for mask in range(32):
         files = record_unit_files("A" * 26, "2401.00001", 1, mask, record_files("A" * 26, "2401.00001", 1, mask))
-        assert file_count(files) == len(split_files(files)) == 5 + bin(mask).count("1")
+        assert file_count(files) == len(split_files(files)) == 5 + mask.bit_count()
     # Files that are not what the four values make are kept as they are.
     other = [*written, "pith/" + "A" * 26 + "/extra.html"]
     assert split_files(record_unit_files("A" * 26, "hep-th/9901001", 3, 0b10110, other)) == other

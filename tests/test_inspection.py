@@ -51,7 +51,7 @@ def test_a_result_is_the_same_after_the_cache_and_the_snapshot():
             assert [getattr(kept.summary, n) for n in DIGESTED_FIELDS] == \
                 [getattr(result.summary, n) for n in DIGESTED_FIELDS]
         with pytest.raises(LookupError, match="held by reference"):
-            kept.summary.title
+            _ = kept.summary.title
         assert kept.summary.with_words(result.summary.words).title == result.summary.title
 
 
