@@ -1,8 +1,9 @@
 """What the site shows about a verified bundle: typed views built from its JSON.
 
 ``PaperSummary`` is small (listings, feeds, search, sitemaps need it for every
-record at once); ``PaperDetail`` is built only while rendering a record's own
-page, from the verified bytes.
+record at once), and a build holds its words (``PaperText``) by reference
+(``TextOf``); ``PaperDetail`` is built only while rendering a record's own page,
+from the verified bytes.
 """
 
 from __future__ import annotations
