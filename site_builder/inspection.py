@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 from site_builder.keys import TrustSet
 from site_builder.records import SUMMARY_FIELDS, PaperSummary, TextOf, summarize, summary_from_values
-from site_builder.slotted import quick_unpickle
+from site_builder.slotted import quick_pickling
 from site_builder.strict_json import StrictJSONError, parse_strict_noting_floats
 from site_builder.verification import CheckResult, VerificationWarning, verify_bundle
 
 
-@quick_unpickle
+@quick_pickling
 @dataclass(frozen=True, slots=True)
 class Inspection:
     rel: str

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field, fields
 from typing import Callable, Iterator, Sequence
 
 from site_builder.merge import KNOWN_EVENT_TYPES
-from site_builder.slotted import quick_unpickle
+from site_builder.slotted import quick_pickling
 
 
-@quick_unpickle
+@quick_pickling
 @dataclass(frozen=True, slots=True)
 class PaperText:
     """A record's words (title, authors, abstract): what its page, its list row and the feeds show of it, and
@@ -30,7 +30,7 @@ class PaperText:
     abstract: str
 
 
-@quick_unpickle
+@quick_pickling
 @dataclass(frozen=True, slots=True)
 class TextOf:
     """A record's words held by reference: the sha256 of the verified bundle they are read from again.
@@ -59,7 +59,7 @@ def text_source(reader: Callable[[str, str], PaperText]) -> Iterator[None]:
         _text_reader = before
 
 
-@quick_unpickle
+@quick_pickling
 @dataclass(frozen=True, slots=True)
 class PaperSummary:
     """Slotted, like the other classes a build keeps one of per record (result, outcome, candidate): without an

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from site_builder.inspection import Inspection
-from site_builder.slotted import quick_unpickle
+from site_builder.slotted import quick_pickling
 
 
-@quick_unpickle
+@quick_pickling
 @dataclass(frozen=True, slots=True)
 class PublishedBefore:
     """What the previous build's verification.json says it published for one record."""
@@ -27,7 +27,7 @@ class PublishedBefore:
     event_count: int
 
 
-@quick_unpickle
+@quick_pickling
 @dataclass(frozen=True, slots=True)
 class Candidate:
     inspection: Inspection

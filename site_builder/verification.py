@@ -23,7 +23,7 @@ from nacl.signing import VerifyKey
 from site_builder.canonical import CanonicalCache, pith_id_from_digest, title_canon_sha256
 from site_builder.keys import TrustedKey, TrustSet
 from site_builder.merge import UnmergeableEvents, recompute_state
-from site_builder.slotted import quick_unpickle
+from site_builder.slotted import quick_pickling
 
 CHECK_ORDER = (
     "structure",
@@ -85,7 +85,7 @@ class CheckFailed(Exception):
     """Raised inside a check; the message is the one-line reason."""
 
 
-@quick_unpickle
+@quick_pickling
 @dataclass(frozen=True, slots=True)
 class CheckResult:
     name: str
@@ -93,7 +93,7 @@ class CheckResult:
     detail: str = ""
 
 
-@quick_unpickle
+@quick_pickling
 @dataclass(frozen=True, slots=True)
 class VerificationWarning:
     code: str
