@@ -13,16 +13,18 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import jinja2
-from markdown_it import MarkdownIt
 from markupsafe import Markup
 
 from site_builder import __version__
 from site_builder.keys import TrustSet
 from site_builder.settings import SiteConfig
 from site_builder.verification import CHECK_DESCRIPTIONS
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
 
 _SAFE_SCHEMES = ("http:", "https:", "mailto:")
 # Rendered list rows kept per renderer (~0.8 KB each).  Large enough to hold every record of a 100,000-record
@@ -39,6 +41,8 @@ def _validate_link(url: str) -> bool:
 
 
 def make_markdown() -> MarkdownIt:
+    from markdown_it import MarkdownIt  # (~40 ms to import: a build that renders no Markdown does without it)
+
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
     md.validateLink = _validate_link
     return md
@@ -116,7 +120,7 @@ class SiteRenderer:
             # when any template changes, so Jinja need not stat every template file on every page.
             auto_reload=False,
         )
-        self._md = make_markdown()
+        self._md: MarkdownIt | None = None  # made when first needed
         self.env.filters["markdown"] = self.markdown
         self.env.filters["tojson_compact"] = lambda v: Markup(
             json.dumps(v, ensure_ascii=True, sort_keys=True, separators=(",", ":"))
@@ -173,6 +177,8 @@ class SiteRenderer:
         self.rows[row_digest] = row
 
     def markdown(self, text: str) -> Markup:
+        if self._md is None:
+            self._md = make_markdown()
         return Markup(self._md.render(text or ""))
 
     def render(self, template: str, **context: Any) -> bytes:
