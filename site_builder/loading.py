@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import NamedTuple, Sequence
 
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+# How a bundle is opened, for reading and for reading ahead: no symlink followed, no FIFO waited for.
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
 class BundlesFolderError(Exception):
@@ -150,7 +152,6 @@ class Prefetcher:
             self._thread.join(timeout=1.0)
 
     def _run(self) -> None:
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
         for index, path in enumerate(self._paths):
             while index > self.taken + self._ahead:
                 if self._stop.wait(0.002):
@@ -158,7 +159,7 @@ class Prefetcher:
             if self._stop.is_set():
                 return
             try:
-                fd = os.open(path, flags)
+                fd = os.open(path, _OPEN_FLAGS)
             except OSError:
                 continue
             try:
@@ -172,9 +173,8 @@ class Prefetcher:
 
 def read_bytes(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     """Read a regular file without following symlinks or blocking on FIFOs; raise FileReadError."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
         raise FileReadError("file_read", "file vanished during the build") from None
     except OSError as exc:
