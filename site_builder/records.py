@@ -112,13 +112,16 @@ class PaperSummary:
 
     def with_words(self, words: PaperText) -> PaperSummary:
         """The same summary holding its words (a render worker has the bundle at hand)."""
-        return summary_from_values([words if name == "text" else getattr(self, name) for name in SUMMARY_FIELDS],
-                                   self.row_digest)
+        return self._holding(words)
 
     def by_reference(self, sha256: str) -> PaperSummary:
         """The same summary holding its words by reference to the verified bundle with digest *sha256*."""
-        return summary_from_values([TextOf(sha256) if name == "text" else getattr(self, name)
-                                    for name in SUMMARY_FIELDS], self.row_digest)
+        return self._holding(TextOf(sha256))
+
+    def _holding(self, text: PaperText | TextOf) -> PaperSummary:
+        """The same summary with *text* for its words (and the same row digest: the words are the same)."""
+        return summary_from_values([text if name == "text" else getattr(self, name) for name in SUMMARY_FIELDS],
+                                   self.row_digest)
 
     @property
     def short_id(self) -> str:
