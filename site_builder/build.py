@@ -430,13 +430,10 @@ def _build(options: BuildOptions) -> BuildReport:
                         continue
                     renderer.keep_row(selection.published[pid].inspection.summary.row_digest, row)
                     units[f"record:{pid}"] = (record_keys[pid], files)
-                    if report.rendered_more:  # (its list is full: the files need not be listed)
-                        report.files_written += file_count(files)
-                    else:
-                        written = split_files(files)
-                        report.note_rendered(written)
-                        report.files_written += len(written)
+                    report.files_written += file_count(files)
                     report.pages_written += pages
+                    if not report.rendered_more:  # (once its list is full, the files need not be listed)
+                        report.note_rendered(split_files(files))
             clock.lap("render_records")
 
             papers = [s for s in published if s.pith_id not in changed]

@@ -162,9 +162,6 @@ class ReportDocument:
             yield ((",\n" if start else "") + text).encode("utf-8")
         yield b"\n]}\n"
 
-    def dumps(self) -> bytes:
-        return b"".join(self.chunks())
-
 
 class ReportRows:
     """Each file's outcome and its verification.json line, made once per (result, status, note).
