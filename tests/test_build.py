@@ -251,7 +251,7 @@ def test_words_are_read_back_only_from_the_verified_bundle_in_the_tree(tmp_path)
         read("XYZ", hashlib.sha256(raw).hexdigest())
 
 
-def test_a_records_files_are_remembered_as_four_values(tmp_path):
+def test_a_records_files_are_remembered_as_four_values(tmp_path, bundles_dir):
     """The cache keeps a record's ten output paths as what makes them (pith id, arXiv id, version, short
     addresses): what it expands them to are the files the build wrote for the record."""
     from site_builder.cache import BuildCache, file_count, record_unit_files, split_files
@@ -266,12 +266,8 @@ def test_a_records_files_are_remembered_as_four_values(tmp_path):
     # Files that are not what the four values make are kept as they are.
     other = [*written, "pith/" + "A" * 26 + "/extra.html"]
     assert split_files(record_unit_files("A" * 26, "hep-th/9901001", 3, 0b10110, other)) == other
-    bundles = tmp_path / "bundles"
-    bundles.mkdir()
-    for p in REAL_FILES:
-        (bundles / p.name).write_bytes(p.read_bytes())
     out = tmp_path / "site"
-    report = build(BuildOptions(bundles=bundles, output=out, trust=load_trust_set()))
+    report = build(BuildOptions(bundles=bundles_dir, output=out, trust=load_trust_set()))
     build_id = json.loads((out / "verification.json").read_text())["build_id"]
     cache = BuildCache(tmp_path / ".site-builder-cache" / "site" / "cache.sqlite")
     records = {name: files for name, (_, files) in cache.units(build_id).items() if name.startswith("record:")}
@@ -286,22 +282,19 @@ def test_a_records_files_are_remembered_as_four_values(tmp_path):
     assert {rel for rel in on_disk if rel.startswith(("pith/", ".well-known/", "arxiv/"))} - written == set()
 
 
-def test_a_template_may_show_words_outside_the_row(tmp_path):
+def test_a_template_may_show_words_outside_the_row(tmp_path, bundles_dir):
     """The build holds records' words by reference; a user's template that shows them on a page the build's own
     process renders (here the home page) gets them read back from the verified bundles."""
     from markupsafe import escape
 
     from site_builder.records import summarize
 
-    bundles, templates = tmp_path / "bundles", tmp_path / "templates"
-    bundles.mkdir()
+    templates = tmp_path / "templates"
     templates.mkdir()
-    for p in REAL_FILES:
-        (bundles / p.name).write_bytes(p.read_bytes())
     (templates / "home.html").write_text(
         "{% for p in recent %}<p>{{ p.title }} | {{ p.authors|join(', ') }} | {{ p.abstract }}</p>\n{% endfor %}")
     out = tmp_path / "site"
-    build(BuildOptions(bundles=bundles, output=out, trust=load_trust_set(), templates=templates))
+    build(BuildOptions(bundles=bundles_dir, output=out, trust=load_trust_set(), templates=templates))
     home = (out / "index.html").read_text()
     for path in REAL_FILES:
         words = summarize(json.loads(path.read_bytes())).words
