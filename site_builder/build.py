@@ -56,7 +56,7 @@ from site_builder.rendering import SiteRenderer, template_dirs, templates_identi
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportDocument
 from site_builder.selection import Candidate, PublishedBefore, Selection, is_rollback, select
 from site_builder.settings import SiteConfig
-from site_builder.writing import MARKER, OutputError, OutputSlot, StagingTree, remove_tree
+from site_builder.writing import MARKER, OutputError, OutputSlot, StagingTree
 
 PARALLEL_THRESHOLD = 64
 IN_PLACE_LIMIT = 0.3  # update the previous tree in place when at most this share of its files is stale
@@ -507,8 +507,7 @@ def _build(options: BuildOptions) -> BuildReport:
                 _tidy_memory(options.memory, report, units)
             _remember(lambda: cache.save(file_index, fresh, options.trust.identity(), units, build_id,
                                          keep_build_id=previous.build_id),
-                      cache, options, report, input_fingerprint, marker_sig, snapshot_dir, upkeep,
-                      then=lambda: _twin_for_next_build(slot.output, build_id, units, cache))
+                      cache, options, report, input_fingerprint, marker_sig, snapshot_dir, upkeep)
             clock.lap("save_cache")
             if options.one_shot:
                 _LEFT_FOR_EXIT[:] = [options.memory, cache, inspections, units, selection, catalog, collection]
@@ -528,13 +527,14 @@ def _build(options: BuildOptions) -> BuildReport:
 
 def _remember(write_cache: Callable[[], None], cache: BuildCache, options: BuildOptions, report: BuildReport,
               input_fingerprint: Callable[[], str], marker_sig: str | None, snapshot_dir: Path | None,
-              upkeep: Callable[[], None], then: Callable[[], None] | None = None) -> None:
+              upkeep: Callable[[], None]) -> None:
     """Save what the next build reads (the cache via *write_cache*, the no-op answer, the memory brought up to
     date by *upkeep* and its snapshot), in a detached process for a one-shot build (``build`` on the command
     line): the new site is live already, and saving 10,000 records' worth takes longer than the rest of a
     one-file rebuild.  The saver inherits the cache's lock, so the next build waits for it before reading the
-    cache; a saver that fails leaves the previous cache, which can only cost the next build time.  *then*
-    runs after the save in the detached process only (there is no one to wait for it)."""
+    cache; a saver that fails leaves the previous cache, which can only cost the next build time.  The saver
+    touches nothing in the output: when ``build`` returns, the site is final (a deploy step may archive it at
+    once, and tar fails on a file whose status changes while it reads it)."""
     def save() -> None:
         write_cache()
         cache.save_quick(input_fingerprint(), marker_sig, report)
@@ -543,45 +543,10 @@ def _remember(write_cache: Callable[[], None], cache: BuildCache, options: Build
         if snapshot_dir is not None:
             save_snapshot(options.memory, snapshot_dir)
 
-    def save_then() -> None:
-        save()
-        if then is not None:
-            then()
-
-    if options.one_shot and _start_detached(save_then, cache):
+    if options.one_shot and _start_detached(save, cache):
         report.saved_in_background = True
         return
     save()
-
-
-def _twin_for_next_build(output: Path, build_id: str, units: dict, cache: BuildCache) -> None:
-    """Link the twin tree the next build will update in place, unless a usable one is there (run by the
-    detached saver of a command-line build, still holding the cache lock).
-
-    The first rebuild after a full build otherwise links a whole tree itself: ~7 s at 10,000 records, two
-    minutes at 100,000, for a one-file change.  A build that asks for the cache meanwhile
-    (``BuildCache.wanted``) stops this at once and links its own; a build already writing the output (its lock
-    is taken) means this tree is not needed.  The twin is linked in a staging folder of its own and renamed
-    into place under the output lock, only while the live tree is still the one it was linked from."""
-    slot = OutputSlot(output)
-    if cache.wanted() or _in_place_plan(slot, cache, units) is not None:
-        return
-    staging = StagingTree(slot.staging_path())
-    try:
-        os.mkdir(staging.root)
-        done = _link_twin(slot, units, staging, cache.wanted) and slot.try_lock()
-        if done:
-            try:
-                done = read_build_id(output) == build_id
-                if done:
-                    slot.retire_prev()
-                    staging.root.rename(slot.prev)
-            finally:
-                slot.release()
-    except OSError:
-        done = False
-    if not done:
-        remove_tree(staging.root, wait=True)
 
 
 def _start_detached(save: Callable[[], None], cache: BuildCache) -> bool:
@@ -1005,7 +970,8 @@ def _prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict) -> tuple[Sta
     (its stale files are removed here), else a fresh staging folder."""
     prev = slot.prev
     plan = _in_place_plan(slot, cache, units)
-    if plan is None:
+    if plan is None:  # the previous tree is of no use: its deletion starts now, beside the build
+        slot.retire_prev()
         return slot.new_staging(), {}, set()
     kept, stale = plan
     (prev / MARKER).unlink()  # from here on the previous tree counts as unknown until it is swapped in

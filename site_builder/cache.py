@@ -17,7 +17,6 @@ build memory snapshot (memory.py) and Jinja's compiled templates.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
@@ -30,7 +29,6 @@ from site_builder.inspection import Inspection, inspection_from_json, inspection
 from site_builder.pages import record_files
 
 SCHEMA = "8"
-WANTED_NAME = "cache.wanted"  # exists while a build waits for the cache lock
 
 
 class BuildCache:
@@ -60,24 +58,12 @@ class BuildCache:
             fd = os.open(self.path.parent / "cache.lock", os.O_RDWR | os.O_CREAT, 0o644)
         except OSError:
             return  # an unwritable cache folder: the cache itself falls back to nothing
-        wanted = self.path.parent / WANTED_NAME
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # a detached saver has it: say so (it stops linking a twin), then wait
-                with contextlib.suppress(OSError):
-                    wanted.touch()
-                fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX)
         except OSError:
             os.close(fd)
             return
         self.lock_fd = fd
-        with contextlib.suppress(OSError):
-            wanted.unlink(missing_ok=True)  # (also one left by a build that was killed while it waited)
-
-    def wanted(self) -> bool:
-        """Whether a build is waiting for this cache (the detached saver then skips what can wait)."""
-        return self.path is not None and (self.path.parent / WANTED_NAME).exists()
 
     def release_lock(self) -> None:
         """Close this process's handle on the lock (a background saver that inherited it keeps holding it)."""

@@ -124,15 +124,15 @@ shutil.rmtree(path, ignore_errors=True)
 """
 
 
-def remove_tree(path: Path, wait: bool = True) -> None:
-    """Delete a folder now, or in a detached process that outlives this one (at idle I/O and CPU priority:
-    deleting 100,000 files must not slow the next build down)."""
+def remove_tree(path: Path, wait: bool = True) -> subprocess.Popen | None:
+    """Delete a folder now, or in a process of its own (at idle I/O and CPU priority, so that deleting 100,000
+    files slows the build beside it as little as it can); returns that process."""
     if wait:
         shutil.rmtree(path, ignore_errors=True)
-        return
+        return None
     polite = (["ionice", "-c3"] if shutil.which("ionice") else []) + (["nice", "-n19"] if shutil.which("nice") else [])
-    subprocess.Popen([*polite, sys.executable, "-c", _DELETER, str(path)], stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen([*polite, sys.executable, "-c", _DELETER, str(path)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def _libc_renameat2():
@@ -171,6 +171,7 @@ class OutputSlot:
         self.parent = self.output.parent
         self.name = self.output.name
         self._lock_fd: int | None = None
+        self._deleting: list[subprocess.Popen] = []
 
     def staging_path(self) -> Path:
         return self.parent / f".{self.name}.staging-{os.getpid()}"
@@ -201,25 +202,16 @@ class OutputSlot:
                 raise OutputError(f"{self.output}: folder is not empty and was not made by site-builder "
                                   f"(no {MARKER}); choose another --output or empty it")
 
-    def try_lock(self) -> bool:
-        """Take the build lock if it is free (without ``acquire``'s clean-up)."""
+    def acquire(self) -> None:
+        """Take the build lock, then remove what an interrupted build left behind."""
         self.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.parent / f".{self.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            return False
+            raise OutputError(f"{self.output}: another site-builder build is writing this output") from None
         self._lock_fd = fd
-        return True
-
-    def acquire(self) -> None:
-        """Take the build lock, then remove what an interrupted build left behind."""
-        deadline = time.monotonic() + 2
-        while not self.try_lock():  # (a build's detached saver takes it for a moment, to put a twin in place)
-            if time.monotonic() > deadline:
-                raise OutputError(f"{self.output}: another site-builder build is writing this output")
-            time.sleep(0.05)
         for leftover in self._leftovers():
             if leftover.name.startswith(f".{self.name}.staging-"):  # from a build that was killed
                 aside = self._trash_path()
@@ -228,12 +220,26 @@ class OutputSlot:
                 except OSError:
                     continue
                 leftover = aside
-            remove_tree(leftover, wait=False)  # a no-op if one is already deleting it
+            self._delete(leftover)  # (a no-op if another process is deleting it)
+
+    def _delete(self, tree: Path) -> None:
+        deleter = remove_tree(tree, wait=False)
+        if deleter is not None:
+            self._deleting.append(deleter)
 
     def release(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        """Let go of the output, once the trees this build retired are deleted.  A retired tree may share files
+        (hard links) with the live one; deleting one of its names changes the file's status (ctime), and a
+        deploy step that archives the site right after the build (tar) fails on a file whose status changes as
+        it reads it.  Deletions start as early as possible, so most of them end while the build still works."""
+        try:
+            for deleter in self._deleting:
+                deleter.wait()
+        finally:
+            self._deleting.clear()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
 
     def new_staging(self) -> StagingTree:
         path = self.staging_path()
@@ -251,12 +257,12 @@ class OutputSlot:
         aside.rename(tree)
 
     def retire_prev(self) -> None:
-        """Move the kept previous tree out of the way and delete it in the background: deleting one entry per
-        file can take longer than the build, and once renamed it is safe to finish later."""
+        """Move the kept previous tree out of the way and start deleting it (``release`` waits for the end):
+        once renamed, it is safe to delete beside the build's own work."""
         if self.prev.exists() or self.prev.is_symlink():
             old = self._trash_path()
             self.prev.rename(old)
-            remove_tree(old, wait=False)
+            self._delete(old)
 
     def publish(self, staging: StagingTree) -> None:
         """Make the staging tree the output; the old output is kept as the previous tree."""
