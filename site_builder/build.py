@@ -497,6 +497,9 @@ def _build(options: BuildOptions) -> BuildReport:
                 slot.publish_prev()
             else:
                 slot.publish(tree)
+                # Unless this build linked in files of the old site, all of the new one's are new: deleting an
+                # older tree cannot change any (the build need not wait for it).
+                slot.shares_files = tree.holds_older_files
             clock.lap("swap")
             if options.on_published is not None:
                 options.on_published(report)
@@ -999,7 +1002,7 @@ def _place_unit(name: str, key: str, tree: StagingTree, kept: dict, live_units: 
     linked = []
     live_root = os.path.join(os.fspath(output), "")
     for rel in split_files(live[1]):
-        if not tree.link_from(rel, live_root + rel):  # (rel is checked by link_from before anything is made)
+        if not tree.reuse(rel, live_root + rel):  # (rel is checked before anything is made)
             for done in linked:  # could not reuse all of it: render the unit instead
                 os.unlink(tree.path_for(done))
             return None

@@ -54,6 +54,7 @@ class StagingTree:
         self._prefix = os.path.join(os.fspath(root), "")  # paths are joined as strings: a record writes ten files
         self._dirs: set[str] = set()
         self.files_written = 0
+        self.holds_older_files = False  # whether ``reuse`` linked in a file of another tree
 
     def path_for(self, rel: str) -> str:
         return self._prefix + check_relative_path(rel)
@@ -96,8 +97,13 @@ class StagingTree:
         else:
             self.write(rel, data)
 
+    def reuse(self, rel: str, source: str | Path) -> bool:
+        """Take an unchanged file of the previous site by hard link; False if impossible."""
+        self.holds_older_files = True  # (even a failed attempt may have linked the unit's other files)
+        return self.link_from(rel, source)
+
     def link_from(self, rel: str, source: str | Path) -> bool:
-        """Reuse a file by hard link (an unchanged file of the previous site, or a twin); False if impossible."""
+        """Make *rel* a hard link to *source*; False if impossible."""
         target = self.path_for(rel)
         self._ensure_parent(rel)
         try:
@@ -172,6 +178,7 @@ class OutputSlot:
         self.name = self.output.name
         self._lock_fd: int | None = None
         self._deleting: list[subprocess.Popen] = []
+        self.shares_files = True  # whether the live tree may share files with the trees being deleted
 
     def staging_path(self) -> Path:
         return self.parent / f".{self.name}.staging-{os.getpid()}"
@@ -228,12 +235,13 @@ class OutputSlot:
             self._deleting.append(deleter)
 
     def release(self) -> None:
-        """Let go of the output, once the trees this build retired are deleted.  A retired tree may share files
-        (hard links) with the live one; deleting one of its names changes the file's status (ctime), and a
-        deploy step that archives the site right after the build (tar) fails on a file whose status changes as
-        it reads it.  Deletions start as early as possible, so most of them end while the build still works."""
+        """Let go of the output, once the trees this build retired are deleted, unless the live tree shares no
+        file with them (``shares_files``: a site written afresh).  A retired tree may share files (hard links)
+        with the live one; deleting one of its names changes the file's status (ctime), and a deploy step that
+        archives the site right after the build (tar) fails on a file whose status changes as it reads it.
+        Deletions start as early as possible, so most of them end while the build still works."""
         try:
-            for deleter in self._deleting:
+            for deleter in self._deleting if self.shares_files else ():
                 deleter.wait()
         finally:
             self._deleting.clear()

@@ -7,6 +7,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -204,4 +205,30 @@ def test_the_site_is_final_when_build_returns(project):
         assert _statuses(site) == at_return
     assert (project / ".site.prev").stat().st_ino == live  # the last change was large: a fresh tree, the twin retired
     _cli_line(project, project / "clean", "--no-cache")
+    assert tree(site) == tree(project / "clean")
+
+
+def test_the_build_waits_only_for_deletions_that_could_change_the_site(project, monkeypatch):
+    """A site written afresh (a template edit renders every page) shares no file with older trees: their
+    deletion goes on after the build.  A site that linked in unchanged files waits for it."""
+    from site_builder import writing
+
+    monkeypatch.setattr(writing, "_DELETER", "import time; time.sleep(1)\n" + writing._DELETER)
+    trust, site = both_keys(), project / "site"
+    build(opts(project, site, trust))
+    (project / "bundles" / "gen3.json").write_bytes(make_bundle(3, variant=2))
+    build(opts(project, site, trust))  # links the unchanged files from the live site; the old site is the twin
+    assert not list(project.glob(".site.old-*"))
+    (project / "templates" / "paper.html").write_text((ROOT / "templates" / "paper.html").read_text() + "<!-- -->")
+    build(opts(project, site, trust))  # every page new: the twin is retired and left to its deleter
+    being_deleted = list(project.glob(".site.old-*"))
+    assert len(being_deleted) == 1
+    deadline = time.monotonic() + 30
+    while being_deleted[0].exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for i in range(6):
+        (project / "bundles" / f"gen{i}.json").write_bytes(make_bundle(i, variant=3))
+    build(opts(project, site, trust))  # most records change, the real ones are linked in: waits for the deletion
+    assert not list(project.glob(".site.old-*"))
+    build(opts(project, project / "clean", trust, use_cache=False))
     assert tree(site) == tree(project / "clean")
