@@ -404,7 +404,7 @@ def _build(options: BuildOptions) -> BuildReport:
                 _LEFT_FOR_EXIT[:] = [options.memory, cache, inspections, units]
             return report
         live_units = cache.units(previous.build_id) or {}
-        tree, kept, stale_dirs = _prepare_tree(slot, cache, units)
+        tree, kept, stale_dirs = _prepare_tree(slot, cache, units, live_units)
         clock.lap("prepare_tree")
 
         try:
@@ -933,22 +933,6 @@ def read_build_id(tree: Path) -> str | None:
     return match.group(1).decode() if match else None
 
 
-def _in_place_plan(slot: OutputSlot, cache: BuildCache, units: dict) -> tuple[dict, list[str]] | None:
-    """How the previous tree would become one of *units*: its units to keep, and the files of the others; None
-    when it cannot (there is none, the cache does not know what it holds) or should not (most files change, as
-    after a template edit: a fresh tree is cheaper)."""
-    prev = slot.prev
-    prev_units = cache.units(read_build_id(prev)) if prev.is_dir() and not prev.is_symlink() else None
-    if prev_units is None:
-        return None
-    kept = {name: (key, files) for name, (key, files) in prev_units.items()
-            if name != "report" and units.get(name, (None,))[0] == key}
-    stale = [files for name, (_, files) in prev_units.items() if name not in kept]
-    if sum(map(file_count, stale)) > IN_PLACE_LIMIT * sum(file_count(f) for _, f in prev_units.values()):
-        return None
-    return kept, stale
-
-
 def _link_twin(slot: OutputSlot, units: dict, staging: StagingTree, cancelled: Callable[[], bool]) -> bool:
     """Fill *staging* with hard links to every file of the live tree (made of *units*); False if cancelled or
     a file could not be linked (the caller discards *staging*).  The report's files are copied instead: a link
@@ -968,15 +952,25 @@ def _link_twin(slot: OutputSlot, units: dict, staging: StagingTree, cancelled: C
     return True
 
 
-def _prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict) -> tuple[StagingTree, dict, set[str]]:
+def _prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict,
+                  live_units: dict) -> tuple[StagingTree, dict, set[str]]:
     """The tree to build into: the previous tree, updated in place when the cache knows exactly what it holds
-    (its stale files are removed here), else a fresh staging folder."""
+    (its stale files are removed here), else a fresh staging folder -- also when most files change, as after a
+    template edit, where writing afresh beats removing most of a tree first."""
     prev = slot.prev
-    plan = _in_place_plan(slot, cache, units)
-    if plan is None:  # the previous tree is of no use: its deletion starts now, beside the build
-        slot.retire_prev()
+    prev_units = cache.units(read_build_id(prev)) if prev.is_dir() and not prev.is_symlink() else None
+    kept = {name: (key, files) for name, (key, files) in (prev_units or {}).items()
+            if name != "report" and units.get(name, (None,))[0] == key}
+    stale = [files for name, (_, files) in (prev_units or {}).items() if name not in kept]
+    if prev_units is None or (sum(map(file_count, stale))
+                              > IN_PLACE_LIMIT * sum(file_count(f) for _, f in prev_units.values())):
+        # Of no use: its deletion starts now, beside the build.  The new site takes old files only from the live
+        # one (its units with unchanged keys), and the live site shares a file with this tree only through a
+        # unit the two have alike (same key); a tree the cache does not know may share any.
+        shares = prev_units is None or any(live_units.get(name, (None,))[0] == key
+                                           for name, (key, _) in prev_units.items() if name != "report")
+        slot.retire_prev(shares_files=shares)
         return slot.new_staging(), {}, set()
-    kept, stale = plan
     (prev / MARKER).unlink()  # from here on the previous tree counts as unknown until it is swapped in
     root = str(prev)
     stale_dirs: set[str] = set()

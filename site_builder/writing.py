@@ -177,8 +177,8 @@ class OutputSlot:
         self.parent = self.output.parent
         self.name = self.output.name
         self._lock_fd: int | None = None
-        self._deleting: list[subprocess.Popen] = []
-        self.shares_files = True  # whether the live tree may share files with the trees being deleted
+        self._deleting: list[tuple[subprocess.Popen, bool]] = []  # (deleter, whether its tree may share files)
+        self.shares_files = True  # whether the live tree may share files with any tree being deleted
 
     def staging_path(self) -> Path:
         return self.parent / f".{self.name}.staging-{os.getpid()}"
@@ -229,20 +229,21 @@ class OutputSlot:
                 leftover = aside
             self._delete(leftover)  # (a no-op if another process is deleting it)
 
-    def _delete(self, tree: Path) -> None:
+    def _delete(self, tree: Path, shares_files: bool = True) -> None:
         deleter = remove_tree(tree, wait=False)
         if deleter is not None:
-            self._deleting.append(deleter)
+            self._deleting.append((deleter, shares_files))
 
     def release(self) -> None:
-        """Let go of the output, once the trees this build retired are deleted, unless the live tree shares no
-        file with them (``shares_files``: a site written afresh).  A retired tree may share files (hard links)
-        with the live one; deleting one of its names changes the file's status (ctime), and a deploy step that
-        archives the site right after the build (tar) fails on a file whose status changes as it reads it.
-        Deletions start as early as possible, so most of them end while the build still works."""
+        """Let go of the output, once the trees this build retired that may share files with the live one are
+        deleted (none may when the site was written afresh: ``shares_files``).  Deleting one name of a file
+        (a hard link) changes the file's status (ctime), and a deploy step that archives the site right after
+        the build (tar) fails on a file whose status changes as it reads it.  Deletions start as early as
+        possible, so most of them end while the build still works."""
         try:
-            for deleter in self._deleting if self.shares_files else ():
-                deleter.wait()
+            for deleter, shares in self._deleting:
+                if shares and self.shares_files:
+                    deleter.wait()
         finally:
             self._deleting.clear()
             if self._lock_fd is not None:
@@ -264,13 +265,13 @@ class OutputSlot:
         tree.rename(self.output)
         aside.rename(tree)
 
-    def retire_prev(self) -> None:
+    def retire_prev(self, shares_files: bool = True) -> None:
         """Move the kept previous tree out of the way and start deleting it (``release`` waits for the end):
         once renamed, it is safe to delete beside the build's own work."""
         if self.prev.exists() or self.prev.is_symlink():
             old = self._trash_path()
             self.prev.rename(old)
-            self._delete(old)
+            self._delete(old, shares_files)
 
     def publish(self, staging: StagingTree) -> None:
         """Make the staging tree the output; the old output is kept as the previous tree."""

@@ -209,26 +209,36 @@ def test_the_site_is_final_when_build_returns(project):
 
 
 def test_the_build_waits_only_for_deletions_that_could_change_the_site(project, monkeypatch):
-    """A site written afresh (a template edit renders every page) shares no file with older trees: their
-    deletion goes on after the build.  A site that linked in unchanged files waits for it."""
+    """A retired tree's deletion is waited for only if the new site may share files with it: not when the site
+    was written afresh (a template edit renders every page), nor when the retired tree has no unit (with its
+    key) in common with the live site the new one took its unchanged files from."""
     from site_builder import writing
 
-    monkeypatch.setattr(writing, "_DELETER", "import time; time.sleep(1)\n" + writing._DELETER)
+    monkeypatch.setattr(writing, "_DELETER", "import time; time.sleep(3)\n" + writing._DELETER)
     trust, site = both_keys(), project / "site"
+
+    def being_deleted():
+        return list(project.glob(".site.old-*"))
+
+    def edit(*numbers, variant):
+        for i in numbers:
+            (project / "bundles" / f"gen{i}.json").write_bytes(make_bundle(i, variant=variant))
+
     build(opts(project, site, trust))
-    (project / "bundles" / "gen3.json").write_bytes(make_bundle(3, variant=2))
+    edit(3, variant=2)
     build(opts(project, site, trust))  # links the unchanged files from the live site; the old site is the twin
-    assert not list(project.glob(".site.old-*"))
+    assert not being_deleted()
+    edit(*range(6), variant=3)
+    build(opts(project, site, trust))  # most records change: a fresh tree; the twin shares the real records' files
+    assert not being_deleted()
     (project / "templates" / "paper.html").write_text((ROOT / "templates" / "paper.html").read_text() + "<!-- -->")
-    build(opts(project, site, trust))  # every page new: the twin is retired and left to its deleter
-    being_deleted = list(project.glob(".site.old-*"))
-    assert len(being_deleted) == 1
+    build(opts(project, site, trust))  # every page new: the twin is left to its deleter
+    assert len(being_deleted()) == 1
     deadline = time.monotonic() + 30
-    while being_deleted[0].exists() and time.monotonic() < deadline:
+    while being_deleted() and time.monotonic() < deadline:
         time.sleep(0.05)
-    for i in range(6):
-        (project / "bundles" / f"gen{i}.json").write_bytes(make_bundle(i, variant=3))
-    build(opts(project, site, trust))  # most records change, the real ones are linked in: waits for the deletion
-    assert not list(project.glob(".site.old-*"))
+    edit(0, variant=4)
+    build(opts(project, site, trust))  # the twin (before the template edit) has nothing in common with the site
+    assert len(being_deleted()) == 1
     build(opts(project, project / "clean", trust, use_cache=False))
     assert tree(site) == tree(project / "clean")
