@@ -155,10 +155,6 @@ def _wait_for_saver(project):
         os.close(fd)
 
 
-def _files(root):
-    return {str(p.relative_to(root)): p.stat().st_ino for p in root.rglob("*") if p.is_file()}
-
-
 def _cli_line(project, out, *args):
     r = subprocess.run([sys.executable, "-m", "site_builder", "build", "--bundles", project / "bundles",
                         "--output", out, "--no-search", *args], capture_output=True, text=True, timeout=300)
