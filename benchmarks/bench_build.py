@@ -4,8 +4,8 @@
 
 Generates N realistic bundles signed with a benchmark key (cached in the work folder), then, each in a fresh
 process: a full build into an empty output, a no-op rebuild, and rebuilds after changing one bundle (a newer
-bundle of the same record), replacing one (the file now holds another record), adding one, deleting one and
-editing one template.  Prints wall time, bundles/second, files written and reused, how long the scenario first
+bundle of the same record), replacing one (the file now holds another record), adding one, deleting one,
+giving 40 % of the bundles a newer version and editing one template.  Prints wall time, bundles/second, files written and reused, how long the scenario first
 waited (untimed) for the previous build's detached cache saver, peak RSS of the main process and of the largest
 worker, and the time of each build stage.  Builds save their cache in the background, as the command line does.
 """
@@ -106,6 +106,8 @@ def main() -> None:
     # "newer bundle" scenario into a refused rollback).
     for i in (4, 5, 6):
         (bundles / f"b{i:07d}.json").write_bytes(make_bundle(i))
+    many = range(10, 10 + args.n * 2 // 5)  # the files "change 40 %" rewrites (not the three above)
+    _restore(work, bundles, many)
     # A previous run's trees hold up to two million entries at 100,000 bundles: deleting them took longer than the
     # run.  They are moved aside now (a rename) and deleted once this run's builds are done.
     for stale in [work / "site", work / ".site.prev", work / ".site-builder-cache", work / "templates"]:
@@ -140,10 +142,14 @@ def main() -> None:
     step("replace one record", lambda: (bundles / "b0000006.json").write_bytes(make_bundle(6, record=args.n + 7)))
     step("add one bundle", lambda: extra.write_bytes(make_bundle(args.n + 1)))
     step("delete one bundle", lambda: extra.unlink(missing_ok=True))  # (with --only, "add" may not have run)
+    # A newer bundle for 40 % of the records (a day's pull after the resolver re-signed many): the twin is updated
+    # in place (most listing pages change too).
+    step("change 40 %", lambda: _rewrite(work, bundles, many))
     step("edit one template", lambda: (work / "templates" / "paper.html").write_text(
         (work / "templates" / "paper.html").read_text() + "\n{# edited #}\n"))
     for i in (4, 5, 6):
         (bundles / f"b{i:07d}.json").write_bytes(make_bundle(i))
+    _restore(work, bundles, many)
     for stale in work.glob(".stale-*"):  # in a detached, idle-priority process: the command returns now
         remove_tree(stale, wait=False)
 
@@ -158,6 +164,20 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({"n": args.n, "machine": machine(), "search": args.search,
                                          "bundle_kb": size / 1024, "steps": steps}, indent=2))
+
+
+def _rewrite(work: Path, bundles: Path, numbers: range) -> None:
+    (work / "rewritten").touch()  # (until _restore puts them back, also after an interrupted run)
+    for i in numbers:
+        (bundles / f"b{i:07d}.json").write_bytes(make_bundle(i, variant=3))
+
+
+def _restore(work: Path, bundles: Path, numbers: range) -> None:
+    """Put back the generated bundles ``_rewrite`` rewrote."""
+    if (work / "rewritten").exists():
+        for i in numbers:
+            (bundles / f"b{i:07d}.json").write_bytes(make_bundle(i))
+        (work / "rewritten").unlink()
 
 
 if __name__ == "__main__":

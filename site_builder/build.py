@@ -59,7 +59,11 @@ from site_builder.settings import SiteConfig
 from site_builder.writing import MARKER, OutputError, OutputSlot, StagingTree
 
 PARALLEL_THRESHOLD = 64
-IN_PLACE_LIMIT = 0.3  # update the previous tree in place when at most this share of its files is stale
+# Update the previous tree in place unless more than this share of its files is stale.  Unlinking a stale file
+# costs what linking an unchanged one into a fresh tree does, and a fresh tree also has the old one deleted, which
+# the build waits for when the two share files: with 40 % of 10,000 records changed, in place took 9-12 s, a
+# fresh tree 25-34 s.  A fresh tree wins where nearly everything is rewritten (a template edit).
+IN_PLACE_LIMIT = 0.9
 
 
 @dataclass
@@ -955,8 +959,8 @@ def _link_twin(slot: OutputSlot, units: dict, staging: StagingTree, cancelled: C
 def _prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict,
                   live_units: dict) -> tuple[StagingTree, dict, set[str]]:
     """The tree to build into: the previous tree, updated in place when the cache knows exactly what it holds
-    (its stale files are removed here), else a fresh staging folder -- also when most files change, as after a
-    template edit, where writing afresh beats removing most of a tree first."""
+    (its stale files are removed here), else a fresh staging folder -- also when nearly every file changes, as
+    after a template edit, where writing afresh beats removing the whole tree first."""
     prev = slot.prev
     prev_units = cache.units(read_build_id(prev)) if prev.is_dir() and not prev.is_symlink() else None
     kept = {name: (key, files) for name, (key, files) in (prev_units or {}).items()

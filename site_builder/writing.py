@@ -130,13 +130,15 @@ shutil.rmtree(path, ignore_errors=True)
 """
 
 
-def remove_tree(path: Path, wait: bool = True) -> subprocess.Popen | None:
-    """Delete a folder now, or in a process of its own (at idle I/O and CPU priority, so that deleting 100,000
-    files slows the build beside it as little as it can); returns that process."""
+def remove_tree(path: Path, wait: bool = True, idle: bool = True) -> subprocess.Popen | None:
+    """Delete a folder now, or in a process of its own, returned; at low CPU priority, and with *idle* at idle
+    I/O priority, so that deleting 100,000 files slows the build beside it as little as it can (but the disk
+    serves an idle process only when nobody else asks: no good for a deletion the build will wait for)."""
     if wait:
         shutil.rmtree(path, ignore_errors=True)
         return None
-    polite = (["ionice", "-c3"] if shutil.which("ionice") else []) + (["nice", "-n19"] if shutil.which("nice") else [])
+    polite = ((["ionice", "-c3"] if idle and shutil.which("ionice") else [])
+              + (["nice", "-n19"] if shutil.which("nice") else []))
     return subprocess.Popen([*polite, sys.executable, "-c", _DELETER, str(path)], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
@@ -230,7 +232,7 @@ class OutputSlot:
             self._delete(leftover)  # (a no-op if another process is deleting it)
 
     def _delete(self, tree: Path, shares_files: bool = True) -> None:
-        deleter = remove_tree(tree, wait=False)
+        deleter = remove_tree(tree, wait=False, idle=not shares_files)
         if deleter is not None:
             self._deleting.append((deleter, shares_files))
 

@@ -179,28 +179,37 @@ def _statuses(root):
     return {str(p.relative_to(root)): p.stat().st_ctime_ns for p in root.rglob("*") if p.is_file()}
 
 
+def _edit_template(project):
+    (project / "templates" / "paper.html").write_text((ROOT / "templates" / "paper.html").read_text() + "<!-- -->")
+
+
 def test_the_site_is_final_when_build_returns(project):
-    """Nothing this build started touches the output after ``build`` returns: a deploy step archives the site
-    at once, and tar fails on a file whose status changes while it reads it.  Hard links change a file's status
-    (ctime) as they are made and removed, so no twin is linked in the background, and a retired tree that shares
-    files with the live one is deleted before the build returns.  Checked after a full build, a first rebuild (a
-    tree linked from the live one), an in-place rebuild, and a large change (the shared twin is retired)."""
+    """Nothing a build started changes a file of the output after ``build`` returns: a deploy step archives the
+    site at once, and tar fails on a file whose status changes while it reads it.  Hard links change a file's
+    status (ctime) as they are made and removed, so no twin is linked in the background, and a retired tree
+    that may share files with the site is deleted before the build returns.  Checked after a full build, a
+    first rebuild (a tree linked from the live one), an in-place rebuild, a template edit (a fresh site; the old
+    twin is deleted after the build) and the first change after it (a tree linked from the live one; the twin,
+    from before the edit, shares nothing with it and is deleted after the build): every status is unchanged
+    once the saver and every deletion are done."""
     site = project / "site"
     edits = [lambda: None,
              lambda: (project / "bundles" / "gen3.json").write_bytes(make_bundle(3, variant=2)),
              lambda: (project / "bundles" / "gen4.json").write_bytes(make_bundle(4, variant=2)),
-             lambda: [(project / "bundles" / f"gen{i}.json").write_bytes(make_bundle(i, variant=3)) for i in range(6)]]
+             lambda: _edit_template(project),
+             lambda: (project / "bundles" / "gen5.json").write_bytes(make_bundle(5, variant=2))]
     for edit in edits:
-        live = site.stat().st_ino if site.exists() else None
         edit()
-        _cli_line(project, site)
+        _cli_line(project, site, "--templates", project / "templates")
         at_return = _statuses(site)
-        assert not list(project.glob(".site.old-*")) and not list(project.glob(".site.staging-*"))
+        assert not list(project.glob(".site.staging-*"))
         subprocess.run(["tar", "--hard-dereference", "-C", site, "-cf", project / "site.tar", "."], check=True)
         _wait_for_saver(project)
+        deadline = time.monotonic() + 30
+        while list(project.glob(".site.old-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert _statuses(site) == at_return
-    assert (project / ".site.prev").stat().st_ino == live  # the last change was large: a fresh tree, the twin retired
-    _cli_line(project, project / "clean", "--no-cache")
+    _cli_line(project, project / "clean", "--no-cache", "--templates", project / "templates")
     assert tree(site) == tree(project / "clean")
 
 
@@ -208,10 +217,11 @@ def test_the_build_waits_only_for_deletions_that_could_change_the_site(project, 
     """A retired tree's deletion is waited for only if the new site may share files with it: not when the site
     was written afresh (a template edit renders every page), nor when the retired tree has no unit (with its
     key) in common with the live site the new one took its unchanged files from."""
+    from site_builder import build as build_module
     from site_builder import writing
 
     monkeypatch.setattr(writing, "_DELETER", "import time; time.sleep(3)\n" + writing._DELETER)
-    trust, site = both_keys(), project / "site"
+    trust, site, twin = both_keys(), project / "site", project / ".site.prev"
 
     def being_deleted():
         return list(project.glob(".site.old-*"))
@@ -225,16 +235,20 @@ def test_the_build_waits_only_for_deletions_that_could_change_the_site(project, 
     build(opts(project, site, trust))  # links the unchanged files from the live site; the old site is the twin
     assert not being_deleted()
     edit(*range(6), variant=3)
-    build(opts(project, site, trust))  # most records change: a fresh tree; the twin shares the real records' files
-    assert not being_deleted()
-    (project / "templates" / "paper.html").write_text((ROOT / "templates" / "paper.html").read_text() + "<!-- -->")
+    with monkeypatch.context() as m:  # a fresh tree, as when nearly every file changes
+        m.setattr(build_module, "IN_PLACE_LIMIT", 0.3)
+        prev = twin.stat().st_ino
+        build(opts(project, site, trust))  # the real records' files are linked from the site, which shares them
+    assert site.stat().st_ino != prev and not being_deleted()  # with the twin: retired, and waited for
+    _edit_template(project)
     build(opts(project, site, trust))  # every page new: the twin is left to its deleter
     assert len(being_deleted()) == 1
     deadline = time.monotonic() + 30
     while being_deleted() and time.monotonic() < deadline:
         time.sleep(0.05)
     edit(0, variant=4)
+    prev = twin.stat().st_ino
     build(opts(project, site, trust))  # the twin (before the template edit) has nothing in common with the site
-    assert len(being_deleted()) == 1
+    assert site.stat().st_ino != prev and len(being_deleted()) == 1
     build(opts(project, project / "clean", trust, use_cache=False))
     assert tree(site) == tree(project / "clean")
