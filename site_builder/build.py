@@ -442,6 +442,7 @@ def _build(options: BuildOptions) -> BuildReport:
 
             papers = [s for s in published if s.pith_id not in changed]
             if changed:  # a file changed under us: its short addresses must not point at a missing page
+                slot.assume_shared()  # (the units are planned again: the retired tree's may match them now)
                 report.outcomes.clear()
                 _record_outcomes(report, inspections, selection, changed)
                 plan = plan_redirects(papers)
@@ -969,9 +970,9 @@ def _prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict,
     if prev_units is None or (sum(map(file_count, stale))
                               > IN_PLACE_LIMIT * sum(file_count(f) for _, f in prev_units.values())):
         # Of no use: its deletion starts now, beside the build.  The new site takes old files only from the live
-        # one (its units with unchanged keys), and the live site shares a file with this tree only through a
-        # unit the two have alike (same key); a tree the cache does not know may share any.
-        shares = prev_units is None or any(live_units.get(name, (None,))[0] == key
+        # one (its units whose key did not change), and the live site shares a file with this tree only through
+        # a unit the two have alike (same key); a tree the cache does not know may share any.
+        shares = prev_units is None or any(units.get(name, (None,))[0] == key == live_units.get(name, (None,))[0]
                                            for name, (key, _) in prev_units.items() if name != "report")
         slot.retire_prev(shares_files=shares)
         return slot.new_staging(), {}, set()

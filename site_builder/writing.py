@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -171,6 +172,14 @@ def exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(a))
 
 
+@dataclass
+class _Deletion:
+    """A tree being deleted by a process of this build, and whether it may share files with the new site."""
+
+    process: subprocess.Popen
+    shares_files: bool
+
+
 class OutputSlot:
     """The output folder and its hidden siblings (staging, old, lock)."""
 
@@ -179,7 +188,7 @@ class OutputSlot:
         self.parent = self.output.parent
         self.name = self.output.name
         self._lock_fd: int | None = None
-        self._deleting: list[tuple[subprocess.Popen, bool]] = []  # (deleter, whether its tree may share files)
+        self._deleting: list[_Deletion] = []
         self.shares_files = True  # whether the live tree may share files with any tree being deleted
 
     def staging_path(self) -> Path:
@@ -234,7 +243,12 @@ class OutputSlot:
     def _delete(self, tree: Path, shares_files: bool = True) -> None:
         deleter = remove_tree(tree, wait=False, idle=not shares_files)
         if deleter is not None:
-            self._deleting.append((deleter, shares_files))
+            self._deleting.append(_Deletion(deleter, shares_files))
+
+    def assume_shared(self) -> None:
+        """Wait for every deletion started so far (the build can no longer tell which trees share files)."""
+        for deletion in self._deleting:
+            deletion.shares_files = True
 
     def release(self) -> None:
         """Let go of the output, once the trees this build retired that may share files with the live one are
@@ -243,9 +257,9 @@ class OutputSlot:
         the build (tar) fails on a file whose status changes as it reads it.  Deletions start as early as
         possible, so most of them end while the build still works."""
         try:
-            for deleter, shares in self._deleting:
-                if shares and self.shares_files:
-                    deleter.wait()
+            for deletion in self._deleting:
+                if deletion.shares_files and self.shares_files:
+                    deletion.process.wait()
         finally:
             self._deleting.clear()
             if self._lock_fd is not None:

@@ -83,6 +83,22 @@ def test_a_retired_tree_is_gone_before_the_build_lets_go(tmp_path, monkeypatch):
     assert not list(tmp_path.glob(".site.old-*"))
 
 
+def test_a_tree_sharing_no_file_is_left_to_its_deleter_unless_the_build_cannot_tell(tmp_path, monkeypatch):
+    from site_builder import writing
+
+    monkeypatch.setattr(writing, "_DELETER", "import time; time.sleep(0.5)\n" + writing._DELETER)
+    for cannot_tell in (False, True):
+        slot = OutputSlot(tmp_path / "site")
+        make_tree(slot.prev)
+        slot.acquire()
+        slot.retire_prev(shares_files=False)
+        if cannot_tell:  # (the build planned its units again)
+            slot.assume_shared()
+        slot.release()
+        assert bool(list(tmp_path.glob(".site.old-*"))) is not cannot_tell
+        assert wait_gone(next(iter(tmp_path.glob(".site.old-*")), tmp_path / "none"))
+
+
 def test_a_twin_is_a_hard_link_or_else_a_copy(tmp_path, monkeypatch):
     tree = StagingTree(tmp_path / "t")
     tree.root.mkdir()
