@@ -145,9 +145,9 @@ class PaperSummary:
 
 
 SUMMARY_FIELDS = tuple(f.name for f in fields(PaperSummary) if f.init)
-# What the row digest covers (in this order): every field, the words as three.
-DIGESTED_FIELDS = ("pith_id", "pith_number", "year", "arxiv_id", "version", "title", "authors", "abstract",
-                   "primary_cat", "cross_cats", "submitted_at", "built_at", "event_count", "license")
+# What the row digest covers (in this order): every field, the words as theirs (title, authors, abstract).
+DIGESTED_FIELDS = tuple(digested for name in SUMMARY_FIELDS
+                        for digested in ((f.name for f in fields(PaperText)) if name == "text" else (name,)))
 
 
 def summary_from_values(values: Sequence, row_digest: str) -> PaperSummary:
