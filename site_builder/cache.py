@@ -26,7 +26,7 @@ from pathlib import Path
 
 from site_builder import __version__
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
-from site_builder.pages import record_files
+from site_builder.pages import record_file_count, record_files
 
 SCHEMA = "8"
 
@@ -272,7 +272,6 @@ class BuildCache:
 # <version> <address mask>", ~50 characters instead of ~700 (no output path starts with "@").
 
 _RECORD_UNIT = re.compile(r"@([A-Z2-7]+) (\S+) ([0-9]+) ([0-9]|[12][0-9]|3[01])")  # (the mask: five bits)
-_RECORD_PAGES = 5  # page, bundle, state, the bundle's second path, badge; then one file per short address
 
 
 def record_unit_files(pith_id: str, arxiv_id: str, version: int, mask: int, written: list[str]) -> str:
@@ -298,7 +297,7 @@ def split_files(files: str) -> list[str]:
 def file_count(files: str) -> int:
     """How many files *files* names (without expanding a record's: a build counts every unit's)."""
     if files.startswith("@"):
-        return _RECORD_PAGES + int(files.rpartition(" ")[2]).bit_count()
+        return record_file_count(int(files.rpartition(" ")[2]))
     return files.count("\t") + 1 if files else 0
 
 

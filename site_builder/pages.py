@@ -191,6 +191,11 @@ def _addresses(pid: str, arxiv_id: str, version: int, mask: int) -> tuple[tuple[
     return tuple(address for bit, address in enumerate(every) if mask >> bit & 1)
 
 
+def record_file_count(mask: int) -> int:
+    """How many files ``record_files`` names for a record with the short addresses in *mask*."""
+    return 5 + mask.bit_count()
+
+
 def record_files(pith_id: str, arxiv_id: str, version: int, mask: int) -> list[str]:
     """The files of a record (``paper_files`` writes them, in this order): its page, bundle, state, the bundle's
     second path, badge, and the short addresses in *mask*.  A function of four values, so that the build can
