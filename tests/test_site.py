@@ -419,3 +419,32 @@ def test_list_rows_are_rendered_once_per_record_and_follow_its_fields():
     page = renderer.render("listing.html", listing=pages.Listing("all", "All", "papers/", [paper, changed]),
                            page=listed[0], pages=listed, papers=[paper, changed], first_index=1).decode()
     assert page.count("<li>") >= 2 and row in page and new_row in page
+
+
+@pytest.mark.parametrize("skipped_first", [True, False])
+def test_each_page_shows_its_own_check_results(tmp_path, skipped_first):
+    """A page's check table is rendered once per distinct list of results and reused: a record whose state could
+    not be recomputed shows that check as skipped, however many records before or after it passed it."""
+    key = TestKey()
+    bundles = tmp_path / "b"
+    bundles.mkdir()
+    made = {}
+    for i, path in enumerate(REAL_FILES):
+        bundle = json.loads(path.read_bytes())
+        skip = (i == 0) == skipped_first
+        if skip:  # an event type this builder cannot merge: the state is checked by its hash only
+            extra = json.loads(json.dumps(bundle["events"][0]))
+            extra.update(event_type="timestamp_anchor", target="record", payload={"ots": "abc"})
+            bundle["events"].append(extra)
+        signed = sign_bundle(bundle, key, keep_state=skip)
+        (bundles / path.name).write_bytes(to_bytes(signed))
+        made[signed["pith_number"].rpartition(":")[2]] = skip
+    out = tmp_path / "site"
+    report = build(BuildOptions(bundles=bundles, output=out, trust=load_trust_set([key.write(tmp_path / "k.json")]),
+                                search=False, jobs=1))
+    assert report.count("published") == len(REAL_FILES)
+    for pid, skip in made.items():
+        html = (out / "pith" / pid / "index.html").read_text()
+        row = re.search(r'<tr class="(\w+)"><td><code>state_recomputed</code></td><td>([^<]*)</td>', html)
+        assert row is not None and row.groups() == (("skipped", "– skipped") if skip else ("passed", "✓ passed"))
+        assert html.count('<tr class="') - html.count('<tr class="passed">') == (1 if skip else 0)
