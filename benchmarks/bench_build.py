@@ -157,9 +157,9 @@ def main() -> None:
     print(f"{'scenario':<22}{'wall s':>8}{'bundles/s':>11}{'written':>9}{'reused':>9}{'waited':>8}{'RSS main MB':>13}"
           f"{'RSS worker MB':>15}  stages (s)")
     for s in steps:
-        rate = args.n / s["wall"] if s["name"] == "full build" else float("nan")
+        rate = f"{args.n / s['wall']:.0f}" if s["name"] == "full build" else "–"  # a rate of the whole set only
         stages = " ".join(f"{k}={v:.2f}" for k, v in s["timings"].items())
-        print(f"{s['name']:<22}{s['wall']:8.2f}{rate:11.0f}{s['written']:9}{s['reused']:9}{s['saver_wait']:8.2f}"
+        print(f"{s['name']:<22}{s['wall']:8.2f}{rate:>11}{s['written']:9}{s['reused']:9}{s['saver_wait']:8.2f}"
               f"{s['rss_main_mb']:13.0f}{s['rss_worker_mb']:15.0f}  {stages}")
     if args.json:
         args.json.write_text(json.dumps({"n": args.n, "machine": machine(), "search": args.search,

@@ -1,0 +1,43 @@
+"""The benchmark scripts anyone can run: they work from a fresh checkout and measure what they say."""
+
+import json
+import re
+import subprocess
+import sys
+
+from conftest import ROOT
+
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def test_build_benchmark_runs_every_scenario_and_writes_json(tmp_path):
+    out = tmp_path / "bench.json"
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_build.py"), "--n", "80", "--workdir",
+                             str(tmp_path / "work"), "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    steps = {s["name"]: s for s in report["steps"]}
+    assert list(steps) == ["full build", "no-op rebuild", "first incremental", "change one bundle",
+                           "replace one record", "add one bundle", "delete one bundle", "change 40 %",
+                           "edit one template"]
+    full = steps["full build"]
+    assert report["n"] == 80 and full["published"] == 80 and full["reused"] == 0
+    assert steps["no-op rebuild"]["written"] == 0  # writing no file
+    for name in ("change one bundle", "replace one record", "add one bundle", "delete one bundle"):
+        # a few record and listing files; everything else is reused
+        assert 0 < steps[name]["written"] < 60 < steps[name]["reused"], name
+    assert 80 * 2 // 5 * 5 < steps["change 40 %"]["written"] < full["written"]
+    assert steps["edit one template"]["written"] == full["written"] and steps["edit one template"]["reused"] == 0
+    assert all(s["wall"] > 0 and s["rss_main_mb"] > 0 and s["timings"] for s in steps.values())
+    # The table names every scenario with its figures; only the full build has a rate.
+    table = result.stdout[result.stdout.index("scenario"):]
+    assert re.search(r"^full build +[0-9.]+ +\d+ +\d+ ", table, re.M)
+    assert re.search(r"^no-op rebuild +[0-9.]+ +– +0 ", table, re.M)
+
+
+def test_serve_benchmark_times_each_reload(tmp_path):
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_serve.py"), "--n", "40", "--workdir",
+                             str(tmp_path / "work"), "--repeat", "2"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert len(re.findall(r"^change \d: reload event after \d+ ms$", result.stderr, re.M)) == 2  # progress
+    assert re.search(r"^40 bundles: save-to-reload median \d+ ms", result.stdout, re.M)
