@@ -319,8 +319,9 @@ def replan_redirects(old: RedirectPlan, papers: list[PaperSummary], touched: set
     return RedirectPlan(per_record, shared)
 
 
-def bar_chart(rows: list[tuple[str, int]], unit: str) -> dict:
-    """Geometry for an inline SVG bar chart; labels and values are printed, so colour is not needed."""
+def bar_chart(rows: list[tuple[str, int]], unit: str, unit_one: str) -> dict:
+    """Geometry for an inline SVG bar chart; labels and values are printed, so colour is not needed.  *unit*
+    names many of what is counted, *unit_one* one of them."""
     top = max((v for _, v in rows), default=1) or 1
     bar_height, gap, label_width, width = 18, 6, 120, 560
     bars = []
@@ -328,7 +329,8 @@ def bar_chart(rows: list[tuple[str, int]], unit: str) -> dict:
         y = i * (bar_height + gap)
         bars.append({"label": label, "value": value, "y": y, "h": bar_height,
                      "w": max(1, round((width - label_width - 60) * value / top)), "x": label_width})
-    return {"bars": bars, "width": width, "height": max(1, len(rows)) * (bar_height + gap), "unit": unit}
+    return {"bars": bars, "width": width, "height": max(1, len(rows)) * (bar_height + gap), "unit": unit,
+            "unit_one": unit_one}
 
 
 def _counts(papers: list[PaperSummary], head: dict) -> dict:
@@ -350,9 +352,9 @@ def report_files(renderer: SiteRenderer, catalog: Catalogue, report: ReportDocum
                     ("superseded", counts["superseded"])]
     yield "stats/index.html", renderer.render(
         "stats.html", counts=counts, charts=[
-            ("Papers per submission year", bar_chart(per_year, "papers")),
-            ("Papers per primary category", bar_chart(per_primary, "papers")),
-            ("Bundles by verification outcome", bar_chart(outcome_rows, "bundles")),
+            ("Papers per submission year", bar_chart(per_year, "papers", "paper")),
+            ("Papers per primary category", bar_chart(per_primary, "papers", "paper")),
+            ("Bundles by verification outcome", bar_chart(outcome_rows, "bundles", "bundle")),
         ])
     yield "verification/index.html", renderer.render("verification.html", report=report.head,
                                                      attention=report.attention)

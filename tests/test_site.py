@@ -448,3 +448,35 @@ def test_each_page_shows_its_own_check_results(tmp_path, skipped_first):
         row = re.search(r'<tr class="(\w+)"><td><code>state_recomputed</code></td><td>([^<]*)</td>', html)
         assert row is not None and row.groups() == (("skipped", "– skipped") if skip else ("passed", "✓ passed"))
         assert html.count('<tr class="') - html.count('<tr class="passed">') == (1 if skip else 0)
+
+
+def _words(html_file: Path) -> str:
+    """The page's text as a reader sees it: white space collapsed, as a browser does."""
+    from lxml import html
+    return " ".join(html.parse(str(html_file)).getroot().text_content().split())
+
+
+@pytest.mark.parametrize("keys", [1, 2])
+def test_sentences_read_right_for_one_record_and_one_or_two_keys(tmp_path, keys):
+    """Counts and key lists are words in sentences: "1 paper", "the pinned key <id> before", not "1 papers" or
+    "the pinned keypith-v1"."""
+    made = [TestKey(f"test-key-{i}") for i in range(keys)]
+    bundles = tmp_path / "b"
+    bundles.mkdir()
+    signed = sign_bundle(json.loads(REAL_FILES[0].read_bytes()), made[0])
+    (bundles / "one.json").write_bytes(to_bytes(signed))
+    out = tmp_path / "site"
+    trust = load_trust_set([k.write(tmp_path / f"{k.key_id}.json") for k in made])
+    build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
+    pinned = "the pinned key test-key-0 before" if keys == 1 else "the pinned keys test-key-0, test-key-1 before"
+    checked = "the pinned key test-key-0 (fingerprint" if keys == 1 else "the pinned keys test-key-0 (fingerprint"
+    pid = signed["pith_number"].rpartition(":")[2]
+    for page in ["index.html", "papers/index.html", "stats/index.html", f"pith/{pid}/index.html"]:
+        assert pinned in _words(out / page), page
+    assert checked in _words(out / "pith" / pid / "index.html")
+    assert "All 1 paper →" in _words(out / "index.html")
+    stats = out / "stats" / "index.html"
+    assert "1 paper published from 1 bundle read." in _words(stats)
+    year = signed["canonical_record"]["metadata"]["submitted_at"][:4]
+    titles = [t.text for t in etree.parse(str(stats), etree.HTMLParser()).iter("title")]
+    assert f"{year}: 1 paper" in titles and "published: 1 bundle" in titles and "rejected: 0 bundles" in titles
