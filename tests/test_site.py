@@ -475,6 +475,7 @@ def test_sentences_read_right_for_one_record_and_one_or_two_keys(tmp_path, keys)
         assert pinned in _words(out / page), page
     assert checked in _words(out / "pith" / pid / "index.html")
     assert "All 1 paper →" in _words(out / "index.html")
+    assert "1 input file: 1 published, 0 rejected, 0 superseded." in _words(out / "verification" / "index.html")
     stats = out / "stats" / "index.html"
     assert "1 paper published from 1 bundle read." in _words(stats)
     year = signed["canonical_record"]["metadata"]["submitted_at"][:4]
