@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -23,16 +24,26 @@ class SiteConfig:
     about_file: str = "about.md"
     resolver_url: str = "https://pith.science"
 
-    @property
+    # Worked out once (a record's pages ask for ~50 links): the settings are frozen.  ``cached_property`` keeps
+    # them in the instance's dict, which the frozen dataclass's fields, equality and ``replace`` do not look at.
+    @cached_property
     def base_path(self) -> str:
         """Path part of base_url, always starting and ending with '/'."""
         path = urlsplit(self.base_url).path or "/"
         return path if path.endswith("/") else path + "/"
 
-    @property
+    @cached_property
     def has_origin(self) -> bool:
         parts = urlsplit(self.base_url)
         return bool(parts.scheme and parts.netloc)
+
+    @cached_property
+    def _absolute_base(self) -> str:
+        """What an absolute URL starts with: the origin and base path, or the base path alone."""
+        if not self.has_origin:
+            return self.base_path
+        parts = urlsplit(self.base_url)
+        return f"{parts.scheme}://{parts.netloc}{self.base_path}"
 
     def url(self, path: str = "") -> str:
         """Site-internal link for a path relative to the site root."""
@@ -40,10 +51,7 @@ class SiteConfig:
 
     def absolute_url(self, path: str = "") -> str:
         """Full URL when base_url has an origin; otherwise the site-internal link."""
-        if not self.has_origin:
-            return self.url(path)
-        parts = urlsplit(self.base_url)
-        return f"{parts.scheme}://{parts.netloc}{self.url(path)}"
+        return self._absolute_base + path.lstrip("/")
 
 
 def normalize_base_url(value: str) -> str:

@@ -1,0 +1,38 @@
+"""The renderer's template helpers, as templates (built-in or a user's) call them."""
+
+import pickle
+from dataclasses import replace
+
+from site_builder.keys import load_trust_set
+from site_builder.rendering import SiteRenderer, template_dirs
+from site_builder.settings import SiteConfig
+
+
+def test_helpers_answer_alike_in_loops_blocks_macros_and_with_keywords():
+    """The renderer calls its own helpers directly (Jinja's call path looks every callable over): inside a loop
+    or a block Jinja hands them loop and block variables meant for context-taking callables, which they must
+    not receive; any other callable still takes Jinja's path."""
+    renderer = SiteRenderer(SiteConfig(base_url="https://h.org/m/"), template_dirs(None), load_trust_set())
+    template = renderer.env.from_string(
+        "{% macro link(x) %}{{ url(x) }}{% endmacro %}"
+        "{% for c in ['a', 'b'] %}{{ url(c) }} {{ absolute_url(path=c ~ '/') }} {{ link(c) }} {% endfor %}"
+        "{% set held %}{{ url('z') }}{% endset %}{{ held }} {{ ' x '.strip() }} {{ cycler('p', 'q').next() }} "
+        "{{ check_descriptions.get('structure', '')[:8] }} {{ url() }}")
+    assert template.render() == ("/m/a https://h.org/m/a/ /m/a /m/b https://h.org/m/b/ /m/b "
+                                 "/m/z x p required /m/")
+
+
+def test_links_follow_the_settings_they_were_made_from():
+    """Links are worked out once per settings object; settings made from others (``replace``, as the command
+    line's flags do, or a copy sent to a worker) get their own."""
+    config = SiteConfig(base_url="/mirror/")
+    assert config.url("x/") == "/mirror/x/" and config.absolute_url("/x/") == "/mirror/x/" and not config.has_origin
+    moved = replace(config, base_url="https://user.github.io/m/")
+    assert moved.url("x/") == "/m/x/" and moved.absolute_url("x/") == "https://user.github.io/m/x/"
+    assert config.url("x/") == "/mirror/x/" and moved != config
+    sent = pickle.loads(pickle.dumps(moved))
+    assert sent == moved and sent.absolute_url("") == "https://user.github.io/m/" and sent.has_origin
+    for base, expected in [("/", "/x/ /"), ("https://user.github.io/mirror/", "/mirror/x/ https://user.github.io/mirror/"),
+                           ("http://localhost:8000/a/b/", "/a/b/x/ http://localhost:8000/a/b/")]:
+        renderer = SiteRenderer(SiteConfig(base_url=base), template_dirs(None), load_trust_set())
+        assert renderer.env.from_string("{{ url('x/') }} {{ absolute_url('') }}").render() == expected
