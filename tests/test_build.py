@@ -1,5 +1,6 @@
 """End-to-end builds of the example bundles: the output tree is a contract."""
 
+import fnmatch
 import hashlib
 import json
 from pathlib import Path
@@ -9,9 +10,10 @@ import jinja2
 import pytest
 
 import site_builder.report
-from site_builder.build import BuildOptions, build
+from site_builder.build import RECORD_PAGES_GLOB, BuildOptions, build, pagefind_glob
 from site_builder.canonical import resolver_json
 from site_builder.keys import load_trust_set
+from site_builder.rendering import template_dirs
 from site_builder.serving import Site
 from site_builder.settings import SiteConfig
 
@@ -77,6 +79,43 @@ def test_builds_with_search_index_are_byte_identical(bundles_dir, tmp_path):
         build(BuildOptions(bundles=bundles_dir, output=out, trust=load_trust_set(), search=True))
     assert (a / "pagefind" / "pagefind-entry.json").is_file()
     assert tree(a) == tree(b)
+
+
+def test_pagefind_reads_only_record_pages_unless_a_users_template_marks_others(tmp_path):
+    builtin = template_dirs(None)
+    assert pagefind_glob(builtin) == RECORD_PAGES_GLOB
+    assert fnmatch.fnmatch("pith/" + "A" * 26 + "/index.html", RECORD_PAGES_GLOB)
+    assert not any(fnmatch.fnmatch(f"pith/{'A' * n}/index.html", RECORD_PAGES_GLOB) for n in (8, 12, 16))
+    user = tmp_path / "templates"
+    user.mkdir()
+    (user / "listing.html").write_text('{% extends "base.html" %}{% block main %}<div data-pagefind-body>'
+                                       '{{ paper_rows(papers) }}</div>{% endblock %}')
+    assert pagefind_glob(template_dirs(user)) is None  # listing pages are indexed too
+    (user / "listing.html").unlink()
+    (user / "paper.html").write_text("<p>{{ p.title }}</p>")  # nothing marked: Pagefind indexes every page whole
+    assert pagefind_glob(template_dirs(user)) is None
+    (user / "paper.html").unlink()
+    (user / "about.html").write_text("<p>no mark here</p>")
+    assert pagefind_glob(template_dirs(user)) == RECORD_PAGES_GLOB
+
+
+def test_search_indexes_every_marked_page(bundles_dir, tmp_path):
+    """Built-in templates: the record pages, read alone; a user's template that marks listing pages gets them
+    indexed as well."""
+    def indexed(out: Path) -> int:
+        return json.loads((out / "pagefind" / "pagefind-entry.json").read_text())["languages"]["en"]["page_count"]
+
+    plain = tmp_path / "plain"
+    build(BuildOptions(bundles=bundles_dir, output=plain, trust=load_trust_set(), search=True))
+    assert indexed(plain) == len(REAL_FILES)
+    user = tmp_path / "templates"
+    user.mkdir()
+    (user / "listing.html").write_text('{% extends "base.html" %}{% block main %}<div data-pagefind-body>'
+                                       '{{ paper_rows(papers) }}</div>{% endblock %}')
+    marked = tmp_path / "marked"
+    build(BuildOptions(bundles=bundles_dir, output=marked, trust=load_trust_set(), search=True, templates=user))
+    listings = [p for p in marked.rglob("index.html") if b"data-pagefind-body" in p.read_bytes()]
+    assert len(listings) > len(REAL_FILES) and indexed(marked) == len(listings)
 
 
 def test_source_date_epoch_is_the_only_clock(bundles_dir, tmp_path, monkeypatch):
