@@ -88,6 +88,10 @@ class BuildOptions:
     one_shot: bool = False
     on_published: Callable[[BuildReport], None] | None = None  # called as soon as the new site is live
     listing: BundleListing | None = None  # the bundles folder as the caller already listed it (serve); else discover()
+    # (serve) When the search index would be made again, publish with the live one and say so
+    # (``BuildReport.search_behind``): a change is on screen without waiting for Pagefind (~12 s at 10,000
+    # records), and the caller's next build, without this, brings the index up to date.
+    defer_search: bool = False
 
 
 class SearchIndexError(Exception):
@@ -421,6 +425,12 @@ def _build(options: BuildOptions) -> BuildReport:
                                       options.memory.unit_rows if options.memory is not None else None)
         clock.lap("plan_collection")
         units = _units_plan(build_key, record_keys, published, collection, options)
+        search_key = units["search"][0] if "search" in units else None  # what the index would be made under
+        if options.defer_search and search_key is not None:
+            live_search = (cache.units(previous.build_id) or {}).get("search")
+            if live_search is not None and live_search[0] != search_key:
+                units["search"] = (live_search[0], "")  # the live index as it is (the build id says so)
+                report.search_behind = True
         _record_outcomes(report, inspections, selection, {}, options.memory)
         build_id, report_doc = _identify(build_key, report, units, options)
         clock.lap("identify")
@@ -477,6 +487,8 @@ def _build(options: BuildOptions) -> BuildReport:
                 units = {u: v for u, v in units.items() if u.startswith("record:")}
                 units.update({u: v for u, v in _units_plan(build_key, record_keys, papers, collection, options).items()
                               if not u.startswith("record:")})
+                report.search_behind = False  # (planned afresh: indexed now)
+            renamed = False  # the search unit's key is not the one planned (below)
             # (feeds show the words of records, which the build holds by reference: read from the tree's bundles)
             with text_source(_words_in(tree, options.max_bytes)):
                 for unit in collection:
@@ -498,15 +510,20 @@ def _build(options: BuildOptions) -> BuildReport:
 
                 if "search" in units:
                     reused = place("search", units["search"][0])
+                    if reused is None and report.search_behind:  # the live index is not to be had: make it now,
+                        units["search"] = (search_key, "")  # under its own key, which the build id must name
+                        report.search_behind = False
+                        renamed = True
                     if reused is None:
                         shutil.rmtree(tree.root / "pagefind", ignore_errors=True)
                         index_search(tree.root, pagefind_glob(dirs))
+                        report.note_rendered(["search/index.html"])  # (the page whose results come from the index)
                         reused = join_files(sorted(str(p.relative_to(tree.root))
                                                    for p in (tree.root / "pagefind").rglob("*") if p.is_file()))
                     units["search"] = (units["search"][0], reused)
                     clock.lap("search_index")
 
-                if changed:  # the outcomes and unit keys differ from those planned
+                if changed or renamed:  # the outcomes and unit keys differ from those planned
                     build_id, report_doc = _identify(build_key, report, units, options)
                 tree.write_chunks(MARKER, report_doc.chunks())  # (its build id differs from the live one's)
                 report.note_rendered([MARKER])

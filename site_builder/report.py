@@ -81,6 +81,7 @@ class BuildReport:
     rendered_more: bool = False  # ... RENDERED_KEPT of them; True if there were more
     removed: list[str] = field(default_factory=list)  # pages of records no longer published
     changed: bool = True
+    search_behind: bool = False  # published with the previous search index (BuildOptions.defer_search)
     saved_in_background: bool = False  # the cache is being saved by a detached process (build.py)
 
     def note_rendered(self, rels: list[str]) -> None:

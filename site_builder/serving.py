@@ -98,6 +98,7 @@ class Site:
         self.memory = BuildMemory()  # the cache and compiled templates stay loaded between rebuilds
         self.listing: BundleListing | None = None  # the bundles folder as listed after the last build
         self.request_rebuild: Callable[[], None] = lambda: None
+        self.index_next = False  # the live site has the previous search index: the next build makes it anew
 
     def _build_options(self) -> BuildOptions:
         o = self.options
@@ -108,6 +109,7 @@ class Site:
         return BuildOptions(bundles=o.bundles, output=o.output, trust=load_trust_set(o.trusted_keys), config=config,
                             templates=o.templates if o.templates.is_dir() else None,
                             about_file=o.settings.parent / config.about_file, search=o.search,
+                            defer_search=o.search and not self.index_next,
                             mp_context="forkserver", memory=self.memory, on_published=self._announce)
 
     def _listing(self, bundles: Path, changed: set[str] | None) -> BundleListing:
@@ -149,10 +151,14 @@ class Site:
             except Exception as exc:  # never let a bad edit stop the server
                 return self._fail(f"build failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
             self.builds += 1
+            self.index_next = report.search_behind
             self._check_listing(options.bundles, listing)
+            if report.search_behind:  # on screen now; the search index follows in the next build
+                self.request_rebuild()
             for outcome in report.rejected:
                 self.options.log(f"REJECTED {outcome.inspection.error_line()}")
-            self.options.log(f"[{reason}] {report.summary_line()} (rebuild {time.perf_counter() - started:.2f}s)")
+            behind = "; the search index follows" if report.search_behind else ""
+            self.options.log(f"[{reason}] {report.summary_line()} (rebuild {time.perf_counter() - started:.2f}s{behind})")
             rejected = [o.inspection.error_line() for o in report.rejected]
             self.live.set_error("Rejected bundles:\n" + "\n".join(rejected) if rejected else None)
             return True

@@ -2,6 +2,7 @@
 
 import http.client
 import os
+import queue
 import json
 import shutil
 import signal
@@ -281,3 +282,77 @@ def test_a_change_the_watcher_missed_is_caught_after_the_build(project):
     assert site.rebuild("change", None)
     assert "Edited unseen" in page.read_text()
     site.memory.close()
+
+
+def test_a_change_is_live_before_the_search_index_which_follows(project, tmp_path):
+    """With search on, serve publishes a change with the previous index (Pagefind indexes every record page
+    again: ~12 s at 10,000 records) and asks for the next build at once, which makes the index anew and tells
+    the search page to reload; then the site is what a clean build makes."""
+    from site_builder.build import BuildOptions, build
+    from site_builder.keys import load_trust_set
+    from site_builder.serving import LiveState, ServeOptions, Site
+
+    root, key = project
+    keys = [root / "pith-key.json", root / "test-key.json"]
+    live = LiveState()
+    events = queue.Queue()
+    live.clients.append(events)
+    site = Site(ServeOptions(bundles=root / "bundles", output=root / "output", templates=root / "templates",
+                             settings=root / "site.toml", trusted_keys=keys, log=lambda line: None), live)
+    asked = []
+    site.request_rebuild = lambda: asked.append(True)
+    entry = root / "output" / "pagefind" / "pagefind-entry.json"
+    assert site.rebuild("start") and entry.is_file() and not asked  # nothing to follow: indexed at once
+    indexed = entry.read_bytes()
+    newer = sign_bundle(dict(with_paper(json.loads(REAL_FILES[0].read_bytes()), title="Searchable later"),
+                             built_at="2026-12-01T00:00:00Z"), key)
+    (root / "bundles" / REAL_FILES[0].name).write_bytes(to_bytes(newer))
+    page = root / "output" / "pith" / newer["pith_number"].rsplit(":", 1)[1] / "index.html"
+    assert site.rebuild("change", None)
+    assert "Searchable later" in page.read_text() and entry.read_bytes() == indexed  # live, with the old index
+    assert asked == [True]
+    while not events.empty():
+        events.get()
+    assert site.rebuild("change", set())  # the build asked for
+    assert entry.read_bytes() != indexed and asked == [True]  # indexed anew; nothing more to follow
+    reloads = [data for event, data in list(events.queue) if event == "reload"]
+    assert any("/search/" in data["paths"] for data in reloads)
+    assert site.rebuild("change", set()) and asked == [True]  # and then nothing changes
+    site.memory.close()
+    clean = tmp_path / "clean"
+    build(BuildOptions(bundles=root / "bundles", output=clean, trust=load_trust_set(keys),
+                       templates=root / "templates", about_file=root / "about.md"))
+    assert _tree(root / "output") == _tree(clean)
+
+
+
+def test_a_change_is_indexed_at_once_when_the_live_index_is_gone(project, tmp_path):
+    """The previous index can only be published if it is there; else the build makes the index itself (under the
+    key of what it indexes, so that a later build never takes it for the old one)."""
+    from site_builder.build import BuildOptions, build
+    from site_builder.keys import load_trust_set
+    from site_builder.serving import LiveState, ServeOptions, Site
+
+    root, key = project
+    keys = [root / "pith-key.json", root / "test-key.json"]
+    site = Site(ServeOptions(bundles=root / "bundles", output=root / "output", templates=root / "templates",
+                             settings=root / "site.toml", trusted_keys=keys, log=lambda line: None), LiveState())
+    asked = []
+    site.request_rebuild = lambda: asked.append(True)
+    assert site.rebuild("start")
+    for tree in (root / "output", root / ".output.prev"):
+        shutil.rmtree(tree / "pagefind", ignore_errors=True)
+    newer = sign_bundle(dict(with_paper(json.loads(REAL_FILES[0].read_bytes()), title="Indexed at once"),
+                             built_at="2026-12-01T00:00:00Z"), key)
+    (root / "bundles" / REAL_FILES[0].name).write_bytes(to_bytes(newer))
+    assert site.rebuild("change", None) and not asked and not site.index_next
+    assert site.rebuild("change", set()) and not asked  # nothing behind: nothing to do
+    site.memory.close()
+    clean = tmp_path / "clean"
+    build(BuildOptions(bundles=root / "bundles", output=clean, trust=load_trust_set(keys),
+                       templates=root / "templates", about_file=root / "about.md"))
+    assert _tree(root / "output") == _tree(clean)
+
+
+def _tree(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
