@@ -5,6 +5,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 BENCHMARKS = ROOT / "benchmarks"
@@ -35,9 +37,13 @@ def test_build_benchmark_runs_every_scenario_and_writes_json(tmp_path):
     assert re.search(r"^no-op rebuild +[0-9.]+ +– +0 ", table, re.M)
 
 
-def test_serve_benchmark_times_each_reload(tmp_path):
+@pytest.mark.parametrize("search", [False, True])
+def test_serve_benchmark_times_each_reload(tmp_path, search):
     result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_serve.py"), "--n", "40", "--workdir",
-                             str(tmp_path / "work"), "--repeat", "2"], capture_output=True, text=True, timeout=600)
+                             str(tmp_path / "work"), "--repeat", "2", *(["--search"] if search else [])],
+                            capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert len(re.findall(r"^change \d: reload event after \d+ ms$", result.stderr, re.M)) == 2  # progress
+    indexed = re.findall(r"^change \d: search index updated after [0-9.]+ s$", result.stderr, re.M)
+    assert len(indexed) == (2 if search else 0)
     assert re.search(r"^40 bundles: save-to-reload median \d+ ms", result.stdout, re.M)
