@@ -588,7 +588,8 @@ def _remember(write_cache: Callable[[], None], cache: BuildCache, options: Build
     once, and tar fails on a file whose status changes while it reads it)."""
     def save() -> None:
         write_cache()
-        cache.save_quick(input_fingerprint(), marker_sig, report)
+        if not report.search_behind:  # else the next build, even with these inputs, has the index to make
+            cache.save_quick(input_fingerprint(), marker_sig, report)
         if options.memory is not None:
             upkeep()
         if snapshot_dir is not None:

@@ -354,5 +354,34 @@ def test_a_change_is_indexed_at_once_when_the_live_index_is_gone(project, tmp_pa
     assert _tree(root / "output") == _tree(clean)
 
 
+
+def test_a_build_after_serve_stopped_before_the_index_followed_makes_it(project, tmp_path):
+    """Stopped between a change and its search index, serve leaves the previous index live: the next `build`
+    (a separate process, which answers a no-op from its inputs alone) must not take the site as up to date."""
+    from site_builder.build import BuildOptions, build
+    from site_builder.keys import load_trust_set
+    from site_builder.serving import LiveState, ServeOptions, Site
+
+    root, key = project
+    keys = [root / "pith-key.json", root / "test-key.json"]
+    site = Site(ServeOptions(bundles=root / "bundles", output=root / "output", templates=root / "templates",
+                             settings=root / "site.toml", trusted_keys=keys, log=lambda line: None), LiveState())
+    site.request_rebuild = lambda: None
+    assert site.rebuild("start")
+    newer = sign_bundle(dict(with_paper(json.loads(REAL_FILES[0].read_bytes()), title="Stopped too soon"),
+                             built_at="2026-12-01T00:00:00Z"), key)
+    (root / "bundles" / REAL_FILES[0].name).write_bytes(to_bytes(newer))
+    assert site.rebuild("change", None) and site.index_next  # live; its index still the previous one
+    site.memory.close()  # Ctrl-C
+    options = BuildOptions(bundles=root / "bundles", output=root / "output", trust=load_trust_set(keys),
+                           templates=root / "templates", about_file=root / "about.md")
+    assert build(options).changed
+    clean = tmp_path / "clean"
+    build(BuildOptions(bundles=root / "bundles", output=clean, trust=load_trust_set(keys),
+                       templates=root / "templates", about_file=root / "about.md"))
+    assert _tree(root / "output") == _tree(clean)
+    assert not build(options).changed  # and now it is up to date
+
+
 def _tree(root):
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
