@@ -516,7 +516,9 @@ def _build(options: BuildOptions) -> BuildReport:
                         renamed = True
                     if reused is None:
                         shutil.rmtree(tree.root / "pagefind", ignore_errors=True)
+                        indexing = time.perf_counter()
                         index_search(tree.root, pagefind_glob(dirs))
+                        report.search_seconds = time.perf_counter() - indexing  # (the summary line names it)
                         report.note_rendered(["search/index.html"])  # (the page whose results come from the index)
                         reused = join_files(sorted(str(p.relative_to(tree.root))
                                                    for p in (tree.root / "pagefind").rglob("*") if p.is_file()))

@@ -1,6 +1,7 @@
 """The command line as a user runs it: a real subprocess, real exit codes and messages."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -22,6 +23,17 @@ def test_build_summary_line_and_exit_codes(bundles_dir, tmp_path):
     assert "REJECTED bad.json: json_duplicate_key: duplicate key 'a'" in r.stderr
     r = cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--no-search", "--strict")
     assert r.returncode == 1
+    assert "search index" not in last
+
+
+def test_build_summary_reports_the_search_index_apart(bundles_dir, tmp_path):
+    """Search indexing is timed on its own (it is not the builder's: Pagefind's), only when the index is made."""
+    r = cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site")
+    assert r.returncode == 0, r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"4 bundles read, .* pages written in [0-9.]+s \(search index [0-9.]+s\)", last), last
+    r = cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site")
+    assert r.returncode == 0 and "search index" not in r.stdout  # up to date: nothing indexed
 
 
 def test_usage_errors_exit_2(tmp_path):
