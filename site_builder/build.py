@@ -708,11 +708,12 @@ def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = la
     try:
         cache = _open_cache(options)
         prev = slot.prev
-        if prev.is_dir() and not prev.is_symlink() and cache.units(read_build_id(prev)) is not None:
-            return False
         units = cache.units(read_build_id(slot.output))
         if units is None:
             return False
+        prev_units = cache.units(read_build_id(prev)) if prev.is_dir() and not prev.is_symlink() else None
+        if prev_units is not None and not _mostly_stale(prev_units, _kept_and_stale(prev_units, units)[1]):
+            return False  # a twin the next change can update in place (after a template edit it could not)
         staging = slot.new_staging()
         try:
             if not _link_twin(slot, units, staging, cancelled):
@@ -1009,11 +1010,8 @@ def _prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict,
     after a template edit, where writing afresh beats removing the whole tree first."""
     prev = slot.prev
     prev_units = cache.units(read_build_id(prev)) if prev.is_dir() and not prev.is_symlink() else None
-    kept = {name: (key, files) for name, (key, files) in (prev_units or {}).items()
-            if name != "report" and units.get(name, (None,))[0] == key}
-    stale = [files for name, (_, files) in (prev_units or {}).items() if name not in kept]
-    if prev_units is None or (sum(map(file_count, stale))
-                              > IN_PLACE_LIMIT * sum(file_count(f) for _, f in prev_units.values())):
+    kept, stale = _kept_and_stale(prev_units or {}, units)
+    if prev_units is None or _mostly_stale(prev_units, stale):
         # Of no use: its deletion starts now, beside the build.  The new site takes old files only from the live
         # one (its units whose key did not change), and the live site shares a file with this tree only through
         # a unit the two have alike (same key); a tree the cache does not know may share any.
@@ -1032,6 +1030,19 @@ def _prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict,
                 pass
             stale_dirs.add(rel.rpartition("/")[0])
     return StagingTree(prev), kept, stale_dirs
+
+
+def _kept_and_stale(prev_units: dict, units: dict) -> tuple[dict, list[str]]:
+    """Of a tree holding *prev_units*: the units it holds as *units* has them (by key), and the files of the
+    others (joined per unit)."""
+    kept = {name: (key, files) for name, (key, files) in prev_units.items()
+            if name != "report" and units.get(name, (None,))[0] == key}
+    return kept, [files for name, (_, files) in prev_units.items() if name not in kept]
+
+
+def _mostly_stale(prev_units: dict, stale: list[str]) -> bool:
+    """Whether more than IN_PLACE_LIMIT of a tree's files are *stale*: then a fresh tree beats updating it."""
+    return sum(map(file_count, stale)) > IN_PLACE_LIMIT * sum(file_count(f) for _, f in prev_units.values())
 
 
 def _place_unit(name: str, key: str, tree: StagingTree, kept: dict, live_units: dict, output: Path) -> str | None:

@@ -201,6 +201,31 @@ def test_spare_tree_makes_the_first_change_an_in_place_update(project):
     assert tree(out) == tree(clean)
 
 
+def test_spare_tree_replaces_a_twin_a_template_edit_left_stale(project):
+    """After a template edit every page is new: the old site, now the twin, holds nothing the next change could
+    keep, so serve links a new twin from the live site, and the change after it updates that in place."""
+    trust = both_keys()
+    out = project / "site"
+    build(opts(project, out, trust))
+    shutil.copy(ROOT / "templates" / "paper.html", project / "templates" / "paper.html")
+    with open(project / "templates" / "paper.html", "a") as f:
+        f.write("{# edited #}\n<!-- edited -->\n")
+    build(opts(project, out, trust))  # every page again: the twin is the site before the edit
+    prev = project / ".site.prev"
+    sample = next((out / "pith").rglob("index.html")).relative_to(out)
+    assert b"<!-- edited -->" not in (prev / sample).read_bytes()
+    assert prepare_spare_tree(opts(project, out, trust))
+    assert tree(prev) == tree(out) and (prev / sample).stat().st_ino == (out / sample).stat().st_ino
+    assert not prepare_spare_tree(opts(project, out, trust))  # now of use: nothing to do
+    twin = prev.stat().st_ino
+    (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=7))
+    report = build(opts(project, out, trust))
+    assert out.stat().st_ino == twin and report.files_written < 40  # updated in place
+    clean = project / "clean"
+    build(opts(project, clean, trust, use_cache=False))
+    assert tree(out) == tree(clean)
+
+
 def test_spare_tree_can_be_cancelled(project):
     trust = both_keys()
     out = project / "site"
