@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -124,10 +125,7 @@ def test_changes_are_served_live(server):
     assert get(base + f"pith/{IDS[3]}/")[0] == 404
     shutil.copy(REAL_FILES[3], bundles / REAL_FILES[3].name)  # add
     eventually(lambda: get(base + f"pith/{IDS[3]}/")[0] == 200)
-    newer = sign_bundle(dict(with_paper(json.loads(REAL_FILES[0].read_bytes()), title="Edited while serving"),
-                             built_at="2026-12-01T00:00:00Z"), key)
-    (bundles / REAL_FILES[0].name).write_bytes(to_bytes(newer))  # modify (now a test-key record)
-    new_id = newer["pith_number"].rsplit(":", 1)[1]
+    new_id = _retitle(root, key, "Edited while serving").parent.name  # modify (now a test-key record)
     eventually(lambda: "Edited while serving" in get(base + f"pith/{new_id}/")[2])
     (bundles / REAL_FILES[1].name).unlink()  # delete
     eventually(lambda: get(base + f"pith/{IDS[1]}/")[0] == 404)
@@ -256,26 +254,61 @@ def test_a_burst_of_events_becomes_one_rebuild(tmp_path):
     assert batches[-1] - finished < 0.2
 
 
-def test_a_change_the_watcher_missed_is_caught_after_the_build(project):
-    """Rebuilds trust the watcher's list of changed files; a full listing after each build catches a lost event."""
+def _site(root: Path, search: bool = True, live=None):
+    """A serve ``Site`` over the project, as ``serve`` runs it (search on unless told), and the list its requests
+    for another build go to."""
     from site_builder.serving import LiveState, ServeOptions, Site
 
-    root, key = project
-    options = ServeOptions(bundles=root / "bundles", output=root / "output", templates=root / "templates",
-                           settings=root / "site.toml", trusted_keys=[root / "pith-key.json", root / "test-key.json"],
-                           search=False, log=lambda line: None)
-    site = Site(options, LiveState())
+    site = Site(ServeOptions(bundles=root / "bundles", output=root / "output", templates=root / "templates",
+                             settings=root / "site.toml", trusted_keys=_keys(root), search=search,
+                             log=lambda line: None), live or LiveState())
     asked = []
     site.request_rebuild = lambda: asked.append(True)
+    return site, asked
+
+
+def _keys(root: Path) -> list[Path]:
+    return [root / "pith-key.json", root / "test-key.json"]
+
+
+def _retitle(root: Path, key, title: str) -> Path:
+    """Give the first real record a newer bundle with *title* (in place, as an editor saves); its page's path."""
+    newer = sign_bundle(dict(with_paper(json.loads(REAL_FILES[0].read_bytes()), title=title),
+                             built_at="2026-12-01T00:00:00Z"), key)
+    (root / "bundles" / REAL_FILES[0].name).write_bytes(to_bytes(newer))
+    return root / "output" / "pith" / newer["pith_number"].rsplit(":", 1)[1] / "index.html"
+
+
+def _build_options(root: Path, output: Path):
+    from site_builder.build import BuildOptions
+    from site_builder.keys import load_trust_set
+
+    return BuildOptions(bundles=root / "bundles", output=output, trust=load_trust_set(_keys(root)),
+                        templates=root / "templates", about_file=root / "about.md")
+
+
+def _assert_as_a_clean_build(root: Path, tmp_path: Path) -> None:
+    from site_builder.build import build
+
+    clean = tmp_path / "clean"
+    build(_build_options(root, clean))
+    assert _tree(root / "output") == _tree(clean)
+
+
+def _tree(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_change_the_watcher_missed_is_caught_after_the_build(project):
+    """Rebuilds trust the watcher's list of changed files; a full listing after each build catches a lost event."""
+    root, key = project
+    site, asked = _site(root, search=False)
     bundles = root / "bundles"
     old = os.stat(bundles).st_mtime - 60
     os.utime(bundles, (old, old))  # a folder that has been quiet for a while: its listing is trusted
     assert site.rebuild("start")
     assert not asked
-    newer = sign_bundle(dict(with_paper(json.loads(REAL_FILES[0].read_bytes()), title="Edited unseen"),
-                             built_at="2026-12-01T00:00:00Z"), key)
-    (bundles / REAL_FILES[0].name).write_bytes(to_bytes(newer))  # in place, and no event reaches the server
-    page = root / "output" / "pith" / newer["pith_number"].rsplit(":", 1)[1] / "index.html"
+    page = _retitle(root, key, "Edited unseen")  # in place, and no event reaches the server
     assert site.rebuild("change", set())  # "nothing changed", says the watcher
     assert "Edited unseen" not in page.read_text()
     assert asked  # ... but the listing after the build saw it and asked for another rebuild
@@ -288,26 +321,17 @@ def test_a_change_is_live_before_the_search_index_which_follows(project, tmp_pat
     """With search on, serve publishes a change with the previous index (Pagefind indexes every record page
     again: ~12 s at 10,000 records) and asks for the next build at once, which makes the index anew and tells
     the search page to reload; then the site is what a clean build makes."""
-    from site_builder.build import BuildOptions, build
-    from site_builder.keys import load_trust_set
-    from site_builder.serving import LiveState, ServeOptions, Site
+    from site_builder.serving import LiveState
 
     root, key = project
-    keys = [root / "pith-key.json", root / "test-key.json"]
     live = LiveState()
     events = queue.Queue()
     live.clients.append(events)
-    site = Site(ServeOptions(bundles=root / "bundles", output=root / "output", templates=root / "templates",
-                             settings=root / "site.toml", trusted_keys=keys, log=lambda line: None), live)
-    asked = []
-    site.request_rebuild = lambda: asked.append(True)
+    site, asked = _site(root, live=live)
     entry = root / "output" / "pagefind" / "pagefind-entry.json"
     assert site.rebuild("start") and entry.is_file() and not asked  # nothing to follow: indexed at once
     indexed = entry.read_bytes()
-    newer = sign_bundle(dict(with_paper(json.loads(REAL_FILES[0].read_bytes()), title="Searchable later"),
-                             built_at="2026-12-01T00:00:00Z"), key)
-    (root / "bundles" / REAL_FILES[0].name).write_bytes(to_bytes(newer))
-    page = root / "output" / "pith" / newer["pith_number"].rsplit(":", 1)[1] / "index.html"
+    page = _retitle(root, key, "Searchable later")
     assert site.rebuild("change", None)
     assert "Searchable later" in page.read_text() and entry.read_bytes() == indexed  # live, with the old index
     assert asked == [True]
@@ -319,69 +343,36 @@ def test_a_change_is_live_before_the_search_index_which_follows(project, tmp_pat
     assert any("/search/" in data["paths"] for data in reloads)
     assert site.rebuild("change", set()) and asked == [True]  # and then nothing changes
     site.memory.close()
-    clean = tmp_path / "clean"
-    build(BuildOptions(bundles=root / "bundles", output=clean, trust=load_trust_set(keys),
-                       templates=root / "templates", about_file=root / "about.md"))
-    assert _tree(root / "output") == _tree(clean)
-
+    _assert_as_a_clean_build(root, tmp_path)
 
 
 def test_a_change_is_indexed_at_once_when_the_live_index_is_gone(project, tmp_path):
     """The previous index can only be published if it is there; else the build makes the index itself (under the
     key of what it indexes, so that a later build never takes it for the old one)."""
-    from site_builder.build import BuildOptions, build
-    from site_builder.keys import load_trust_set
-    from site_builder.serving import LiveState, ServeOptions, Site
-
     root, key = project
-    keys = [root / "pith-key.json", root / "test-key.json"]
-    site = Site(ServeOptions(bundles=root / "bundles", output=root / "output", templates=root / "templates",
-                             settings=root / "site.toml", trusted_keys=keys, log=lambda line: None), LiveState())
-    asked = []
-    site.request_rebuild = lambda: asked.append(True)
+    site, asked = _site(root)
     assert site.rebuild("start")
     for tree in (root / "output", root / ".output.prev"):
         shutil.rmtree(tree / "pagefind", ignore_errors=True)
-    newer = sign_bundle(dict(with_paper(json.loads(REAL_FILES[0].read_bytes()), title="Indexed at once"),
-                             built_at="2026-12-01T00:00:00Z"), key)
-    (root / "bundles" / REAL_FILES[0].name).write_bytes(to_bytes(newer))
+    _retitle(root, key, "Indexed at once")
     assert site.rebuild("change", None) and not asked and not site.index_next
     assert site.rebuild("change", set()) and not asked  # nothing behind: nothing to do
     site.memory.close()
-    clean = tmp_path / "clean"
-    build(BuildOptions(bundles=root / "bundles", output=clean, trust=load_trust_set(keys),
-                       templates=root / "templates", about_file=root / "about.md"))
-    assert _tree(root / "output") == _tree(clean)
-
+    _assert_as_a_clean_build(root, tmp_path)
 
 
 def test_a_build_after_serve_stopped_before_the_index_followed_makes_it(project, tmp_path):
     """Stopped between a change and its search index, serve leaves the previous index live: the next `build`
     (a separate process, which answers a no-op from its inputs alone) must not take the site as up to date."""
-    from site_builder.build import BuildOptions, build
-    from site_builder.keys import load_trust_set
-    from site_builder.serving import LiveState, ServeOptions, Site
+    from site_builder.build import build
 
     root, key = project
-    keys = [root / "pith-key.json", root / "test-key.json"]
-    site = Site(ServeOptions(bundles=root / "bundles", output=root / "output", templates=root / "templates",
-                             settings=root / "site.toml", trusted_keys=keys, log=lambda line: None), LiveState())
-    site.request_rebuild = lambda: None
+    site, _ = _site(root)
     assert site.rebuild("start")
-    newer = sign_bundle(dict(with_paper(json.loads(REAL_FILES[0].read_bytes()), title="Stopped too soon"),
-                             built_at="2026-12-01T00:00:00Z"), key)
-    (root / "bundles" / REAL_FILES[0].name).write_bytes(to_bytes(newer))
+    _retitle(root, key, "Stopped too soon")
     assert site.rebuild("change", None) and site.index_next  # live; its index still the previous one
     site.memory.close()  # Ctrl-C
-    options = BuildOptions(bundles=root / "bundles", output=root / "output", trust=load_trust_set(keys),
-                           templates=root / "templates", about_file=root / "about.md")
+    options = _build_options(root, root / "output")
     assert build(options).changed
-    clean = tmp_path / "clean"
-    build(BuildOptions(bundles=root / "bundles", output=clean, trust=load_trust_set(keys),
-                       templates=root / "templates", about_file=root / "about.md"))
-    assert _tree(root / "output") == _tree(clean)
+    _assert_as_a_clean_build(root, tmp_path)
     assert not build(options).changed  # and now it is up to date
-
-
-def _tree(root):
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
