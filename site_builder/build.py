@@ -707,11 +707,10 @@ def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = la
     cache = None
     try:
         cache = _open_cache(options)
-        prev = slot.prev
         units = cache.units(read_build_id(slot.output))
         if units is None:
             return False
-        prev_units = cache.units(read_build_id(prev)) if prev.is_dir() and not prev.is_symlink() else None
+        prev_units = _twin_units(slot, cache)
         if prev_units is not None and not _mostly_stale(prev_units, _kept_and_stale(prev_units, units)[1]):
             return False  # a twin the next change can update in place (after a template edit it could not)
         staging = slot.new_staging()
@@ -719,7 +718,7 @@ def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = la
             if not _link_twin(slot, units, staging, cancelled):
                 raise OSError("cancelled, or a file could not be linked")
             slot.retire_prev()
-            staging.root.rename(prev)
+            staging.root.rename(slot.prev)
         except OSError:
             slot.discard(staging)
             return False
@@ -1009,7 +1008,7 @@ def _prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict,
     (its stale files are removed here), else a fresh staging folder -- also when nearly every file changes, as
     after a template edit, where writing afresh beats removing the whole tree first."""
     prev = slot.prev
-    prev_units = cache.units(read_build_id(prev)) if prev.is_dir() and not prev.is_symlink() else None
+    prev_units = _twin_units(slot, cache)
     kept, stale = _kept_and_stale(prev_units or {}, units)
     if prev_units is None or _mostly_stale(prev_units, stale):
         # Of no use: its deletion starts now, beside the build.  The new site takes old files only from the live
@@ -1030,6 +1029,13 @@ def _prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict,
                 pass
             stale_dirs.add(rel.rpartition("/")[0])
     return StagingTree(prev), kept, stale_dirs
+
+
+def _twin_units(slot: OutputSlot, cache: BuildCache) -> dict | None:
+    """The units the twin tree (``.<output>.prev``) holds, if the cache knows them; None for no twin, or one it
+    cannot vouch for (left half-updated by a killed build, or not made by a build)."""
+    prev = slot.prev
+    return cache.units(read_build_id(prev)) if prev.is_dir() and not prev.is_symlink() else None
 
 
 def _kept_and_stale(prev_units: dict, units: dict) -> tuple[dict, list[str]]:
