@@ -12,6 +12,11 @@ VECTORS = ROOT / "tests" / "vectors"
 REAL_FILES = sorted(BUNDLES.glob("*.json"))
 
 
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under *root* by its relative path: two sites are the same when these are equal."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 @pytest.fixture(scope="session")
 def real_raw() -> dict[str, bytes]:
     """name -> the real bundle's bytes."""

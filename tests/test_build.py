@@ -17,12 +17,8 @@ from site_builder.rendering import template_dirs
 from site_builder.serving import Site
 from site_builder.settings import SiteConfig
 
-from conftest import REAL_FILES
+from conftest import REAL_FILES, tree
 from signing import TestKey, sign_bundle, to_bytes, with_paper
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def run(bundles: Path, output: Path, trust=None, **kw) -> object:

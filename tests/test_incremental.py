@@ -12,14 +12,10 @@ import pytest
 from site_builder.build import BuildMemory, BuildOptions, build, prepare_spare_tree
 from site_builder.keys import TrustSet, key_from_document, load_trust_set
 
-from conftest import REAL_FILES, ROOT
+from conftest import REAL_FILES, ROOT, tree
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from generate import benchmark_key, make_bundle  # noqa: E402
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture

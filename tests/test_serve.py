@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from browser import chromium
-from conftest import REAL_FILES, ROOT
+from conftest import REAL_FILES, ROOT, tree
 from signing import TestKey, sign_bundle, to_bytes, with_paper
 
 IDS = [json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1] for p in REAL_FILES]
@@ -292,11 +292,7 @@ def _assert_as_a_clean_build(root: Path, tmp_path: Path) -> None:
 
     clean = tmp_path / "clean"
     build(_build_options(root, clean))
-    assert _tree(root / "output") == _tree(clean)
-
-
-def _tree(root):
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    assert tree(root / "output") == tree(clean)
 
 
 def test_a_change_the_watcher_missed_is_caught_after_the_build(project):
@@ -352,8 +348,8 @@ def test_a_change_is_indexed_at_once_when_the_live_index_is_gone(project, tmp_pa
     root, key = project
     site, asked = _site(root)
     assert site.rebuild("start")
-    for tree in (root / "output", root / ".output.prev"):
-        shutil.rmtree(tree / "pagefind", ignore_errors=True)
+    for site_tree in (root / "output", root / ".output.prev"):
+        shutil.rmtree(site_tree / "pagefind", ignore_errors=True)
     _retitle(root, key, "Indexed at once")
     assert site.rebuild("change", None) and not asked and not site.index_next
     assert site.rebuild("change", set()) and not asked  # nothing behind: nothing to do
