@@ -77,6 +77,11 @@ def test_builds_with_search_index_are_byte_identical(bundles_dir, tmp_path):
     assert tree(a) == tree(b)
 
 
+# A user's listing template that marks listing pages for the search index.
+MARKED_LISTING = ('{% extends "base.html" %}{% block main %}<div data-pagefind-body>{{ paper_rows(papers) }}</div>'
+                  '{% endblock %}')
+
+
 def test_pagefind_reads_only_record_pages_unless_a_users_template_marks_others(tmp_path):
     builtin = template_dirs(None)
     assert pagefind_glob(builtin) == RECORD_PAGES_GLOB
@@ -84,8 +89,7 @@ def test_pagefind_reads_only_record_pages_unless_a_users_template_marks_others(t
     assert not any(fnmatch.fnmatch(f"pith/{'A' * n}/index.html", RECORD_PAGES_GLOB) for n in (8, 12, 16))
     user = tmp_path / "templates"
     user.mkdir()
-    (user / "listing.html").write_text('{% extends "base.html" %}{% block main %}<div data-pagefind-body>'
-                                       '{{ paper_rows(papers) }}</div>{% endblock %}')
+    (user / "listing.html").write_text(MARKED_LISTING)
     assert pagefind_glob(template_dirs(user)) is None  # listing pages are indexed too
     (user / "listing.html").unlink()
     (user / "paper.html").write_text("<p>{{ p.title }}</p>")  # nothing marked: Pagefind indexes every page whole
@@ -106,8 +110,7 @@ def test_search_indexes_every_marked_page(bundles_dir, tmp_path):
     assert indexed(plain) == len(REAL_FILES)
     user = tmp_path / "templates"
     user.mkdir()
-    (user / "listing.html").write_text('{% extends "base.html" %}{% block main %}<div data-pagefind-body>'
-                                       '{{ paper_rows(papers) }}</div>{% endblock %}')
+    (user / "listing.html").write_text(MARKED_LISTING)
     marked = tmp_path / "marked"
     build(BuildOptions(bundles=bundles_dir, output=marked, trust=load_trust_set(), search=True, templates=user))
     listings = [p for p in marked.rglob("index.html") if b"data-pagefind-body" in p.read_bytes()]
