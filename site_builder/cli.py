@@ -30,57 +30,111 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def _count(least: int):
+    """An argparse type: a whole number of at least *least* (a clear usage error, not a traceback later)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{value} is less than {least}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+def _port(text: str) -> int:
+    value = _count(0)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port (0-65535; 0: any free port)")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Every option's help names its default, unless the help says it already or there is none to name."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, [], argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return f"{text} (default: {action.default})"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="site-builder", description="Verify pith bundles and build a static mirror.")
+    parser = _Parser(prog="site-builder", description="Verify pith bundles and build a static mirror.",
+                     epilog="Run 'site-builder COMMAND --help' for a command's options. "
+                            "Example: site-builder build --bundles bundles --output output")
     parser.add_argument("--version", action="version", version=f"site-builder {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
+
+    def command(name: str, summary: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".",
+                              formatter_class=_Formatter)
 
     def keys_arg(p):
         p.add_argument("--trusted-keys", action="append", type=Path, default=[], metavar="FILE",
-                       help="JSON key document (or list) to pin; repeatable; replaces the built-in resolver key")
+                       help="JSON key document (or list) to pin; repeatable; replaces the built-in key "
+                            "(default: the resolver's key)")
 
-    b = sub.add_parser("build", help="verify bundles and build the site")
-    b.add_argument("--bundles", type=Path, default=Path("bundles"), metavar="DIR")
-    b.add_argument("--output", type=Path, default=Path("output"), metavar="DIR")
-    keys_arg(b)
-    b.add_argument("--base-url", default=None, metavar="URL", help="where the site will be served (default /)")
-    b.add_argument("--templates", type=Path, default=Path("templates"), metavar="DIR",
-                   help="templates overriding the built-in ones (default: ./templates when present)")
-    b.add_argument("--settings", type=Path, default=Path(SETTINGS_FILE), metavar="FILE")
+    def site_args(p):  # what build and serve share
+        p.add_argument("--bundles", type=Path, default=Path("bundles"), metavar="DIR",
+                       help="folder of bundle files (*.json, searched recursively)")
+        p.add_argument("--output", type=Path, default=Path("output"), metavar="DIR",
+                       help="where the site is written (replaced atomically)")
+        keys_arg(p)
+        p.add_argument("--base-url", default=None, metavar="URL",
+                       help="where the site will be served, e.g. https://user.github.io/mirror/ "
+                            "(default: base_url in the settings file, else /)")
+        p.add_argument("--templates", type=Path, default=Path("templates"), metavar="DIR",
+                       help="templates overriding the built-in ones, used when the folder exists")
+        p.add_argument("--settings", type=Path, default=Path(SETTINGS_FILE), metavar="FILE",
+                       help="site settings (TOML), used when the file exists")
+        p.add_argument("--no-search", action="store_true", help="skip the Pagefind search index")
+
+    b = command("build", "verify bundles and build the site")
+    site_args(b)
     b.add_argument("--strict", action="store_true", help="exit 1 if any bundle was rejected")
-    b.add_argument("--jobs", type=int, default=0, metavar="N", help="worker processes (default: all cores)")
-    b.add_argument("--no-search", action="store_true", help="skip the Pagefind search index")
+    b.add_argument("--jobs", type=_count(0), default=0, metavar="N", help="worker processes (0: one per core)")
     b.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
                    help="build cache folder (default: .site-builder-cache/<output name> beside the output)")
     b.add_argument("--no-cache", action="store_true", help="verify and render everything from scratch")
-    b.add_argument("--quiet", "-q", action="store_true", help="only the summary line and errors")
-    b.add_argument("--verbose", "-v", action="store_true", help="also list every published bundle")
+    volume = b.add_mutually_exclusive_group()
+    volume.add_argument("--quiet", "-q", action="store_true", help="only the summary line and errors")
+    volume.add_argument("--verbose", "-v", action="store_true", help="also list every published bundle")
 
-    sv = sub.add_parser("serve", help="build, serve on localhost, rebuild on changes and reload the browser")
-    sv.add_argument("--bundles", type=Path, default=Path("bundles"), metavar="DIR")
-    sv.add_argument("--output", type=Path, default=Path("output"), metavar="DIR")
-    sv.add_argument("--templates", type=Path, default=Path("templates"), metavar="DIR")
-    sv.add_argument("--settings", type=Path, default=Path(SETTINGS_FILE), metavar="FILE")
-    keys_arg(sv)
-    sv.add_argument("--base-url", default=None, metavar="URL")
-    sv.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: 127.0.0.1 only)")
-    sv.add_argument("--port", type=int, default=8000, metavar="N")
+    sv = command("serve", "build, serve on localhost, rebuild on changes and reload the browser")
+    site_args(sv)
+    sv.add_argument("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0: every interface)")
+    sv.add_argument("--port", type=_port, default=8000, metavar="N", help="TCP port (0: any free port)")
     sv.add_argument("--open", action="store_true", help="open the site in a web browser")
-    sv.add_argument("--no-search", action="store_true", help="skip the Pagefind search index")
 
-    pl = sub.add_parser("pull", help="fetch bundles from a resolver or mirror, verified before they are written")
+    pl = command("pull", "fetch bundles from a resolver or mirror, verified before they are written")
     pl.add_argument("targets", nargs="+", metavar="ID_OR_LIST",
                     help="pith numbers, 26-character IDs, or files listing them one per line")
-    pl.add_argument("--from", dest="source", default="https://pith.science", metavar="URL")
-    pl.add_argument("--bundles", type=Path, default=Path("bundles"), metavar="DIR")
+    pl.add_argument("--from", dest="source", default="https://pith.science", metavar="URL",
+                    help="resolver or mirror to fetch /pith/<ID>/bundle.json from")
+    pl.add_argument("--bundles", type=Path, default=Path("bundles"), metavar="DIR",
+                    help="folder the verified bundles are written to")
     keys_arg(pl)
-    pl.add_argument("--concurrency", type=int, default=4, metavar="N")
-    pl.add_argument("--timeout", type=float, default=20.0, metavar="SECONDS")
-    pl.add_argument("--retries", type=int, default=4, metavar="N")
-    pl.add_argument("--quiet", "-q", action="store_true")
+    pl.add_argument("--concurrency", type=_count(1), default=4, metavar="N", help="downloads at once")
+    pl.add_argument("--timeout", type=_seconds, default=20.0, metavar="SECONDS", help="per request")
+    pl.add_argument("--retries", type=_count(0), default=4, metavar="N",
+                    help="retries of a failed request (with backoff)")
+    pl.add_argument("--quiet", "-q", action="store_true", help="only the summary line and errors")
 
-    v = sub.add_parser("verify", help="check bundle files or folders without building")
-    v.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    v = command("verify", "check bundle files or folders without building")
+    v.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="bundle files or folders of them")
     keys_arg(v)
     v.add_argument("--json", action="store_true", help="print the results as one JSON document")
     return parser
@@ -111,7 +165,19 @@ def _progress_bar(enabled: bool):
     return progress, update
 
 
+def _named_but_missing(args) -> str | None:
+    """An error for a settings file named on the command line that does not exist (the default one is
+    optional; a named one that is not there is a typo, not a wish for the defaults)."""
+    if args.settings != Path(SETTINGS_FILE) and not args.settings.exists():
+        return f"{args.settings}: settings file does not exist"
+    return None
+
+
 def cmd_build(args) -> int:
+    missing = _named_but_missing(args)
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         trust = load_trust_set(args.trusted_keys)
         config = load_settings(args.settings)
@@ -241,9 +307,13 @@ def cmd_pull(args) -> int:
 def cmd_serve(args) -> int:
     import signal
 
-    from site_builder.serving import ServeOptions, serve
+    from site_builder.serving import ListenError, ServeOptions, serve
 
     if _trust(args.trusted_keys) is None:
+        return EXIT_USAGE
+    missing = _named_but_missing(args)
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
         return EXIT_USAGE
     if not args.bundles.is_dir():
         print(f"error: {args.bundles}: bundles folder does not exist", file=sys.stderr)
@@ -254,8 +324,8 @@ def cmd_serve(args) -> int:
                            search=not args.no_search)
     try:
         return serve(options, open_browser=args.open)
-    except OSError as exc:
-        print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
+    except ListenError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
 

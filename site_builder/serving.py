@@ -354,6 +354,10 @@ def _make_handler(options: ServeOptions, live: LiveState):
     return Handler
 
 
+class ListenError(OSError):
+    """The server cannot listen on the address asked for (port in use, no such interface, no permission)."""
+
+
 def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[str], None] | None = None,
           stop: threading.Event | None = None) -> int:
     live = LiveState()
@@ -372,10 +376,14 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
     serving = False
     observer = Observer()
     try:  # Ctrl-C may come at any point, even during the first build: always stop the same clean way
+        # The port first: a busy port is said at once, not after the first build (seconds on a large mirror).
+        try:
+            httpd = Server((options.host, options.port), _make_handler(options, live))
+        except OSError as exc:
+            raise ListenError(f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}") from None
         if site.rebuild("start"):
             spare = threading.Thread(target=site.prepare_spare_tree, args=(stop,), daemon=True)
             spare.start()
-        httpd = Server((options.host, options.port), _make_handler(options, live))
         url = f"http://{options.host}:{httpd.server_address[1]}{live.base_path}"
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
         serving = True
@@ -419,7 +427,8 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
             spare.join(timeout=30)
         site.memory.close()
         _remove_leftovers(options.output)
-        options.log("stopped")
+        if httpd is not None:  # (nothing to say "stopped" of when the port could not be had)
+            options.log("stopped")
     return 0
 
 

@@ -131,3 +131,55 @@ def test_progress_bar_only_on_a_terminal_and_cache_saved_in_the_background(bundl
     quiet = _run_on_terminal("build", "--bundles", bundles_dir, "--output", tmp_path / "site3", "--no-search",
                              "--quiet")
     assert "verify" not in quiet and quiet.strip().splitlines()[-1].startswith("4 bundles read")
+
+
+def test_help_documents_every_option_with_its_default():
+    """``--help`` is the first manual a user reads: every option says what it does, and what it is when not
+    given."""
+    for command in ("build", "serve", "pull", "verify"):
+        r = cli(command, "--help")
+        assert r.returncode == 0
+        text = " ".join(r.stdout.split())  # (argparse wraps the help)
+        options = set(re.findall(r"\[(--[a-z-]+)", r.stdout.split("\n\n")[0]))
+        assert options, r.stdout
+        for option in options:
+            described = re.search(rf"{option}(?:, -\w)?(?: [A-Z_]+)? (\S+)", text)
+            assert described and not described.group(1).startswith("-"), f"{command} {option} has no help"
+    build_help = " ".join(cli("build", "--help").stdout.split())
+    assert "(default: bundles)" in build_help and "(default: output)" in build_help
+    assert "(default: 8000)" in cli("serve", "--help").stdout
+
+
+def test_numbers_out_of_range_are_usage_errors(tmp_path):
+    for args, message in [(("build", "--jobs", "-1"), "argument --jobs: -1 is less than 0"),
+                          (("build", "--jobs", "two"), "argument --jobs: 'two' is not a whole number"),
+                          (("serve", "--port", "99999"), "argument --port: 99999 is not a TCP port"),
+                          (("pull", "--concurrency", "0", "x"), "argument --concurrency: 0 is less than 1"),
+                          (("pull", "--timeout", "-5", "x"), "argument --timeout: -5 is not a positive number"),
+                          (("pull", "--timeout", "nan", "x"), "argument --timeout: nan is not a positive number"),
+                          (("build", "--quiet", "--verbose"), "not allowed with argument")]:
+        r = cli(*args, cwd=tmp_path)
+        assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
+        assert "Traceback" not in r.stderr
+
+
+def test_a_named_settings_file_that_does_not_exist_is_an_error(bundles_dir, tmp_path):
+    for command in ("build", "serve"):
+        r = cli(command, "--bundles", bundles_dir, "--output", tmp_path / "site", "--settings", tmp_path / "sit.toml")
+        assert r.returncode == 2 and r.stderr.strip() == f"error: {tmp_path / 'sit.toml'}: settings file does not exist"
+    assert not (tmp_path / "site").exists()
+    r = cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--no-search", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr  # the default site.toml is optional
+
+
+def test_serve_says_at_once_that_its_port_is_taken(bundles_dir, tmp_path):
+    """The port is taken before the first build, which takes seconds on a large mirror."""
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = cli("serve", "--bundles", bundles_dir, "--output", tmp_path / "site", "--port", port, "--no-search")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [f"error: cannot listen on 127.0.0.1:{port}: Address already in use"]
+    assert not (tmp_path / "site").exists()  # nothing was built
