@@ -46,6 +46,7 @@ class TextOf:
 
 # Reads a record's words again, while a build has them to read (``text_source``): (pith id, sha256) -> words.
 _text_reader: Callable[[str, str], PaperText] | None = None
+_SENTENCE_ENDS = (".", "!", "?", ".)", '."', ".”", "…")
 
 
 @contextmanager
@@ -109,6 +110,12 @@ class PaperSummary:
     @property
     def abstract(self) -> str:
         return self.words.abstract
+
+    @property
+    def abstract_cut(self) -> bool:
+        """Whether the abstract stops mid-sentence: the resolver cuts ``abstract_excerpt`` short (at 600
+        characters), often mid-word, and pages then say so ("…") instead of showing a broken sentence as whole."""
+        return bool(self.abstract) and not self.abstract.rstrip().endswith(_SENTENCE_ENDS)
 
     def with_words(self, words: PaperText) -> PaperSummary:
         """The same summary holding its words (a render worker has the bundle at hand)."""

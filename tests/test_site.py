@@ -481,3 +481,36 @@ def test_sentences_read_right_for_one_record_and_one_or_two_keys(tmp_path, keys)
     year = signed["canonical_record"]["metadata"]["submitted_at"][:4]
     titles = [t.text for t in etree.parse(str(stats), etree.HTMLParser()).iter("title")]
     assert f"{year}: 1 paper" in titles and "published: 1 bundle" in titles and "rejected: 0 bundles" in titles
+
+
+def test_an_abstract_cut_short_says_so_and_links_the_whole(tmp_path):
+    """The resolver cuts abstracts at 600 characters, mid-word: the page and the feed mark the cut and the page
+    links arXiv's full abstract; an abstract that ends its sentence is shown as it is."""
+    from lxml import html
+
+    from signing import with_paper
+    key = TestKey()
+    bundles = tmp_path / "b"
+    bundles.mkdir()
+    whole = "We show that a whole abstract ends its last sentence."
+    cut_bundle = sign_bundle(REAL[0], key)
+    whole_bundle = sign_bundle(with_paper(REAL[1], abstract_excerpt=whole), key)
+    for b in (cut_bundle, whole_bundle):
+        (bundles / f"{ids(b)}.json").write_bytes(to_bytes(b))
+    out = tmp_path / "site"
+    build(BuildOptions(bundles=bundles, output=out, trust=load_trust_set([key.write(tmp_path / "k.json")]),
+                       search=False))
+
+    def abstract(b):
+        return html.parse(str(out / "pith" / ids(b) / "index.html")).getroot().xpath('//p[@class="abstract"]')[0]
+
+    excerpt = next(e for e in cut_bundle["events"] if e["event_type"] == "graph_snapshot")[
+        "payload"]["graph_snapshot"]["paper"]["abstract_excerpt"]
+    assert len(excerpt) == 600 and not excerpt.endswith(".")  # (as the resolver cuts it)
+    assert abstract(cut_bundle).text_content() == excerpt + "… full abstract on arXiv"
+    source = cut_bundle["canonical_record"]["source"]
+    assert [a.get("href") for a in abstract(cut_bundle).iter("a")] == [
+        f"https://arxiv.org/abs/{source['id']}v{source['version']}"]
+    assert abstract(whole_bundle).text_content() == whole
+    entries = {e.id.rstrip("/").rpartition("/")[2]: e.summary for e in feedparser.parse(str(out / "feed.xml")).entries}
+    assert entries[ids(cut_bundle)] == excerpt + "…" and entries[ids(whole_bundle)] == whole
