@@ -386,7 +386,7 @@ def _build(options: BuildOptions) -> BuildReport:
         if options.listing is not None:
             found, skipped = options.listing.found, options.listing.skipped
         else:
-            found, skipped = discover(options.bundles)
+            found, skipped = discover(options.bundles, output=slot.output)
 
         @functools.cache
         def input_fingerprint() -> str:  # the inputs by stat; computed only when needed, once (10,000 entries)

@@ -73,9 +73,14 @@ def _folder_stamp(st: os.stat_result) -> tuple[int, int, int]:
     return st.st_ino, st.st_mtime_ns, st.st_ctime_ns
 
 
-def discover(root: Path, folders: list[str] | None = None) -> tuple[list[InputFile], list[SkippedFile]]:
+def discover(root: Path, folders: list[str] | None = None,
+             output: Path | None = None) -> tuple[list[InputFile], list[SkippedFile]]:
     """Every candidate ``*.json`` under *root* in a stable order, and what was skipped and why (and, into
-    *folders*, every folder listed)."""
+    *folders*, every folder listed).  The site's *output* folder is not entered when it lies inside *root*
+    (``--bundles .``): its mirrored bundles are the build's own copies, not inputs (the siblings it keeps
+    beside it are hidden, and hidden entries are never read)."""
+    leave_out = os.path.realpath(output) if output is not None else None
+    leave_name = os.path.basename(leave_out) if leave_out else None
     try:
         st = os.stat(root)
     except FileNotFoundError:
@@ -110,6 +115,8 @@ def discover(root: Path, folders: list[str] | None = None) -> tuple[list[InputFi
                     skipped.append(SkippedFile(rel, "file_read", f"cannot stat: {exc.strerror}"))
                 continue
             if stat.S_ISDIR(mode):
+                if entry.name == leave_name and os.path.realpath(entry.path) == leave_out:
+                    continue
                 walk(Path(entry.path), rel + "/", False)
             elif entry.name.endswith(".json"):
                 if stat.S_ISREG(mode):
@@ -222,13 +229,13 @@ class BundleListing:
 RACY_NS = 2_000_000_000  # a folder changed this close to a scan may change again within the same timestamp
 
 
-def list_bundles(root: Path) -> BundleListing:
+def list_bundles(root: Path, output: Path | None = None) -> BundleListing:
     """discover(), remembering the folders' stats so that a later rediscover() can skip listing them.
 
     *root* should be absolute and resolved, as a file watcher reports paths."""
     scanned_at = time.time_ns()
     listed: list[str] = []
-    found, skipped = discover(root, listed)
+    found, skipped = discover(root, listed, output)
     folders = {}
     for folder in listed:
         try:

@@ -121,13 +121,13 @@ class Site:
             updated = rediscover(self.listing, {p for p in changed if p.startswith(inside)})
             if updated is not None:
                 return updated
-        return list_bundles(root)
+        return list_bundles(root, self.options.output)
 
     def _check_listing(self, bundles: Path, used: BundleListing) -> None:
         """After the site is live: list the folder in full and rebuild again if the build missed a change
         (a lost file event); this listing is also where the next rebuild starts from."""
         try:
-            self.listing = list_bundles(bundles.resolve())
+            self.listing = list_bundles(bundles.resolve(), self.options.output)
         except (BundlesFolderError, OSError):
             self.listing = None  # the next rebuild reports it
             return

@@ -337,3 +337,25 @@ def test_a_template_may_show_words_outside_the_row(tmp_path, bundles_dir):
     for path in REAL_FILES:
         words = summarize(json.loads(path.read_bytes())).words
         assert f"<p>{escape(words.title)} | {escape(', '.join(words.authors))} | {escape(words.abstract)}</p>" in home
+
+
+@pytest.mark.parametrize("output_name", ["output", "public"])
+def test_an_output_inside_the_bundles_folder_is_not_read_back_as_input(bundles_dir, tmp_path, output_name):
+    """``--bundles .`` with the output in the same folder: the site's mirrored bundles, state files and report are
+    its own copies, and the next build must read the same four inputs, not forty."""
+    project = tmp_path / "project"
+    project.mkdir()
+    for p in bundles_dir.iterdir():
+        (project / p.name).write_bytes(p.read_bytes())
+    (project / "notes").mkdir()
+    (project / "notes" / output_name).mkdir()  # a folder of the same name elsewhere is read as ever
+    (project / "notes" / output_name / "x.json").write_bytes(b"{}")
+    options = BuildOptions(bundles=project, output=project / output_name, trust=load_trust_set(), search=False)
+    first = build(options)
+    assert (project / output_name / "pith").is_dir()
+    (project / "5KDARQNDDYME4KO7AJIJ4ADESI.json").touch()  # (not a no-op: the inputs are listed again)
+    second = build(options)
+    for report in (first, second):
+        assert sorted(o.inspection.rel for o in report.outcomes) == sorted(
+            [p.name for p in bundles_dir.iterdir()] + [f"notes/{output_name}/x.json"])
+        assert report.count("published") == 4 and report.count("superseded") == 0
