@@ -208,6 +208,11 @@ def cmd_build(args) -> int:
         print(f"error: {where}{f':{line}' if line else ''}: {exc.message if hasattr(exc, 'message') else exc}; "
               f"previous output left untouched", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:  # (after TemplateError: a missing template is an OSError too)
+        # the disk full, a folder not writable: the staging tree is gone, the old site kept
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}; previous output left untouched", file=sys.stderr)
+        return EXIT_USAGE
     for outcome in report.rejected:
         print(f"REJECTED {outcome.inspection.error_line()}", file=sys.stderr)
     if not args.quiet:

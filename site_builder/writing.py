@@ -222,8 +222,12 @@ class OutputSlot:
 
     def acquire(self) -> None:
         """Take the build lock, then remove what an interrupted build left behind."""
-        self.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.parent / f".{self.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.parent / f".{self.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise OutputError(f"{self.output}: cannot write beside the output folder: "
+                              f"{exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -183,3 +183,37 @@ def test_serve_says_at_once_that_its_port_is_taken(bundles_dir, tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [f"error: cannot listen on 127.0.0.1:{port}: Address already in use"]
     assert not (tmp_path / "site").exists()  # nothing was built
+
+
+def test_a_full_disk_is_one_line_and_the_previous_site_stays(bundles_dir, tmp_path, monkeypatch, capsys):
+    """An I/O error while writing (here the disk filling up) ends the build with one line naming the file; the
+    previous site is as it was and no staging tree is left behind."""
+    import errno
+    import os
+
+    from site_builder import cli as cli_module
+    from site_builder.writing import StagingTree
+
+    out = tmp_path / "site"
+    args = ["build", "--bundles", str(bundles_dir), "--output", str(out), "--no-search", "--no-cache"]
+    assert cli_module.main(args) == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    (bundles_dir / REAL_FILES[0].name).write_bytes(to_bytes(sign_bundle(json.loads(REAL_FILES[0].read_bytes()),
+                                                                         TestKey())))  # a change to write
+
+    def full(self, rel, chunks):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path_for(rel))
+    monkeypatch.setattr(StagingTree, "write_chunks", full)
+    capsys.readouterr()
+    assert cli_module.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.fullmatch(rf"error: {re.escape(str(tmp_path))}/\.site\.\S+: No space left on device; "
+                                          r"previous output left untouched", err[0]), err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")) == [".site.lock"]
+
+
+def test_an_output_that_cannot_be_made_is_one_line(bundles_dir):
+    r = cli("build", "--bundles", bundles_dir, "--output", "/proc/no-such-site", "--no-search")
+    assert r.returncode == 2
+    assert r.stderr.strip() == "error: /proc/no-such-site: cannot write beside the output folder: No such file or directory"
