@@ -95,8 +95,8 @@ def attacked():
 
     real_discover = build_module.discover
 
-    def discover_with_a_vanishing_file(folder):
-        found, skipped = real_discover(folder)
+    def discover_with_a_vanishing_file(folder, **options):
+        found, skipped = real_discover(folder, **options)
         return found + [InputFile("vanishes-mid-build.json", folder / "vanishes-mid-build.json", "gone")], skipped
 
     def go():
