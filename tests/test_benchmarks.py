@@ -47,3 +47,18 @@ def test_serve_benchmark_times_each_reload(tmp_path, search):
     indexed = re.findall(r"^change \d: search index updated after [0-9.]+ s$", result.stderr, re.M)
     assert len(indexed) == (2 if search else 0)
     assert re.search(r"^40 bundles: save-to-reload median \d+ ms", result.stdout, re.M)
+
+
+def test_floor_benchmark_does_a_records_unavoidable_file_work(tmp_path):
+    out = tmp_path / "floor.json"
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_floor.py"), "--n", "30", "--repeat", "2",
+                             "--out", str(tmp_path / "out"), "--json", str(out)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert len(runs) == 2
+    for run in runs:  # ten files a record, as a build writes (bundle.json twice, one of them a link)
+        assert run["bundles"] == 30 and run["files"] == 300
+        assert run["bundles_per_second"] > 0 and run["cpu_ms_per_bundle"] > 0
+    assert len(re.findall(r"^ +\d +30 +300 +[0-9.]+ +\d+ +[0-9.]+$", result.stdout, re.M)) == 2
+    assert not (tmp_path / "out").exists()  # cleaned up after itself
