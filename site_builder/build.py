@@ -226,6 +226,14 @@ def _render_record(task: RecordTask) -> tuple[str, str, int, str | None, bytes |
     return inspection.pith_id, files, pages, None, _worker["renderer"].row_of(summary)
 
 
+def inspect_files(items: list[InputFile], trust: TrustSet, max_bytes: int = DEFAULT_MAX_BYTES, jobs: int = 0,
+                  progress: Callable[[str, int, int], None] | None = None) -> list[Inspection]:
+    """Verify *items* on all cores (or *jobs* processes), results in order, as a build does but without building
+    (``site-builder verify``).  An inspection's words are left out, as in a build."""
+    how = BuildOptions(bundles=Path(), output=Path(), trust=trust, jobs=jobs, progress=progress)
+    return _map(_inspect_file, _init_inspect, (trust, max_bytes), items, how, "verify", [i.path for i in items])
+
+
 def _map(fn, init, initargs, items: list, options: BuildOptions, stage: str, reads: Sequence = ()) -> list:
     """Map in worker processes (fork) when there is enough work, else in this process; order kept.  *reads*:
     the file each item reads, in order, for the kernel to read ahead (``Prefetcher``)."""

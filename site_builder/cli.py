@@ -14,10 +14,10 @@ from pathlib import Path
 import jinja2
 
 from site_builder import __version__
-from site_builder.build import BuildOptions, SearchIndexError, build
-from site_builder.inspection import Inspection, inspect_bytes, rejected
+from site_builder.build import BuildOptions, SearchIndexError, build, inspect_files
+from site_builder.inspection import Inspection, rejected
 from site_builder.keys import KeyFileError, load_trust_set
-from site_builder.loading import BundlesFolderError, FileReadError, discover, read_bytes
+from site_builder.loading import BundlesFolderError, InputFile, discover
 from site_builder.settings import SETTINGS_FILE, SettingsError, load_settings, normalize_base_url
 from site_builder.writing import OutputError
 
@@ -137,6 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="bundle files or folders of them")
     keys_arg(v)
     v.add_argument("--json", action="store_true", help="print the results as one JSON document")
+    v.add_argument("--jobs", type=_count(0), default=0, metavar="N", help="worker processes (0: one per core)")
     return parser
 
 
@@ -235,18 +236,15 @@ def cmd_build(args) -> int:
     return EXIT_OK
 
 
-def _verify_path(path: Path, trust) -> list[Inspection]:
+def _verify_items(path: Path) -> list[Inspection | InputFile]:
+    """What *path* names, in the order it is reported: a file, or a folder's bundles (sorted), each an
+    InputFile to verify, or an Inspection already (a file the folder listing skipped, and why)."""
     if path.is_dir() and not path.is_symlink():
         found, skipped = discover(path)
-        results = [rejected(str(path / s.rel), s.check, s.reason) for s in skipped]
-        for f in found:
-            results.extend(_verify_path(Path(f.path), trust))
-        return sorted(results, key=lambda i: i.rel)
-    try:
-        raw = read_bytes(path)
-    except FileReadError as exc:
-        return [rejected(str(path), exc.check, exc.reason)]
-    return [inspect_bytes(str(path), raw, trust)]
+        items = [rejected(str(path / s.rel), s.check, s.reason) for s in skipped]
+        items += [InputFile(f.path, f.path, f.sig) for f in found]
+        return sorted(items, key=lambda i: i.rel)
+    return [InputFile(str(path), str(path), None)]
 
 
 def _trust(paths: list[Path]):
@@ -262,16 +260,21 @@ def cmd_verify(args) -> int:
     trust = _trust(args.trusted_keys)
     if trust is None:
         return EXIT_USAGE
-    results: list[Inspection] = []
+    items: list[Inspection | InputFile] = []
     for path in args.paths:
         if not path.exists() and not path.is_symlink():
             print(f"error: {path}: no such file or folder", file=sys.stderr)
             return EXIT_USAGE
         try:
-            results.extend(_verify_path(path, trust))
+            items.extend(_verify_items(path))
         except BundlesFolderError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
+    files = [i for i in items if isinstance(i, InputFile)]
+    progress, update = _progress_bar(True)
+    with progress or contextlib.nullcontext():  # (on all cores: a folder of 10,000 bundles takes seconds)
+        inspected = iter(inspect_files(files, trust, jobs=args.jobs, progress=update))
+    results = [next(inspected) if isinstance(i, InputFile) else i for i in items]
     if args.json:
         doc = {"trusted_keys": [k.key_id for k in trust.keys], "results": [
             {"path": i.rel, "sha256": i.sha256, "status": "ok" if i.verified else "rejected",

@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import REAL_FILES, ROOT
 from signing import TestKey, sign_bundle, to_bytes
@@ -61,6 +62,34 @@ def test_verify_lines_json_and_exit_code(bundles_dir, tmp_path):
     doc = json.loads(r.stdout)
     assert [x["status"] for x in doc["results"]] == ["rejected", "ok"]
     assert doc["results"][0]["check"] == "bundle_hash"
+
+
+def test_verify_works_on_all_cores_and_reports_in_order(tmp_path):
+    """A folder big enough for worker processes gives, line for line, what one process gives: files in name
+    order, skipped ones in their place, tampered ones rejected; then the files named after it."""
+    import os
+    folder = tmp_path / "many"
+    (folder / "sub").mkdir(parents=True)
+    tampered = json.loads(REAL_FILES[0].read_bytes())
+    tampered["links"]["resolver"] = "https://evil.example"
+    for i in range(80):
+        data = to_bytes(tampered) if i % 9 == 4 else REAL_FILES[i % len(REAL_FILES)].read_bytes()
+        (folder / ("sub" if i % 2 else "") / f"{i:03d}.json").write_bytes(data)
+    os.mkfifo(folder / "050-fifo.json")
+    outputs = [cli("verify", folder, REAL_FILES[2], "--jobs", jobs) for jobs in (1, 2)]
+    assert [r.returncode for r in outputs] == [1, 1]
+    assert outputs[0].stdout == outputs[1].stdout
+    expected = []  # (the folder's files by path, as the folder listing orders them, then the named file)
+    for path in sorted([str(p) for p in folder.rglob("*.json")]):
+        if path.endswith("fifo.json") or int(Path(path).stem) % 9 == 4:
+            expected.append(f"REJECTED {path}: " + ("file_type" if "fifo" in path else "bundle_hash"))
+        else:
+            expected.append("OK " + json.loads(Path(path).read_bytes())["pith_number"])
+    expected.append("OK " + json.loads(REAL_FILES[2].read_bytes())["pith_number"])
+    lines = outputs[1].stdout.splitlines()
+    assert len(lines) == 82
+    assert [line if line.startswith("OK") else line.split(": ")[0] + ": " + line.split(": ")[1] for line in lines] \
+        == expected
 
 
 def test_verify_with_trusted_test_key(tmp_path):
