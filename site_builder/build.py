@@ -66,6 +66,16 @@ PARALLEL_THRESHOLD = 64
 IN_PLACE_LIMIT = 0.9
 
 
+@dataclass(frozen=True)
+class Workers:
+    """How per-bundle work is spread: worker processes (0: one per core; 1: this process), the progress
+    callback (stage, done, total) and the processes' start method."""
+
+    jobs: int = 0
+    progress: Callable[[str, int, int], None] | None = None
+    mp_context: str = "fork"
+
+
 @dataclass
 class BuildOptions:
     bundles: Path
@@ -92,6 +102,11 @@ class BuildOptions:
     # (``BuildReport.search_behind``): a change is on screen without waiting for Pagefind (~12 s at 10,000
     # records), and the caller's next build, without this, brings the index up to date.
     defer_search: bool = False
+
+
+    @property
+    def workers(self) -> Workers:
+        return Workers(self.jobs, self.progress, self.mp_context)
 
 
 class SearchIndexError(Exception):
@@ -230,25 +245,25 @@ def inspect_files(items: list[InputFile], trust: TrustSet, max_bytes: int = DEFA
                   progress: Callable[[str, int, int], None] | None = None) -> list[Inspection]:
     """Verify *items* on all cores (or *jobs* processes), results in order, as a build does but without building
     (``site-builder verify``).  An inspection's words are left out, as in a build."""
-    how = BuildOptions(bundles=Path(), output=Path(), trust=trust, jobs=jobs, progress=progress)
-    return _map(_inspect_file, _init_inspect, (trust, max_bytes), items, how, "verify", [i.path for i in items])
+    return _map(_inspect_file, _init_inspect, (trust, max_bytes), items, Workers(jobs, progress), "verify",
+                [i.path for i in items])
 
 
-def _map(fn, init, initargs, items: list, options: BuildOptions, stage: str, reads: Sequence = ()) -> list:
+def _map(fn, init, initargs, items: list, workers: Workers, stage: str, reads: Sequence = ()) -> list:
     """Map in worker processes (fork) when there is enough work, else in this process; order kept.  *reads*:
     the file each item reads, in order, for the kernel to read ahead (``Prefetcher``)."""
-    return list(_imap(fn, init, initargs, items, options, stage, reads))
+    return list(_imap(fn, init, initargs, items, workers, stage, reads))
 
 
-def _imap(fn, init, initargs, items: list, options: BuildOptions, stage: str, reads: Sequence = ()) -> Iterator:
+def _imap(fn, init, initargs, items: list, workers: Workers, stage: str, reads: Sequence = ()) -> Iterator:
     """``_map`` yielding each result as it comes (in order), so a caller that digests results one by one does
     not hold them all: 100,000 records' lists of written files are ~100 MB."""
     pool = None
-    jobs, progress = options.jobs, options.progress
+    jobs, progress = workers.jobs, workers.progress
     if len(items) >= PARALLEL_THRESHOLD and jobs != 1:
-        workers = jobs or os.cpu_count() or 1
+        processes = jobs or os.cpu_count() or 1
         try:
-            pool = ProcessPoolExecutor(workers, mp_context=get_context(options.mp_context), initializer=init,
+            pool = ProcessPoolExecutor(processes, mp_context=get_context(workers.mp_context), initializer=init,
                                        initargs=initargs)
         except (NotImplementedError, OSError):
             pool = None  # no usable semaphores here (some sandboxes, some users): work in this process
@@ -259,7 +274,7 @@ def _imap(fn, init, initargs, items: list, options: BuildOptions, stage: str, re
             if progress:
                 progress(stage, i + 1, len(items))
         return
-    chunk = max(1, min(256, len(items) // (workers * 8) or 1))
+    chunk = max(1, min(256, len(items) // (processes * 8) or 1))
     # Forked workers share this process's memory (100,000 records: ~1 GB) until they touch it; their garbage
     # collector would touch every object and so copy it all.  Frozen objects are left alone by it.
     gc.freeze()
@@ -269,7 +284,7 @@ def _imap(fn, init, initargs, items: list, options: BuildOptions, stage: str, re
             results = pool.map(fn, items, chunksize=chunk)  # the workers are forked by now: a thread may start
             # Ahead of the results taken by what the workers may be working on (a chunk each, in order), and two
             # chunks more.
-            prefetcher = Prefetcher(reads, ahead=chunk * (workers + 2)).start()
+            prefetcher = Prefetcher(reads, ahead=chunk * (processes + 2)).start()
             for i, result in enumerate(results):
                 prefetcher.taken = i
                 yield result
@@ -346,7 +361,7 @@ def _inspect_all(options: BuildOptions, cache: BuildCache,
         else:
             todo.append(f)
     fresh = [compact(i) for i in
-             _map(_inspect_file, _init_inspect, (options.trust, options.max_bytes), todo, options, "verify",
+             _map(_inspect_file, _init_inspect, (options.trust, options.max_bytes), todo, options.workers, "verify",
                   [f.path for f in todo])]
     for inspection in fresh:
         results[inspection.rel] = inspection
@@ -469,7 +484,7 @@ def _build(options: BuildOptions) -> BuildReport:
             with closing(_imap(_render_record, _init_render,
                                (options.config, dirs, options.trust, tree.root, options.search, build_key,
                                 _compiled_templates_dir(options)),
-                               to_render, options, "render", [t.source for t in to_render])) as results:
+                               to_render, options.workers, "render", [t.source for t in to_render])) as results:
                 # (closed, which stops the workers, on any error)
                 for pid, files, pages, err, row in results:
                     if err:

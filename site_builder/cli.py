@@ -66,7 +66,9 @@ class _Formatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "default" in text or action.default in (None, False, [], argparse.SUPPRESS) or not action.option_strings:
+        nothing = action.default is None or action.default is False or action.default == [] \
+            or action.default == argparse.SUPPRESS
+        if "default" in text or nothing or not action.option_strings:
             return text
         return f"{text} (default: {action.default})"
 
@@ -166,18 +168,17 @@ def _progress_bar(enabled: bool):
     return progress, update
 
 
-def _named_but_missing(args) -> str | None:
-    """An error for a settings file named on the command line that does not exist (the default one is
+def _settings_file_missing(args) -> bool:
+    """Whether the settings file named on the command line does not exist, said on stderr (the default one is
     optional; a named one that is not there is a typo, not a wish for the defaults)."""
     if args.settings != Path(SETTINGS_FILE) and not args.settings.exists():
-        return f"{args.settings}: settings file does not exist"
-    return None
+        print(f"error: {args.settings}: settings file does not exist", file=sys.stderr)
+        return True
+    return False
 
 
 def cmd_build(args) -> int:
-    missing = _named_but_missing(args)
-    if missing:
-        print(f"error: {missing}", file=sys.stderr)
+    if _settings_file_missing(args):
         return EXIT_USAGE
     try:
         trust = load_trust_set(args.trusted_keys)
@@ -319,9 +320,7 @@ def cmd_serve(args) -> int:
 
     if _trust(args.trusted_keys) is None:
         return EXIT_USAGE
-    missing = _named_but_missing(args)
-    if missing:
-        print(f"error: {missing}", file=sys.stderr)
+    if _settings_file_missing(args):
         return EXIT_USAGE
     if not args.bundles.is_dir():
         print(f"error: {args.bundles}: bundles folder does not exist", file=sys.stderr)
