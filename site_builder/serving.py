@@ -191,10 +191,15 @@ class Site:
 class _Watcher(FileSystemEventHandler):
     """Collects file events; a burst (an editor's save, a copy of 1,000 files) becomes one rebuild."""
 
-    def __init__(self, output: Path, root: Path, root_names: set[str]):
+    def __init__(self, output: Path, root: Path, root_names: set[str], bundles: Path, templates: Path):
         self.output = Path(os.path.abspath(output))
         self.root = Path(os.path.abspath(root))
         self.root_names = root_names  # in the project root only the settings and about files matter
+        # The folders watched with their subfolders: in the bundles folder its *.json files and folders matter,
+        # in the templates folder every file.  The project root may be the bundles folder (``--bundles .``).
+        self.bundles = Path(os.path.abspath(bundles))
+        self.templates = Path(os.path.abspath(templates))
+        self.trees = (self.bundles, self.templates)
         self.pending = threading.Event()
         self.first = 0.0
         self.last = 0.0
@@ -202,20 +207,54 @@ class _Watcher(FileSystemEventHandler):
         self.changed: set[str] | None = set()  # paths the events named since the last batch; None: unknown
         self.lock = threading.Lock()
 
-    def relevant(self, raw_path) -> bool:
+    def watched(self) -> list[tuple[Path, bool]]:
+        """The folders to watch now and whether with their subfolders: the trees, and the root for its own files
+        unless a tree covers it.  A tree that holds the output (``--bundles .``) is watched around it: the
+        folders on the way down to it for their own entries, every other subfolder with its subfolders.  The
+        output and the trees beside it are 100,000s of folders the build itself rewrites: watching them would
+        cost a watch per folder and report the build's own writes."""
+        folders: dict[Path, bool] = {}
+        for tree in self.trees:
+            if tree not in self.output.parents:
+                folders.setdefault(tree, True)
+                continue
+            level = tree
+            for part in self.output.relative_to(tree).parts:  # down to the output
+                folders[level] = False
+                try:
+                    with os.scandir(level) as entries:
+                        for entry in entries:
+                            if entry.name != part and not entry.name.startswith(".") and entry.is_dir():
+                                folders.setdefault(Path(entry.path), True)
+                except OSError:
+                    pass
+                level = level / part
+        if not any(self.root == tree or tree in self.root.parents for tree in self.trees):
+            folders.setdefault(self.root, False)
+        return sorted(folders.items())
+
+    def relevant(self, raw_path, is_directory: bool = False) -> bool:
         path = Path(os.path.abspath(os.fsdecode(raw_path)))
-        if any(part.startswith(".") for part in path.parts[-2:]):
-            return False  # editors' swap files, our lock, cache and staging folders
-        if path.parent == self.root:
-            return path.name in self.root_names
-        return not (path == self.output or self.output in path.parents)
+        if path == self.output or self.output in path.parents:
+            return False  # the build's own writes
+        if path.parent == self.root and path.name in self.root_names:
+            return True
+        for tree in (self.templates, self.bundles):  # (the templates may be inside the bundles folder)
+            if path == tree or tree in path.parents:
+                # Hidden names anywhere below the tree are editors' swap files, a cache, our lock, staging and
+                # retired trees; the build never reads them either.  Nor does it read the bundles folder's other
+                # files (a log written there would otherwise start a rebuild with every line).
+                if any(part.startswith(".") for part in path.relative_to(tree).parts):
+                    return False
+                return tree == self.templates or is_directory or path.name.endswith(".json")
+        return False
 
     def on_any_event(self, event):
         # Reads (ours included) and a folder's own "modified" stamp are not changes.
         if event.event_type in ("opened", "closed_no_write") or (event.is_directory and event.event_type == "modified"):
             return
         paths = [event.src_path] + ([event.dest_path] if getattr(event, "dest_path", "") else [])
-        if not any(self.relevant(p) for p in paths):
+        if not any(self.relevant(p, event.is_directory) for p in paths):
             return
         with self.lock:
             self._note(settled=event.event_type in ("closed", "moved"))
@@ -393,18 +432,15 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
             about_name = load_settings(options.settings).about_file
         except SettingsError:
             pass
-        watcher = _Watcher(options.output, options.settings.parent, {options.settings.name, about_name})
+        watcher = _Watcher(options.output.resolve(), options.settings.parent.resolve(),
+                           {options.settings.name, about_name}, options.bundles.resolve(), options.templates.resolve())
         site.request_rebuild = watcher.poke
-        watched = set()
-        for folder in (options.bundles, options.templates, options.settings.parent):
-            folder = folder.resolve()
-            if folder.is_dir() and folder not in watched:
-                recursive = folder != options.settings.parent.resolve()
-                observer.schedule(watcher, str(folder), recursive=recursive)
-                watched.add(folder)
+        watches: dict[tuple[Path, bool], object] = {}
+        _follow(observer, watcher, watches)
         observer.start()
+        watched = sorted({folder for folder, _ in watches})
         options.log(f"serving {options.output} at {url} (Ctrl-C to stop); "
-                    f"watching {', '.join(map(str, sorted(watched)))}")
+                    f"watching {', '.join(map(str, watched[:3]))}{' and more' if len(watched) > 3 else ''}")
         if ready:
             ready(url)
         if open_browser:
@@ -412,6 +448,7 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
         while not stop.is_set():
             if watcher.wait_for_batch(stop):
                 site.rebuild("change", watcher.take_changes())
+                _follow(observer, watcher, watches)  # (a folder made beside the output is watched from now on)
     except KeyboardInterrupt:
         pass
     finally:
@@ -430,6 +467,22 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
         if httpd is not None:  # (nothing to say "stopped" of when the port could not be had)
             options.log("stopped")
     return 0
+
+
+def _follow(observer: Observer, watcher: _Watcher, watches: dict) -> None:
+    """Watch the folders *watcher* names now, and stop watching those it no longer names."""
+    wanted = [(folder, recursive) for folder, recursive in watcher.watched() if folder.is_dir()]
+    for key in [key for key in watches if key not in wanted]:
+        try:
+            observer.unschedule(watches.pop(key))
+        except (KeyError, OSError):
+            pass
+    for folder, recursive in wanted:
+        if (folder, recursive) not in watches:
+            try:
+                watches[folder, recursive] = observer.schedule(watcher, str(folder), recursive=recursive)
+            except OSError:
+                pass  # (gone again already; the full listing after each build still sees its files)
 
 
 def _remove_leftovers(output: Path) -> None:

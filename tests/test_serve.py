@@ -228,7 +228,7 @@ def test_a_burst_of_events_becomes_one_rebuild(tmp_path):
 
     from site_builder.serving import SETTLED_DEBOUNCE_SECONDS, _Watcher
 
-    watcher = _Watcher(tmp_path / "output", tmp_path, {"site.toml"})
+    watcher = _Watcher(tmp_path / "output", tmp_path, {"site.toml"}, tmp_path / "bundles", tmp_path / "templates")
     stop = threading.Event()
     batches = []
 
@@ -252,6 +252,35 @@ def test_a_burst_of_events_becomes_one_rebuild(tmp_path):
     assert 1 <= len(batches) <= 2
     assert batches[-1] - finished >= SETTLED_DEBOUNCE_SECONDS * 0.9  # waited for quiet, then went at once
     assert batches[-1] - finished < 0.2
+
+
+@pytest.mark.parametrize("bundles_at_root", [False, True])
+def test_the_watcher_takes_bundles_templates_and_settings_not_the_builds_own_files(tmp_path, bundles_at_root):
+    """Which file events start a rebuild, with the bundles in their own folder and in the project root
+    (``--bundles .``, where the output and the build's hidden folders are inside the bundles folder)."""
+    from site_builder.serving import _Watcher
+
+    bundles = tmp_path if bundles_at_root else tmp_path / "bundles"
+    for folder in ["bundles/sub", "templates/assets", "output/pith/X", ".output.prev/pith/X", "sub/deeper"]:
+        (tmp_path / folder).mkdir(parents=True)
+    watcher = _Watcher(tmp_path / "output", tmp_path, {"site.toml", "about.md"}, bundles, tmp_path / "templates")
+    if bundles_at_root:  # around the output: the root for its own files, each other folder with its subfolders
+        assert watcher.watched() == [(tmp_path, False), (tmp_path / "bundles", True), (tmp_path / "sub", True),
+                                     (tmp_path / "templates", True)]
+    else:
+        assert watcher.watched() == [(tmp_path, False), (bundles, True), (tmp_path / "templates", True)]
+    for rel in ["x.json", "sub/deeper/x.json"]:
+        assert watcher.relevant(str(bundles / rel)), rel
+    for rel in ["templates/paper.html", "templates/assets/style.css", "site.toml", "about.md"]:
+        assert watcher.relevant(str(tmp_path / rel)), rel
+    for rel in ["output/pith/X/index.html", "output", ".output.prev/pith/X/index.html",
+                ".output.staging-12/pith/X/bundle.json", ".site-builder-cache/output/cache.sqlite",
+                "templates/.paper.html.swp", "templates/assets/.#style.css"]:
+        assert not watcher.relevant(str(tmp_path / rel)), rel
+    assert not watcher.relevant(str(bundles / "sub" / ".hidden" / "x.json"))
+    assert watcher.relevant(str(bundles / "new-folder"), is_directory=True)
+    for name in ["serve.log", "notes.txt", "x.json.part"]:  # files no build reads: a log there must not loop
+        assert not watcher.relevant(str(bundles / name)), name
 
 
 def _site(root: Path, search: bool = True, live=None):
@@ -372,3 +401,47 @@ def test_a_build_after_serve_stopped_before_the_index_followed_makes_it(project,
     assert build(options).changed
     _assert_as_a_clean_build(root, tmp_path)
     assert not build(options).changed  # and now it is up to date
+
+
+def test_serve_with_the_bundles_in_the_project_root(tmp_path):
+    """``serve --bundles .``: the output lies inside the bundles folder. Its own writes start no rebuild (no loop,
+    not even from a log written beside the bundles), a bundle saved in a folder made while serving is built, and
+    the site.toml in the root still counts."""
+    from site_builder.serving import ServeOptions, serve
+
+    shutil.copy(REAL_FILES[0], tmp_path / REAL_FILES[0].name)
+    lines: list[str] = []
+    log_file = tmp_path / "serve.log"
+
+    def log(line):
+        lines.append(line)
+        with log_file.open("a") as f:  # as `serve > serve.log` in the project root would
+            f.write(line + "\n")
+    urls: queue.Queue = queue.Queue()
+    stop = threading.Event()
+    options = ServeOptions(bundles=tmp_path, output=tmp_path / "output", templates=tmp_path / "templates",
+                           settings=tmp_path / "site.toml", trusted_keys=[], port=0, search=False, log=log)
+    server = threading.Thread(target=serve, args=(options,), kwargs={"ready": urls.put, "stop": stop}, daemon=True)
+    server.start()
+    try:
+        base = urls.get(timeout=60)
+
+        def builds():
+            return sum(1 for line in lines if line.startswith("[change]"))
+        time.sleep(1.5)
+        assert builds() == 0, lines  # idle: the start build's own writes and log lines start nothing
+        (tmp_path / "more").mkdir()
+        eventually(lambda: builds() >= 1)
+        shutil.copy(REAL_FILES[1], tmp_path / "more" / "b.json")
+        pid = json.loads(REAL_FILES[1].read_bytes())["pith_number"].rpartition(":")[2]
+        eventually(lambda: get(base + f"pith/{pid}/")[0] == 200)
+        (tmp_path / "site.toml").write_text('title = "Root mirror"\n')
+        eventually(lambda: "<title>Root mirror</title>" in get(base)[2])
+        settled = builds()
+        time.sleep(1.5)
+        assert builds() == settled, lines[-5:]
+        last = [line for line in lines if line.startswith("[change]")][-1]
+        assert "] 2 bundles read, 2 published, 0 rejected" in last, lines  # not the output's copies
+    finally:
+        stop.set()
+        server.join(30)
