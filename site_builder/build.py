@@ -41,7 +41,7 @@ from typing import Callable, Iterator, Sequence
 import jinja2
 import orjson
 
-from site_builder import __version__
+from site_builder import builder_identity
 from site_builder.cache import BuildCache, file_count, join_files, record_unit_files, split_files
 from site_builder.inspection import Inspection, by_reference, compact, inspect_bytes, rejected
 from site_builder.keys import TrustSet
@@ -398,7 +398,7 @@ def _build(options: BuildOptions) -> BuildReport:
     about = None
     if options.about_file is not None and options.about_file.is_file():
         about = options.about_file.read_text("utf-8")
-    build_key = _hash(__version__, options.trust.identity(), templates_identity(dirs), repr(options.config),
+    build_key = _hash(builder_identity(), options.trust.identity(), templates_identity(dirs), repr(options.config),
                       about, options.max_bytes, source_date(), options.search)
 
     slot.acquire()

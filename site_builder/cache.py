@@ -24,7 +24,7 @@ import re
 import sqlite3
 from pathlib import Path
 
-from site_builder import __version__
+from site_builder import builder_identity
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
 from site_builder.pages import record_file_count, record_files
 
@@ -109,11 +109,12 @@ class BuildCache:
         assert self.db is not None
         self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
         row = self.db.execute("SELECT value FROM meta WHERE key='version'").fetchone()
-        if row is None or row[0] != f"{__version__}/{SCHEMA}":
+        version = f"{builder_identity()}/{SCHEMA}"  # (another builder's results are not to be trusted)
+        if row is None or row[0] != version:
             for table in ("files", "inspections", "units"):
                 self.db.execute(f"DROP TABLE IF EXISTS {table}")
             self.db.execute("DELETE FROM meta")
-            self.db.execute("INSERT INTO meta VALUES ('version', ?)", (f"{__version__}/{SCHEMA}",))
+            self.db.execute("INSERT INTO meta VALUES ('version', ?)", (version,))
         self.db.execute("CREATE TABLE IF NOT EXISTS files (rel TEXT PRIMARY KEY, sig TEXT, sha256 TEXT)")
         self.db.execute("CREATE TABLE IF NOT EXISTS inspections (sha256 TEXT, trust TEXT, data TEXT, "
                         "PRIMARY KEY (sha256, trust))")

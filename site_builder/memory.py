@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PosixPath, PurePosixPath
 from typing import TYPE_CHECKING
 
-from site_builder import __version__
+from site_builder import builder_identity
 from site_builder.report import ReportRows
 
 if TYPE_CHECKING:
@@ -35,7 +35,10 @@ if TYPE_CHECKING:
     from site_builder.selection import Candidate, Selection
 
 SNAPSHOT_NAME = "memory.pickle"
-_HEADER = f"site-builder memory {__version__}/4\n".encode()
+
+
+def _header() -> bytes:
+    return f"site-builder memory {builder_identity()}/4\n".encode()
 
 
 @dataclass
@@ -120,7 +123,7 @@ def save_snapshot(memory: BuildMemory, folder: Path) -> bool:
     temporary = folder / f".{SNAPSHOT_NAME}.{os.getpid()}"
     try:
         with open(temporary, "wb") as f:
-            f.write(_HEADER)
+            f.write(_header())
             pickle.dump(kept, f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(temporary, path)
         return True
@@ -137,7 +140,7 @@ def load_snapshot(folder: Path) -> BuildMemory:
     (damaged, from another version, or naming anything but the builder's data)."""
     try:
         with open(folder / SNAPSHOT_NAME, "rb", buffering=1 << 20) as f:
-            if f.read(len(_HEADER)) != _HEADER:
+            if f.read(len(_header())) != _header():
                 return BuildMemory(compile_all_templates=False)
             memory = _SnapshotUnpickler(f).load()
     except Exception:  # noqa: BLE001 -- whatever a damaged file makes unpickling raise, the answer is the same

@@ -152,6 +152,40 @@ def test_damaged_or_foreign_cache_gives_correct_full_rebuild(project, damage):
     assert tree(out) == tree(clean)
 
 
+def test_a_cache_made_by_other_code_is_not_reused_even_at_the_same_version(bundles_dir, tmp_path):
+    """The builder's code is part of what its caches are keyed on, not only its version string: a cache (and a
+    snapshot) made by a checkout whose code differs, here by one comment, is thrown away, so that a fixed
+    verifier never serves an old verifier's results."""
+    import subprocess
+
+    import site_builder
+    package = Path(site_builder.__file__).parent
+    builds = {}
+    for name in ("same", "patched"):
+        shutil.copytree(package, tmp_path / name / "site_builder", ignore=shutil.ignore_patterns("__pycache__"))
+    verification = tmp_path / "patched" / "site_builder" / "verification.py"
+    verification.write_text(verification.read_text() + "\n# a fix that changes nothing visible\n")
+
+    def run(name):
+        env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path / name)}
+        result = subprocess.run([sys.executable, "-m", "site_builder", "build", "--bundles", bundles_dir, "--output",
+                                 tmp_path / "site", "--no-search", "--templates", ROOT / "templates"],
+                                capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        builds[name] = result
+        return result.stdout.strip().splitlines()[-1]
+
+    def pages_written(line):
+        return int(line.split(" pages written")[0].rpartition(" ")[2])
+
+    everything = pages_written(run("same"))
+    assert everything > 30
+    assert pages_written(run("same")) == 0  # the same code: nothing to do
+    assert pages_written(run("patched")) == everything  # other code: everything verified and built again
+    assert pages_written(run("patched")) == 0
+    assert "up to date" in builds["patched"].stderr
+
+
 def test_cache_entry_tampered_to_claim_success_is_not_blindly_trusted(project):
     """A rejected bundle stays rejected even if the cached result for its bytes is edited to 'verified'."""
     trust = both_keys()

@@ -13,7 +13,7 @@ import pytest
 
 from site_builder.build import build
 from site_builder.cache import BuildCache
-from site_builder.memory import _HEADER, SNAPSHOT_NAME, BuildMemory, load_snapshot, save_snapshot
+from site_builder.memory import SNAPSHOT_NAME, BuildMemory, _header, load_snapshot, save_snapshot
 from site_builder.records import TextOf
 
 from conftest import ROOT
@@ -101,13 +101,13 @@ def test_damaged_or_hostile_snapshot_is_ignored(project, damage):
     if damage == "truncated":
         path.write_bytes(data[: len(data) // 2])
     elif damage == "garbage":
-        path.write_bytes(_HEADER + b"\x80\x05garbage" * 50)
+        path.write_bytes(_header() + b"\x80\x05garbage" * 50)
     elif damage == "other_version":
-        path.write_bytes(b"site-builder memory 0.0.1/1\n" + data[len(_HEADER):])
+        path.write_bytes(b"site-builder memory 0.0.1/1\n" + data[len(_header()):])
     elif damage == "names_code":
-        path.write_bytes(_HEADER + pickle.dumps(_RunsCode(ran)))
+        path.write_bytes(_header() + pickle.dumps(_RunsCode(ran)))
     else:
-        path.write_bytes(_HEADER + pickle.dumps(BuildMemory(inputs=["not", "a", "dict"])))
+        path.write_bytes(_header() + pickle.dumps(BuildMemory(inputs=["not", "a", "dict"])))
     assert load_snapshot(snapshot_dir(project)).inputs == {}
     (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=5))
     build(opts(project, out, trust))
