@@ -13,7 +13,7 @@ from pathlib import Path
 
 import jinja2
 
-from site_builder import __version__
+from site_builder import builder_identity
 from site_builder.build import BuildOptions, SearchIndexError, build, inspect_files
 from site_builder.inspection import Inspection, rejected
 from site_builder.keys import KeyFileError, load_trust_set
@@ -77,7 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="site-builder", description="Verify pith bundles and build a static mirror.",
                      epilog="Run 'site-builder COMMAND --help' for a command's options. "
                             "Example: site-builder build --bundles bundles --output output")
-    parser.add_argument("--version", action="version", version=f"site-builder {__version__}")
+    parser.add_argument("--version", action="version", version=f"site-builder {builder_identity()}",
+                        help="show the version, with a digest of the code (what the build cache is keyed on)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
 
     def command(name: str, summary: str) -> argparse.ArgumentParser:

@@ -243,3 +243,11 @@ def test_an_output_that_cannot_be_made_is_one_line(bundles_dir):
     r = cli("build", "--bundles", bundles_dir, "--output", "/proc/no-such-site", "--no-search")
     assert r.returncode == 2
     assert r.stderr.strip() == "error: /proc/no-such-site: cannot write beside the output folder: No such file or directory"
+
+
+def test_version_names_the_code_it_runs():
+    import site_builder
+    r = cli("--version")
+    assert r.returncode == 0
+    assert r.stdout.strip() == f"site-builder {site_builder.__version__}+{site_builder.builder_identity().split('+')[1]}"
+    assert re.fullmatch(r"site-builder \d+\.\d+\.\d+\+[0-9a-f]{16}", r.stdout.strip())
