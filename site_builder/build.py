@@ -45,12 +45,12 @@ from site_builder import builder_identity
 from site_builder.cache import BuildCache, file_count, join_files, record_unit_files, split_files
 from site_builder.inspection import Inspection, by_reference, compact, inspect_bytes, rejected
 from site_builder.keys import TrustSet
-from site_builder.loading import (DEFAULT_MAX_BYTES, BundleListing, FileReadError, InputFile, Prefetcher, discover,
-                                  read_bytes, stat_signature)
+from site_builder.loading import (DEFAULT_MAX_BYTES, BundleListing, FileReadError, InputFile, Prefetcher, StaticFile,
+                                  discover, read_bytes, read_static_files, stat_signature)
 from site_builder.memory import BuildMemory, load_snapshot, save_snapshot
 from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, collection_units, groups,
-                                paper_dir, paper_files, plan_redirects, recatalogue, replan_redirects,
-                                report_files)
+                                paper_dir, paper_files, plan_redirects, recatalogue, refused_static_path,
+                                replan_redirects, report_files, static_unit)
 from site_builder.records import PaperSummary, PaperText, paper_text, text_source
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportDocument
@@ -84,6 +84,7 @@ class BuildOptions:
     config: SiteConfig = field(default_factory=SiteConfig)
     templates: Path | None = None
     about_file: Path | None = None
+    static_dir: Path | None = None  # files copied into the site as they are (when the folder exists)
     jobs: int = 0  # 0: all cores
     max_bytes: int = DEFAULT_MAX_BYTES
     progress: Callable[[str, int, int], None] | None = None
@@ -410,15 +411,18 @@ def _build(options: BuildOptions) -> BuildReport:
             found, skipped = options.listing.found, options.listing.skipped
         else:
             found, skipped = discover(options.bundles, output=slot.output)
+        static, static_warnings = _static_files(options.static_dir)
 
         @functools.cache
         def input_fingerprint() -> str:  # the inputs by stat; computed only when needed, once (10,000 entries)
-            return _hash(build_key, [(f.rel, f.sig) for f in found], [(x.rel, x.reason) for x in skipped])
+            return _hash(build_key, [(f.rel, f.sig) for f in found], [(x.rel, x.reason) for x in skipped],
+                         static_unit(static).material if static else None, static_warnings)
         clock.lap("discover")
         # The quick no-op check is for separate processes; serve, with everything in memory, plans anyway
         # (and writes nothing if nothing changed), which also fills the memory on its first build.
         if options.memory is None and _unchanged_since_last_build(cache, input_fingerprint(), slot, report):
             return report
+        report.warnings.extend(static_warnings)
         cache.load()
         if snapshot_dir is not None:  # a separate process: start from what the last build planned
             options = replace(options, memory=load_snapshot(snapshot_dir))
@@ -446,6 +450,8 @@ def _build(options: BuildOptions) -> BuildReport:
         catalog = _catalogue(options, published)
         collection = collection_units(renderer, catalog, plan.shared, options.trust, source_date(), about,
                                       options.memory.unit_rows if options.memory is not None else None)
+        if static:
+            collection.append(static_unit(static))
         clock.lap("plan_collection")
         units = _units_plan(build_key, record_keys, published, collection, options)
         search_key = units["search"][0] if "search" in units else None  # what the index would be made under
@@ -507,6 +513,8 @@ def _build(options: BuildOptions) -> BuildReport:
                 plan = plan_redirects(papers)
                 catalog = catalogue(papers)
                 collection = collection_units(renderer, catalog, plan.shared, options.trust, source_date(), about)
+                if static:
+                    collection.append(static_unit(static))
                 units = {u: v for u, v in units.items() if u.startswith("record:")}
                 units.update({u: v for u, v in _units_plan(build_key, record_keys, papers, collection, options).items()
                               if not u.startswith("record:")})
@@ -755,6 +763,20 @@ def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = la
         elif cache is not None:
             cache.release_lock()
         slot.release()
+
+
+def _static_files(folder: Path | None) -> tuple[list[StaticFile], list[str]]:
+    """The static folder's files the site may take, and a warning for each one it may not."""
+    files, problems = read_static_files(folder)
+    warnings = [f"{folder.name}/{problem}; not copied" for problem in problems]
+    allowed = []
+    for f in files:
+        refused = refused_static_path(f.rel)
+        if refused is None:
+            allowed.append(f)
+        else:
+            warnings.append(f"{folder.name}/{f.rel}: {refused}; not copied")
+    return allowed, warnings
 
 
 def _published_by(build_id: str, report: BuildReport) -> PreviousSite:

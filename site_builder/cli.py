@@ -196,7 +196,8 @@ def cmd_build(args) -> int:
     about = args.settings.parent / config.about_file
     progress, update = _progress_bar(not args.quiet)
     options = BuildOptions(bundles=args.bundles, output=args.output, trust=trust, config=config, templates=templates,
-                           about_file=about, jobs=args.jobs, progress=update,
+                           about_file=about, static_dir=args.settings.parent / config.static_dir, jobs=args.jobs,
+                           progress=update,
                            search=not args.no_search, cache_dir=args.cache_dir, use_cache=not args.no_cache,
                            one_shot=True)
     try:

@@ -279,3 +279,45 @@ def rediscover(before: BundleListing, changed: set[str]) -> BundleListing | None
             return None
         found[i] = found[i]._replace(sig=stat_signature(st))
     return BundleListing(before.root, found, before.skipped, before.folders, before.scanned_at_ns)
+
+
+STATIC_MAX_BYTES = 100 * 1024 * 1024  # GitHub Pages refuses files over 100 MB
+
+
+class StaticFile(NamedTuple):
+    """A file of the static folder, to be copied into the site as it is."""
+
+    rel: str  # its path in the site, "/"-separated
+    data: bytes
+
+
+def read_static_files(folder: Path | None) -> tuple[list[StaticFile], list[str]]:
+    """The files under *folder* (none if it does not exist) in a stable order, and a line for each one that
+    cannot be copied.  Hidden names are skipped, as in the bundles folder, except ``.well-known`` at the top
+    (``security.txt`` lives there); links are not followed, so that nothing outside the folder is published."""
+    if folder is None or not folder.is_dir():
+        return [], []
+    files: list[StaticFile] = []
+    problems: list[str] = []
+
+    def walk(path: Path, prefix: str) -> None:
+        try:
+            with os.scandir(path) as it:
+                entries = sorted(it, key=_entry_name)
+        except OSError as exc:
+            problems.append(f"{prefix or folder.name + '/'}: cannot list folder: {exc.strerror}")
+            return
+        for entry in entries:
+            if entry.name.startswith(".") and not (prefix == "" and entry.name == ".well-known"):
+                continue
+            rel = prefix + entry.name
+            if entry.is_dir(follow_symlinks=False):
+                walk(Path(entry.path), rel + "/")
+                continue
+            try:
+                files.append(StaticFile(rel, read_bytes(Path(entry.path), STATIC_MAX_BYTES)))
+            except FileReadError as exc:
+                problems.append(f"{rel}: {exc.reason}")
+
+    walk(folder, "")
+    return files, problems

@@ -9,6 +9,7 @@ belongs to, once per year and once in the full list.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -17,11 +18,18 @@ from typing import Callable, Iterable, Iterator
 
 from site_builder.canonical import resolver_json
 from site_builder.keys import TrustSet
+from site_builder.loading import StaticFile
 from site_builder.records import PaperSummary, detail
 from site_builder.rendering import SiteRenderer, pagination
 from site_builder.report import ReportDocument
 from site_builder.verification import CheckResult, Verdict, VerificationWarning
+from site_builder.writing import check_relative_path
 
+# What the site makes at its top (folders and files) or under .well-known: a static file may not take any of it.
+# (tests/test_build.py holds every path a build writes to this list.)
+SITE_OWNED = frozenset({".nojekyll", "404.html", "about", "arxiv", "assets", "category", "feed.xml", "index.html",
+                        "pagefind", "papers", "pith", "pith-mirrors.json", "pith-signing-key.json", "robots.txt",
+                        "search", "stats", "verification", "verification.json", "year"})
 FEED_ENTRIES = 50
 SITEMAP_LIMIT = 50_000
 HOME_RECENT = 20
@@ -448,6 +456,27 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
     units.append(Unit("static", [about_markdown], static))
     units.append(Unit("manifest", [updated], lambda: _manifests(config, trust, updated)))
     return units
+
+
+def refused_static_path(rel: str) -> str | None:
+    """Why a static file may not be published at *rel*, or None.  The site's own pages, and above all the
+    resolver's paths (``pith/``, ``.well-known/pith/``), are the build's: a file copied there as it is would
+    stand where only verified records may."""
+    try:
+        check_relative_path(rel)
+    except ValueError:
+        return "not a plain file name a static host serves"
+    top = rel.split("/", 1)[0]
+    if top in SITE_OWNED or rel.startswith(".well-known/pith/") or (
+            "/" not in rel and rel.startswith("sitemap") and rel.endswith(".xml")):
+        return "the site makes this path itself (override a page with a template instead)"
+    return None
+
+
+def static_unit(files: list[StaticFile]) -> Unit:
+    """The static folder's files as one unit, keyed on their names and contents."""
+    return Unit("static-files", [(f.rel, hashlib.sha256(f.data).hexdigest()) for f in files],
+                lambda: [(f.rel, f.data) for f in files])
 
 
 def _sitemaps(renderer: SiteRenderer, urls: list[str]) -> Iterator[tuple[str, bytes]]:

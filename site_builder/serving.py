@@ -30,7 +30,7 @@ from watchdog.observers import Observer
 from site_builder.build import BuildMemory, BuildOptions, SearchIndexError, build, prepare_spare_tree
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundleListing, BundlesFolderError, list_bundles, rediscover
-from site_builder.settings import SettingsError, load_settings, normalize_base_url
+from site_builder.settings import SettingsError, SiteConfig, load_settings, normalize_base_url
 from site_builder.writing import OutputError, OutputSlot
 
 EVENTS_PATH = "__site_builder__/events"
@@ -108,7 +108,8 @@ class Site:
         self.live.base_path = config.base_path
         return BuildOptions(bundles=o.bundles, output=o.output, trust=load_trust_set(o.trusted_keys), config=config,
                             templates=o.templates if o.templates.is_dir() else None,
-                            about_file=o.settings.parent / config.about_file, search=o.search,
+                            about_file=o.settings.parent / config.about_file,
+                            static_dir=o.settings.parent / config.static_dir, search=o.search,
                             defer_search=o.search and not self.index_next,
                             mp_context="forkserver", memory=self.memory, on_published=self._announce)
 
@@ -191,15 +192,18 @@ class Site:
 class _Watcher(FileSystemEventHandler):
     """Collects file events; a burst (an editor's save, a copy of 1,000 files) becomes one rebuild."""
 
-    def __init__(self, output: Path, root: Path, root_names: set[str], bundles: Path, templates: Path):
+    def __init__(self, output: Path, root: Path, root_names: set[str], bundles: Path, templates: Path,
+                 static: Path | None = None):
         self.output = Path(os.path.abspath(output))
         self.root = Path(os.path.abspath(root))
         self.root_names = root_names  # in the project root only the settings and about files matter
         # The folders watched with their subfolders: in the bundles folder its *.json files and folders matter,
-        # in the templates folder every file.  The project root may be the bundles folder (``--bundles .``).
+        # in the templates and static folders every file.  The project root may be the bundles folder
+        # (``--bundles .``).
         self.bundles = Path(os.path.abspath(bundles))
         self.templates = Path(os.path.abspath(templates))
-        self.trees = (self.bundles, self.templates)
+        self.static = Path(os.path.abspath(static)) if static is not None else None
+        self.trees = (self.bundles, self.templates) + ((self.static,) if self.static is not None else ())
         self.pending = threading.Event()
         self.first = 0.0
         self.last = 0.0
@@ -239,14 +243,17 @@ class _Watcher(FileSystemEventHandler):
             return False  # the build's own writes
         if path.parent == self.root and path.name in self.root_names:
             return True
-        for tree in (self.templates, self.bundles):  # (the templates may be inside the bundles folder)
-            if path == tree or tree in path.parents:
+        for tree in (self.templates, self.static, self.bundles):  # (the others may be inside the bundles folder)
+            if tree is not None and (path == tree or tree in path.parents):
                 # Hidden names anywhere below the tree are editors' swap files, a cache, our lock, staging and
-                # retired trees; the build never reads them either.  Nor does it read the bundles folder's other
-                # files (a log written there would otherwise start a rebuild with every line).
-                if any(part.startswith(".") for part in path.relative_to(tree).parts):
+                # retired trees; the build never reads them either (but for a static .well-known).  Nor does it
+                # read the bundles folder's other files (a log written there would start a rebuild per line).
+                parts = path.relative_to(tree).parts
+                if tree == self.static and parts[:1] == (".well-known",):
+                    parts = parts[1:]
+                if any(part.startswith(".") for part in parts):
                     return False
-                return tree == self.templates or is_directory or path.name.endswith(".json")
+                return tree != self.bundles or is_directory or path.name.endswith(".json")
         return False
 
     def on_any_event(self, event):
@@ -424,20 +431,20 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
             spare = threading.Thread(target=site.prepare_spare_tree, args=(stop,), daemon=True)
             spare.start()
         url = f"http://{options.host}:{httpd.server_address[1]}{live.base_path}"
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        serving = True
 
-        about_name = "about.md"
         try:
-            about_name = load_settings(options.settings).about_file
+            settings = load_settings(options.settings)
         except SettingsError:
-            pass
+            settings = SiteConfig()
         watcher = _Watcher(options.output.resolve(), options.settings.parent.resolve(),
-                           {options.settings.name, about_name}, options.bundles.resolve(), options.templates.resolve())
+                           {options.settings.name, settings.about_file}, options.bundles.resolve(),
+                           options.templates.resolve(), (options.settings.parent / settings.static_dir).resolve())
         site.request_rebuild = watcher.poke
         watches: dict[tuple[Path, bool], object] = {}
         _follow(observer, watcher, watches)
-        observer.start()
+        observer.start()  # (before the first page is served: an edit made once the site is up is always seen)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        serving = True
         watched = sorted({folder for folder, _ in watches})
         options.log(f"serving {options.output} at {url} (Ctrl-C to stop); "
                     f"watching {', '.join(map(str, watched[:3]))}{' and more' if len(watched) > 3 else ''}")

@@ -22,6 +22,7 @@ class SiteConfig:
     base_url: str = "/"
     page_size: int = 100
     about_file: str = "about.md"
+    static_dir: str = "static"  # files copied into the site as they are (beside the settings file; optional)
     resolver_url: str = "https://pith.science"
 
     # Worked out once (a record's pages ask for ~50 links): the settings are frozen.  ``cached_property`` keeps
@@ -77,11 +78,11 @@ def load_settings(path: Path) -> SiteConfig:
         raise SettingsError(f"{path}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"{path}: {exc}") from None
-    known = {"title", "description", "base_url", "page_size", "about_file", "resolver_url"}
+    known = {"title", "description", "base_url", "page_size", "about_file", "static_dir", "resolver_url"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise SettingsError(f"{path}: unknown setting(s): {', '.join(unknown)}")
-    for key in ("title", "description", "base_url", "about_file", "resolver_url"):
+    for key in ("title", "description", "base_url", "about_file", "static_dir", "resolver_url"):
         if key in data and not isinstance(data[key], str):
             raise SettingsError(f"{path}: {key} must be a string")
     if "page_size" in data and (not isinstance(data["page_size"], int) or not 1 <= data["page_size"] <= 10000):

@@ -359,3 +359,64 @@ def test_an_output_inside_the_bundles_folder_is_not_read_back_as_input(bundles_d
         assert sorted(o.inspection.rel for o in report.outcomes) == sorted(
             [p.name for p in bundles_dir.iterdir()] + [f"notes/{output_name}/x.json"])
         assert report.count("published") == 4 and report.count("superseded") == 0
+
+
+def test_static_files_are_copied_as_they_are_and_never_over_the_sites_own_paths(bundles_dir, tmp_path):
+    """The static folder (a CNAME, images, .well-known/security.txt) is copied byte for byte; a file that would
+    stand where the site puts its own pages, or where only verified records may be (pith/, .well-known/pith/),
+    is refused with a warning, as is a link; an edited, added or removed static file is an incremental build
+    like any other, equal to a clean one."""
+    import os
+
+    from site_builder.pages import refused_static_path
+    static = tmp_path / "static"
+    wanted = {"CNAME": b"mirror.example.org\n", "img/logo.png": bytes(range(256)) * 4,
+              ".well-known/security.txt": b"Contact: mailto:security@example.org\n"}
+    refused = {"index.html": b"<p>not the home page</p>", "pith/AAAAAAAAAAAAAAAAAAAAAAAAAA/bundle.json": b"{}",
+               ".well-known/pith/AAAAAAAAAAAAAAAAAAAAAAAAAA/bundle.json": b"{}", "sitemap.xml": b"<x/>",
+               "assets/style.css": b"body{}"}
+    for rel, data in {**wanted, **refused, ".hidden-notes": b"skipped, as hidden files are"}.items():
+        (static / rel).parent.mkdir(parents=True, exist_ok=True)
+        (static / rel).write_bytes(data)
+    os.symlink("/etc/passwd", static / "passwd.txt")
+    out = tmp_path / "site"
+
+    def build_static(output, **options):
+        return build(BuildOptions(bundles=bundles_dir, output=output, trust=load_trust_set(), search=False,
+                                  static_dir=static, **options))
+    report = build_static(out)
+    for rel, data in wanted.items():
+        assert (out / rel).read_bytes() == data
+    assert not (out / ".hidden-notes").exists() and not (out / "passwd.txt").exists()
+    assert not (out / "pith" / "AAAAAAAAAAAAAAAAAAAAAAAAAA").exists()
+    assert not (out / ".well-known" / "pith" / "AAAAAAAAAAAAAAAAAAAAAAAAAA").exists()
+    assert b"not the home page" not in (out / "index.html").read_bytes()
+    assert (out / "assets" / "style.css").read_bytes() != b"body{}"
+    assert sorted(report.warnings) == sorted(
+        [f"static/{rel}: {refused_static_path(rel)}; not copied" for rel in refused]
+        + ["static/passwd.txt: a symbolic link (not followed); not copied"])
+
+    (static / "CNAME").write_bytes(b"other.example.org\n")
+    (static / "img" / "logo.png").unlink()
+    (static / "robots-extra.txt").write_bytes(b"more\n")
+    report = build_static(out)
+    assert report.changed and 0 < report.files_written < 10  # the static files, the report, not every page
+    assert (out / "CNAME").read_bytes() == b"other.example.org\n" and not (out / "img").exists()
+    clean = tmp_path / "clean"
+    build_static(clean, use_cache=False)
+    assert tree(out) == tree(clean)
+    assert not build_static(out).changed  # unchanged: nothing to do
+
+
+def test_every_path_a_build_writes_is_refused_to_static_files(bundles_dir, tmp_path):
+    """SITE_OWNED is the list of what the site makes: a build with every optional page (about, sitemaps, search)
+    writes nothing a static file could take."""
+    from site_builder.pages import refused_static_path
+    about = tmp_path / "about.md"
+    about.write_text("# About\n")
+    out = tmp_path / "site"
+    build(BuildOptions(bundles=bundles_dir, output=out, trust=load_trust_set(), about_file=about,
+                       config=SiteConfig(base_url="https://mirror.example.org/")))
+    written = [p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()]
+    assert "about/index.html" in written and "sitemap.xml" in written and any(w.startswith("pagefind/") for w in written)
+    assert [rel for rel in written if refused_static_path(rel) is None] == []

@@ -263,19 +263,22 @@ def test_the_watcher_takes_bundles_templates_and_settings_not_the_builds_own_fil
     bundles = tmp_path if bundles_at_root else tmp_path / "bundles"
     for folder in ["bundles/sub", "templates/assets", "output/pith/X", ".output.prev/pith/X", "sub/deeper"]:
         (tmp_path / folder).mkdir(parents=True)
-    watcher = _Watcher(tmp_path / "output", tmp_path, {"site.toml", "about.md"}, bundles, tmp_path / "templates")
+    watcher = _Watcher(tmp_path / "output", tmp_path, {"site.toml", "about.md"}, bundles, tmp_path / "templates",
+                       tmp_path / "static")
     if bundles_at_root:  # around the output: the root for its own files, each other folder with its subfolders
-        assert watcher.watched() == [(tmp_path, False), (tmp_path / "bundles", True), (tmp_path / "sub", True),
-                                     (tmp_path / "templates", True)]
+        assert watcher.watched() == [(tmp_path, False), (tmp_path / "bundles", True), (tmp_path / "static", True),
+                                     (tmp_path / "sub", True), (tmp_path / "templates", True)]
     else:
-        assert watcher.watched() == [(tmp_path, False), (bundles, True), (tmp_path / "templates", True)]
+        assert watcher.watched() == [(tmp_path, False), (bundles, True), (tmp_path / "static", True),
+                                     (tmp_path / "templates", True)]
     for rel in ["x.json", "sub/deeper/x.json"]:
         assert watcher.relevant(str(bundles / rel)), rel
-    for rel in ["templates/paper.html", "templates/assets/style.css", "site.toml", "about.md"]:
+    for rel in ["templates/paper.html", "templates/assets/style.css", "site.toml", "about.md", "static/CNAME",
+                "static/img/logo.png", "static/.well-known/security.txt"]:
         assert watcher.relevant(str(tmp_path / rel)), rel
     for rel in ["output/pith/X/index.html", "output", ".output.prev/pith/X/index.html",
                 ".output.staging-12/pith/X/bundle.json", ".site-builder-cache/output/cache.sqlite",
-                "templates/.paper.html.swp", "templates/assets/.#style.css"]:
+                "templates/.paper.html.swp", "templates/assets/.#style.css", "static/.CNAME.swp"]:
         assert not watcher.relevant(str(tmp_path / rel)), rel
     assert not watcher.relevant(str(bundles / "sub" / ".hidden" / "x.json"))
     assert watcher.relevant(str(bundles / "new-folder"), is_directory=True)
