@@ -412,11 +412,12 @@ def _build(options: BuildOptions) -> BuildReport:
         else:
             found, skipped = discover(options.bundles, output=slot.output)
         static, static_warnings = _static_files(options.static_dir)
+        static_files = static_unit(static) if static else None  # (a unit of the site, and an input of the build)
 
         @functools.cache
         def input_fingerprint() -> str:  # the inputs by stat; computed only when needed, once (10,000 entries)
             return _hash(build_key, [(f.rel, f.sig) for f in found], [(x.rel, x.reason) for x in skipped],
-                         static_unit(static).material if static else None, static_warnings)
+                         static_files.material if static_files else None, static_warnings)
         clock.lap("discover")
         # The quick no-op check is for separate processes; serve, with everything in memory, plans anyway
         # (and writes nothing if nothing changed), which also fills the memory on its first build.
@@ -450,8 +451,8 @@ def _build(options: BuildOptions) -> BuildReport:
         catalog = _catalogue(options, published)
         collection = collection_units(renderer, catalog, plan.shared, options.trust, source_date(), about,
                                       options.memory.unit_rows if options.memory is not None else None)
-        if static:
-            collection.append(static_unit(static))
+        if static_files:
+            collection.append(static_files)
         clock.lap("plan_collection")
         units = _units_plan(build_key, record_keys, published, collection, options)
         search_key = units["search"][0] if "search" in units else None  # what the index would be made under
@@ -513,8 +514,8 @@ def _build(options: BuildOptions) -> BuildReport:
                 plan = plan_redirects(papers)
                 catalog = catalogue(papers)
                 collection = collection_units(renderer, catalog, plan.shared, options.trust, source_date(), about)
-                if static:
-                    collection.append(static_unit(static))
+                if static_files:
+                    collection.append(static_files)
                 units = {u: v for u, v in units.items() if u.startswith("record:")}
                 units.update({u: v for u, v in _units_plan(build_key, record_keys, papers, collection, options).items()
                               if not u.startswith("record:")})

@@ -467,7 +467,7 @@ def refused_static_path(rel: str) -> str | None:
     except ValueError:
         return "not a plain file name a static host serves"
     top = rel.split("/", 1)[0]
-    if top in SITE_OWNED or rel.startswith(".well-known/pith/") or (
+    if top in SITE_OWNED or rel == ".well-known/pith" or rel.startswith(".well-known/pith/") or (
             "/" not in rel and rel.startswith("sitemap") and rel.endswith(".xml")):
         return "the site makes this path itself (override a page with a template instead)"
     return None

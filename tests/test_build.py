@@ -374,6 +374,7 @@ def test_static_files_are_copied_as_they_are_and_never_over_the_sites_own_paths(
               ".well-known/security.txt": b"Contact: mailto:security@example.org\n"}
     refused = {"index.html": b"<p>not the home page</p>", "pith/AAAAAAAAAAAAAAAAAAAAAAAAAA/bundle.json": b"{}",
                ".well-known/pith/AAAAAAAAAAAAAAAAAAAAAAAAAA/bundle.json": b"{}", "sitemap.xml": b"<x/>",
+               "arxiv": b"a file where the site has a folder",
                "assets/style.css": b"body{}"}
     for rel, data in {**wanted, **refused, ".hidden-notes": b"skipped, as hidden files are"}.items():
         (static / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -420,3 +421,6 @@ def test_every_path_a_build_writes_is_refused_to_static_files(bundles_dir, tmp_p
     written = [p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()]
     assert "about/index.html" in written and "sitemap.xml" in written and any(w.startswith("pagefind/") for w in written)
     assert [rel for rel in written if refused_static_path(rel) is None] == []
+    # (nor a file standing where the site has a folder, nor a name a host would not serve as it is)
+    assert all(refused_static_path(rel) for rel in [".well-known/pith", "pith", "sitemap-3.xml", "a/../b", "NUL"])
+    assert not any(refused_static_path(rel) for rel in [".well-known/security.txt", "CNAME", "img/sitemap.xml"])
