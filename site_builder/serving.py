@@ -158,6 +158,8 @@ class Site:
                 self.request_rebuild()
             for outcome in report.rejected:
                 self.options.log(f"REJECTED {outcome.inspection.error_line()}")
+            for warning in report.warnings:  # (as the command line says them)
+                self.options.log(f"WARNING {warning}")
             behind = "; the search index follows" if report.search_behind else ""
             self.options.log(f"[{reason}] {report.summary_line()} (rebuild {time.perf_counter() - started:.2f}s{behind})")
             rejected = [o.inspection.error_line() for o in report.rejected]

@@ -450,6 +450,13 @@ def test_serve_with_the_bundles_in_the_project_root(tmp_path):
             assert time.monotonic() < deadline, f"rebuilds do not stop: {lines[-5:]}"
         last = [line for line in lines if line.startswith("[change]")][-1]
         assert "] 2 bundles read, 2 published, 0 rejected" in last, lines  # not the output's copies
+        # The static folder is watched too, and what it may not publish is said in the terminal.
+        (tmp_path / "static").mkdir()
+        (tmp_path / "static" / "index.html").write_text("<p>not the home page</p>")
+        (tmp_path / "static" / "CNAME").write_text("mirror.example.org\n")
+        eventually(lambda: get(base + "CNAME")[2] == "mirror.example.org\n")
+        assert any(line.startswith("WARNING static/index.html: the site makes this path itself") for line in lines)
+        assert "not the home page" not in get(base)[2]
     finally:
         stop.set()
         server.join(30)
