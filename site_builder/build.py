@@ -104,7 +104,6 @@ class BuildOptions:
     # records), and the caller's next build, without this, brings the index up to date.
     defer_search: bool = False
 
-
     @property
     def workers(self) -> Workers:
         return Workers(self.jobs, self.progress, self.mp_context)
@@ -450,9 +449,7 @@ def _build(options: BuildOptions) -> BuildReport:
         renderer = _renderer(options, dirs, build_key)
         catalog = _catalogue(options, published)
         collection = collection_units(renderer, catalog, plan.shared, options.trust, source_date(), about,
-                                      options.memory.unit_rows if options.memory is not None else None)
-        if static_files:
-            collection.append(static_files)
+                                      options.memory.unit_rows if options.memory is not None else None, static_files)
         clock.lap("plan_collection")
         units = _units_plan(build_key, record_keys, published, collection, options)
         search_key = units["search"][0] if "search" in units else None  # what the index would be made under
@@ -513,9 +510,8 @@ def _build(options: BuildOptions) -> BuildReport:
                 _record_outcomes(report, inspections, selection, changed)
                 plan = plan_redirects(papers)
                 catalog = catalogue(papers)
-                collection = collection_units(renderer, catalog, plan.shared, options.trust, source_date(), about)
-                if static_files:
-                    collection.append(static_files)
+                collection = collection_units(renderer, catalog, plan.shared, options.trust, source_date(), about,
+                                              static_files=static_files)
                 units = {u: v for u, v in units.items() if u.startswith("record:")}
                 units.update({u: v for u, v in _units_plan(build_key, record_keys, papers, collection, options).items()
                               if not u.startswith("record:")})

@@ -40,7 +40,6 @@ def _count(least: int):
         if value < least:
             raise argparse.ArgumentTypeError(f"{value} is less than {least}")
         return value
-    parse.__name__ = "number"
     return parse
 
 

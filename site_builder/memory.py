@@ -140,7 +140,8 @@ def load_snapshot(folder: Path) -> BuildMemory:
     (damaged, from another version, or naming anything but the builder's data)."""
     try:
         with open(folder / SNAPSHOT_NAME, "rb", buffering=1 << 20) as f:
-            if f.read(len(_header())) != _header():
+            header = _header()
+            if f.read(len(header)) != header:
                 return BuildMemory(compile_all_templates=False)
             memory = _SnapshotUnpickler(f).load()
     except Exception:  # noqa: BLE001 -- whatever a damaged file makes unpickling raise, the answer is the same

@@ -396,8 +396,10 @@ def _rows(papers: list[PaperSummary], memo: dict[str, tuple[list, str]] | None, 
 
 def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, trust: TrustSet,
                      generated_at: str | None, about_markdown: str | None,
-                     rows_memo: dict[str, tuple[list, str]] | None = None) -> list[Unit]:
-    """Pages that depend on the set of published records and its order (not on rejections), as units.
+                     rows_memo: dict[str, tuple[list, str]] | None = None,
+                     static_files: Unit | None = None) -> list[Unit]:
+    """Pages that depend on the set of published records and its order (not on rejections), as units, and the
+    site's other files (*static_files*: the static folder's, made once by the build, which also keys on it).
 
     Each listing page, each feed and each shared short address is its own unit, so a change to one record
     re-renders only the pages that show it.
@@ -455,6 +457,8 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
         return files
     units.append(Unit("static", [about_markdown], static))
     units.append(Unit("manifest", [updated], lambda: _manifests(config, trust, updated)))
+    if static_files is not None:
+        units.append(static_files)
     return units
 
 

@@ -195,7 +195,7 @@ class _Watcher(FileSystemEventHandler):
     """Collects file events; a burst (an editor's save, a copy of 1,000 files) becomes one rebuild."""
 
     def __init__(self, output: Path, root: Path, root_names: set[str], bundles: Path, templates: Path,
-                 static: Path | None = None):
+                 static: Path):
         self.output = Path(os.path.abspath(output))
         self.root = Path(os.path.abspath(root))
         self.root_names = root_names  # in the project root only the settings and about files matter
@@ -204,8 +204,8 @@ class _Watcher(FileSystemEventHandler):
         # (``--bundles .``).
         self.bundles = Path(os.path.abspath(bundles))
         self.templates = Path(os.path.abspath(templates))
-        self.static = Path(os.path.abspath(static)) if static is not None else None
-        self.trees = (self.bundles, self.templates) + ((self.static,) if self.static is not None else ())
+        self.static = Path(os.path.abspath(static))
+        self.trees = (self.bundles, self.templates, self.static)
         self.pending = threading.Event()
         self.first = 0.0
         self.last = 0.0
@@ -246,7 +246,7 @@ class _Watcher(FileSystemEventHandler):
         if path.parent == self.root and path.name in self.root_names:
             return True
         for tree in (self.templates, self.static, self.bundles):  # (the others may be inside the bundles folder)
-            if tree is not None and (path == tree or tree in path.parents):
+            if path == tree or tree in path.parents:
                 # Hidden names anywhere below the tree are editors' swap files, a cache, our lock, staging and
                 # retired trees; the build never reads them either (but for a static .well-known).  Nor does it
                 # read the bundles folder's other files (a log written there would start a rebuild per line).

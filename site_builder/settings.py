@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -78,12 +78,12 @@ def load_settings(path: Path) -> SiteConfig:
         raise SettingsError(f"{path}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"{path}: {exc}") from None
-    known = {"title", "description", "base_url", "page_size", "about_file", "static_dir", "resolver_url"}
-    unknown = sorted(set(data) - known)
+    known = [f.name for f in fields(SiteConfig)]  # (every setting is a field; all but page_size are text)
+    unknown = sorted(set(data) - set(known))
     if unknown:
         raise SettingsError(f"{path}: unknown setting(s): {', '.join(unknown)}")
-    for key in ("title", "description", "base_url", "about_file", "static_dir", "resolver_url"):
-        if key in data and not isinstance(data[key], str):
+    for key in known:
+        if key != "page_size" and key in data and not isinstance(data[key], str):
             raise SettingsError(f"{path}: {key} must be a string")
     if "page_size" in data and (not isinstance(data["page_size"], int) or not 1 <= data["page_size"] <= 10000):
         raise SettingsError(f"{path}: page_size must be an integer from 1 to 10000")

@@ -228,7 +228,8 @@ def test_a_burst_of_events_becomes_one_rebuild(tmp_path):
 
     from site_builder.serving import SETTLED_DEBOUNCE_SECONDS, _Watcher
 
-    watcher = _Watcher(tmp_path / "output", tmp_path, {"site.toml"}, tmp_path / "bundles", tmp_path / "templates")
+    watcher = _Watcher(tmp_path / "output", tmp_path, {"site.toml"}, tmp_path / "bundles", tmp_path / "templates",
+                       tmp_path / "static")
     stop = threading.Event()
     batches = []
 
