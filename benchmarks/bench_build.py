@@ -39,7 +39,7 @@ from site_builder.keys import load_trust_set
 args = json.loads(sys.argv[1])
 opts = BuildOptions(bundles=Path(args["bundles"]), output=Path(args["output"]),
                     trust=load_trust_set([Path(args["key"])]), templates=Path(args["templates"]),
-                    search=args["search"], jobs=args["jobs"], one_shot=True)  # as the CLI does
+                    search=args["search"], jobs=args["jobs"], one_shot=True, link_twin=True)  # as the CLI does
 # A build hands the cache save to a detached process; the next build waits for it (the cache lock).  Wait here,
 # untimed, so each scenario measures itself; the wait is reported as "saver_wait".
 import fcntl, os

@@ -56,7 +56,7 @@ from site_builder.rendering import SiteRenderer, template_dirs, templates_identi
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportDocument
 from site_builder.selection import Candidate, PublishedBefore, Selection, is_rollback, select
 from site_builder.settings import SiteConfig
-from site_builder.writing import MARKER, OutputError, OutputSlot, StagingTree
+from site_builder.writing import MARKER, OutputError, OutputSlot, StagingTree, remove_tree
 
 PARALLEL_THRESHOLD = 64
 # Update the previous tree in place unless more than this share of its files is stale.  Unlinking a stale file
@@ -103,6 +103,10 @@ class BuildOptions:
     # (``BuildReport.search_behind``): a change is on screen without waiting for Pagefind (~12 s at 10,000
     # records), and the caller's next build, without this, brings the index up to date.
     defer_search: bool = False
+    # (the command line) A build that writes the whole site afresh (a first build, a template edit) links a twin
+    # of it as it goes, which the next change updates in place: that change then takes well under a second
+    # instead of linking a whole tree (~5 s at 10,000 records), for ~5 % (tmpfs) to ~18 % (disk) more full build.
+    link_twin: bool = False
 
     @property
     def workers(self) -> Workers:
@@ -472,6 +476,8 @@ def _build(options: BuildOptions) -> BuildReport:
             return report
         live_units = cache.units(previous.build_id) or {}
         tree, kept, stale_dirs = _prepare_tree(slot, cache, units, live_units)
+        spare = slot.new_spare() if options.link_twin and options.use_cache and \
+            _renders_everything(tree, slot, units, live_units) else None
         clock.lap("prepare_tree")
 
         try:
@@ -497,6 +503,8 @@ def _build(options: BuildOptions) -> BuildReport:
                         continue
                     renderer.keep_row(selection.published[pid].inspection.summary.row_digest, row)
                     units[f"record:{pid}"] = (record_keys[pid], files)
+                    if spare is not None:
+                        spare = _mirror(spare, tree, files)
                     report.files_written += file_count(files)
                     report.pages_written += pages
                     if not report.rendered_more:  # (once its list is full, the files need not be listed)
@@ -534,6 +542,8 @@ def _build(options: BuildOptions) -> BuildReport:
                     else:
                         report.files_reused += file_count(reused)
                     units[unit.name] = (key, reused)
+                    if spare is not None:
+                        spare = _mirror(spare, tree, reused)
                 clock.lap("render_collection")
 
                 if "search" in units:
@@ -551,6 +561,8 @@ def _build(options: BuildOptions) -> BuildReport:
                         reused = join_files(sorted(str(p.relative_to(tree.root))
                                                    for p in (tree.root / "pagefind").rglob("*") if p.is_file()))
                     units["search"] = (units["search"][0], reused)
+                    if spare is not None:
+                        spare = _mirror(spare, tree, reused)
                     clock.lap("search_index")
 
                 if changed or renamed:  # the outcomes and unit keys differ from those planned
@@ -567,6 +579,8 @@ def _build(options: BuildOptions) -> BuildReport:
                     if _differs(slot.output / rel, data):
                         report.note_rendered([rel])
                 units["report"] = ("", join_files(written))
+                if spare is not None:
+                    spare = _mirror(spare, tree, units["report"][1], copy=True)
                 report.removed = sorted(f"pith/{pid}/index.html" for pid in previous.published
                                         if pid not in selection.published)
                 _prune_empty_dirs(tree.root, stale_dirs)
@@ -574,7 +588,8 @@ def _build(options: BuildOptions) -> BuildReport:
             if tree.root == slot.prev:
                 slot.publish_prev()
             else:
-                slot.publish(tree)
+                slot.publish(tree, spare)
+                spare = None
                 # Unless this build linked in files of the old site, all of the new one's are new: deleting an
                 # older tree cannot change any (the build need not wait for it).
                 slot.shares_files = tree.holds_older_files
@@ -595,6 +610,8 @@ def _build(options: BuildOptions) -> BuildReport:
         except BaseException:
             if tree.root != slot.prev:
                 slot.discard(tree)
+            if spare is not None:
+                slot.discard(spare)
             raise
     finally:
         if options.memory is None or snapshot_dir is not None:
@@ -1071,6 +1088,32 @@ def _prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict,
                 pass
             stale_dirs.add(rel.rpartition("/")[0])
     return StagingTree(prev), kept, stale_dirs
+
+
+def _renders_everything(tree: StagingTree, slot: OutputSlot, units: dict, live_units: dict) -> bool:
+    """Whether this build writes a fresh tree that takes nothing from the live site (a first build, a template
+    edit): then it links a spare twin of what it writes as it goes, so that the next change updates that twin in
+    place instead of linking a whole new tree (seconds at 10,000 records) -- linked before the build returns,
+    so that no file of the live site changes status after (a deploy step's tar reads them)."""
+    if tree.root == slot.prev:
+        return False
+    return not any(live_units.get(name, (None,))[0] == key for name, (key, _) in units.items() if name != "report")
+
+
+def _mirror(spare: StagingTree, tree: StagingTree, files: str, copy: bool = False) -> StagingTree | None:
+    """Give *spare* the unit's files of *tree* (hard links; copies with *copy*: the report's files, whose status
+    the next build reads); None (the spare abandoned) if one cannot be linked."""
+    try:
+        for rel in split_files(files):
+            source = tree.path_for(rel)
+            if copy:
+                spare.copy_from(rel, source)
+            elif not spare.link_from(rel, source):
+                raise OSError("cannot link")
+    except OSError:
+        remove_tree(spare.root, wait=False)
+        return None
+    return spare
 
 
 def _twin_units(slot: OutputSlot, cache: BuildCache) -> dict | None:

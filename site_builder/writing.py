@@ -103,6 +103,12 @@ class StagingTree:
         self.holds_older_files = True  # (even a failed attempt may have linked the unit's other files)
         return self.link_from(rel, source)
 
+    def copy_from(self, rel: str, source: str) -> None:
+        """Make *rel* a copy of *source* (a file of another tree)."""
+        target = self.path_for(rel)
+        self._ensure_parent(rel)
+        shutil.copyfile(source, target, follow_symlinks=False)
+
     def link_from(self, rel: str, source: str | Path) -> bool:
         """Make *rel* a hard link to *source*; False if impossible."""
         target = self.path_for(rel)
@@ -293,14 +299,31 @@ class OutputSlot:
             self.prev.rename(old)
             self._delete(old, shares_files)
 
-    def publish(self, staging: StagingTree) -> None:
-        """Make the staging tree the output; the old output is kept as the previous tree."""
+    def new_spare(self) -> StagingTree:
+        """A folder for a twin of the tree being built (named as staging: a killed build's is removed)."""
+        path = self.parent / f".{self.name}.staging-{os.getpid()}-spare"
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        return StagingTree(path)
+
+    def publish(self, staging: StagingTree, spare: StagingTree | None = None) -> None:
+        """Make the staging tree the output; the old output is kept as the previous tree, or, given a *spare*
+        twin of the new site, deleted (it shares no file with the new site) and the spare kept instead."""
         if self.output.exists():
             self._swap_in(staging.root)
             self.retire_prev()
-            staging.root.rename(self.prev)
+            if spare is None:
+                staging.root.rename(self.prev)
+                return
+            old = self._trash_path()
+            staging.root.rename(old)
+            self._delete(old, shares_files=staging.holds_older_files)
         else:
             staging.root.rename(self.output)
+            if spare is None:
+                return
+            self.retire_prev()
+        spare.root.rename(self.prev)
 
     def publish_prev(self) -> None:
         """Make the (updated) previous tree the output; the old output becomes the previous tree."""

@@ -4,7 +4,9 @@ import json
 import random
 import shutil
 import sqlite3
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,19 +43,21 @@ def opts(project: Path, output: Path, trust: TrustSet, **kw) -> BuildOptions:
                         search=kw.pop("search", False), **kw)
 
 
-@pytest.mark.parametrize("mode", ["separate", "separate-no-snapshot", "separate-stale-snapshot", "serve"])
+@pytest.mark.parametrize("mode", ["separate", "separate-no-snapshot", "separate-stale-snapshot", "separate-twin",
+                                  "serve"])
 def test_random_edits_match_clean_builds(project, mode):
     """As separate builds (each starting from the memory snapshot the last one saved; from none; from the
-    first build's snapshot every time) and as ``serve`` builds: one BuildMemory (open cache, compiled
-    templates) across all the builds."""
+    first build's snapshot every time; linking a twin whenever every file is written afresh, as the command line
+    does) and as ``serve`` builds: one BuildMemory (open cache, compiled templates) across all the builds."""
     rng = random.Random(20261129)
     trust = both_keys()
     inc = project / "inc"
     memory = BuildMemory() if mode == "serve" else None
     keep = mode != "separate-no-snapshot"
-    build(opts(project, inc, trust, memory=memory, keep_memory=keep))
+    twin = mode == "separate-twin"
+    build(opts(project, inc, trust, memory=memory, keep_memory=keep, link_twin=twin))
     snapshot = project / ".site-builder-cache" / "inc" / "memory.pickle"
-    assert snapshot.is_file() == (mode in ("separate", "separate-stale-snapshot"))
+    assert snapshot.is_file() == (mode in ("separate", "separate-stale-snapshot", "separate-twin"))
     first_snapshot = snapshot.read_bytes() if mode == "separate-stale-snapshot" else None
     next_id = 100
     actions = ["add", "remove", "change", "change", "replace", "duplicate", "template", "keys", "noop"] * 2
@@ -82,7 +86,7 @@ def test_random_edits_match_clean_builds(project, mode):
             trust = load_trust_set() if len(trust.keys) == 2 else both_keys()
         if first_snapshot is not None:
             snapshot.write_bytes(first_snapshot)
-        report = build(opts(project, inc, trust, memory=memory, keep_memory=keep))
+        report = build(opts(project, inc, trust, memory=memory, keep_memory=keep, link_twin=twin))
         clean = project / f"clean{step}"
         build(opts(project, clean, trust, use_cache=False))
         assert tree(inc) == tree(clean), f"step {step}: {action}"
@@ -254,6 +258,95 @@ def test_spare_tree_replaces_a_twin_a_template_edit_left_stale(project):
     clean = project / "clean"
     build(opts(project, clean, trust, use_cache=False))
     assert tree(out) == tree(clean)
+
+
+def _is_twin_of(prev: Path, out: Path) -> bool:
+    """*prev* holds the same files as *out*: the records' files as hard links to the live ones, the report as a
+    copy (the next build reads the live verification.json's status, which a link would change)."""
+    records = [p.relative_to(out) for p in [*(out / "pith").rglob("*"), *(out / ".well-known").rglob("*")]
+               if p.is_file()]
+    return prev.is_dir() and tree(prev) == tree(out) and len(records) >= 20 \
+        and all((prev / rel).samefile(out / rel) for rel in records) \
+        and not (prev / "verification.json").samefile(out / "verification.json")
+
+
+def test_a_build_written_afresh_links_the_twin_the_next_change_updates(project):
+    """With ``link_twin`` (the command line's default) a build that writes every file afresh (the first one, a
+    template edit) leaves a twin of the new site beside it, linked before it returns; the next change updates
+    that twin in place (a few files) instead of linking a whole new tree, and equals a clean build."""
+    trust = both_keys()
+    out, prev = project / "site", project / ".site.prev"
+    build(opts(project, out, trust, link_twin=True))
+    assert _is_twin_of(prev, out)
+    assert not prepare_spare_tree(opts(project, out, trust))  # (what serve would link: already there)
+    for step, edit in enumerate([lambda: None, lambda: _edit_template(project, "paper.html")]):
+        edit()
+        if step:  # a template edit: every page new, so a new twin (of the edited site)
+            build(opts(project, out, trust, link_twin=True))
+            assert _is_twin_of(prev, out)
+        twin = prev.stat().st_ino
+        (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=7 + step))
+        report = build(opts(project, out, trust, link_twin=True))
+        assert out.stat().st_ino == twin  # updated in place and swapped in
+        assert report.files_written < 40 and report.files_reused > 50
+        clean = project / f"clean{step}"
+        build(opts(project, clean, trust, use_cache=False))
+        assert tree(out) == tree(clean)
+
+
+def _edit_template(project: Path, name: str) -> None:
+    (project / "templates" / name).write_text((ROOT / "templates" / name).read_text() + "<!-- edited -->\n")
+
+
+def test_a_build_that_reuses_files_or_is_told_not_to_links_no_twin(project):
+    trust = both_keys()
+    out, prev = project / "site", project / ".site.prev"
+    build(opts(project, out, trust))  # (the library's default: no twin)
+    assert not prev.exists()
+    (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=7))
+    build(opts(project, out, trust, link_twin=True))  # takes unchanged files from the live site: no twin of it
+    assert not _is_twin_of(prev, out)
+    build(opts(project, project / "fresh", trust, link_twin=True, use_cache=False))  # a cache-less build: none
+    assert not (project / ".fresh.prev").exists()
+
+
+def test_a_twin_that_cannot_be_linked_is_dropped_and_the_build_goes_on(project, monkeypatch):
+    from site_builder import writing
+
+    real_link = writing.StagingTree.link_from
+    calls = []
+
+    def link_from(tree, rel, source):
+        calls.append(tree.root.name)
+        if tree.root.name.endswith("-spare") and len(calls) > 20:
+            return False  # e.g. a file system without hard links, or out of inodes, half-way
+        return real_link(tree, rel, source)
+
+    monkeypatch.setattr(writing.StagingTree, "link_from", link_from)
+    trust = both_keys()
+    out = project / "site"
+    report = build(opts(project, out, trust, link_twin=True))
+    assert report.count("published") == 10 and (out / "verification.json").is_file()
+    assert any(name.endswith("-spare") for name in calls)
+    assert not (project / ".site.prev").exists()
+    deadline = time.monotonic() + 30  # the abandoned twin is deleted by a process of its own
+    while list(project.glob(".site.staging-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not list(project.glob(".site.staging-*"))
+    clean = project / "clean"
+    build(opts(project, clean, trust, use_cache=False))
+    assert tree(out) == tree(clean)
+
+
+def test_command_line_links_a_twin_unless_told_not_to(project):
+    for flags, twin in [((), True), (("--no-twin",), False)]:
+        out = project / f"site{len(flags)}"
+        r = subprocess.run([sys.executable, "-m", "site_builder", "build", "--bundles", project / "bundles",
+                            "--output", out, "--no-search", "--templates", project / "templates", *flags],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        prev = project / f".{out.name}.prev"
+        assert (prev.exists() and _is_twin_of(prev, out)) == twin
 
 
 def test_spare_tree_can_be_cancelled(project):

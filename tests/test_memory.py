@@ -183,15 +183,17 @@ def _edit_template(project):
     (project / "templates" / "paper.html").write_text((ROOT / "templates" / "paper.html").read_text() + "<!-- -->")
 
 
-def test_the_site_is_final_when_build_returns(project):
+@pytest.mark.parametrize("flags", [(), ("--no-twin",)])
+def test_the_site_is_final_when_build_returns(project, flags):
     """Nothing a build started changes a file of the output after ``build`` returns: a deploy step archives the
     site at once, and tar fails on a file whose status changes while it reads it.  Hard links change a file's
-    status (ctime) as they are made and removed, so no twin is linked in the background, and a retired tree
-    that may share files with the site is deleted before the build returns.  Checked after a full build, a
-    first rebuild (a tree linked from the live one), an in-place rebuild, a template edit (a fresh site; the old
-    twin is deleted after the build) and the first change after it (a tree linked from the live one; the twin,
-    from before the edit, shares nothing with it and is deleted after the build): every status is unchanged
-    once the saver and every deletion are done."""
+    status (ctime) as they are made and removed, so no twin is linked in the background (the command line links
+    it during a build that writes every file afresh), and a retired tree that may share files with the site is
+    deleted before the build returns.  Checked after a full build (with its twin), two in-place rebuilds, a
+    template edit (a fresh site and its twin; the old site and the old twin are deleted after the build) and the
+    first change after it (in place); and with ``--no-twin``, where the first rebuild after each of those links a
+    tree from the live one (the old twin, from before the edit, shares nothing with it and is deleted after the
+    build): every status is unchanged once the saver and every deletion are done."""
     site = project / "site"
     edits = [lambda: None,
              lambda: (project / "bundles" / "gen3.json").write_bytes(make_bundle(3, variant=2)),
@@ -200,7 +202,7 @@ def test_the_site_is_final_when_build_returns(project):
              lambda: (project / "bundles" / "gen5.json").write_bytes(make_bundle(5, variant=2))]
     for edit in edits:
         edit()
-        _cli_line(project, site, "--templates", project / "templates")
+        _cli_line(project, site, "--templates", project / "templates", *flags)
         at_return = _statuses(site)
         assert not list(project.glob(".site.staging-*"))
         subprocess.run(["tar", "--hard-dereference", "-C", site, "-cf", project / "site.tar", "."], check=True)
