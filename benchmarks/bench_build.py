@@ -7,7 +7,8 @@ process: a full build into an empty output, a no-op rebuild, and rebuilds after 
 bundle of the same record), replacing one (the file now holds another record), adding one, deleting one,
 giving 40 % of the bundles a newer version and editing one template.  Prints wall time, bundles/second, files written and reused, how long the scenario first
 waited (untimed) for the previous build's detached cache saver, peak RSS of the main process and of the largest
-worker, and the time of each build stage.  Builds save their cache in the background, as the command line does.
+worker, and the time of each build stage.  Builds save their cache in the background and link a twin of a site
+written afresh, as the command line does (``--no-twin``: as ``build --no-twin``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from site_builder.keys import load_trust_set
 args = json.loads(sys.argv[1])
 opts = BuildOptions(bundles=Path(args["bundles"]), output=Path(args["output"]),
                     trust=load_trust_set([Path(args["key"])]), templates=Path(args["templates"]),
-                    search=args["search"], jobs=args["jobs"], one_shot=True, link_twin=True)  # as the CLI does
+                    search=args["search"], jobs=args["jobs"], one_shot=True,  # as the CLI does
+                    link_twin=args["twin"])
 # A build hands the cache save to a detached process; the next build waits for it (the cache lock).  Wait here,
 # untimed, so each scenario measures itself; the wait is reported as "saver_wait".
 import fcntl, os
@@ -62,9 +64,9 @@ print(json.dumps({"wall": wall, "written": r.files_written, "reused": r.files_re
 """
 
 
-def run_build(work: Path, search: bool, jobs: int) -> dict:
+def run_build(work: Path, search: bool, jobs: int, twin: bool = True) -> dict:
     args = {"bundles": str(work / "bundles"), "output": str(work / "site"), "key": str(work / "bench-key.json"),
-            "templates": str(work / "templates"), "search": search, "jobs": jobs}
+            "templates": str(work / "templates"), "search": search, "jobs": jobs, "twin": twin}
     # The code measured is this checkout's (``python -c`` puts the working folder first on the import path).
     out = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(args)], capture_output=True, text=True, check=True,
                          cwd=ROOT)
@@ -90,6 +92,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--search", action="store_true", help="include the Pagefind index in every build")
     parser.add_argument("--jobs", type=int, default=0)
+    parser.add_argument("--no-twin", action="store_true",
+                        help="build as `build --no-twin` does (no twin linked by builds that write every file)")
     parser.add_argument("--only", help="comma-separated scenario names to run (default: all), e.g. "
                                        "'full build,no-op rebuild' for a quick run at 100,000 bundles")
     args = parser.parse_args()
@@ -125,7 +129,7 @@ def main() -> None:
             return
         if action:
             action()
-        result = run_build(work, args.search, args.jobs)
+        result = run_build(work, args.search, args.jobs, not args.no_twin)
         result["name"] = name
         steps.append(result)
         print(f"{name:<22} {result['wall']:8.2f}s  written {result['written']:>7}  reused {result['reused']:>7}",

@@ -1105,11 +1105,7 @@ def _mirror(spare: StagingTree, tree: StagingTree, files: str, copy: bool = Fals
     the next build reads); None (the spare abandoned) if one cannot be linked."""
     try:
         for rel in split_files(files):
-            source = tree.path_for(rel)
-            if copy:
-                spare.copy_from(rel, source)
-            elif not spare.link_from(rel, source):
-                raise OSError("cannot link")
+            spare.mirror(rel, tree.path_for(rel), copy)
     except OSError:
         remove_tree(spare.root, wait=False)
         return None
