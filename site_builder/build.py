@@ -56,7 +56,7 @@ from site_builder.rendering import SiteRenderer, template_dirs, templates_identi
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportDocument
 from site_builder.selection import Candidate, PublishedBefore, Selection, is_rollback, select
 from site_builder.settings import SiteConfig
-from site_builder.writing import MARKER, OutputError, OutputSlot, StagingTree, remove_tree
+from site_builder.writing import MARKER, OutputError, OutputSlot, StagingTree
 
 PARALLEL_THRESHOLD = 64
 # Update the previous tree in place unless more than this share of its files is stale.  Unlinking a stale file
@@ -476,11 +476,12 @@ def _build(options: BuildOptions) -> BuildReport:
             return report
         live_units = cache.units(previous.build_id) or {}
         tree, kept, stale_dirs = _prepare_tree(slot, cache, units, live_units)
-        spare = slot.new_spare() if options.link_twin and options.use_cache and \
-            _renders_everything(tree, slot, units, live_units) else None
-        clock.lap("prepare_tree")
-
+        spare = None
         try:
+            if options.link_twin and options.use_cache and _renders_everything(tree, slot, units, live_units):
+                spare = _new_twin(slot)
+            clock.lap("prepare_tree")
+
             place = lambda name, key: _place_unit(name, key, tree, kept, live_units, slot.output)
             to_render = []
             for pid, chosen in selection.published.items():
@@ -504,7 +505,7 @@ def _build(options: BuildOptions) -> BuildReport:
                     renderer.keep_row(selection.published[pid].inspection.summary.row_digest, row)
                     units[f"record:{pid}"] = (record_keys[pid], files)
                     if spare is not None:
-                        spare = _mirror(spare, tree, files)
+                        spare = _mirror(slot, spare, tree, files)
                     report.files_written += file_count(files)
                     report.pages_written += pages
                     if not report.rendered_more:  # (once its list is full, the files need not be listed)
@@ -543,7 +544,7 @@ def _build(options: BuildOptions) -> BuildReport:
                         report.files_reused += file_count(reused)
                     units[unit.name] = (key, reused)
                     if spare is not None:
-                        spare = _mirror(spare, tree, reused)
+                        spare = _mirror(slot, spare, tree, reused)
                 clock.lap("render_collection")
 
                 if "search" in units:
@@ -562,7 +563,7 @@ def _build(options: BuildOptions) -> BuildReport:
                                                    for p in (tree.root / "pagefind").rglob("*") if p.is_file()))
                     units["search"] = (units["search"][0], reused)
                     if spare is not None:
-                        spare = _mirror(spare, tree, reused)
+                        spare = _mirror(slot, spare, tree, reused)
                     clock.lap("search_index")
 
                 if changed or renamed:  # the outcomes and unit keys differ from those planned
@@ -580,7 +581,7 @@ def _build(options: BuildOptions) -> BuildReport:
                         report.note_rendered([rel])
                 units["report"] = ("", join_files(written))
                 if spare is not None:
-                    spare = _mirror(spare, tree, units["report"][1], copy=True)
+                    spare = _mirror(slot, spare, tree, units["report"][1], copy=True)
                 report.removed = sorted(f"pith/{pid}/index.html" for pid in previous.published
                                         if pid not in selection.published)
                 _prune_empty_dirs(tree.root, stale_dirs)
@@ -1100,14 +1101,24 @@ def _renders_everything(tree: StagingTree, slot: OutputSlot, units: dict, live_u
     return not any(live_units.get(name, (None,))[0] == key for name, (key, _) in units.items() if name != "report")
 
 
-def _mirror(spare: StagingTree, tree: StagingTree, files: str, copy: bool = False) -> StagingTree | None:
+def _new_twin(slot: OutputSlot) -> StagingTree | None:
+    """An empty folder for the twin, or None where it cannot be made (the twin only saves the next build time)."""
+    try:
+        return slot.new_spare()
+    except OSError:
+        return None
+
+
+def _mirror(slot: OutputSlot, spare: StagingTree, tree: StagingTree, files: str,
+            copy: bool = False) -> StagingTree | None:
     """Give *spare* the unit's files of *tree* (hard links; copies with *copy*: the report's files, whose status
-    the next build reads); None (the spare abandoned) if one cannot be linked."""
+    the next build reads); None if one cannot be linked: the spare is then deleted before the build goes on, as
+    deleting its links later would change the status of the site's files after the build returned."""
     try:
         for rel in split_files(files):
             spare.mirror(rel, tree.path_for(rel), copy)
     except OSError:
-        remove_tree(spare.root, wait=False)
+        slot.discard(spare)
         return None
     return spare
 
