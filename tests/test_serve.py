@@ -456,7 +456,9 @@ def test_serve_with_the_bundles_in_the_project_root(tmp_path):
         (tmp_path / "static" / "index.html").write_text("<p>not the home page</p>")
         (tmp_path / "static" / "CNAME").write_text("mirror.example.org\n")
         eventually(lambda: get(base + "CNAME")[2] == "mirror.example.org\n")
-        assert any(line.startswith("WARNING static/index.html: the site makes this path itself") for line in lines)
+        # (said once the build is done, a moment after its site went live)
+        eventually(lambda: any(line.startswith("WARNING static/index.html: the site makes this path itself")
+                               for line in lines))
         assert "not the home page" not in get(base)[2]
     finally:
         stop.set()
