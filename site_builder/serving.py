@@ -95,6 +95,9 @@ class Site:
         self.live = live
         self.build_lock = threading.Lock()
         self.builds = 0
+        # The tree the next change updates in place may be missing: after the first build (the output may have
+        # been built without one) and after any that wrote every file anew (a template edit).
+        self.twin_wanted = False
         self.memory = BuildMemory()  # the cache and compiled templates stay loaded between rebuilds
         self.listing: BundleListing | None = None  # the bundles folder as listed after the last build
         self.request_rebuild: Callable[[], None] = lambda: None
@@ -152,6 +155,7 @@ class Site:
             except Exception as exc:  # never let a bad edit stop the server
                 return self._fail(f"build failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
             self.builds += 1
+            self.twin_wanted = self.builds == 1 or (report.changed and report.files_reused == 0)
             self.index_next = report.search_behind
             self._check_listing(options.bundles, listing)
             if report.search_behind:  # on screen now; the search index follows in the next build
@@ -166,12 +170,13 @@ class Site:
             self.live.set_error("Rejected bundles:\n" + "\n".join(rejected) if rejected else None)
             return True
 
-    def prepare_spare_tree(self, stop: threading.Event) -> None:
-        """Link the second tree incremental builds update in place, while the user is still reading."""
+    def prepare_spare_tree(self, cancelled: Callable[[], bool]) -> None:
+        """Link the second tree incremental builds update in place, while the user is still reading (given up as
+        soon as *cancelled*: a change waiting to be built goes first, and links what it needs itself)."""
         with self.build_lock:
             started = time.perf_counter()
             try:
-                if prepare_spare_tree(self._build_options(), stop.is_set):
+                if prepare_spare_tree(self._build_options(), cancelled):
                     self.options.log(f"ready for fast rebuilds (linked a second tree in "
                                      f"{time.perf_counter() - started:.1f}s)")
             except Exception as exc:  # only an optimisation: the next build does it if this could not
@@ -429,9 +434,7 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
             httpd = Server((options.host, options.port), _make_handler(options, live))
         except OSError as exc:
             raise ListenError(f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}") from None
-        if site.rebuild("start"):
-            spare = threading.Thread(target=site.prepare_spare_tree, args=(stop,), daemon=True)
-            spare.start()
+        site.rebuild("start")
         url = f"http://{options.host}:{httpd.server_address[1]}{live.base_path}"
 
         try:
@@ -455,6 +458,12 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
         if open_browser:
             webbrowser.open(url)
         while not stop.is_set():
+            # The tree the next change updates in place is linked while the user reads the result.
+            if site.twin_wanted and (spare is None or not spare.is_alive()):
+                site.twin_wanted = False
+                spare = threading.Thread(target=site.prepare_spare_tree,
+                                         args=(lambda: stop.is_set() or watcher.pending.is_set(),), daemon=True)
+                spare.start()
             if watcher.wait_for_batch(stop):
                 site.rebuild("change", watcher.take_changes())
                 _follow(observer, watcher, watches)  # (a folder made beside the output is watched from now on)

@@ -132,6 +132,14 @@ def test_changes_are_served_live(server):
     home = root / "templates" / "home.html"
     home.write_text(home.read_text().replace("<h2>Most recent papers</h2>", "<h2>Newest arrivals</h2>"))  # template
     eventually(lambda: "Newest arrivals" in get(base)[2])
+    # Every page was written anew: the twin is linked again while the user reads, and the next change updates it.
+    prev = root / ".output.prev"
+    eventually(lambda: "Newest arrivals" in (prev / "index.html").read_text()
+               and (prev / page).stat().st_ino == (root / "output" / page).stat().st_ino)
+    twin = prev.stat().st_ino
+    edited = _retitle(root, key, "Edited after the template").parent.name
+    eventually(lambda: "Edited after the template" in get(base + f"pith/{edited}/")[2])
+    assert (root / "output").stat().st_ino == twin  # updated in place and swapped in
 
 
 def test_content_types_404_and_base_path(server):
