@@ -46,6 +46,8 @@ def main() -> None:
     if not bundles.is_dir() or len(list(bundles.iterdir())) != args.n:
         shutil.rmtree(work, ignore_errors=True)
         generate(bundles, args.n)
+    for tree in (work / "output", work / ".output.prev"):  # each run starts from an empty output, as a first serve
+        shutil.rmtree(tree, ignore_errors=True)
     port = free_port()
     log = open(work / "serve.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "site_builder", "serve", "--port", str(port),
@@ -77,6 +79,11 @@ def main() -> None:
                     events.append((time.perf_counter(), json.loads(line[6:])))
         threading.Thread(target=read, daemon=True).start()
         time.sleep(1.0)
+        # serve links the tree that changes update in place while the user reads the first page (a change saved
+        # meanwhile would cancel it and link its own); time the changes that come after, as a reader's would.
+        deadline = time.time() + 300
+        while "ready for fast rebuilds" not in (work / "serve.log").read_text() and time.time() < deadline:
+            time.sleep(0.2)
         latencies = []
         for i in range(args.repeat):
             n = 10 + i
