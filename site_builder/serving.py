@@ -98,6 +98,7 @@ class Site:
         # The tree the next change updates in place may be missing: after the first build (the output may have
         # been built without one) and after any that wrote every file anew (a template edit).
         self.twin_wanted = False
+        self.rebuild_waiting = threading.Event()
         self.memory = BuildMemory()  # the cache and compiled templates stay loaded between rebuilds
         self.listing: BundleListing | None = None  # the bundles folder as listed after the last build
         self.request_rebuild: Callable[[], None] = lambda: None
@@ -139,7 +140,9 @@ class Site:
             self.request_rebuild()
 
     def rebuild(self, reason: str, changed: set[str] | None = None) -> bool:
+        self.rebuild_waiting.set()  # (the twin being linked gives way)
         with self.build_lock:
+            self.rebuild_waiting.clear()
             started = time.perf_counter()
             listing = None
             try:
@@ -457,12 +460,14 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
             ready(url)
         if open_browser:
             webbrowser.open(url)
+        def give_way() -> bool:  # a change is being collected or waits to be built, or the server stops
+            return stop.is_set() or watcher.pending.is_set() or site.rebuild_waiting.is_set()
+
         while not stop.is_set():
             # The tree the next change updates in place is linked while the user reads the result.
             if site.twin_wanted and (spare is None or not spare.is_alive()):
                 site.twin_wanted = False
-                spare = threading.Thread(target=site.prepare_spare_tree,
-                                         args=(lambda: stop.is_set() or watcher.pending.is_set(),), daemon=True)
+                spare = threading.Thread(target=site.prepare_spare_tree, args=(give_way,), daemon=True)
                 spare.start()
             if watcher.wait_for_batch(stop):
                 site.rebuild("change", watcher.take_changes())
