@@ -134,8 +134,14 @@ def test_changes_are_served_live(server):
     eventually(lambda: "Newest arrivals" in get(base)[2])
     # Every page was written anew: the twin is linked again while the user reads, and the next change updates it.
     prev = root / ".output.prev"
-    eventually(lambda: "Newest arrivals" in (prev / "index.html").read_text()
-               and (prev / page).stat().st_ino == (root / "output" / page).stat().st_ino)
+
+    def relinked() -> bool:
+        try:
+            return "Newest arrivals" in (prev / "index.html").read_text() \
+                and (prev / page).stat().st_ino == (root / "output" / page).stat().st_ino
+        except FileNotFoundError:  # (the old twin moved away, the new one not yet in its place)
+            return False
+    eventually(relinked)
     twin = prev.stat().st_ino
     edited = _retitle(root, key, "Edited after the template").parent.name
     eventually(lambda: "Edited after the template" in get(base + f"pith/{edited}/")[2])
