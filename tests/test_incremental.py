@@ -298,7 +298,7 @@ def _edit_template(project: Path, name: str) -> None:
     (project / "templates" / name).write_text((ROOT / "templates" / name).read_text() + "<!-- edited -->\n")
 
 
-def test_a_build_that_reuses_files_or_is_told_not_to_links_no_twin(project):
+def test_no_twin_by_default_nor_from_a_build_that_reuses_files_or_has_no_cache(project):
     trust = both_keys()
     out, prev = project / "site", project / ".site.prev"
     build(opts(project, out, trust))  # (the library's default: no twin)
