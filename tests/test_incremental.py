@@ -270,27 +270,30 @@ def _is_twin_of(prev: Path, out: Path) -> bool:
         and not (prev / "verification.json").samefile(out / "verification.json")
 
 
-def test_a_build_written_afresh_links_the_twin_the_next_change_updates(project):
+@pytest.mark.parametrize("search", [False, True])
+def test_a_build_written_afresh_links_the_twin_the_next_change_updates(project, search):
     """With ``link_twin`` (the command line's default) a build that writes every file afresh (the first one, a
-    template edit) leaves a twin of the new site beside it, linked before it returns; the next change updates
-    that twin in place (a few files) instead of linking a whole new tree, and equals a clean build."""
+    template edit) leaves a twin of the new site beside it (its search index too), linked before it returns; the
+    next change updates that twin in place (a few files) instead of linking a whole new tree, and equals a clean
+    build."""
     trust = both_keys()
     out, prev = project / "site", project / ".site.prev"
-    build(opts(project, out, trust, link_twin=True))
+    build(opts(project, out, trust, link_twin=True, search=search))
+    assert (prev / "pagefind").is_dir() == search
     assert _is_twin_of(prev, out)
-    assert not prepare_spare_tree(opts(project, out, trust))  # (what serve would link: already there)
+    assert not prepare_spare_tree(opts(project, out, trust, search=search))  # (what serve would link: there)
     for step, edit in enumerate([lambda: None, lambda: _edit_template(project, "paper.html")]):
         edit()
         if step:  # a template edit: every page new, so a new twin (of the edited site)
-            build(opts(project, out, trust, link_twin=True))
+            build(opts(project, out, trust, link_twin=True, search=search))
             assert _is_twin_of(prev, out)
         twin = prev.stat().st_ino
         (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=7 + step))
-        report = build(opts(project, out, trust, link_twin=True))
+        report = build(opts(project, out, trust, link_twin=True, search=search))
         assert out.stat().st_ino == twin  # updated in place and swapped in
-        assert report.files_written < 40 and report.files_reused > 50
+        assert report.files_written < 40 + 30 * search and report.files_reused > 50
         clean = project / f"clean{step}"
-        build(opts(project, clean, trust, use_cache=False))
+        build(opts(project, clean, trust, use_cache=False, search=search))
         assert tree(out) == tree(clean)
 
 
