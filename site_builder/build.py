@@ -1048,16 +1048,14 @@ def _link_twin(slot: OutputSlot, units: dict, staging: StagingTree, cancelled: C
     a file could not be linked (the caller discards *staging*).  The report's files are copied instead: a link
     would change the live verification.json's ctime, by which the next build recognises the live site (its
     no-op check, its memory of what the site published)."""
-    for n, (name, (key, files)) in enumerate(units.items()):
+    live = os.path.join(os.fspath(slot.output), "")
+    for n, (name, (_, files)) in enumerate(units.items()):
         if n % 256 == 0 and cancelled():
             return False
-        if name == "report":
-            try:
-                for rel in split_files(files):
-                    staging.write(rel, Path(slot.output, rel).read_bytes())
-            except OSError:
-                return False
-        elif _place_unit(name, key, staging, {}, units, slot.output) is None:
+        try:
+            for rel in split_files(files):
+                staging.mirror(rel, live + rel, copy=name == "report")
+        except OSError:
             return False
     return True
 
@@ -1104,7 +1102,7 @@ def _renders_everything(tree: StagingTree, slot: OutputSlot, units: dict, live_u
 def _new_twin(slot: OutputSlot) -> StagingTree | None:
     """An empty folder for the twin, or None where it cannot be made (the twin only saves the next build time)."""
     try:
-        return slot.new_spare()
+        return slot.new_staging("-spare")  # (beside the tree being built)
     except OSError:
         return None
 

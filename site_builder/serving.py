@@ -460,6 +460,7 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
             ready(url)
         if open_browser:
             webbrowser.open(url)
+
         def give_way() -> bool:  # a change is being collected or waits to be built, or the server stops
             return stop.is_set() or watcher.pending.is_set() or site.rebuild_waiting.is_set()
 

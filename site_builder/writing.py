@@ -204,8 +204,9 @@ class OutputSlot:
         self._deleting: list[_Deletion] = []
         self.shares_files = True  # whether the live tree may share files with any tree being deleted
 
-    def staging_path(self) -> Path:
-        return self.parent / f".{self.name}.staging-{os.getpid()}"
+    def staging_path(self, suffix: str = "") -> Path:
+        """A staging folder of this process (*suffix*: a second one); a killed build's are removed as leftovers."""
+        return self.parent / f".{self.name}.staging-{os.getpid()}{suffix}"
 
     def _trash_path(self) -> Path:
         """A unique name for a tree on its way out (several may be being deleted at once)."""
@@ -283,8 +284,8 @@ class OutputSlot:
                 os.close(self._lock_fd)
                 self._lock_fd = None
 
-    def new_staging(self) -> StagingTree:
-        path = self.staging_path()
+    def new_staging(self, suffix: str = "") -> StagingTree:
+        path = self.staging_path(suffix)
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)
         return StagingTree(path)
@@ -305,13 +306,6 @@ class OutputSlot:
             old = self._trash_path()
             self.prev.rename(old)
             self._delete(old, shares_files)
-
-    def new_spare(self) -> StagingTree:
-        """A folder for a twin of the tree being built (named as staging: a killed build's is removed)."""
-        path = self.parent / f".{self.name}.staging-{os.getpid()}-spare"
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True)
-        return StagingTree(path)
 
     def publish(self, staging: StagingTree, spare: StagingTree | None = None) -> None:
         """Make the staging tree the output; the old output is kept as the previous tree, or, given a *spare*
