@@ -68,8 +68,9 @@ def run_build(work: Path, search: bool, jobs: int, twin: bool = True) -> dict:
     args = {"bundles": str(work / "bundles"), "output": str(work / "site"), "key": str(work / "bench-key.json"),
             "templates": str(work / "templates"), "search": search, "jobs": jobs, "twin": twin}
     # The code measured is this checkout's (``python -c`` puts the working folder first on the import path).
-    out = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(args)], capture_output=True, text=True, check=True,
-                         cwd=ROOT)
+    out = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(args)], capture_output=True, text=True, cwd=ROOT)
+    if out.returncode != 0:  # say why, not only that it failed
+        sys.exit(f"the build failed (exit {out.returncode}):\n{out.stderr.strip()}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -1053,8 +1053,7 @@ def _link_twin(slot: OutputSlot, units: dict, staging: StagingTree, cancelled: C
         if n % 256 == 0 and cancelled():
             return False
         try:
-            for rel in split_files(files):
-                staging.mirror(rel, live + rel, copy=name == "report")
+            staging.mirror(split_files(files), live, copy=name == "report")
         except OSError:
             return False
     return True
@@ -1113,8 +1112,7 @@ def _mirror(slot: OutputSlot, spare: StagingTree, tree: StagingTree, files: str,
     the next build reads); None if one cannot be linked: the spare is then deleted before the build goes on, as
     deleting its links later would change the status of the site's files after the build returned."""
     try:
-        for rel in split_files(files):
-            spare.mirror(rel, tree.path_for(rel), copy)
+        spare.mirror(split_files(files), os.path.join(os.fspath(tree.root), ""), copy)
     except OSError:
         slot.discard(spare)
         return None
