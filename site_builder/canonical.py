@@ -192,5 +192,17 @@ def resolver_json(obj: Any) -> bytes:
     return _by_orjson(obj, 0, _resolver_reference)
 
 
+def pretty_json(obj: Any) -> str:
+    """``json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False)``, as a record page shows its canonical
+    record; by orjson (a sixth of the time) where the two agree, as for canonical bytes: without floats."""
+    if _holds_float(obj):
+        return _pretty_reference(obj).decode("utf-8")
+    return _by_orjson(obj, orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2, _pretty_reference).decode("utf-8")
+
+
+def _pretty_reference(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False).encode("utf-8")
+
+
 def _resolver_reference(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")

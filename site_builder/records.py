@@ -9,12 +9,12 @@ from the verified bytes.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Callable, Iterator, Sequence
 
+from site_builder.canonical import pretty_json
 from site_builder.merge import KNOWN_EVENT_TYPES
 from site_builder.slotted import quick_pickling
 
@@ -321,7 +321,7 @@ def detail(bundle: dict, summary: PaperSummary) -> PaperDetail:
         events=events,
         receipt=receipt,
         aliases=aliases,
-        canonical_record_pretty=json.dumps(bundle["canonical_record"], sort_keys=True, indent=2, ensure_ascii=False),
+        canonical_record_pretty=pretty_json(bundle["canonical_record"]),
         resolver_url=f"https://pith.science/pith/{summary.pith_id}",
         completeness=completeness,
         references_resolved=references.get("resolved_work", 0) if isinstance(references.get("resolved_work"), int) else 0,

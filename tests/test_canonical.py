@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nacl.signing import VerifyKey
 
-from site_builder.canonical import (CanonicalCache, FastCanonicalCache, canon, digest, pith_id_from_digest, resolver_json,
-                                    title_canon_sha256)
+from site_builder.canonical import (CanonicalCache, FastCanonicalCache, canon, digest, pith_id_from_digest, pretty_json,
+                                    resolver_json, title_canon_sha256)
 from site_builder.keys import load_trust_set
 
 from conftest import VECTORS
@@ -111,3 +111,12 @@ def test_served_json_is_the_resolver_form_in_file_order(value):
     if isinstance(value, dict) and len(value) > 1:
         reordered = dict(reversed(list(value.items())))
         assert list(json.loads(resolver_json(reordered))) == list(reordered)  # keys in the order given, not sorted
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.recursive(_PLAIN | st.floats(allow_nan=False, allow_infinity=False) | st.integers(),
+                    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_TEXT, inner, max_size=6), max_leaves=30))
+def test_the_record_page_shows_the_reference_pretty_form(value):
+    """The canonical record on a record page: orjson's indented form where it agrees with Python's (no float, no
+    integer beyond 64 bits), Python's elsewhere; the same text either way."""
+    assert pretty_json(value) == json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False)
