@@ -478,7 +478,8 @@ def _build(options: BuildOptions) -> BuildReport:
         tree, kept, stale_dirs = _prepare_tree(slot, cache, units, live_units)
         spare = None
         try:
-            if options.link_twin and options.use_cache and _renders_everything(tree, slot, units, live_units):
+            if options.link_twin and options.use_cache and _renders_everything(tree, slot, units, live_units) \
+                    and _twin_fits(slot, len(selection.published), len(collection)):
                 spare = _new_twin(slot)
             clock.lap("prepare_tree")
 
@@ -759,6 +760,9 @@ def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = la
         prev_units = _twin_units(slot, cache)
         if prev_units is not None and not _mostly_stale(prev_units, _kept_and_stale(prev_units, units)[1]):
             return False  # a twin the next change can update in place (after a template edit it could not)
+        records = sum(1 for name in units if name.startswith("record:"))
+        if not _twin_fits(slot, records, len(units) - records):
+            return False
         staging = slot.new_staging()
         try:
             if not _link_twin(slot, units, staging, cancelled):
@@ -1096,6 +1100,25 @@ def _renders_everything(tree: StagingTree, slot: OutputSlot, units: dict, live_u
     if tree.root == slot.prev:
         return False
     return not any(live_units.get(name, (None,))[0] == key for name, (key, _) in units.items() if name != "report")
+
+
+# What a record puts in the tree (``pages.record_files``): ten files, one a link, in seven folders.
+RECORD_ENTRIES = 17
+
+
+def _twin_fits(slot: OutputSlot, records: int, other_units: int) -> bool:
+    """Whether the output's file system has the inodes for a twin of a site of *records* records and
+    *other_units* other units, and as much again.  On tmpfs every hard link takes an inode of its budget: a
+    100,000-record site and its twin need ~3.4 million, more than this VM's /dev/shm allowed, and the site's own
+    files then failed for the twin's links.  A twin only saves the next build time, so where it might not fit
+    it is not made."""
+    try:
+        fs = os.statvfs(slot.output.parent)
+    except OSError:
+        return True
+    if fs.f_files == 0:  # no inode budget (btrfs, some network file systems)
+        return True
+    return fs.f_favail >= 2 * (RECORD_ENTRIES * records + 2 * other_units)
 
 
 def _new_twin(slot: OutputSlot) -> StagingTree | None:

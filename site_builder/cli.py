@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import sys
@@ -217,7 +218,9 @@ def cmd_build(args) -> int:
     except OSError as exc:  # (after TemplateError: a missing template is an OSError too)
         # the disk full, a folder not writable: the staging tree is gone, the old site kept
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"error: {where}{exc.strerror or exc}; previous output left untouched", file=sys.stderr)
+        # (out of inodes looks the same as out of bytes; on tmpfs a site's hard links take inodes too)
+        hint = " (of bytes or inodes: see df -h and df -i)" if exc.errno == errno.ENOSPC else ""
+        print(f"error: {where}{exc.strerror or exc}{hint}; previous output left untouched", file=sys.stderr)
         return EXIT_USAGE
     for outcome in report.rejected:
         print(f"REJECTED {outcome.inspection.error_line()}", file=sys.stderr)

@@ -233,7 +233,8 @@ def test_a_full_disk_is_one_line_and_the_previous_site_stays(bundles_dir, tmp_pa
     capsys.readouterr()
     assert cli_module.main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and re.fullmatch(rf"error: {re.escape(str(tmp_path))}/\.site\.\S+: No space left on device; "
+    assert len(err) == 1 and re.fullmatch(rf"error: {re.escape(str(tmp_path))}/\.site\.\S+: No space left on device "
+                                          r"\(of bytes or inodes: see df -h and df -i\); "
                                           r"previous output left untouched", err[0]), err
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")) == [".site.lock"]
