@@ -478,9 +478,9 @@ def _build(options: BuildOptions) -> BuildReport:
         tree, kept, stale_dirs = _prepare_tree(slot, cache, units, live_units)
         spare = None
         try:
-            if options.link_twin and options.use_cache and _renders_everything(tree, slot, units, live_units) \
-                    and _twin_fits(slot, len(selection.published), len(collection)):
-                spare = _new_twin(slot)
+            if options.link_twin and options.use_cache and _renders_everything(tree, slot, units, live_units):
+                report.twin_note = _twin_shortfall(slot, len(selection.published), len(collection))
+                spare = None if report.twin_note else _new_twin(slot)
             clock.lap("prepare_tree")
 
             place = lambda name, key: _place_unit(name, key, tree, kept, live_units, slot.output)
@@ -761,7 +761,7 @@ def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = la
         if prev_units is not None and not _mostly_stale(prev_units, _kept_and_stale(prev_units, units)[1]):
             return False  # a twin the next change can update in place (after a template edit it could not)
         records = sum(1 for name in units if name.startswith("record:"))
-        if not _twin_fits(slot, records, len(units) - records):
+        if _twin_shortfall(slot, records, len(units) - records):
             return False
         staging = slot.new_staging()
         try:
@@ -1106,19 +1106,22 @@ def _renders_everything(tree: StagingTree, slot: OutputSlot, units: dict, live_u
 RECORD_ENTRIES = 17
 
 
-def _twin_fits(slot: OutputSlot, records: int, other_units: int) -> bool:
-    """Whether the output's file system has the inodes for a twin of a site of *records* records and
-    *other_units* other units, and as much again.  On tmpfs every hard link takes an inode of its budget: a
-    100,000-record site and its twin need ~3.4 million, more than this VM's /dev/shm allowed, and the site's own
-    files then failed for the twin's links.  A twin only saves the next build time, so where it might not fit
-    it is not made."""
+def _twin_shortfall(slot: OutputSlot, records: int, other_units: int) -> str:
+    """Why the output's file system cannot take a twin of a site of *records* records and *other_units* other
+    units ("" if it can): it needs the inodes for the site and its twin, and as much again.  On tmpfs every hard
+    link takes an inode of its budget: a 100,000-record site and its twin need ~3.4 million, more than this VM's
+    /dev/shm allowed, and the site's own files then failed for the twin's links.  A twin only saves the next
+    build time, so where it might not fit it is not made."""
     try:
         fs = os.statvfs(slot.output.parent)
     except OSError:
-        return True
-    if fs.f_files == 0:  # no inode budget (btrfs, some network file systems)
-        return True
-    return fs.f_favail >= 2 * (RECORD_ENTRIES * records + 2 * other_units)
+        return ""
+    needed = 2 * (RECORD_ENTRIES * records + 2 * other_units)
+    if fs.f_files == 0 or fs.f_favail >= needed:  # (0: no inode budget, as on btrfs)
+        return ""
+    return (f"no twin linked: {slot.output.parent} has {fs.f_favail:,} inodes free, and a site this size with its "
+            f"twin wants {needed:,}; the next build, which needs room for a second tree, may run out of them "
+            f"(on tmpfs every hard link takes one: see df -i)")
 
 
 def _new_twin(slot: OutputSlot) -> StagingTree | None:

@@ -230,6 +230,8 @@ def cmd_build(args) -> int:
                 print(f"SUPERSEDED {outcome.inspection.rel}: {outcome.note}", file=sys.stderr)
     for warning in report.warnings:
         print(f"WARNING {warning}", file=sys.stderr)
+    if report.twin_note and not args.quiet:
+        print(f"NOTE {report.twin_note}", file=sys.stderr)
     if args.verbose:
         for outcome in report.outcomes:
             if outcome.status == "published":

@@ -83,6 +83,9 @@ class BuildReport:
     changed: bool = True
     search_behind: bool = False  # published with the previous search index (BuildOptions.defer_search)
     saved_in_background: bool = False  # the cache is being saved by a detached process (build.py)
+    # Why no twin was linked where one was asked for, for the person at the terminal (not in verification.json:
+    # it depends on the machine, and the same inputs make the same site).
+    twin_note: str = ""
 
     def note_rendered(self, rels: list[str]) -> None:
         """Remember files rendered anew, up to RENDERED_KEPT: past a few hundred pages serve reloads every open

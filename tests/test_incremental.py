@@ -331,6 +331,8 @@ def test_no_twin_where_the_file_system_is_short_of_inodes(project, monkeypatch):
     out, prev = project / "site", project / ".site.prev"
     report = build(opts(project, out, trust, link_twin=True))
     assert report.count("published") == 10 and not prev.exists()
+    assert report.twin_note.startswith(f"no twin linked: {project} has 10 inodes free")
+    assert b"inodes" not in (out / "verification.json").read_bytes()  # (the machine's state is not the site's)
     assert not prepare_spare_tree(opts(project, out, trust)) and not prev.exists()
     clean = project / "clean"
     build(opts(project, clean, trust, use_cache=False))
