@@ -1,4 +1,5 @@
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -46,3 +47,19 @@ def bundles_dir(tmp_path) -> Path:
     for p in REAL_FILES:
         shutil.copy(p, d / p.name)
     return d
+
+
+@pytest.fixture
+def free_inodes(monkeypatch) -> dict[str, int]:
+    """``os.statvfs`` reporting an inode budget with ``free_inodes["count"]`` free (the rest as it is): a build
+    links its twin only where the output's file system has the inodes for it (tmpfs counts hard links)."""
+    real_statvfs = os.statvfs
+    free = {"count": 10**6}
+
+    def statvfs(path):
+        fs = real_statvfs(path)
+        return os.statvfs_result((fs.f_bsize, fs.f_frsize, fs.f_blocks, fs.f_bfree, fs.f_bavail, 10**7,
+                                  free["count"], free["count"], fs.f_flag, fs.f_namemax))
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    return free

@@ -240,19 +240,12 @@ def test_a_full_disk_is_one_line_and_the_previous_site_stays(bundles_dir, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")) == [".site.lock"]
 
 
-def test_a_build_says_why_it_linked_no_twin(bundles_dir, tmp_path, monkeypatch, capsys):
+def test_a_build_says_why_it_linked_no_twin(bundles_dir, tmp_path, free_inodes, capsys):
     """Where the output's file system is short of inodes (tmpfs counts hard links) the build links no twin and
     says so in one line, unless --quiet; with room, it says nothing of it."""
     from site_builder import cli as cli_module
 
-    real_statvfs = os.statvfs
-    free = {"inodes": 100}
-
-    def statvfs(path):
-        fs = real_statvfs(path)
-        return os.statvfs_result((fs.f_bsize, fs.f_frsize, fs.f_blocks, fs.f_bfree, fs.f_bavail, 10**7,
-                                  free["inodes"], free["inodes"], fs.f_flag, fs.f_namemax))
-    monkeypatch.setattr(os, "statvfs", statvfs)
+    free_inodes["count"] = 100
     for name, flags, said in [("a", [], True), ("b", ["--quiet"], False)]:
         args = ["build", "--bundles", str(bundles_dir), "--output", str(tmp_path / name), "--no-search", *flags]
         assert cli_module.main(args) == 0
@@ -263,7 +256,7 @@ def test_a_build_says_why_it_linked_no_twin(bundles_dir, tmp_path, monkeypatch, 
                                 r"second tree, may run out of them \(on tmpfs every hard link takes one: see df -i\)",
                                 note) for note in notes), notes
         assert not (tmp_path / f".{name}.prev").exists()
-    free["inodes"] = 10**6
+    free_inodes["count"] = 10**6
     args = ["build", "--bundles", str(bundles_dir), "--output", str(tmp_path / "c"), "--no-search"]
     assert cli_module.main(args) == 0
     assert "NOTE" not in capsys.readouterr().err and (tmp_path / ".c.prev").is_dir()

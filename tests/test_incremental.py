@@ -2,7 +2,6 @@
 
 import errno
 import json
-import os
 import random
 import shutil
 import sqlite3
@@ -314,19 +313,11 @@ def test_no_twin_by_default_nor_from_a_build_that_reuses_files_or_has_no_cache(p
     assert not (project / ".fresh.prev").exists()
 
 
-def test_no_twin_where_the_file_system_is_short_of_inodes(project, monkeypatch):
+def test_no_twin_where_the_file_system_is_short_of_inodes(project, free_inodes):
     """On tmpfs every hard link takes an inode, and a twin that used the last ones would make the site's own files
     fail: where the output's file system has too few inodes free for a site and its twin, no twin is linked (not
     by a build, not by serve), and the build is as exact as ever."""
-    real_statvfs = os.statvfs
-    free = {"inodes": 10}
-
-    def statvfs(path):
-        fs = real_statvfs(path)
-        return os.statvfs_result((fs.f_bsize, fs.f_frsize, fs.f_blocks, fs.f_bfree, fs.f_bavail, 10**6,
-                                  free["inodes"], free["inodes"], fs.f_flag, fs.f_namemax))
-
-    monkeypatch.setattr(os, "statvfs", statvfs)
+    free_inodes["count"] = 10
     trust = both_keys()
     out, prev = project / "site", project / ".site.prev"
     report = build(opts(project, out, trust, link_twin=True))
@@ -337,7 +328,7 @@ def test_no_twin_where_the_file_system_is_short_of_inodes(project, monkeypatch):
     clean = project / "clean"
     build(opts(project, clean, trust, use_cache=False))
     assert tree(out) == tree(clean)
-    free["inodes"] = 10**6  # room again: the same calls link it
+    free_inodes["count"] = 10**6  # room again: the same calls link it
     assert prepare_spare_tree(opts(project, out, trust)) and _is_twin_of(prev, out)
 
 
