@@ -505,8 +505,7 @@ def _build(options: BuildOptions) -> BuildReport:
                         continue
                     renderer.keep_row(selection.published[pid].inspection.summary.row_digest, row)
                     units[f"record:{pid}"] = (record_keys[pid], files)
-                    if spare is not None:
-                        spare = _mirror(slot, spare, tree, files)
+                    spare = _mirror(slot, spare, tree, files)
                     report.files_written += file_count(files)
                     report.pages_written += pages
                     if not report.rendered_more:  # (once its list is full, the files need not be listed)
@@ -544,8 +543,7 @@ def _build(options: BuildOptions) -> BuildReport:
                     else:
                         report.files_reused += file_count(reused)
                     units[unit.name] = (key, reused)
-                    if spare is not None:
-                        spare = _mirror(slot, spare, tree, reused)
+                    spare = _mirror(slot, spare, tree, reused)
                 clock.lap("render_collection")
 
                 if "search" in units:
@@ -563,8 +561,7 @@ def _build(options: BuildOptions) -> BuildReport:
                         reused = join_files(sorted(str(p.relative_to(tree.root))
                                                    for p in (tree.root / "pagefind").rglob("*") if p.is_file()))
                     units["search"] = (units["search"][0], reused)
-                    if spare is not None:
-                        spare = _mirror(slot, spare, tree, reused)
+                    spare = _mirror(slot, spare, tree, reused)
                     clock.lap("search_index")
 
                 if changed or renamed:  # the outcomes and unit keys differ from those planned
@@ -581,8 +578,7 @@ def _build(options: BuildOptions) -> BuildReport:
                     if _differs(slot.output / rel, data):
                         report.note_rendered([rel])
                 units["report"] = ("", join_files(written))
-                if spare is not None:
-                    spare = _mirror(slot, spare, tree, units["report"][1], copy=True)
+                spare = _mirror(slot, spare, tree, units["report"][1], copy=True)
                 report.removed = sorted(f"pith/{pid}/index.html" for pid in previous.published
                                         if pid not in selection.published)
                 _prune_empty_dirs(tree.root, stale_dirs)
@@ -1132,11 +1128,14 @@ def _new_twin(slot: OutputSlot) -> StagingTree | None:
         return None
 
 
-def _mirror(slot: OutputSlot, spare: StagingTree, tree: StagingTree, files: str,
+def _mirror(slot: OutputSlot, spare: StagingTree | None, tree: StagingTree, files: str,
             copy: bool = False) -> StagingTree | None:
-    """Give *spare* the unit's files of *tree* (hard links; copies with *copy*: the report's files, whose status
-    the next build reads); None if one cannot be linked: the spare is then deleted before the build goes on, as
-    deleting its links later would change the status of the site's files after the build returned."""
+    """Give *spare* (if the build links one) the unit's files of *tree* (hard links; copies with *copy*: the
+    report's files, whose status the next build reads); None if one cannot be linked: the spare is then deleted
+    before the build goes on, as deleting its links later would change the status of the site's files after the
+    build returned."""
+    if spare is None:
+        return None
     try:
         spare.mirror(split_files(files), os.path.join(os.fspath(tree.root), ""), copy)
     except OSError:
