@@ -57,7 +57,7 @@ t = time.perf_counter()
 r = build(opts)
 wall = time.perf_counter() - t
 print(json.dumps({"wall": wall, "written": r.files_written, "reused": r.files_reused, "pages": r.pages_written,
-                  "published": r.count("published"), "changed": r.changed, "timings": r.timings,
+                  "published": r.count("published"), "changed": r.changed, "timings": r.timings, "cpu": r.cpu,
                   "saver_wait": saver_wait,
                   "rss_main_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "rss_worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
@@ -159,13 +159,16 @@ def main() -> None:
         remove_tree(stale, wait=False)
 
     print(f"\n{args.n} bundles (~{size / 1024:.1f} KB each); {machine()}; search index {'on' if args.search else 'off'}")
-    print(f"{'scenario':<22}{'wall s':>8}{'bundles/s':>11}{'written':>9}{'reused':>9}{'waited':>8}{'RSS main MB':>13}"
-          f"{'RSS worker MB':>15}  stages (s)")
+    # CPU: seconds of the build's own process and of its worker processes, over its stages (where the time
+    # goes: on N cores a build is CPU-bound when the two add up to nearly N times its wall time).
+    print(f"{'scenario':<22}{'wall s':>8}{'bundles/s':>11}{'written':>9}{'reused':>9}{'waited':>8}{'CPU main s':>12}"
+          f"{'CPU workers s':>15}{'RSS main MB':>13}{'RSS worker MB':>15}  stages (s)")
     for s in steps:
         rate = f"{args.n / s['wall']:.0f}" if s["name"] == "full build" else "–"  # a rate of the whole set only
         stages = " ".join(f"{k}={v:.2f}" for k, v in s["timings"].items())
+        main_cpu, worker_cpu = (sum(cpu[i] for cpu in s["cpu"].values()) for i in (0, 1))
         print(f"{s['name']:<22}{s['wall']:8.2f}{rate:>11}{s['written']:9}{s['reused']:9}{s['saver_wait']:8.2f}"
-              f"{s['rss_main_mb']:13.0f}{s['rss_worker_mb']:15.0f}  {stages}")
+              f"{main_cpu:12.2f}{worker_cpu:15.2f}{s['rss_main_mb']:13.0f}{s['rss_worker_mb']:15.0f}  {stages}")
     if args.json:
         args.json.write_text(json.dumps({"n": args.n, "machine": machine(), "search": args.search,
                                          "bundle_kb": size / 1024, "steps": steps}, indent=2))

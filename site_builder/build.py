@@ -1,6 +1,6 @@
 """The build pipeline: gather and verify -> select -> render and write -> swap in.
 
-Stages (each timed in ``BuildReport.timings``):
+Stages (each timed in ``BuildReport.timings``, its CPU time in ``BuildReport.cpu``):
   1. ``discover`` + ``verify``: every input file is inspected (in parallel; a pure function per file),
      unless the build cache already holds the result for the same bytes and trusted keys;
   2. ``select``: one bundle per record, rollbacks refused; every output unit (a record's files, a listing
@@ -300,17 +300,30 @@ def _imap(fn, init, initargs, items: list, workers: Workers, stage: str, reads: 
         gc.unfreeze()
 
 
-class _StageClock:
-    """Records how long each stage took (the benchmark prints these)."""
+def _cpu_seconds() -> tuple[float, float]:
+    """CPU time so far (user + system) of this process, and of the child processes it has waited for: the worker
+    pools, which a stage shuts down (and so waits for) before it ends, and Pagefind."""
+    t = os.times()
+    return t.user + t.system, t.children_user + t.children_system
 
-    def __init__(self, timings: dict[str, float]):
+
+class _StageClock:
+    """Records how long each stage took, and the CPU time this process and its workers spent in it (the
+    benchmark and ``build --verbose`` print these): a stage whose workers' CPU is near its wall time times the
+    cores is bound by the CPU, one far below it waits for the disk."""
+
+    def __init__(self, timings: dict[str, float], cpu: dict[str, tuple[float, float]]):
         self.timings = timings
+        self.cpu = cpu
         self.last = time.perf_counter()
+        self.last_cpu = _cpu_seconds()
 
     def lap(self, stage: str) -> None:
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), _cpu_seconds()
         self.timings[stage] = self.timings.get(stage, 0.0) + now - self.last
-        self.last = now
+        main, workers = self.cpu.get(stage, (0.0, 0.0))
+        self.cpu[stage] = (main + cpu[0] - self.last_cpu[0], workers + cpu[1] - self.last_cpu[1])
+        self.last, self.last_cpu = now, cpu
 
 
 @dataclass
@@ -392,7 +405,7 @@ def build(options: BuildOptions) -> BuildReport:
 def _build(options: BuildOptions) -> BuildReport:
     started = time.perf_counter()
     report = BuildReport()
-    clock = _StageClock(report.timings)
+    clock = _StageClock(report.timings, report.cpu)
     slot = OutputSlot(options.output)
     slot.check_usable()
     bundles_abs = options.bundles.resolve()

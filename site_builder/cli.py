@@ -117,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
                         "in place (saves ~5-20%% of such a build; for one-off builds, as in CI)")
     volume = b.add_mutually_exclusive_group()
     volume.add_argument("--quiet", "-q", action="store_true", help="only the summary line and errors")
-    volume.add_argument("--verbose", "-v", action="store_true", help="also list every published bundle")
+    volume.add_argument("--verbose", "-v", action="store_true", help="also list every published bundle, and the time and CPU of each stage")
 
     sv = command("serve", "build, serve on localhost, rebuild on changes and reload the browser")
     site_args(sv)
@@ -238,6 +238,8 @@ def cmd_build(args) -> int:
                 print(f"OK {outcome.pith_number} {outcome.inspection.rel}")
     if not report.changed and not args.quiet:
         print("output is up to date: nothing to write", file=sys.stderr)
+    if args.verbose:
+        print(report.stage_line(), file=sys.stderr)
     if args.verbose and report.saved_in_background:
         print("the build cache is being saved in the background (a next build waits for it)", file=sys.stderr)
     print(report.summary_line())

@@ -77,6 +77,7 @@ class BuildReport:
     seconds: float = 0.0
     search_seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, tuple[float, float]] = field(default_factory=dict)  # stage -> CPU s (this process, workers)
     rendered: list[str] = field(default_factory=list)  # files rendered anew (serve reloads their pages), the first
     rendered_more: bool = False  # ... RENDERED_KEPT of them; True if there were more
     removed: list[str] = field(default_factory=list)  # pages of records no longer published
@@ -86,6 +87,18 @@ class BuildReport:
     # Why no twin was linked where one was asked for, for the person at the terminal (not in verification.json:
     # it depends on the machine, and the same inputs make the same site).
     twin_note: str = ""
+
+    def stage_line(self) -> str:
+        """Where the time went, on one line (``build --verbose``): each stage that took 10 ms or more, in wall
+        seconds, with the CPU seconds of this process and of its worker processes where they worked."""
+        parts = []
+        for stage, wall in self.timings.items():
+            if wall < 0.01:
+                continue
+            main, workers = self.cpu.get(stage, (0.0, 0.0))
+            cpu = f" (CPU {main:.2f}s, workers {workers:.2f}s)" if workers >= 0.01 else ""
+            parts.append(f"{stage} {wall:.2f}s{cpu}")
+        return "stages: " + ("; ".join(parts) or "none took 10 ms")
 
     def note_rendered(self, rels: list[str]) -> None:
         """Remember files rendered anew, up to RENDERED_KEPT: past a few hundred pages serve reloads every open

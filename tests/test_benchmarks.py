@@ -31,10 +31,16 @@ def test_build_benchmark_runs_every_scenario_and_writes_json(tmp_path):
     assert 80 * 2 // 5 * 5 < steps["change 40 %"]["written"] < full["written"]
     assert steps["edit one template"]["written"] == full["written"] and steps["edit one template"]["reused"] == 0
     assert all(s["wall"] > 0 and s["rss_main_mb"] > 0 and s["timings"] for s in steps.values())
-    # The table names every scenario with its figures; only the full build has a rate.
+    # Where the CPU went: the full build's workers verified and rendered; the no-op started none.
+    assert full["cpu"]["verify"][1] > 0 and full["cpu"]["render_records"][1] > 0
+    assert all(workers == 0 for _, workers in steps["no-op rebuild"]["cpu"].values())
+    # The table names every scenario with its figures (the CPU's two columns after "waited"); only the full build
+    # has a rate.
     table = result.stdout[result.stdout.index("scenario"):]
-    assert re.search(r"^full build +[0-9.]+ +\d+ +\d+ ", table, re.M)
-    assert re.search(r"^no-op rebuild +[0-9.]+ +– +0 ", table, re.M)
+    assert "CPU main s  CPU workers s" in table
+    full_row = re.search(r"^full build +[0-9.]+ +\d+ +\d+ +\d+ +[0-9.]+ +([0-9.]+) +([0-9.]+) ", table, re.M)
+    assert full_row and float(full_row[2]) > 0
+    assert re.search(r"^no-op rebuild +[0-9.]+ +– +0 +0 +[0-9.]+ +[0-9.]+ +0\.00 ", table, re.M)
 
 
 @pytest.mark.parametrize("search", [False, True])

@@ -153,8 +153,11 @@ def test_progress_bar_only_on_a_terminal_and_cache_saved_in_the_background(bundl
     (bundles_dir / REAL_FILES[0].name).touch()
     piped = cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site2", "--no-search", "--verbose")
     assert piped.returncode == 0
-    assert "verify" not in piped.stderr and "\x1b[" not in piped.stderr + piped.stdout
+    assert not re.search(r"(verify|render).*\d+/\d+", piped.stderr) and "\x1b[" not in piped.stderr + piped.stdout
     assert "saved in the background" in piped.stderr
+    # --verbose also says where the time went, stage by stage, on one line
+    assert len(re.findall(r"^stages: \w+ \d+\.\d\ds", piped.stderr, re.M)) == 1, piped.stderr
+    assert "stages:" not in cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site2", "--no-search").stderr
     quiet = _run_on_terminal("build", "--bundles", bundles_dir, "--output", tmp_path / "site3", "--no-search",
                              "--quiet")
     assert "verify" not in quiet and quiet.strip().splitlines()[-1].startswith("4 bundles read")
