@@ -178,9 +178,31 @@ _worker: dict = {}
 
 
 def _in_worker_process() -> None:
-    """Workers render thousands of pages with short-lived cyclic garbage: they keep the collector on."""
+    """Workers render thousands of pages with short-lived cyclic garbage: they keep the collector on; and they
+    leave when the build process is gone (``_leave_with_parent``)."""
     if current_process().name != "MainProcess":
         gc.enable()
+        _leave_with_parent()
+
+
+PARENT_CHECK_SECONDS = 0.5
+
+
+def _leave_with_parent() -> None:
+    """End this worker soon after the process that started it is gone.  A build killed outright (SIGKILL, the
+    out-of-memory killer) cannot shut its pool down, and its workers would wait for work forever, holding their
+    memory and the output's lock, which they inherited with the rest of the build's open files: every later
+    build of that output would stop with "another site-builder build is writing this output".  A thread notes
+    the parent at start and exits the process once it has another (orphans are adopted by another process).
+    The parent is the build process (fork) or the forkserver, which ends with it."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_SECONDS)
+        os._exit(1)  # (nothing of this process's to clean up: the next build removes what a killed one left)
+
+    threading.Thread(target=watch, name="site-builder parent watch", daemon=True).start()
 
 
 def _init_inspect(trust: TrustSet, max_bytes: int) -> None:

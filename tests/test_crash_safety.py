@@ -1,5 +1,6 @@
 """SIGKILL the build at many random points: the output is always the complete old or the complete new site."""
 
+import os
 import random
 import signal
 import subprocess
@@ -64,3 +65,73 @@ def test_sigkill_never_leaves_a_mixed_site(tmp_path):
             break
         time.sleep(0.2)
     assert leftovers == []
+
+
+HOLD_IN_PROGRESS = r"""
+import sys, time
+from pathlib import Path
+from site_builder.build import BuildOptions, build
+from site_builder.keys import load_trust_set
+
+def progress(stage, done, total):  # the workers are running: say so, and hold the build here until killed
+    print("working", stage, flush=True)
+    time.sleep(600)
+
+build(BuildOptions(bundles=Path(sys.argv[1]), output=Path(sys.argv[2]), trust=load_trust_set([Path(sys.argv[3])]),
+                   search=False, progress=progress))
+"""
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(pid):
+                found.append(int(entry.name))
+        except (OSError, IndexError):
+            pass  # (it ended meanwhile)
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_workers_leave_with_a_killed_build_and_the_next_build_runs(tmp_path):
+    """A build killed outright (SIGKILL, the out-of-memory killer) cannot stop its worker processes.  They leave by
+    themselves, releasing the output's lock they inherited: the next build of that output runs instead of
+    stopping with "another site-builder build is writing this output"."""
+    from site_builder.build import PARALLEL_THRESHOLD, PARENT_CHECK_SECONDS
+
+    key = benchmark_key().write(tmp_path / "key.json")
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    for i in range(PARALLEL_THRESHOLD + 36):  # enough for worker processes
+        (bundles / f"g{i}.json").write_bytes(make_bundle(i))
+    site = tmp_path / "site"
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_IN_PROGRESS, str(bundles), str(site), str(key)],
+                            stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    workers = []
+    try:
+        assert proc.stdout.readline().startswith("working verify")
+        workers = _children(proc.pid)
+        assert len(workers) >= 1 and all(_running(w) for w in workers)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.time() + 10 * PARENT_CHECK_SECONDS + 5
+        while any(_running(w) for w in workers) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not any(_running(w) for w in workers), "the killed build's workers are still running"
+        result = subprocess.run(build_cmd(bundles, site, key), capture_output=True, text=True, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert f"{PARALLEL_THRESHOLD + 36} published" in result.stdout
+    finally:
+        proc.kill()
+        for worker in workers:
+            try:
+                os.kill(worker, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
