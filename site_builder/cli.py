@@ -117,7 +117,8 @@ def _parser() -> argparse.ArgumentParser:
                         "in place (saves ~5-20%% of such a build; for one-off builds, as in CI)")
     volume = b.add_mutually_exclusive_group()
     volume.add_argument("--quiet", "-q", action="store_true", help="only the summary line and errors")
-    volume.add_argument("--verbose", "-v", action="store_true", help="also list every published bundle, and the time and CPU of each stage")
+    volume.add_argument("--verbose", "-v", action="store_true",
+                        help="also list every published bundle, and the time and CPU of each stage")
 
     sv = command("serve", "build, serve on localhost, rebuild on changes and reload the browser")
     site_args(sv)
