@@ -96,8 +96,11 @@ def main() -> None:
     parser.add_argument("--no-twin", action="store_true",
                         help="build as `build --no-twin` does (no twin linked by builds that write every file)")
     parser.add_argument("--only", help="comma-separated scenario names to run (default: all), e.g. "
-                                       "'full build,no-op rebuild' for a quick run at 100,000 bundles")
+                                       "'full build,no-op rebuild' for a quick run at 100,000 bundles; every "
+                                       "scenario builds on 'full build', and 'delete one bundle' on 'add one "
+                                       "bundle'")
     args = parser.parse_args()
+    wanted = _wanted(parser, args.only) if args.only else None
 
     work = args.workdir / str(args.n)
     bundles = work / "bundles"
@@ -123,7 +126,6 @@ def main() -> None:
 
     steps = []
 
-    wanted = {name.strip() for name in args.only.split(",")} if args.only else None
 
     def step(name: str, action=None) -> None:
         if wanted is not None and name not in wanted:
@@ -146,7 +148,7 @@ def main() -> None:
     # The file now holds another paper: its old record's pages go, the new one's come, listings shift.
     step("replace one record", lambda: (bundles / "b0000006.json").write_bytes(make_bundle(6, record=args.n + 7)))
     step("add one bundle", lambda: extra.write_bytes(make_bundle(args.n + 1)))
-    step("delete one bundle", lambda: extra.unlink(missing_ok=True))  # (with --only, "add" may not have run)
+    step("delete one bundle", extra.unlink)
     # A newer bundle for 40 % of the records (a day's pull after the resolver re-signed many): the twin is updated
     # in place (most listing pages change too).
     step("change 40 %", lambda: _rewrite(work, bundles, many))
@@ -172,6 +174,27 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({"n": args.n, "machine": machine(), "search": args.search,
                                          "bundle_kb": size / 1024, "steps": steps}, indent=2))
+
+
+SCENARIOS = ("full build", "no-op rebuild", "first incremental", "change one bundle", "replace one record",
+             "add one bundle", "delete one bundle", "change 40 %", "edit one template")
+# Each run starts from an empty output, and "delete one bundle" deletes the bundle "add one bundle" added: without
+# what they build on, the figures would be of other work (a full build; a build with nothing to do).
+NEEDS = {name: ("full build",) for name in SCENARIOS[1:]} | {"delete one bundle": ("full build", "add one bundle")}
+
+
+def _wanted(parser: argparse.ArgumentParser, only: str) -> set[str]:
+    """The scenarios named by ``--only``, checked: known names, and what each builds on named too."""
+    wanted = {name.strip() for name in only.split(",") if name.strip()}
+    unknown = sorted(wanted - set(SCENARIOS))
+    if unknown:
+        parser.error(f"--only: no scenario named {', '.join(map(repr, unknown))} "
+                     f"(scenarios: {', '.join(SCENARIOS)})")
+    for name in sorted(wanted, key=SCENARIOS.index):
+        missing = [need for need in NEEDS.get(name, ()) if need not in wanted]
+        if missing:
+            parser.error(f"--only: {name!r} builds on {' and '.join(map(repr, missing))}: name it too")
+    return wanted
 
 
 def _rewrite(work: Path, bundles: Path, numbers: range) -> None:

@@ -43,6 +43,20 @@ def test_build_benchmark_runs_every_scenario_and_writes_json(tmp_path):
     assert re.search(r"^no-op rebuild +[0-9.]+ +– +0 +0 +[0-9.]+ +[0-9.]+ +0\.00 ", table, re.M)
 
 
+@pytest.mark.parametrize("only, error", [
+    ("full build,noop", "no scenario named 'noop'"),
+    ("no-op rebuild", "'no-op rebuild' builds on 'full build': name it too"),
+    ("full build,delete one bundle", "'delete one bundle' builds on 'add one bundle': name it too"),
+])
+def test_build_benchmark_refuses_a_scenario_without_what_it_builds_on(tmp_path, only, error):
+    """A scenario run without the one it builds on would time other work (a full build, or a build with nothing
+    to do) under its name: refused before anything is generated or built."""
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_build.py"), "--n", "20", "--workdir",
+                             str(tmp_path / "work"), "--only", only], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and error in result.stderr, result.stderr
+    assert not (tmp_path / "work").exists()
+
+
 @pytest.mark.parametrize("search", [False, True])
 def test_serve_benchmark_times_each_reload(tmp_path, search):
     result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_serve.py"), "--n", "40", "--workdir",
