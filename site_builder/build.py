@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -111,6 +112,16 @@ class BuildOptions:
     @property
     def workers(self) -> Workers:
         return Workers(self.jobs, self.progress, self.mp_context)
+
+
+class WorkerLostError(Exception):
+    """A worker process ended without handing back its results (killed: by the out-of-memory killer, most
+    often): the stage cannot finish, so the build stops, and the output stays as it was."""
+
+    def __init__(self, stage: str):
+        doing = {"verify": "verifying", "render": "rendering"}.get(stage, f"at the {stage} stage")
+        super().__init__(f"a worker process ended abruptly while {doing} (killed by the system: out of memory? "
+                         f"see dmesg)")
 
 
 class SearchIndexError(Exception):
@@ -316,6 +327,8 @@ def _imap(fn, init, initargs, items: list, workers: Workers, stage: str, reads: 
                 yield result
                 if progress and (i % 100 == 0 or i + 1 == len(items)):
                     progress(stage, i + 1, len(items))
+    except BrokenProcessPool:
+        raise WorkerLostError(stage) from None
     finally:
         if prefetcher is not None:
             prefetcher.stop()

@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 
 from site_builder import builder_identity
-from site_builder.build import BuildOptions, SearchIndexError, build, inspect_files
+from site_builder.build import BuildOptions, SearchIndexError, WorkerLostError, build, inspect_files
 from site_builder.inspection import Inspection, rejected
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundlesFolderError, InputFile, discover
@@ -210,6 +210,9 @@ def cmd_build(args) -> int:
     except (BundlesFolderError, OutputError, SearchIndexError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except WorkerLostError as exc:
+        print(f"error: {exc}; previous output left untouched", file=sys.stderr)
+        return EXIT_USAGE
     except jinja2.TemplateError as exc:
         where = f"{getattr(exc, 'filename', None) or getattr(exc, 'name', None) or 'template'}"
         line = getattr(exc, "lineno", None)
@@ -285,8 +288,12 @@ def cmd_verify(args) -> int:
             return EXIT_USAGE
     files = [i for i in items if isinstance(i, InputFile)]
     progress, update = _progress_bar(True)
-    with progress or contextlib.nullcontext():  # (on all cores: a folder of 10,000 bundles takes seconds)
-        inspected = iter(inspect_files(files, trust, jobs=args.jobs, progress=update))
+    try:
+        with progress or contextlib.nullcontext():  # (on all cores: a folder of 10,000 bundles takes seconds)
+            inspected = iter(inspect_files(files, trust, jobs=args.jobs, progress=update))
+    except WorkerLostError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     results = [next(inspected) if isinstance(i, InputFile) else i for i in items]
     if args.json:
         doc = {"trusted_keys": [k.key_id for k in trust.keys], "results": [

@@ -27,7 +27,8 @@ import jinja2
 from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
 
-from site_builder.build import BuildMemory, BuildOptions, SearchIndexError, build, prepare_spare_tree
+from site_builder.build import (BuildMemory, BuildOptions, SearchIndexError, WorkerLostError, build,
+                                 prepare_spare_tree)
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundleListing, BundlesFolderError, list_bundles, rediscover
 from site_builder.settings import SettingsError, SiteConfig, load_settings, normalize_base_url
@@ -153,7 +154,8 @@ class Site:
                 return self._fail(f"template error: {exc.filename or exc.name}:{exc.lineno}: {exc.message}")
             except jinja2.TemplateError as exc:
                 return self._fail(f"template error: {exc}")
-            except (SettingsError, KeyFileError, BundlesFolderError, OutputError, SearchIndexError) as exc:
+            except (SettingsError, KeyFileError, BundlesFolderError, OutputError, SearchIndexError,
+                    WorkerLostError) as exc:
                 return self._fail(str(exc))
             except Exception as exc:  # never let a bad edit stop the server
                 return self._fail(f"build failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")

@@ -135,3 +135,56 @@ def test_workers_leave_with_a_killed_build_and_the_next_build_runs(tmp_path):
                 os.kill(worker, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+DIE_IN_A_WORKER = r"""
+import os, signal, sys
+import site_builder.build as build_module
+from site_builder.cli import main
+
+stage, victim = sys.argv[1], sys.argv[2]
+real = {"verify": build_module._inspect_file, "render": build_module._render_record}[stage]
+
+def dying(item):  # as the out-of-memory killer ends a worker: at once, without a word
+    if (item.rel if stage == "verify" else item.inspection.rel) == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(item)
+
+setattr(build_module, "_inspect_file" if stage == "verify" else "_render_record", dying)
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def test_a_worker_killed_mid_build_stops_it_with_one_line_and_the_site_kept(tmp_path):
+    """When the system kills a worker process (out of memory), the build cannot finish: one line says so, exit 2,
+    the previous site is left as it was, and the next build runs; `verify` says so too."""
+    from site_builder.build import PARALLEL_THRESHOLD
+
+    key = benchmark_key().write(tmp_path / "key.json")
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    count = PARALLEL_THRESHOLD + 36
+    for i in range(count):
+        (bundles / f"g{i}.json").write_bytes(make_bundle(i))
+    site = tmp_path / "site"
+    subprocess.run(build_cmd(bundles, site, key), check=True, cwd=tmp_path)
+    before = tree(site)
+    (bundles / "g7.json").write_bytes(make_bundle(7, variant=3))  # a change, for the build that finally runs
+    for stage in ("verify", "render"):  # (--no-cache: every bundle again, so that workers do the work)
+        args = ["build", "--bundles", str(bundles), "--output", str(site), "--trusted-keys", str(key), "--no-search",
+                "--no-cache"]
+        result = subprocess.run([sys.executable, "-c", DIE_IN_A_WORKER, stage, "g7.json", *args],
+                                capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert result.returncode == 2, result.stderr
+        doing = "verifying" if stage == "verify" else "rendering"
+        assert result.stderr.splitlines() == [f"error: a worker process ended abruptly while {doing} (killed by the "
+                                              f"system: out of memory? see dmesg); previous output left untouched"]
+        assert tree(site) == before
+    verify = subprocess.run([sys.executable, "-c", DIE_IN_A_WORKER, "verify", str(bundles / "g9.json"), "verify",
+                             str(bundles), "--trusted-keys", str(key)], capture_output=True, text=True, timeout=120)
+    assert verify.returncode == 2 and verify.stdout == ""
+    assert verify.stderr.splitlines() == ["error: a worker process ended abruptly while verifying (killed by the "
+                                          "system: out of memory? see dmesg)"]
+    result = subprocess.run(build_cmd(bundles, site, key), capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0 and f"{count} published" in result.stdout
+    assert tree(site) != before
