@@ -1,4 +1,5 @@
-"""SIGKILL the build at many random points: the output is always the complete old or the complete new site."""
+"""SIGKILL the build at many random points: the output is always the complete old or the complete new site.
+A killed build's workers leave by themselves, and a killed worker stops its build cleanly."""
 
 import os
 import random
