@@ -286,6 +286,15 @@ def inspect_files(items: list[InputFile], trust: TrustSet, max_bytes: int = DEFA
                 [i.path for i in items])
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity where the system has one (``taskset``, a container's
+    cpuset), which ``os.cpu_count()`` ignores; else every core."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _map(fn, init, initargs, items: list, workers: Workers, stage: str, reads: Sequence = ()) -> list:
     """Map in worker processes (fork) when there is enough work, else in this process; order kept.  *reads*:
     the file each item reads, in order, for the kernel to read ahead (``Prefetcher``)."""
@@ -296,9 +305,9 @@ def _imap(fn, init, initargs, items: list, workers: Workers, stage: str, reads: 
     """``_map`` yielding each result as it comes (in order), so a caller that digests results one by one does
     not hold them all: 100,000 records' lists of written files are ~100 MB."""
     pool = None
-    jobs, progress = workers.jobs, workers.progress
-    if len(items) >= PARALLEL_THRESHOLD and jobs != 1:
-        processes = jobs or os.cpu_count() or 1
+    progress = workers.progress
+    processes = workers.jobs or usable_cores()
+    if len(items) >= PARALLEL_THRESHOLD and processes > 1:  # (one worker would only add the hand-over)
         try:
             pool = ProcessPoolExecutor(processes, mp_context=get_context(workers.mp_context), initializer=init,
                                        initargs=initargs)

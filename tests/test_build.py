@@ -240,8 +240,8 @@ def test_the_report_names_a_bounded_number_of_rendered_files(bundles_dir, tmp_pa
 
 def test_worker_processes_build_what_one_process_builds_and_render_the_list_rows(tmp_path, monkeypatch):
     """Over the worker threshold the records (their pages and their rows in lists) are rendered by worker
-    processes; the site is byte for byte the one a single process builds, and the main process renders no row.
-    The report counts the CPU of each stage where it was spent."""
+    processes, one per usable core; the site is byte for byte the one a single process builds, and the main
+    process renders no row.  The report counts the CPU of each stage where it was spent."""
     import os
     import sys
 
@@ -275,6 +275,16 @@ def test_worker_processes_build_what_one_process_builds_and_render_the_list_rows
     assert report.cpu["verify"][0] + report.cpu["render_records"][0] > 0.05
     assert all(workers == 0 for _, workers in report.cpu.values())
     assert set(report.cpu) == set(report.timings)
+    # By default one worker per core this process may use (taskset, a container's cpuset): on one, none at all
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    rows_here.clear()
+    report = build(BuildOptions(bundles=bundles, output=tmp_path / "one-core", trust=trust, search=False))
+    assert len(rows_here) == PARALLEL_THRESHOLD + 16 and all(workers == 0 for _, workers in report.cpu.values())
+    assert tree(tmp_path / "one-core") == tree(single)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    rows_here.clear()
+    build(BuildOptions(bundles=bundles, output=tmp_path / "two-cores", trust=trust, search=False))
+    assert rows_here == []
 
 
 def test_words_are_read_back_only_from_the_verified_bundle_in_the_tree(tmp_path):
