@@ -69,8 +69,8 @@ IN_PLACE_LIMIT = 0.9
 
 @dataclass(frozen=True)
 class Workers:
-    """How per-bundle work is spread: worker processes (0: one per core; 1: this process), the progress
-    callback (stage, done, total) and the processes' start method."""
+    """How per-bundle work is spread: worker processes (0: one per usable core, ``usable_cores``; 1: this
+    process), the progress callback (stage, done, total) and the processes' start method."""
 
     jobs: int = 0
     progress: Callable[[str, int, int], None] | None = None
@@ -86,7 +86,7 @@ class BuildOptions:
     templates: Path | None = None
     about_file: Path | None = None
     static_dir: Path | None = None  # files copied into the site as they are (when the folder exists)
-    jobs: int = 0  # 0: all cores
+    jobs: int = 0  # 0: one worker per usable core (none on one)
     max_bytes: int = DEFAULT_MAX_BYTES
     progress: Callable[[str, int, int], None] | None = None
     search: bool = True

@@ -108,7 +108,8 @@ def _parser() -> argparse.ArgumentParser:
     b = command("build", "verify bundles and build the site")
     site_args(b)
     b.add_argument("--strict", action="store_true", help="exit 1 if any bundle was rejected")
-    b.add_argument("--jobs", type=_count(0), default=0, metavar="N", help="worker processes (0: one per core this process may use)")
+    b.add_argument("--jobs", type=_count(0), default=0, metavar="N",
+                   help="worker processes (0: one per core this process may use)")
     b.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
                    help="build cache folder (default: .site-builder-cache/<output name> beside the output)")
     b.add_argument("--no-cache", action="store_true", help="verify and render everything from scratch")
@@ -144,7 +145,8 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="bundle files or folders of them")
     keys_arg(v)
     v.add_argument("--json", action="store_true", help="print the results as one JSON document")
-    v.add_argument("--jobs", type=_count(0), default=0, metavar="N", help="worker processes (0: one per core this process may use)")
+    v.add_argument("--jobs", type=_count(0), default=0, metavar="N",
+                   help="worker processes (0: one per core this process may use)")
     return parser
 
 
