@@ -15,7 +15,8 @@ BENCHMARKS = ROOT / "benchmarks"
 def test_build_benchmark_runs_every_scenario_and_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_build.py"), "--n", "80", "--workdir",
-                             str(tmp_path / "work"), "--json", str(out)], capture_output=True, text=True, timeout=600)
+                             str(tmp_path / "work"), "--json", str(out), "--jobs", "2"],  # (workers on any machine)
+                            capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
     steps = {s["name"]: s for s in report["steps"]}

@@ -79,7 +79,7 @@ def progress(stage, done, total):  # the workers are running: say so, and hold t
     time.sleep(600)
 
 build(BuildOptions(bundles=Path(sys.argv[1]), output=Path(sys.argv[2]), trust=load_trust_set([Path(sys.argv[3])]),
-                   search=False, progress=progress))
+                   search=False, progress=progress, jobs=2))  # (two workers even where one core is usable)
 """
 
 
@@ -173,7 +173,7 @@ def test_a_worker_killed_mid_build_stops_it_with_one_line_and_the_site_kept(tmp_
     (bundles / "g7.json").write_bytes(make_bundle(7, variant=3))  # a change, for the build that finally runs
     for stage in ("verify", "render"):  # (--no-cache: every bundle again, so that workers do the work)
         args = ["build", "--bundles", str(bundles), "--output", str(site), "--trusted-keys", str(key), "--no-search",
-                "--no-cache"]
+                "--no-cache", "--jobs", "2"]
         result = subprocess.run([sys.executable, "-c", DIE_IN_A_WORKER, stage, "g7.json", *args],
                                 capture_output=True, text=True, cwd=tmp_path, timeout=120)
         assert result.returncode == 2, result.stderr
@@ -182,7 +182,8 @@ def test_a_worker_killed_mid_build_stops_it_with_one_line_and_the_site_kept(tmp_
                                               f"system: out of memory? see dmesg); previous output left untouched"]
         assert tree(site) == before
     verify = subprocess.run([sys.executable, "-c", DIE_IN_A_WORKER, "verify", str(bundles / "g9.json"), "verify",
-                             str(bundles), "--trusted-keys", str(key)], capture_output=True, text=True, timeout=120)
+                             str(bundles), "--trusted-keys", str(key), "--jobs", "2"],
+                            capture_output=True, text=True, timeout=120)
     assert verify.returncode == 2 and verify.stdout == ""
     assert verify.stderr.splitlines() == ["error: a worker process ended abruptly while verifying (killed by the "
                                           "system: out of memory? see dmesg)"]
