@@ -90,7 +90,8 @@ class BuildReport:
 
     def stage_line(self) -> str:
         """Where the time went, on one line (``build --verbose``): each stage that took 10 ms or more, in wall
-        seconds, with the CPU seconds of this process and of its worker processes where they worked."""
+        seconds, with the CPU seconds of this process and of its worker processes where they worked (at the
+        ``search_index`` stage, Pagefind's)."""
         parts = []
         for stage, wall in self.timings.items():
             if wall < 0.01:
