@@ -1105,12 +1105,11 @@ def _link_twin(slot: OutputSlot, units: dict, staging: StagingTree, cancelled: C
     a file could not be linked (the caller discards *staging*).  The report's files are copied instead: a link
     would change the live verification.json's ctime, by which the next build recognises the live site (its
     no-op check, its memory of what the site published)."""
-    live = os.path.join(os.fspath(slot.output), "")
     for n, (name, (_, files)) in enumerate(units.items()):
         if n % 256 == 0 and cancelled():
             return False
         try:
-            staging.mirror(split_files(files), live, copy=name == "report")
+            staging.mirror(split_files(files), slot.output, copy=name == "report")
         except OSError:
             return False
     return True
@@ -1194,7 +1193,7 @@ def _mirror(slot: OutputSlot, spare: StagingTree | None, tree: StagingTree, file
     if spare is None:
         return None
     try:
-        spare.mirror(split_files(files), os.path.join(os.fspath(tree.root), ""), copy)
+        spare.mirror(split_files(files), tree.root, copy)
     except OSError:
         slot.discard(spare)
         return None

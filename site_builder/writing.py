@@ -60,16 +60,18 @@ class StagingTree:
     def path_for(self, rel: str) -> str:
         return self._prefix + check_relative_path(rel)
 
-    def _ensure_parent(self, rel: str) -> None:
+    def _ensure_parent(self, rel: str, made: set[str] | None = None) -> None:
+        """Make *rel*'s folder unless it is in *made* (default: the folders this tree remembers), and note it."""
+        made = self._dirs if made is None else made
         parent = rel.rpartition("/")[0]
-        if parent and parent not in self._dirs:
+        if parent and parent not in made:
             try:
                 os.mkdir(self._prefix + parent)  # one call where the parent's parent exists, as it mostly does
             except FileExistsError:
                 pass
             except FileNotFoundError:
                 os.makedirs(self._prefix + parent, exist_ok=True)
-            self._dirs.add(parent)
+            made.add(parent)
 
     def write(self, rel: str, data: bytes) -> None:
         self.write_chunks(rel, (data,))
@@ -103,26 +105,19 @@ class StagingTree:
         self.holds_older_files = True  # (even a failed attempt may have linked the unit's other files)
         return self.link_from(rel, source)
 
-    def mirror(self, rels: Iterable[str], source: str, copy: bool = False) -> None:
-        """Make each of *rels* a hard link to (with *copy*, a copy of) the same path under *source*, the root of
-        the tree this one mirrors (ending in "/"); raises OSError if one is impossible.  The folders are made as
-        needed and not remembered past the call, as ``write`` remembers them: a twin of a whole site is 700,000
-        folders at 100,000 records.  A call's files (a unit's) share a few folders, each made once, before its
-        first file: trying the link first and making the folder when it failed took a third more calls (and
-        time) for a twin."""
+    def mirror(self, rels: Iterable[str], source_root: str | Path, copy: bool = False) -> None:
+        """Make each of *rels* a hard link to (with *copy*, a copy of) the same path under *source_root*, the root
+        of the tree this one mirrors; raises OSError if one is impossible.  The folders are made as needed and
+        not remembered past the call, as ``write`` remembers them: a twin of a whole site is 700,000 folders at
+        100,000 records.  A call's files (a unit's) share a few folders, each made once, before its first file:
+        trying the link first and making the folder when it failed took a third more calls (and time) for a
+        twin."""
         place = shutil.copyfile if copy else os.link
-        made = set()
+        source = os.path.join(os.fspath(source_root), "")
+        made: set[str] = set()
         for rel in rels:
             target = self.path_for(rel)
-            parent = rel.rpartition("/")[0]
-            if parent and parent not in made:
-                try:
-                    os.mkdir(self._prefix + parent)
-                except FileExistsError:
-                    pass
-                except FileNotFoundError:
-                    os.makedirs(self._prefix + parent, exist_ok=True)
-                made.add(parent)
+            self._ensure_parent(rel, made)
             place(source + rel, target, follow_symlinks=False)
             self.files_written += 1
 
