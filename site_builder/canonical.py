@@ -187,17 +187,18 @@ def resolver_json(obj: Any) -> bytes:
     """The resolver's compact form for served JSON (file key order, not sorted):
     ``json.dumps(obj, separators=(",", ":"), ensure_ascii=False)`` in UTF-8.  Written by orjson (every record's
     ``state.json``) where the two agree, as for canonical bytes: without floats."""
-    if _holds_float(obj):
-        return _resolver_reference(obj)
-    return _by_orjson(obj, 0, _resolver_reference)
+    return _by_orjson_unless_float(obj, 0, _resolver_reference)
 
 
 def pretty_json(obj: Any) -> str:
     """``json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False)``, as a record page shows its canonical
     record; by orjson (a sixth of the time) where the two agree, as for canonical bytes: without floats."""
-    if _holds_float(obj):
-        return _pretty_reference(obj).decode("utf-8")
-    return _by_orjson(obj, orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2, _pretty_reference).decode("utf-8")
+    return _by_orjson_unless_float(obj, orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2, _pretty_reference).decode("utf-8")
+
+
+def _by_orjson_unless_float(obj: Any, option: int, reference: Callable[[Any], bytes]) -> bytes:
+    """``_by_orjson`` for a value not known to be float-free: a walk looks, and a float goes to *reference*."""
+    return reference(obj) if _holds_float(obj) else _by_orjson(obj, option, reference)
 
 
 def _pretty_reference(obj: Any) -> bytes:
