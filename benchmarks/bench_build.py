@@ -126,7 +126,6 @@ def main() -> None:
 
     steps = []
 
-
     def step(name: str, action=None) -> None:
         if wanted is not None and name not in wanted:
             return
