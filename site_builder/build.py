@@ -57,6 +57,7 @@ from site_builder.rendering import SiteRenderer, template_dirs, templates_identi
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportDocument
 from site_builder.selection import Candidate, PublishedBefore, Selection, is_rollback, select
 from site_builder.settings import SiteConfig
+from site_builder.slotted import quick_pickling
 from site_builder.writing import MARKER, OutputError, OutputSlot, StagingTree
 
 PARALLEL_THRESHOLD = 64
@@ -231,12 +232,15 @@ def _inspect_file(item: InputFile) -> Inspection:
 
 
 def _init_render(config: SiteConfig, dirs: list[Path], trust: TrustSet, staging_root: Path, search: bool,
-                 build_key: str, compiled_dir: Path | None) -> None:
+                 build_key: str, compiled_dir: Path | None, spare_root: Path | None = None) -> None:
+    """*spare_root*: the twin the build links (``_renders_everything``), where each record's files are linked as
+    soon as they are written."""
     _in_worker_process()
     if _worker.get("renderer_key") != build_key:  # same key: same templates and settings, reuse the compiled ones
         _worker["renderer"] = SiteRenderer(config, dirs, trust, search, compiled_dir)
         _worker["renderer_key"] = build_key
     _worker["staging"] = StagingTree(staging_root)
+    _worker["spare"] = StagingTree(spare_root) if spare_root is not None else None
 
 
 @dataclass(frozen=True)
@@ -247,18 +251,32 @@ class RecordTask:
     # since 100,000 records' addresses as strings are ~90 MB held for the whole render stage
 
 
-def _render_record(task: RecordTask) -> tuple[str, str, int, str | None, bytes | None]:
-    """Write one record's files from the verified bytes; (pith_id, files, pages, error, list row): its files
-    as the cache keeps them (``record_unit_files``), how many are pages, and an error if the bytes changed.
+@quick_pickling
+@dataclass(frozen=True, slots=True)
+class RecordFiles:
+    """What a worker reports of one record it rendered."""
+
+    pith_id: str
+    files: str  # as the cache keeps them (``record_unit_files``); "" if none were written
+    pages: int  # how many of them are pages
+    error: str | None  # why none were written: the bytes changed after they were verified
+    row: bytes | None  # the record's row in lists
+    twin_lost: bool = False  # the files could not be linked in the twin: the build must discard it
+
+
+def _render_record(task: RecordTask) -> RecordFiles:
+    """Write one record's files from the verified bytes, and link them in the twin if the build makes one.
     The record's row in lists is rendered here too, spread over the workers like its pages, so that list pages
-    (4,428 of them at 100,000 records, rendered in the main process) only join rows."""
+    (4,428 of them at 100,000 records, rendered in the main process) only join rows.  The twin's links are made
+    here too, not by the build process as results come: there they were ~1.3 s of CPU at 10,000 records, taken
+    from the workers' two cores, and a serial part of the stage that more cores would not shorten."""
     inspection = task.inspection
     try:
         raw = read_bytes(task.source, inspection.size)
     except FileReadError as exc:
-        return inspection.pith_id, "", 0, f"file_changed: {exc.reason}", None
+        return RecordFiles(inspection.pith_id, "", 0, f"file_changed: {exc.reason}", None)
     if hashlib.sha256(raw).hexdigest() != inspection.sha256:
-        return inspection.pith_id, "", 0, "file_changed: file changed after it was verified", None
+        return RecordFiles(inspection.pith_id, "", 0, "file_changed: file changed after it was verified", None)
     staging: StagingTree = _worker["staging"]
     written = []
     raw_at = None  # where the bundle's bytes were first written: its second path links to it
@@ -275,7 +293,15 @@ def _render_record(task: RecordTask) -> tuple[str, str, int, str | None, bytes |
         written.append(rel)
     files = record_unit_files(summary.pith_id, summary.arxiv_id, summary.version, task.addresses, written)
     pages = sum(1 for rel in written if rel.endswith(".html"))
-    return inspection.pith_id, files, pages, None, _worker["renderer"].row_of(summary)
+    twin_lost = False
+    spare: StagingTree | None = _worker["spare"]
+    if spare is not None:
+        try:
+            spare.mirror(written, staging.root)
+        except OSError:
+            _worker["spare"] = None  # (the build discards the twin once the workers are done)
+            twin_lost = True
+    return RecordFiles(inspection.pith_id, files, pages, None, _worker["renderer"].row_of(summary), twin_lost)
 
 
 def inspect_files(items: list[InputFile], trust: TrustSet, max_bytes: int = DEFAULT_MAX_BYTES, jobs: int = 0,
@@ -552,21 +578,26 @@ def _build(options: BuildOptions) -> BuildReport:
             changed = {}
             with closing(_imap(_render_record, _init_render,
                                (options.config, dirs, options.trust, tree.root, options.search, build_key,
-                                _compiled_templates_dir(options)),
+                                _compiled_templates_dir(options), spare.root if spare is not None else None),
                                to_render, options.workers, "render", [t.source for t in to_render])) as results:
                 # (closed, which stops the workers, on any error)
-                for pid, files, pages, err, row in results:
-                    if err:
-                        changed[pid] = err
+                twin_lost = False
+                for done in results:
+                    pid = done.pith_id
+                    twin_lost = twin_lost or done.twin_lost
+                    if done.error:
+                        changed[pid] = done.error
                         units.pop(f"record:{pid}", None)
                         continue
-                    renderer.keep_row(selection.published[pid].inspection.summary.row_digest, row)
-                    units[f"record:{pid}"] = (record_keys[pid], files)
-                    spare = _mirror(slot, spare, tree, files)
-                    report.files_written += file_count(files)
-                    report.pages_written += pages
+                    renderer.keep_row(selection.published[pid].inspection.summary.row_digest, done.row)
+                    units[f"record:{pid}"] = (record_keys[pid], done.files)
+                    report.files_written += file_count(done.files)
+                    report.pages_written += done.pages
                     if not report.rendered_more:  # (once its list is full, the files need not be listed)
-                        report.note_rendered(split_files(files))
+                        report.note_rendered(split_files(done.files))
+            if twin_lost and spare is not None:  # (deleted now that no worker links in it, before the build goes on)
+                slot.discard(spare)
+                spare = None
             clock.lap("render_records")
 
             papers = [s for s in published if s.pith_id not in changed]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from site_builder.build import BuildMemory, BuildOptions, build, prepare_spare_tree
+from site_builder.build import PARALLEL_THRESHOLD, BuildMemory, BuildOptions, build, prepare_spare_tree
 from site_builder.keys import TrustSet, key_from_document, load_trust_set
 
 from conftest import REAL_FILES, ROOT, tree
@@ -270,26 +270,29 @@ def _is_twin_of(prev: Path, out: Path) -> bool:
         and not (prev / "verification.json").samefile(out / "verification.json")
 
 
-@pytest.mark.parametrize("search", [False, True])
-def test_a_build_written_afresh_links_the_twin_the_next_change_updates(project, search):
+@pytest.mark.parametrize("search, jobs", [(False, 1), (True, 1), (False, 2)])
+def test_a_build_written_afresh_links_the_twin_the_next_change_updates(project, search, jobs):
     """With ``link_twin`` (the command line's default) a build that writes every file afresh (the first one, a
     template edit) leaves a twin of the new site beside it (its search index too), linked before it returns; the
     next change updates that twin in place (a few files) instead of linking a whole new tree, and equals a clean
-    build."""
+    build.  With workers (*jobs* 2), they link the records' files in the twin as they write them."""
+    if jobs > 1:  # enough records for the build to start workers
+        for i in range(6, 6 + PARALLEL_THRESHOLD):
+            (project / "bundles" / f"gen{i}.json").write_bytes(make_bundle(i))
     trust = both_keys()
     out, prev = project / "site", project / ".site.prev"
-    build(opts(project, out, trust, link_twin=True, search=search))
+    build(opts(project, out, trust, link_twin=True, search=search, jobs=jobs))
     assert (prev / "pagefind").is_dir() == search
     assert _is_twin_of(prev, out)
     assert not prepare_spare_tree(opts(project, out, trust, search=search))  # (what serve would link: there)
     for step, edit in enumerate([lambda: None, lambda: _edit_template(project, "paper.html")]):
         edit()
         if step:  # a template edit: every page new, so a new twin (of the edited site)
-            build(opts(project, out, trust, link_twin=True, search=search))
+            build(opts(project, out, trust, link_twin=True, search=search, jobs=jobs))
             assert _is_twin_of(prev, out)
         twin = prev.stat().st_ino
         (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=7 + step))
-        report = build(opts(project, out, trust, link_twin=True, search=search))
+        report = build(opts(project, out, trust, link_twin=True, search=search, jobs=jobs))
         assert out.stat().st_ino == twin  # updated in place and swapped in
         assert report.files_written < 40 + 30 * search and report.files_reused > 50
         clean = project / f"clean{step}"
@@ -332,26 +335,35 @@ def test_no_twin_where_the_file_system_is_short_of_inodes(project, free_inodes):
     assert prepare_spare_tree(opts(project, out, trust)) and _is_twin_of(prev, out)
 
 
-def test_a_twin_that_cannot_be_linked_is_dropped_and_the_build_goes_on(project, monkeypatch):
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_twin_that_cannot_be_linked_is_dropped_and_the_build_goes_on(project, monkeypatch, jobs):
+    """A twin that runs out of inodes or links half-way is deleted before the build returns (its links share the
+    site's files), and the site is exact.  With workers (*jobs* 2), which link each record's files in the twin as
+    they write them, the failure happens in one of them (the patched method is forked with them)."""
     from site_builder import writing
 
     real_mirror = writing.StagingTree.mirror
-    calls = []
+    failed = project / "mirror-failed"  # (seen from worker processes too)
 
     def mirror(tree, rels, source, copy=False):  # (a unit's files a call)
-        calls.append(tree.root.name)
-        if len(calls) > 5:
+        if tree.root.name.endswith("-spare") and sum(1 for p in tree.root.rglob("*") if p.is_file()) > 25:
+            failed.touch()
             raise OSError(errno.EMLINK, "Too many links")  # e.g. out of inodes, or links, half-way
         return real_mirror(tree, rels, source, copy)
 
     monkeypatch.setattr(writing.StagingTree, "mirror", mirror)
+    if jobs > 1:  # enough records for the build to start workers
+        for i in range(6, 6 + PARALLEL_THRESHOLD):
+            (project / "bundles" / f"gen{i}.json").write_bytes(make_bundle(i))
     trust = both_keys()
     out = project / "site"
-    report = build(opts(project, out, trust, link_twin=True))
-    assert report.count("published") == 10 and (out / "verification.json").is_file()
-    assert any(name.endswith("-spare") for name in calls)
+    report = build(opts(project, out, trust, link_twin=True, jobs=jobs))
+    published = len(list((project / "bundles").glob("*.json")))
+    assert report.count("published") == published and (out / "verification.json").is_file()
+    assert failed.exists()
     assert not (project / ".site.prev").exists()
-    assert not list(project.glob(".site.staging-*"))  # deleted before the build returned (its links share files)
+    assert not [p.name for p in project.iterdir() if p.name.startswith(".site.") and p.name != ".site.lock"]  # deleted before the build
+    # returned (its links share files), as is any tree it began
     clean = project / "clean"
     build(opts(project, clean, trust, use_cache=False))
     assert tree(out) == tree(clean)
