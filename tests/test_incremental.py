@@ -362,8 +362,8 @@ def test_a_twin_that_cannot_be_linked_is_dropped_and_the_build_goes_on(project, 
     assert report.count("published") == published and (out / "verification.json").is_file()
     assert failed.exists()
     assert not (project / ".site.prev").exists()
-    assert not [p.name for p in project.iterdir() if p.name.startswith(".site.") and p.name != ".site.lock"]  # deleted before the build
-    # returned (its links share files), as is any tree it began
+    # deleted before the build returned (its links share files), as is any tree it began:
+    assert not [p.name for p in project.iterdir() if p.name.startswith(".site.") and p.name != ".site.lock"]
     clean = project / "clean"
     build(opts(project, clean, trust, use_cache=False))
     assert tree(out) == tree(clean)
