@@ -107,7 +107,7 @@ class BuildOptions:
     defer_search: bool = False
     # (the command line) A build that writes the whole site afresh (a first build, a template edit) links a twin
     # of it as it goes, which the next change updates in place: that change then takes well under a second
-    # instead of linking a whole tree (~5 s at 10,000 records), for ~5 % (tmpfs) to ~18 % (disk) more full build.
+    # instead of linking a whole tree (~5 s at 10,000 records), for 6-20 % (tmpfs) to ~18 % (disk) more full build.
     link_twin: bool = False
 
     @property
@@ -1247,8 +1247,16 @@ def _kept_and_stale(prev_units: dict, units: dict) -> tuple[dict, list[str]]:
 
 
 def _mostly_stale(prev_units: dict, stale: list[str]) -> bool:
-    """Whether more than IN_PLACE_LIMIT of a tree's files are *stale*: then a fresh tree beats updating it."""
-    return sum(map(file_count, stale)) > IN_PLACE_LIMIT * sum(file_count(f) for _, f in prev_units.values())
+    """Whether more than IN_PLACE_LIMIT of a tree's files are *stale*: then a fresh tree beats updating it.  The
+    tree's files are counted only until they outnumber the stale ones enough: for a small change, a few units
+    instead of all of them (counting 100,000 records' took 0.1 s of a one-bundle change)."""
+    stale_files = sum(map(file_count, stale))
+    total = 0
+    for _, files in prev_units.values():
+        total += file_count(files)
+        if IN_PLACE_LIMIT * total >= stale_files:
+            return False
+    return stale_files > IN_PLACE_LIMIT * total
 
 
 def _place_unit(name: str, key: str, tree: StagingTree, kept: dict, live_units: dict, output: Path) -> str | None:

@@ -3,6 +3,7 @@
 import fnmatch
 import hashlib
 import json
+import random
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -441,3 +442,18 @@ def test_every_path_a_build_writes_is_refused_to_static_files(bundles_dir, tmp_p
     # (nor a file standing where the site has a folder, nor a name a host would not serve as it is)
     assert all(refused_static_path(rel) for rel in [".well-known/pith", "pith", "sitemap-3.xml", "a/../b", "NUL"])
     assert not any(refused_static_path(rel) for rel in [".well-known/security.txt", "CNAME", "img/sitemap.xml"])
+
+
+def test_mostly_stale_counts_as_the_whole_sum_would():
+    """``_mostly_stale`` stops counting the tree's files early; its answer is the full count's, at the limit too."""
+    from site_builder.build import IN_PLACE_LIMIT, _mostly_stale
+
+    rng = random.Random(5)
+    for _ in range(500):
+        units = {f"u{i}": ("k", "\t".join(["f"] * rng.randint(0, 4))) for i in range(rng.randint(0, 12))}
+        stale = [files for _, files in units.values() if rng.random() < rng.random()]
+        count = lambda files: files.count("\t") + 1 if files else 0  # noqa: E731
+        whole = sum(map(count, stale)) > IN_PLACE_LIMIT * sum(count(f) for _, f in units.values())
+        assert _mostly_stale(units, stale) == whole
+    assert _mostly_stale({"a": ("k", "f\tf\tf\tf\tf\tf\tf\tf\tf\tf")}, ["f\tf\tf\tf\tf\tf\tf\tf\tf"]) is False  # 9 of 10
+    assert _mostly_stale({"a": ("k", "f\tf"), "b": ("k", "f")}, ["f\tf", "f"]) is True
