@@ -8,7 +8,8 @@ bundle of the same record), replacing one (the file now holds another record), a
 giving 40 % of the bundles a newer version and editing one template.  Prints wall time, bundles/second, files written and reused, how long the scenario first
 waited (untimed) for the previous build's detached cache saver, peak RSS of the main process and of the largest
 worker, and the time of each build stage.  Builds save their cache in the background and link a twin of a site
-written afresh, as the command line does (``--no-twin``: as ``build --no-twin``).
+written afresh, as the command line does (``--no-twin``: as ``build --no-twin``).  An earlier run's output is
+deleted after this run's builds, or before them where the work folder is in memory (tmpfs), as it holds RAM.
 """
 
 from __future__ import annotations
@@ -74,6 +75,32 @@ def run_build(work: Path, search: bool, jobs: int, twin: bool = True) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def file_system_type(path: Path, mounts: str | None = None) -> str:
+    """The type of the file system *path* is on (its mount point's, the longest that holds it, from
+    /proc/mounts or *mounts*), or "" where not known."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/mounts").read_text()
+        except OSError:
+            return ""
+    real = os.path.realpath(path)
+    best, kind = "", ""
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return kind
+
+
+def in_memory(path: Path, mounts: str | None = None) -> bool:
+    """Whether *path* is on a file system held in memory, where files cost RAM (tmpfs, ramfs)."""
+    return file_system_type(path, mounts) in ("tmpfs", "ramfs")
+
+
 def machine() -> str:
     cpu = "unknown CPU"
     try:
@@ -117,10 +144,18 @@ def main() -> None:
     many = range(10, 10 + args.n * 2 // 5)  # the files "change 40 %" rewrites (not the three above)
     _restore(work, bundles, many)
     # A previous run's trees hold up to two million entries at 100,000 bundles: deleting them took longer than the
-    # run.  They are moved aside now (a rename) and deleted once this run's builds are done.
+    # run.  They are moved aside now (a rename) and deleted once this run's builds are done -- except in memory
+    # (tmpfs), where they hold it: a 100,000-record site and its twin are ~7 GB there, and with the last run's
+    # beside it the next full build was killed by the kernel's out-of-memory killer.  There they go first.
     for stale in [work / "site", work / ".site.prev", work / ".site-builder-cache", work / "templates"]:
         if stale.exists():
             stale.rename(work / f".stale-{time.time_ns()}")
+    stale_trees = sorted(work.glob(".stale-*"))
+    if stale_trees and in_memory(work):
+        print(f"deleting what an earlier run left ({len(stale_trees)} folders) first: {work} is in memory "
+              f"({file_system_type(work)})", file=sys.stderr)
+        for stale in stale_trees:
+            remove_tree(stale, wait=True)
     shutil.copytree(ROOT / "templates", work / "templates")
     size = sum(p.stat().st_size for p in bundles.iterdir()) / args.n
 

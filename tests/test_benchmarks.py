@@ -2,8 +2,11 @@
 
 import json
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +86,44 @@ def test_floor_benchmark_does_a_records_unavoidable_file_work(tmp_path):
         assert run["bundles_per_second"] > 0 and run["cpu_ms_per_bundle"] > 0
     assert len(re.findall(r"^ +\d +30 +300 +[0-9.]+ +\d+ +[0-9.]+$", result.stdout, re.M)) == 2
     assert not (tmp_path / "out").exists()  # cleaned up after itself
+
+
+def test_file_system_type_is_the_longest_mount_point_holding_the_path():
+    sys.path.insert(0, str(BENCHMARKS))
+    from bench_build import file_system_type, in_memory
+
+    mounts = ("/dev/vda / ext4 rw 0 0\n"
+              "tmpfs /dev/shm tmpfs rw,nosuid 0 0\n"
+              "/dev/vdb /dev/shm/disk ext4 rw 0 0\n"
+              "tmpfs /mnt/with\\040space tmpfs rw 0 0\n")
+    assert file_system_type(Path("/dev/shm/sbb/100000"), mounts) == "tmpfs"
+    assert in_memory(Path("/dev/shm"), mounts) and in_memory(Path("/mnt/with space/x"), mounts)
+    assert not in_memory(Path("/dev/shm/disk/x"), mounts)  # a disk mounted inside the tmpfs
+    assert not in_memory(Path("/dev/shmx"), mounts) and not in_memory(Path("/tmp/work"), mounts)
+    assert file_system_type(Path("/tmp"), "") == ""
+
+
+def test_build_benchmark_in_memory_deletes_an_earlier_runs_trees_before_building():
+    """On tmpfs a run's trees are memory: with the last run's still there, a 100,000-record full build was killed
+    by the out-of-memory killer.  There they are deleted before the first build (elsewhere after the last)."""
+    shm = Path("/dev/shm")
+    sys.path.insert(0, str(BENCHMARKS))
+    from bench_build import in_memory
+
+    assert in_memory(shm), "/dev/shm is expected to be a tmpfs on Linux"
+    work = Path(tempfile.mkdtemp(prefix="sb-bench-test-", dir=shm))
+    try:
+        run = lambda: subprocess.run([sys.executable, str(BENCHMARKS / "bench_build.py"), "--n", "20", "--workdir",
+                                      str(work), "--only", "full build", "--jobs", "1"],
+                                     capture_output=True, text=True, timeout=300)  # noqa: E731
+        first = run()
+        assert first.returncode == 0, first.stderr
+        assert (work / "20" / "site" / "index.html").is_file() and "deleting what" not in first.stderr
+        second = run()
+        assert second.returncode == 0, second.stderr
+        assert re.search(r"deleting what an earlier run left \(\d+ folders\) first: .* is in memory \(tmpfs\)",
+                         second.stderr), second.stderr
+        assert not list((work / "20").glob(".stale-*"))  # gone before the builds, not left to a detached deleter
+        assert (work / "20" / "site" / "index.html").is_file()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
