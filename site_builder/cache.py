@@ -27,6 +27,7 @@ from pathlib import Path
 from site_builder import builder_identity
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
 from site_builder.pages import record_file_count, record_files
+from site_builder.writing import check_relative_path
 
 SCHEMA = "8"
 
@@ -308,10 +309,17 @@ def _units_to_text(units: dict[str, tuple[str, str]]) -> str:
 
 
 def _units_from_text(text: str) -> dict[str, tuple[str, str]]:
+    """The unit lists as saved; ValueError (the cache is then thrown away) for a unit whose files are not what a
+    build writes: the build unlinks and links the files its cache names, so a damaged entry such as
+    ``../x`` must never reach it (a record's files are checked by their four values, the others path by path)."""
     units = {}
     for line in text.split("\n") if text else []:
         name, key, files = line.split("\t", 2)
-        if files.startswith("@") and _RECORD_UNIT.fullmatch(files) is None:
-            raise ValueError(f"damaged unit {name}")
+        if files.startswith("@"):
+            if _RECORD_UNIT.fullmatch(files) is None:
+                raise ValueError(f"damaged unit {name}")
+        elif files:
+            for rel in files.split("\t"):
+                check_relative_path(rel)
         units[name] = (key, files)
     return units

@@ -122,8 +122,12 @@ def test_one_change_rebuilds_only_that_record(project):
     assert mirrored.samefile(out / "pith" / pith_id / "bundle.json")  # one file with two names, both new
 
 
-@pytest.mark.parametrize("damage", ["old_version", "truncated", "garbage", "record_unit"])
+@pytest.mark.parametrize("damage", ["old_version", "truncated", "garbage", "record_unit", "unit_path"])
 def test_damaged_or_foreign_cache_gives_correct_full_rebuild(project, damage):
+    """A cache it cannot trust costs the build time, never correctness; and a path in it that leads out of the
+    output (the build links and unlinks the files its cache names) touches nothing there."""
+    victim = project / "victim.txt"
+    victim.write_text("not the site's")
     trust = both_keys()
     out = project / "site"
     build(opts(project, out, trust))
@@ -141,6 +145,14 @@ def test_damaged_or_foreign_cache_gives_correct_full_rebuild(project, damage):
         db.execute("UPDATE units SET data=? WHERE build_id=?", (units.replace("\t@", "\t@../../x ", 1), build_id))
         db.commit()
         db.close()
+    elif damage == "unit_path":  # a file of an unchanged unit (the style sheet, reused from the live site) led out
+        db = sqlite3.connect(cache)
+        (build_id, units), = db.execute("SELECT build_id, data FROM units").fetchall()
+        assert "\tassets/style.css" in units
+        db.execute("UPDATE units SET data=? WHERE build_id=?",
+                   (units.replace("\tassets/style.css", "\t../victim.txt", 1), build_id))
+        db.commit()
+        db.close()
     elif damage == "truncated":
         data = cache.read_bytes()
         cache.write_bytes(data[: len(data) // 3])
@@ -151,6 +163,7 @@ def test_damaged_or_foreign_cache_gives_correct_full_rebuild(project, damage):
     (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=5))
     report = build(opts(project, out, trust))
     assert report.files_reused == 0  # nothing from a cache it cannot trust
+    assert victim.read_text() == "not the site's" and victim.stat().st_nlink == 1
     clean = project / "clean"
     build(opts(project, clean, trust, use_cache=False))
     assert tree(out) == tree(clean)
