@@ -152,7 +152,8 @@ def main() -> None:
             stale.rename(work / f".stale-{time.time_ns()}")
     stale_trees = sorted(work.glob(".stale-*"))
     if stale_trees and in_memory(work):
-        print(f"deleting what an earlier run left ({len(stale_trees)} folders) first: {work} is in memory "
+        print(f"deleting what an earlier run left ({len(stale_trees)} folder{'s' if len(stale_trees) > 1 else ''}) "
+              f"first: {work} is in memory "
               f"({file_system_type(work)})", file=sys.stderr)
         for stale in stale_trees:
             remove_tree(stale, wait=True)

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -167,9 +168,18 @@ def index_search(site: Path, glob: str | None = None) -> None:
     if glob is not None:
         cmd += ["--glob", glob]
     result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode < 0:  # killed: by the kernel's out-of-memory killer, most likely (it holds the whole index)
+        try:
+            name = signal.Signals(-result.returncode).name
+        except ValueError:
+            name = f"signal {-result.returncode}"
+        hint = (" (out of memory? Pagefind holds the whole index in memory, ~90 KB a record page: see dmesg, or "
+                "build with --no-search)") if result.returncode == -signal.SIGKILL else ""
+        raise SearchIndexError(f"search index: pagefind was killed by {name}{hint}; previous output left untouched")
     if result.returncode != 0:
         detail = (result.stderr or result.stdout).strip().splitlines()
-        raise SearchIndexError(f"search index: pagefind failed: {detail[-1] if detail else result.returncode}")
+        raise SearchIndexError(f"search index: pagefind failed: {detail[-1] if detail else result.returncode}; "
+                               f"previous output left untouched")
 
 
 def _hash(*parts: object) -> str:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REAL_FILES, ROOT
 from signing import TestKey, sign_bundle, to_bytes
 
@@ -277,3 +279,31 @@ def test_version_names_the_code_it_runs():
     assert r.returncode == 0
     assert r.stdout.strip() == f"site-builder {site_builder.__version__}+{site_builder.builder_identity().split('+')[1]}"
     assert re.fullmatch(r"site-builder \d+\.\d+\.\d+\+[0-9a-f]{16}", r.stdout.strip())
+
+
+@pytest.mark.parametrize("dies, line", [
+    ("os.kill(os.getpid(), signal.SIGKILL)",  # as the kernel's out-of-memory killer ends it
+     r"error: search index: pagefind was killed by SIGKILL \(out of memory\? Pagefind holds the whole index in "
+     r"memory, ~90 KB a record page: see dmesg, or build with --no-search\); previous output left untouched"),
+    ("sys.exit('Error: cannot write the index')",
+     r"error: search index: pagefind failed: Error: cannot write the index; previous output left untouched"),
+])
+def test_a_failed_search_index_is_one_line_and_the_previous_site_stays(bundles_dir, tmp_path, dies, line):
+    """Pagefind is a program of its own: when it fails, or the system kills it (at 100,000 records it peaks at
+    8.6 GB), the build stops with one line saying why, exit 2, and the live site is as it was."""
+    out = tmp_path / "site"
+    r = cli("build", "--bundles", bundles_dir, "--output", out)
+    assert r.returncode == 0, r.stderr
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    (bundles_dir / REAL_FILES[0].name).write_bytes(to_bytes(sign_bundle(json.loads(REAL_FILES[0].read_bytes()),
+                                                                         TestKey())))  # a change to index
+    fake = tmp_path / "fake" / "pagefind"  # found by `python -m pagefind` before the real one
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text(f"import os, signal, sys\n{dies}\n")
+    r = cli("build", "--bundles", bundles_dir, "--output", out, env={**os.environ, "PYTHONPATH": str(tmp_path / "fake")})
+    assert r.returncode == 2, r.stderr
+    err = r.stderr.strip().splitlines()
+    assert [e for e in err if e.startswith("error:")] == err[-1:] and re.fullmatch(line, err[-1]), err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert not [p.name for p in tmp_path.iterdir() if ".staging-" in p.name]
