@@ -75,7 +75,7 @@ class Workers:
     process), the progress callback (stage, done, total) and the processes' start method."""
 
     jobs: int = 0
-    progress: Callable[[str, int, int], None] | None = None
+    progress: Callable[[str, int, int | None], None] | None = None  # (total None: not known, as for Pagefind)
     mp_context: str = "fork"
 
 
@@ -90,7 +90,7 @@ class BuildOptions:
     static_dir: Path | None = None  # files copied into the site as they are (when the folder exists)
     jobs: int = 0  # 0: one worker per usable core (none on one)
     max_bytes: int = DEFAULT_MAX_BYTES
-    progress: Callable[[str, int, int], None] | None = None
+    progress: Callable[[str, int, int | None], None] | None = None
     search: bool = True
     cache_dir: Path | None = None  # default: .site-builder-cache beside the output
     use_cache: bool = True
@@ -161,13 +161,25 @@ def pagefind_glob(dirs: list[Path]) -> str | None:
     return RECORD_PAGES_GLOB if marked == {"paper.html"} else None
 
 
-def index_search(site: Path, glob: str | None = None) -> None:
+SEARCH_STAGE = "indexing for search"  # (what the progress bar says while Pagefind runs)
+
+
+def index_search(site: Path, glob: str | None = None, waiting: Callable[[], None] | None = None) -> None:
     """Run Pagefind over the staged site (only pages marked data-pagefind-body are indexed); *glob*: the HTML
-    files it need read (``pagefind_glob``), else every one."""
+    files it need read (``pagefind_glob``), else every one.  *waiting* is called every 0.2 s while it runs (a
+    progress display, refreshed from this thread: Pagefind takes ~12 s at 10,000 records, ~2 minutes at
+    100,000)."""
     cmd = [sys.executable, "-m", "pagefind", "--site", str(site), "--silent", "--include-characters", ".:"]
     if glob is not None:
         cmd += ["--glob", glob]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        while True:
+            try:
+                stdout, stderr = process.communicate(timeout=0.2 if waiting is not None else None)
+                break
+            except subprocess.TimeoutExpired:  # (no output is lost: communicate() goes on where it stopped)
+                waiting()  # type: ignore[misc]
+    result = subprocess.CompletedProcess(cmd, process.returncode, stdout, stderr)
     if result.returncode < 0:  # killed: by the kernel's out-of-memory killer, most likely (it holds the whole index)
         try:
             name = signal.Signals(-result.returncode).name
@@ -653,7 +665,13 @@ def _build(options: BuildOptions) -> BuildReport:
                     if reused is None:
                         shutil.rmtree(tree.root / "pagefind", ignore_errors=True)
                         indexing = time.perf_counter()
-                        index_search(tree.root, pagefind_glob(dirs))
+                        progress = options.progress
+                        if progress is not None:
+                            progress(SEARCH_STAGE, 0, None)
+                        index_search(tree.root, pagefind_glob(dirs),
+                                     (lambda: progress(SEARCH_STAGE, 0, None)) if progress is not None else None)
+                        if progress is not None:
+                            progress(SEARCH_STAGE, 1, 1)
                         report.search_seconds = time.perf_counter() - indexing  # (the summary line names it)
                         report.note_rendered(["search/index.html"])  # (the page whose results come from the index)
                         reused = join_files(sorted(str(p.relative_to(tree.root))

@@ -163,10 +163,10 @@ def _progress_bar(enabled: bool):
     tasks: dict[str, int] = {}
     last_refresh = [0.0]
 
-    def update(stage: str, done: int, total: int) -> None:
+    def update(stage: str, done: int, total: int | None) -> None:  # (total None: a pulsing bar, as for Pagefind)
         if stage not in tasks:
             tasks[stage] = progress.add_task(stage, total=total)
-        progress.update(tasks[stage], completed=done)
+        progress.update(tasks[stage], completed=done, total=total)
         now = time.monotonic()
         if done == total or now - last_refresh[0] >= 0.1:
             progress.refresh()

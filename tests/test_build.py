@@ -457,3 +457,20 @@ def test_mostly_stale_counts_as_the_whole_sum_would():
         assert _mostly_stale(units, stale) == whole
     assert _mostly_stale({"a": ("k", "f\tf\tf\tf\tf\tf\tf\tf\tf\tf")}, ["f\tf\tf\tf\tf\tf\tf\tf\tf"]) is False  # 9 of 10
     assert _mostly_stale({"a": ("k", "f\tf"), "b": ("k", "f")}, ["f\tf", "f"]) is True
+
+
+def test_index_search_reports_while_pagefind_runs_and_keeps_its_output(tmp_path, monkeypatch):
+    """The progress display is refreshed from the build's own thread (a thread would make forking the cache saver
+    unsafe): ``index_search`` calls back while Pagefind runs, and still hears what it said when it fails."""
+    from site_builder.build import SearchIndexError, index_search
+
+    fake = tmp_path / "fake" / "pagefind"  # found by `python -m pagefind` before the real one
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text("import sys, time\nsys.stderr.write('x' * 200000 + '\\n')\ntime.sleep(0.9)\n"
+                                      "sys.exit('Error: the last line')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))
+    calls = []
+    with pytest.raises(SearchIndexError, match=r"pagefind failed: Error: the last line; previous output"):
+        index_search(tmp_path, waiting=lambda: calls.append(1))
+    assert len(calls) >= 3  # every 0.2 s of its 0.9 s; its 200 KB of output did not block it

@@ -163,6 +163,10 @@ def test_progress_bar_only_on_a_terminal_and_cache_saved_in_the_background(bundl
     quiet = _run_on_terminal("build", "--bundles", bundles_dir, "--output", tmp_path / "site3", "--no-search",
                              "--quiet")
     assert "verify" not in quiet and quiet.strip().splitlines()[-1].startswith("4 bundles read")
+    # While Pagefind makes the search index (minutes at 100,000 records) the bar says so, not "render" at its end.
+    indexing = _run_on_terminal("build", "--bundles", bundles_dir, "--output", tmp_path / "site4")
+    assert "indexing for search" in indexing and "(search index" in indexing.strip().splitlines()[-1]
+    assert "indexing for search" not in cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site5").stderr
 
 
 def test_help_documents_every_option_with_its_default():
