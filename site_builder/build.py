@@ -173,24 +173,28 @@ def index_search(site: Path, glob: str | None = None, waiting: Callable[[], None
     if glob is not None:
         cmd += ["--glob", glob]
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
-        while True:
-            try:
-                stdout, stderr = process.communicate(timeout=0.2 if waiting is not None else None)
-                break
-            except subprocess.TimeoutExpired:  # (no output is lost: communicate() goes on where it stopped)
-                waiting()  # type: ignore[misc]
-    result = subprocess.CompletedProcess(cmd, process.returncode, stdout, stderr)
-    if result.returncode < 0:  # killed: by the kernel's out-of-memory killer, most likely (it holds the whole index)
         try:
-            name = signal.Signals(-result.returncode).name
+            while True:
+                try:
+                    stdout, stderr = process.communicate(timeout=0.2 if waiting is not None else None)
+                    break
+                except subprocess.TimeoutExpired:  # (no output is lost: communicate() goes on where it stopped)
+                    waiting()  # type: ignore[misc]
+        except BaseException:
+            process.kill()  # (as subprocess.run does: an interrupted build leaves no indexer running)
+            raise
+    code = process.returncode
+    if code < 0:  # killed: by the kernel's out-of-memory killer, most likely (it holds the whole index)
+        try:
+            name = signal.Signals(-code).name
         except ValueError:
-            name = f"signal {-result.returncode}"
+            name = f"signal {-code}"
         hint = (" (out of memory? Pagefind holds the whole index in memory, ~90 KB a record page: see dmesg, or "
-                "build with --no-search)") if result.returncode == -signal.SIGKILL else ""
+                "build with --no-search)") if code == -signal.SIGKILL else ""
         raise SearchIndexError(f"search index: pagefind was killed by {name}{hint}; previous output left untouched")
-    if result.returncode != 0:
-        detail = (result.stderr or result.stdout).strip().splitlines()
-        raise SearchIndexError(f"search index: pagefind failed: {detail[-1] if detail else result.returncode}; "
+    if code != 0:
+        detail = (stderr or stdout).strip().splitlines()
+        raise SearchIndexError(f"search index: pagefind failed: {detail[-1] if detail else code}; "
                                f"previous output left untouched")
 
 

@@ -474,3 +474,30 @@ def test_index_search_reports_while_pagefind_runs_and_keeps_its_output(tmp_path,
     with pytest.raises(SearchIndexError, match=r"pagefind failed: Error: the last line; previous output"):
         index_search(tmp_path, waiting=lambda: calls.append(1))
     assert len(calls) >= 3  # every 0.2 s of its 0.9 s; its 200 KB of output did not block it
+
+
+def test_an_interrupted_search_index_leaves_no_pagefind_running(tmp_path, monkeypatch):
+    """Ctrl-C (or any error) while Pagefind runs ends Pagefind too, as ``subprocess.run`` would."""
+    import os
+    import time
+
+    from site_builder.build import index_search
+
+    fake = tmp_path / "fake" / "pagefind"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text(f"import os, time\nopen({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))"
+                                      f"\ntime.sleep(60)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))
+
+    def interrupt():
+        if (tmp_path / "pid").exists():
+            raise KeyboardInterrupt
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        index_search(tmp_path, waiting=interrupt)
+    assert time.monotonic() - started < 30
+    pid = int((tmp_path / "pid").read_text())
+    with pytest.raises(ProcessLookupError):  # killed and reaped
+        os.kill(pid, 0)
