@@ -155,10 +155,19 @@ def _progress_bar(enabled: bool):
     if not enabled or not sys.stderr.isatty():
         return None, None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.text import Text
+
+    class CountOrElapsed(MofNCompleteColumn):
+        """"done/total", or for a stage of unknown length (Pagefind's) the seconds it has taken so far."""
+
+        def render(self, task) -> Text:
+            if task.total is None:
+                return Text(f"{task.elapsed or 0:.0f} s", style="progress.elapsed")
+            return super().render(task)
 
     # Refreshed from the build's own calls (at most ten times a second), not by rich's refresh thread: the
     # build forks its cache saver at the end, which is only safe in a process without other threads.
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), CountOrElapsed(), TimeRemainingColumn(),
                         transient=True, console=None, auto_refresh=False)
     tasks: dict[str, int] = {}
     last_refresh = [0.0]

@@ -166,6 +166,8 @@ def test_progress_bar_only_on_a_terminal_and_cache_saved_in_the_background(bundl
     # While Pagefind makes the search index (minutes at 100,000 records) the bar says so, not "render" at its end.
     indexing = _run_on_terminal("build", "--bundles", bundles_dir, "--output", tmp_path / "site4")
     assert "indexing for search" in indexing and "(search index" in indexing.strip().splitlines()[-1]
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", indexing)
+    assert re.search(r"indexing for search\W+\d+ s", plain) and "0/?" not in plain  # the seconds it takes
     assert "indexing for search" not in cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site5").stderr
 
 
