@@ -198,6 +198,17 @@ def index_search(site: Path, glob: str | None = None, waiting: Callable[[], None
                                f"previous output left untouched")
 
 
+def _files_under(root: Path, folder: str) -> list[str]:
+    """The files under *root*/*folder*, as sorted paths relative to *root*.  Listed as strings: ``Path.rglob``
+    keeps every path it has yielded (to yield none twice), which for Pagefind's ~100,000 files at 100,000
+    records was ~80 MB of the build process's peak."""
+    found = []
+    for where, _, names in os.walk(root / folder):
+        prefix = os.path.relpath(where, root).replace(os.sep, "/") + "/"
+        found.extend(prefix + name for name in names if os.path.isfile(os.path.join(where, name)))
+    return sorted(found)
+
+
 def _hash(*parts: object) -> str:
     h = hashlib.sha256()
     for part in parts:
@@ -678,8 +689,7 @@ def _build(options: BuildOptions) -> BuildReport:
                             progress(SEARCH_STAGE, 1, 1)
                         report.search_seconds = time.perf_counter() - indexing  # (the summary line names it)
                         report.note_rendered(["search/index.html"])  # (the page whose results come from the index)
-                        reused = join_files(sorted(str(p.relative_to(tree.root))
-                                                   for p in (tree.root / "pagefind").rglob("*") if p.is_file()))
+                        reused = join_files(_files_under(tree.root, "pagefind"))
                     units["search"] = (units["search"][0], reused)
                     spare = _mirror(slot, spare, tree, reused)
                     clock.lap("search_index")

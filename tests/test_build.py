@@ -501,3 +501,20 @@ def test_an_interrupted_search_index_leaves_no_pagefind_running(tmp_path, monkey
     pid = int((tmp_path / "pid").read_text())
     with pytest.raises(ProcessLookupError):  # killed and reaped
         os.kill(pid, 0)
+
+
+def test_files_under_lists_what_rglob_lists(tmp_path):
+    """The search index's files are listed without ``Path.rglob`` (which holds every path it yields): the same
+    sorted relative paths, files only, symlinked files included as ``is_file`` has them."""
+    from site_builder.build import _files_under
+
+    index = tmp_path / "pagefind"
+    for rel in ["pagefind-entry.json", "fragment/en_1.pf_fragment", "fragment/en_0.pf_fragment", "index/en_a.pf_index",
+                "filter/x/deep.pf_filter"]:
+        (index / rel).parent.mkdir(parents=True, exist_ok=True)
+        (index / rel).write_bytes(b"x")
+    (index / "empty").mkdir()
+    (index / "link.json").symlink_to(index / "pagefind-entry.json")
+    expected = sorted(str(p.relative_to(tmp_path)) for p in index.rglob("*") if p.is_file())
+    assert _files_under(tmp_path, "pagefind") == expected and "pagefind/link.json" in expected
+    assert _files_under(tmp_path, "missing") == []
