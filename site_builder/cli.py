@@ -158,7 +158,7 @@ def _progress_bar(enabled: bool):
     from rich.text import Text
 
     class CountOrElapsed(MofNCompleteColumn):
-        """"done/total", or for a stage of unknown length (Pagefind's) the seconds it has taken so far."""
+        """The count "done/total", or for a stage of unknown length (Pagefind's) the seconds it has taken."""
 
         def render(self, task) -> Text:
             if task.total is None:
