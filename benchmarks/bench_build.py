@@ -206,6 +206,8 @@ def main() -> None:
         main_cpu, worker_cpu = (sum(cpu[i] for cpu in s["cpu"].values()) for i in (0, 1))
         print(f"{s['name']:<22}{s['wall']:8.2f}{rate:>11}{s['written']:9}{s['reused']:9}{s['saver_wait']:8.2f}"
               f"{main_cpu:12.2f}{worker_cpu:15.2f}{s['rss_main_mb']:13.0f}{s['rss_worker_mb']:15.0f}  {stages}")
+    if args.search:  # (the build's children include Pagefind, which holds the whole index in memory)
+        print("with the search index, \"CPU workers\" and \"RSS worker\" include Pagefind's (its stage: search_index)")
     if args.json:
         args.json.write_text(json.dumps({"n": args.n, "machine": machine(), "search": args.search,
                                          "bundle_kb": size / 1024, "steps": steps}, indent=2))

@@ -127,3 +127,17 @@ def test_build_benchmark_in_memory_deletes_an_earlier_runs_trees_before_building
         assert (work / "20" / "site" / "index.html").is_file()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_build_benchmark_with_the_search_index_says_whose_figures_it_counts(tmp_path):
+    """With ``--search`` the build's child processes include Pagefind (8.6 GB at 100,000 records): the table says
+    that its worker columns count it, and the index's stage is timed."""
+    out = tmp_path / "bench.json"
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_build.py"), "--n", "20", "--workdir",
+                             str(tmp_path / "work"), "--search", "--only", "full build", "--json", str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "search index on" in result.stdout
+    assert '"CPU workers" and "RSS worker" include Pagefind\'s' in result.stdout
+    full = json.loads(out.read_text())["steps"][0]
+    assert full["timings"]["search_index"] > 0 and full["cpu"]["search_index"][1] > 0  # Pagefind's CPU, a child's
