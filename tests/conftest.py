@@ -18,6 +18,16 @@ def tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def stand_in_pagefind(folder: Path, main: str) -> str:
+    """A ``pagefind`` package under *folder* whose ``python -m pagefind`` runs *main* (the source of its
+    ``__main__``); returns the ``PYTHONPATH`` that finds it before the real one."""
+    package = folder / "pagefind"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(main)
+    return str(folder)
+
+
 @pytest.fixture(scope="session")
 def real_raw() -> dict[str, bytes]:
     """name -> the real bundle's bytes."""

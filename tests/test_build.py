@@ -18,7 +18,7 @@ from site_builder.rendering import template_dirs
 from site_builder.serving import Site
 from site_builder.settings import SiteConfig
 
-from conftest import REAL_FILES, tree
+from conftest import REAL_FILES, stand_in_pagefind, tree
 from signing import TestKey, sign_bundle, to_bytes, with_paper
 
 
@@ -464,12 +464,9 @@ def test_index_search_reports_while_pagefind_runs_and_keeps_its_output(tmp_path,
     unsafe): ``index_search`` calls back while Pagefind runs, and still hears what it said when it fails."""
     from site_builder.build import SearchIndexError, index_search
 
-    fake = tmp_path / "fake" / "pagefind"  # found by `python -m pagefind` before the real one
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("")
-    (fake / "__main__.py").write_text("import sys, time\nsys.stderr.write('x' * 200000 + '\\n')\ntime.sleep(0.9)\n"
-                                      "sys.exit('Error: the last line')\n")
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))
+    monkeypatch.setenv("PYTHONPATH", stand_in_pagefind(tmp_path / "fake", "import sys, time\n"
+                                                       "sys.stderr.write('x' * 200000 + '\\n')\ntime.sleep(0.9)\n"
+                                                       "sys.exit('Error: the last line')\n"))
     calls = []
     with pytest.raises(SearchIndexError, match=r"pagefind failed: Error: the last line; previous output"):
         index_search(tmp_path, waiting=lambda: calls.append(1))
@@ -483,12 +480,9 @@ def test_an_interrupted_search_index_leaves_no_pagefind_running(tmp_path, monkey
 
     from site_builder.build import index_search
 
-    fake = tmp_path / "fake" / "pagefind"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("")
-    (fake / "__main__.py").write_text(f"import os, time\nopen({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))"
-                                      f"\ntime.sleep(60)\n")
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))
+    monkeypatch.setenv("PYTHONPATH", stand_in_pagefind(tmp_path / "fake", f"import os, time\n"
+                                                       f"open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n"
+                                                       f"time.sleep(60)\n"))
 
     def interrupt():
         if (tmp_path / "pid").exists():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REAL_FILES, ROOT
+from conftest import REAL_FILES, ROOT, stand_in_pagefind
 from signing import TestKey, sign_bundle, to_bytes
 
 
@@ -303,11 +303,8 @@ def test_a_failed_search_index_is_one_line_and_the_previous_site_stays(bundles_d
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     (bundles_dir / REAL_FILES[0].name).write_bytes(to_bytes(sign_bundle(json.loads(REAL_FILES[0].read_bytes()),
                                                                          TestKey())))  # a change to index
-    fake = tmp_path / "fake" / "pagefind"  # found by `python -m pagefind` before the real one
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("")
-    (fake / "__main__.py").write_text(f"import os, signal, sys\n{dies}\n")
-    r = cli("build", "--bundles", bundles_dir, "--output", out, env={**os.environ, "PYTHONPATH": str(tmp_path / "fake")})
+    stand_in = stand_in_pagefind(tmp_path / "fake", f"import os, signal, sys\n{dies}\n")
+    r = cli("build", "--bundles", bundles_dir, "--output", out, env={**os.environ, "PYTHONPATH": stand_in})
     assert r.returncode == 2, r.stderr
     err = r.stderr.strip().splitlines()
     assert [e for e in err if e.startswith("error:")] == err[-1:] and re.fullmatch(line, err[-1]), err
