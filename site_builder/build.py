@@ -680,13 +680,13 @@ def _build(options: BuildOptions) -> BuildReport:
                     if reused is None:
                         shutil.rmtree(tree.root / "pagefind", ignore_errors=True)
                         indexing = time.perf_counter()
-                        progress = options.progress
-                        if progress is not None:
-                            progress(SEARCH_STAGE, 0, None)
-                        index_search(tree.root, pagefind_glob(dirs),
-                                     (lambda: progress(SEARCH_STAGE, 0, None)) if progress is not None else None)
-                        if progress is not None:
-                            progress(SEARCH_STAGE, 1, 1)
+                        waiting = None  # (the progress display: a pulsing bar while Pagefind runs, then done)
+                        if options.progress is not None:
+                            waiting = functools.partial(options.progress, SEARCH_STAGE, 0, None)
+                            waiting()
+                        index_search(tree.root, pagefind_glob(dirs), waiting)
+                        if options.progress is not None:
+                            options.progress(SEARCH_STAGE, 1, 1)
                         report.search_seconds = time.perf_counter() - indexing  # (the summary line names it)
                         report.note_rendered(["search/index.html"])  # (the page whose results come from the index)
                         reused = join_files(_files_under(tree.root, "pagefind"))
