@@ -26,9 +26,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -55,6 +52,8 @@ from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, col
                                 replan_redirects, report_files, static_unit)
 from site_builder.records import PaperSummary, PaperText, paper_text, text_source
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
+from site_builder.search_index import (SEARCH_STAGE, SearchShard, files_under, index_search, pagefind_glob,
+                                      plan_shards)
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportDocument
 from site_builder.selection import Candidate, PublishedBefore, Selection, is_rollback, select
 from site_builder.settings import SiteConfig
@@ -126,87 +125,12 @@ class WorkerLostError(Exception):
                          f"see dmesg)")
 
 
-class SearchIndexError(Exception):
-    """Pagefind failed; the previous output is kept."""
-
-
 def source_date() -> str | None:
     """SOURCE_DATE_EPOCH as an ISO timestamp; without it the output holds no wall-clock time."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     if not epoch:
         return None
     return datetime.fromtimestamp(int(epoch), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-# A record's page: the one page the built-in templates mark for the search index (data-pagefind-body).
-RECORD_PAGES_GLOB = "pith/" + "?" * 26 + "/index.html"
-_INDEX_MARK = b"data-pagefind-body"
-
-
-def pagefind_glob(dirs: list[Path]) -> str | None:
-    """Which HTML files Pagefind need read: the record pages when, of the templates and assets in effect (the
-    first folder holding a name wins, as for Jinja), the record page's template alone marks pages for the index;
-    else None, every HTML file (a user's template marks other pages, or none does and Pagefind indexes every
-    page whole).  Pagefind reads every HTML file to find the marked ones, ~60,000 at 10,000 records: given the
-    record pages alone it builds the same index in ~60 % of the time and ~500 MB less memory."""
-    marked, seen = set(), set()
-    for folder in dirs:
-        for path in sorted(folder.rglob("*")):
-            rel = path.relative_to(folder).as_posix()
-            if rel in seen or not path.is_file():
-                continue
-            seen.add(rel)
-            if _INDEX_MARK in path.read_bytes():
-                marked.add(rel)
-    return RECORD_PAGES_GLOB if marked == {"paper.html"} else None
-
-
-SEARCH_STAGE = "indexing for search"  # (what the progress bar says while Pagefind runs)
-
-
-def index_search(site: Path, glob: str | None = None, waiting: Callable[[], None] | None = None) -> None:
-    """Run Pagefind over the staged site (only pages marked data-pagefind-body are indexed); *glob*: the HTML
-    files it need read (``pagefind_glob``), else every one.  *waiting* is called every 0.2 s while it runs (a
-    progress display, refreshed from this thread: Pagefind takes ~12 s at 10,000 records, ~2 minutes at
-    100,000)."""
-    cmd = [sys.executable, "-m", "pagefind", "--site", str(site), "--silent", "--include-characters", ".:"]
-    if glob is not None:
-        cmd += ["--glob", glob]
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
-        try:
-            while True:
-                try:
-                    stdout, stderr = process.communicate(timeout=0.2 if waiting is not None else None)
-                    break
-                except subprocess.TimeoutExpired:  # (no output is lost: communicate() goes on where it stopped)
-                    waiting()  # type: ignore[misc]
-        except BaseException:
-            process.kill()  # (as subprocess.run does: an interrupted build leaves no indexer running)
-            raise
-    code = process.returncode
-    if code < 0:  # killed: by the kernel's out-of-memory killer, most likely (it holds the whole index)
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        hint = (" (out of memory? Pagefind holds the whole index in memory, ~90 KB a record page: see dmesg, or "
-                "build with --no-search)") if code == -signal.SIGKILL else ""
-        raise SearchIndexError(f"search index: pagefind was killed by {name}{hint}; previous output left untouched")
-    if code != 0:
-        detail = (stderr or stdout).strip().splitlines()
-        raise SearchIndexError(f"search index: pagefind failed: {detail[-1] if detail else code}; "
-                               f"previous output left untouched")
-
-
-def _files_under(root: Path, folder: str) -> list[str]:
-    """The files under *root*/*folder*, as sorted paths relative to *root*.  Listed as strings: ``Path.rglob``
-    keeps every path it has yielded (to yield none twice), which for Pagefind's ~100,000 files at 100,000
-    records was ~80 MB of the build process's peak."""
-    found = []
-    for where, _, names in os.walk(root / folder):
-        prefix = os.path.relpath(where, root).replace(os.sep, "/") + "/"
-        found.extend(prefix + name for name in names if os.path.isfile(os.path.join(where, name)))
-    return sorted(found)
 
 
 def _hash(*parts: object) -> str:
@@ -572,15 +496,20 @@ def _build(options: BuildOptions) -> BuildReport:
         # there is nothing to do (and nothing is written).
         renderer = _renderer(options, dirs, build_key)
         catalog = _catalogue(options, published)
+        search_glob = pagefind_glob(dirs) if options.search else None
+        shards = _search_shards(options, search_glob, selection.published)
         collection = collection_units(renderer, catalog, plan.shared, options.trust, source_date(), about,
-                                      options.memory.unit_rows if options.memory is not None else None, static_files)
+                                      options.memory.unit_rows if options.memory is not None else None, static_files,
+                                      [s.folder for s in shards])
         clock.lap("plan_collection")
-        units = _units_plan(build_key, record_keys, published, collection, options)
-        search_key = units["search"][0] if "search" in units else None  # what the index would be made under
-        if options.defer_search and search_key is not None:
-            live_search = (cache.units(previous.build_id) or {}).get("search")
-            if live_search is not None and live_search[0] != search_key:
-                units["search"] = (live_search[0], "")  # the live index as it is (the build id says so)
+        units = _units_plan(build_key, record_keys, published, collection, shards, options)
+        planned_search = {s.unit: units[s.unit][0] for s in shards}  # what the indexes would be made under
+        if options.defer_search and planned_search:
+            live_units = cache.units(previous.build_id) or {}
+            live_search = {name: key for name, (key, _) in live_units.items() if _is_search_unit(name)}
+            # (the same shards, to keep the search page's links right; their indexes to be made again)
+            if live_search.keys() == planned_search.keys() and live_search != planned_search:
+                units.update((name, (key, "")) for name, key in live_search.items())  # (the build id says so)
                 report.search_behind = True
         _record_outcomes(report, inspections, selection, {}, options.memory)
         build_id, report_doc = _identify(build_key, report, units, options)
@@ -644,13 +573,14 @@ def _build(options: BuildOptions) -> BuildReport:
                 _record_outcomes(report, inspections, selection, changed)
                 plan = plan_redirects(papers)
                 catalog = catalogue(papers)
+                shards = _search_shards(options, search_glob, {p.pith_id: p for p in papers})
                 collection = collection_units(renderer, catalog, plan.shared, options.trust, source_date(), about,
-                                              static_files=static_files)
+                                              static_files=static_files, search_folders=[s.folder for s in shards])
                 units = {u: v for u, v in units.items() if u.startswith("record:")}
-                units.update({u: v for u, v in _units_plan(build_key, record_keys, papers, collection, options).items()
-                              if not u.startswith("record:")})
-                report.search_behind = False  # (planned afresh: indexed now)
-            renamed = False  # the search unit's key is not the one planned (below)
+                units.update({u: v for u, v in _units_plan(build_key, record_keys, papers, collection, shards,
+                                                           options).items() if not u.startswith("record:")})
+                planned_search = {s.unit: units[s.unit][0] for s in shards}  # (planned afresh: indexed now)
+            renamed = False  # a search unit's key is not the one planned (below)
             # (feeds show the words of records, which the build holds by reference: read from the tree's bundles)
             with text_source(_words_in(tree, options.max_bytes)):
                 for unit in collection:
@@ -671,27 +601,34 @@ def _build(options: BuildOptions) -> BuildReport:
                     spare = _mirror(slot, spare, tree, reused)
                 clock.lap("render_collection")
 
-                if "search" in units:
-                    reused = place("search", units["search"][0])
-                    if reused is None and report.search_behind:  # the live index is not to be had: make it now,
-                        units["search"] = (search_key, "")  # under its own key, which the build id must name
-                        report.search_behind = False
-                        renamed = True
+                indexing = time.perf_counter()
+                indexed = False
+                waiting = None  # (the progress display: a pulsing bar while Pagefind runs, then done)
+                if options.progress is not None:
+                    waiting = functools.partial(options.progress, SEARCH_STAGE, 0, None)
+                for shard in shards:
+                    key = units[shard.unit][0]
+                    reused = place(shard.unit, key)
+                    if reused is None and key != planned_search[shard.unit]:  # behind, and the live index is not
+                        key = planned_search[shard.unit]  # to be had: make it now, under its own key (which the
+                        renamed = True  # build id must name)
+                        reused = place(shard.unit, key)
                     if reused is None:
-                        shutil.rmtree(tree.root / "pagefind", ignore_errors=True)
-                        indexing = time.perf_counter()
-                        waiting = None  # (the progress display: a pulsing bar while Pagefind runs, then done)
-                        if options.progress is not None:
-                            waiting = functools.partial(options.progress, SEARCH_STAGE, 0, None)
+                        shutil.rmtree(tree.root / shard.folder, ignore_errors=True)
+                        if waiting is not None and not indexed:
                             waiting()
-                        index_search(tree.root, pagefind_glob(dirs), waiting)
-                        if options.progress is not None:
-                            options.progress(SEARCH_STAGE, 1, 1)
-                        report.search_seconds = time.perf_counter() - indexing  # (the summary line names it)
+                        indexed = True
+                        index_search(tree.root, shard.glob, waiting, shard.folder)
                         report.note_rendered(["search/index.html"])  # (the page whose results come from the index)
-                        reused = join_files(_files_under(tree.root, "pagefind"))
-                    units["search"] = (units["search"][0], reused)
+                        reused = join_files(files_under(tree.root, shard.folder))
+                    units[shard.unit] = (key, reused)
                     spare = _mirror(slot, spare, tree, reused)
+                if indexed:
+                    if options.progress is not None:
+                        options.progress(SEARCH_STAGE, 1, 1)
+                    report.search_seconds = time.perf_counter() - indexing  # (the summary line names it)
+                report.search_behind = any(units[s.unit][0] != planned_search[s.unit] for s in shards)
+                if shards:
                     clock.lap("search_index")
 
                 if changed or renamed:  # the outcomes and unit keys differ from those planned
@@ -1130,7 +1067,7 @@ def _unchanged_since_last_build(cache: BuildCache, input_fingerprint: str, slot:
 
 
 def _units_plan(build_key: str, record_keys: dict[str, str], papers: list[PaperSummary], collection: list,
-                options: BuildOptions) -> dict[str, tuple[str, str]]:
+                shards: list[SearchShard], options: BuildOptions) -> dict[str, tuple[str, str]]:
     """The key of every output unit (files are filled in as units are rendered or reused).
 
     A record's key covers its bytes and short addresses; a collection unit's key covers what it shows
@@ -1146,9 +1083,24 @@ def _units_plan(build_key: str, record_keys: dict[str, str], papers: list[PaperS
             if options.memory is not None:
                 memo[unit.name] = (build_key, unit.material, key)
         units[unit.name] = (key, "")
-    if options.search and papers:
-        units["search"] = (_hash(build_key, sorted(k for k, _ in units.values())), "")
+    for shard in shards:
+        if shard.glob is None:  # Pagefind reads every page: any unit may hold what it indexes
+            units[shard.unit] = (_hash(build_key, sorted(k for k, _ in units.values())), "")
+        else:  # record pages alone, whose keys cover everything they show
+            units[shard.unit] = (_hash(build_key, shard.folder, [record_keys[pid] for pid in shard.pith_ids]), "")
     return units
+
+
+def _is_search_unit(name: str) -> bool:
+    return name == "search" or name.startswith("search:")
+
+
+def _search_shards(options: BuildOptions, glob: str | None, published: dict) -> list[SearchShard]:
+    """The search indexes of a site publishing *published* (pith id -> anything, in pith-id order); none without
+    the search index."""
+    if not options.search:
+        return []
+    return plan_shards(published, glob, options.config.search_shard_size)
 
 
 def _identify(build_key: str, report: BuildReport, units: dict, options: BuildOptions) -> tuple[str, ReportDocument]:

@@ -15,10 +15,11 @@ from pathlib import Path
 import jinja2
 
 from site_builder import builder_identity
-from site_builder.build import BuildOptions, SearchIndexError, WorkerLostError, build, inspect_files
+from site_builder.build import BuildOptions, WorkerLostError, build, inspect_files
 from site_builder.inspection import Inspection, rejected
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundlesFolderError, InputFile, discover
+from site_builder.search_index import SearchIndexError
 from site_builder.settings import SETTINGS_FILE, SettingsError, load_settings, normalize_base_url
 from site_builder.writing import OutputError
 

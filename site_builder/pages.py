@@ -397,9 +397,10 @@ def _rows(papers: list[PaperSummary], memo: dict[str, tuple[list, str]] | None, 
 def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, trust: TrustSet,
                      generated_at: str | None, about_markdown: str | None,
                      rows_memo: dict[str, tuple[list, str]] | None = None,
-                     static_files: Unit | None = None) -> list[Unit]:
+                     static_files: Unit | None = None, search_folders: list[str] = ()) -> list[Unit]:
     """Pages that depend on the set of published records and its order (not on rejections), as units, and the
     site's other files (*static_files*: the static folder's, made once by the build, which also keys on it).
+    *search_folders*: where the search indexes are (``search_index.plan_shards``), which the search page merges.
 
     Each listing page, each feed and each shared short address is its own unit, so a change to one record
     re-renders only the pages that show it.
@@ -449,13 +450,15 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
     units.append(Unit("sitemap", [SITEMAP_LIMIT, urls], lambda: list(_sitemaps(renderer, urls))))
 
     def static() -> list[tuple[str, bytes]]:
-        files = [("robots.txt", renderer.render("robots.txt")), ("search/index.html", renderer.render("search.html")),
+        files = [("robots.txt", renderer.render("robots.txt")),
+                 ("search/index.html", renderer.render("search.html", search_indexes=search_folders)),
                  ("404.html", renderer.render("404.html")), (".nojekyll", b"")]
         if about_markdown is not None:
             files.append(("about/index.html", renderer.render("about.html", about=about_markdown)))
         files += [("assets/" + name, renderer.asset(name)) for name in renderer.asset_names()]
         return files
-    units.append(Unit("static", [about_markdown], static))
+    search_folders = list(search_folders)
+    units.append(Unit("static", [about_markdown, search_folders], static))
     units.append(Unit("manifest", [updated], lambda: _manifests(config, trust, updated)))
     if static_files is not None:
         units.append(static_files)

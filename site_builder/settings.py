@@ -24,6 +24,9 @@ class SiteConfig:
     about_file: str = "about.md"
     static_dir: str = "static"  # files copied into the site as they are (beside the settings file; optional)
     resolver_url: str = "https://pith.science"
+    # Records per search index at most (search_index.py): a larger site is indexed in shards, each re-made alone
+    # and within the memory of its own size (~90 KB a record), which the search page merges in the browser.
+    search_shard_size: int = 20000
 
     # Worked out once (a record's pages ask for ~50 links): the settings are frozen.  ``cached_property`` keeps
     # them in the instance's dict, which the frozen dataclass's fields, equality and ``replace`` do not look at.
@@ -67,6 +70,9 @@ def normalize_base_url(value: str) -> str:
     return value if value.endswith("/") else value + "/"
 
 
+_COUNTS = {"page_size": (1, 10_000), "search_shard_size": (1, 10_000_000)}  # the integer settings, and their bounds
+
+
 def load_settings(path: Path) -> SiteConfig:
     """Read settings from *path* if it exists; unknown keys are an error (typos should not pass silently)."""
     config = SiteConfig()
@@ -78,15 +84,17 @@ def load_settings(path: Path) -> SiteConfig:
         raise SettingsError(f"{path}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"{path}: {exc}") from None
-    known = [f.name for f in fields(SiteConfig)]  # (every setting is a field; all but page_size are text)
+    known = [f.name for f in fields(SiteConfig)]  # (every setting is a field; all but the counts are text)
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise SettingsError(f"{path}: unknown setting(s): {', '.join(unknown)}")
     for key in known:
-        if key != "page_size" and key in data and not isinstance(data[key], str):
+        if key not in _COUNTS and key in data and not isinstance(data[key], str):
             raise SettingsError(f"{path}: {key} must be a string")
-    if "page_size" in data and (not isinstance(data["page_size"], int) or not 1 <= data["page_size"] <= 10000):
-        raise SettingsError(f"{path}: page_size must be an integer from 1 to 10000")
+    for key, (low, high) in _COUNTS.items():
+        value = data.get(key, low)
+        if type(value) is not int or not low <= value <= high:
+            raise SettingsError(f"{path}: {key} must be an integer from {low:,} to {high:,}")
     if "base_url" in data:
         data["base_url"] = normalize_base_url(data["base_url"])
     return replace(config, **data)

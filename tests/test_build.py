@@ -11,7 +11,7 @@ import jinja2
 import pytest
 
 import site_builder.report
-from site_builder.build import RECORD_PAGES_GLOB, BuildOptions, build, pagefind_glob
+from site_builder.build import BuildOptions, build
 from site_builder.canonical import resolver_json
 from site_builder.keys import load_trust_set
 from site_builder.rendering import template_dirs
@@ -76,46 +76,6 @@ def test_builds_with_search_index_are_byte_identical(bundles_dir, tmp_path):
         build(BuildOptions(bundles=bundles_dir, output=out, trust=load_trust_set(), search=True))
     assert (a / "pagefind" / "pagefind-entry.json").is_file()
     assert tree(a) == tree(b)
-
-
-# A user's listing template that marks listing pages for the search index.
-MARKED_LISTING = ('{% extends "base.html" %}{% block main %}<div data-pagefind-body>{{ paper_rows(papers) }}</div>'
-                  '{% endblock %}')
-
-
-def test_pagefind_reads_only_record_pages_unless_a_users_template_marks_others(tmp_path):
-    builtin = template_dirs(None)
-    assert pagefind_glob(builtin) == RECORD_PAGES_GLOB
-    assert fnmatch.fnmatch("pith/" + "A" * 26 + "/index.html", RECORD_PAGES_GLOB)
-    assert not any(fnmatch.fnmatch(f"pith/{'A' * n}/index.html", RECORD_PAGES_GLOB) for n in (8, 12, 16))
-    user = tmp_path / "templates"
-    user.mkdir()
-    (user / "listing.html").write_text(MARKED_LISTING)
-    assert pagefind_glob(template_dirs(user)) is None  # listing pages are indexed too
-    (user / "listing.html").unlink()
-    (user / "paper.html").write_text("<p>{{ p.title }}</p>")  # nothing marked: Pagefind indexes every page whole
-    assert pagefind_glob(template_dirs(user)) is None
-    (user / "paper.html").unlink()
-    (user / "about.html").write_text("<p>no mark here</p>")
-    assert pagefind_glob(template_dirs(user)) == RECORD_PAGES_GLOB
-
-
-def test_search_indexes_every_marked_page(bundles_dir, tmp_path):
-    """Built-in templates: the record pages, read alone; a user's template that marks listing pages gets them
-    indexed as well."""
-    def indexed(out: Path) -> int:
-        return json.loads((out / "pagefind" / "pagefind-entry.json").read_text())["languages"]["en"]["page_count"]
-
-    plain = tmp_path / "plain"
-    build(BuildOptions(bundles=bundles_dir, output=plain, trust=load_trust_set(), search=True))
-    assert indexed(plain) == len(REAL_FILES)
-    user = tmp_path / "templates"
-    user.mkdir()
-    (user / "listing.html").write_text(MARKED_LISTING)
-    marked = tmp_path / "marked"
-    build(BuildOptions(bundles=bundles_dir, output=marked, trust=load_trust_set(), search=True, templates=user))
-    listings = [p for p in marked.rglob("index.html") if b"data-pagefind-body" in p.read_bytes()]
-    assert len(listings) > len(REAL_FILES) and indexed(marked) == len(listings)
 
 
 def test_source_date_epoch_is_the_only_clock(bundles_dir, tmp_path, monkeypatch):
@@ -457,58 +417,3 @@ def test_mostly_stale_counts_as_the_whole_sum_would():
         assert _mostly_stale(units, stale) == whole
     assert _mostly_stale({"a": ("k", "f\tf\tf\tf\tf\tf\tf\tf\tf\tf")}, ["f\tf\tf\tf\tf\tf\tf\tf\tf"]) is False  # 9 of 10
     assert _mostly_stale({"a": ("k", "f\tf"), "b": ("k", "f")}, ["f\tf", "f"]) is True
-
-
-def test_index_search_reports_while_pagefind_runs_and_keeps_its_output(tmp_path, monkeypatch):
-    """The progress display is refreshed from the build's own thread (a thread would make forking the cache saver
-    unsafe): ``index_search`` calls back while Pagefind runs, and still hears what it said when it fails."""
-    from site_builder.build import SearchIndexError, index_search
-
-    monkeypatch.setenv("PYTHONPATH", stand_in_pagefind(tmp_path / "fake", "import sys, time\n"
-                                                       "sys.stderr.write('x' * 200000 + '\\n')\ntime.sleep(0.9)\n"
-                                                       "sys.exit('Error: the last line')\n"))
-    calls = []
-    with pytest.raises(SearchIndexError, match=r"pagefind failed: Error: the last line; previous output"):
-        index_search(tmp_path, waiting=lambda: calls.append(1))
-    assert len(calls) >= 3  # every 0.2 s of its 0.9 s; its 200 KB of output did not block it
-
-
-def test_an_interrupted_search_index_leaves_no_pagefind_running(tmp_path, monkeypatch):
-    """Ctrl-C (or any error) while Pagefind runs ends Pagefind too, as ``subprocess.run`` would."""
-    import os
-    import time
-
-    from site_builder.build import index_search
-
-    monkeypatch.setenv("PYTHONPATH", stand_in_pagefind(tmp_path / "fake", f"import os, time\n"
-                                                       f"open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n"
-                                                       f"time.sleep(60)\n"))
-
-    def interrupt():
-        if (tmp_path / "pid").exists():
-            raise KeyboardInterrupt
-
-    started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        index_search(tmp_path, waiting=interrupt)
-    assert time.monotonic() - started < 30
-    pid = int((tmp_path / "pid").read_text())
-    with pytest.raises(ProcessLookupError):  # killed and reaped
-        os.kill(pid, 0)
-
-
-def test_files_under_lists_what_rglob_lists(tmp_path):
-    """The search index's files are listed without ``Path.rglob`` (which holds every path it yields): the same
-    sorted relative paths, files only, symlinked files included as ``is_file`` has them."""
-    from site_builder.build import _files_under
-
-    index = tmp_path / "pagefind"
-    for rel in ["pagefind-entry.json", "fragment/en_1.pf_fragment", "fragment/en_0.pf_fragment", "index/en_a.pf_index",
-                "filter/x/deep.pf_filter"]:
-        (index / rel).parent.mkdir(parents=True, exist_ok=True)
-        (index / rel).write_bytes(b"x")
-    (index / "empty").mkdir()
-    (index / "link.json").symlink_to(index / "pagefind-entry.json")
-    expected = sorted(str(p.relative_to(tmp_path)) for p in index.rglob("*") if p.is_file())
-    assert _files_under(tmp_path, "pagefind") == expected and "pagefind/link.json" in expected
-    assert _files_under(tmp_path, "missing") == []

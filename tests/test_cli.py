@@ -123,6 +123,19 @@ def test_settings_file_and_flag_precedence(tmp_path):
     assert r.returncode == 2 and "unknown setting(s): titel" in r.stderr
 
 
+@pytest.mark.parametrize("line, error", [
+    ("page_size = 0", "page_size must be an integer from 1 to 10,000"),
+    ("page_size = true", "page_size must be an integer from 1 to 10,000"),
+    ('search_shard_size = "5000"', "search_shard_size must be an integer from 1 to 10,000,000"),
+    ("search_shard_size = 2.5", "search_shard_size must be an integer from 1 to 10,000,000"),
+    ('title = 3', "title must be a string"),
+])
+def test_a_bad_setting_is_one_line_naming_the_file(tmp_path, line, error):
+    (tmp_path / "site.toml").write_text(line + "\n")
+    r = cli("build", "--bundles", ROOT / "bundles", "--output", "out", "--no-search", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr == f"error: site.toml: {error}\n" and not (tmp_path / "out").exists()
+
+
 def _run_on_terminal(*args) -> str:
     """Run the command line with a pseudo-terminal as stdout and stderr; everything it wrote there."""
     import pty
@@ -290,7 +303,8 @@ def test_version_names_the_code_it_runs():
 @pytest.mark.parametrize("dies, line", [
     ("os.kill(os.getpid(), signal.SIGKILL)",  # as the kernel's out-of-memory killer ends it
      r"error: search index: pagefind was killed by SIGKILL \(out of memory\? Pagefind holds the whole index in "
-     r"memory, ~90 KB a record page: see dmesg, or build with --no-search\); previous output left untouched"),
+     r"memory, ~90 KB a record page: see dmesg, lower search_shard_size in the settings, or build with "
+     r"--no-search\); previous output left untouched"),
     ("sys.exit('Error: cannot write the index')",
      r"error: search index: pagefind failed: Error: cannot write the index; previous output left untouched"),
 ])

@@ -330,8 +330,11 @@ def _build_options(root: Path, output: Path):
     from site_builder.build import BuildOptions
     from site_builder.keys import load_trust_set
 
+    from site_builder.settings import load_settings
+
     return BuildOptions(bundles=root / "bundles", output=output, trust=load_trust_set(_keys(root)),
-                        templates=root / "templates", about_file=root / "about.md")
+                        templates=root / "templates", about_file=root / "about.md",
+                        config=load_settings(root / "site.toml"))
 
 
 def _assert_as_a_clean_build(root: Path, tmp_path: Path) -> None:
@@ -360,20 +363,27 @@ def test_a_change_the_watcher_missed_is_caught_after_the_build(project):
     site.memory.close()
 
 
-def test_a_change_is_live_before_the_search_index_which_follows(project, tmp_path):
+@pytest.mark.parametrize("sharded", [False, True])
+def test_a_change_is_live_before_the_search_index_which_follows(project, tmp_path, sharded):
     """With search on, serve publishes a change with the previous index (Pagefind indexes every record page
     again: ~12 s at 10,000 records) and asks for the next build at once, which makes the index anew and tells
-    the search page to reload; then the site is what a clean build makes."""
+    the search page to reload; then the site is what a clean build makes.  *sharded*: a search index per shard
+    of records (here 2 of 4 hold the 3 records): the changed record's shard follows, the other is never made
+    again."""
     from site_builder.serving import LiveState
 
     root, key = project
+    if sharded:
+        (root / "site.toml").write_text("search_shard_size = 1\n")
     live = LiveState()
     events = queue.Queue()
     live.clients.append(events)
     site, asked = _site(root, live=live)
-    entry = root / "output" / "pagefind" / "pagefind-entry.json"
+    entry = root / "output" / "pagefind" / ("4-of-4/" if sharded else "") / "pagefind-entry.json"
+    other = root / "output" / "pagefind" / "1-of-4" / "pagefind-entry.json"  # (the other two records' shard)
     assert site.rebuild("start") and entry.is_file() and not asked  # nothing to follow: indexed at once
     indexed = entry.read_bytes()
+    other_inode = other.stat().st_ino if sharded else None
     page = _retitle(root, key, "Searchable later")
     assert site.rebuild("change", None)
     assert "Searchable later" in page.read_text() and entry.read_bytes() == indexed  # live, with the old index
@@ -385,6 +395,8 @@ def test_a_change_is_live_before_the_search_index_which_follows(project, tmp_pat
     reloads = [data for event, data in list(events.queue) if event == "reload"]
     assert any("/search/" in data["paths"] for data in reloads)
     assert site.rebuild("change", set()) and asked == [True]  # and then nothing changes
+    if sharded:
+        assert other.stat().st_ino == other_inode
     site.memory.close()
     _assert_as_a_clean_build(root, tmp_path)
 

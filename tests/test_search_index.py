@@ -1,0 +1,187 @@
+"""The search index (search_index.py): which pages Pagefind reads, how a large site is split into shards (each
+indexed alone, merged by the search page; chromium searches them in test_site.py), and how Pagefind is run."""
+
+import fnmatch
+import json
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from site_builder.build import BuildOptions, build
+from site_builder.keys import load_trust_set
+from site_builder.rendering import template_dirs
+from site_builder.search_index import (BASE32, MAX_SHARDS, RECORD_PAGES_GLOB, SearchIndexError, files_under,
+                                       index_search, pagefind_glob, plan_shards, shard_count, shard_glob, shard_of)
+from site_builder.settings import SiteConfig
+
+from conftest import REAL_FILES, stand_in_pagefind, tree
+
+# A user's listing template that marks listing pages for the search index.
+MARKED_LISTING = ('{% extends "base.html" %}{% block main %}<div data-pagefind-body>{{ paper_rows(papers) }}</div>'
+                  '{% endblock %}')
+
+
+def test_pagefind_reads_only_record_pages_unless_a_users_template_marks_others(tmp_path):
+    builtin = template_dirs(None)
+    assert pagefind_glob(builtin) == RECORD_PAGES_GLOB
+    assert fnmatch.fnmatch("pith/" + "A" * 26 + "/index.html", RECORD_PAGES_GLOB)
+    assert not any(fnmatch.fnmatch(f"pith/{'A' * n}/index.html", RECORD_PAGES_GLOB) for n in (8, 12, 16))
+    user = tmp_path / "templates"
+    user.mkdir()
+    (user / "listing.html").write_text(MARKED_LISTING)
+    assert pagefind_glob(template_dirs(user)) is None  # listing pages are indexed too
+    (user / "listing.html").unlink()
+    (user / "paper.html").write_text("<p>{{ p.title }}</p>")  # nothing marked: Pagefind indexes every page whole
+    assert pagefind_glob(template_dirs(user)) is None
+    (user / "paper.html").unlink()
+    (user / "about.html").write_text("<p>no mark here</p>")
+    assert pagefind_glob(template_dirs(user)) == RECORD_PAGES_GLOB
+
+
+def test_search_indexes_every_marked_page(bundles_dir, tmp_path):
+    """Built-in templates: the record pages, read alone; a user's template that marks listing pages gets them
+    indexed as well."""
+    def indexed(out: Path) -> int:
+        return json.loads((out / "pagefind" / "pagefind-entry.json").read_text())["languages"]["en"]["page_count"]
+
+    plain = tmp_path / "plain"
+    build(BuildOptions(bundles=bundles_dir, output=plain, trust=load_trust_set(), search=True))
+    assert indexed(plain) == len(REAL_FILES)
+    user = tmp_path / "templates"
+    user.mkdir()
+    (user / "listing.html").write_text(MARKED_LISTING)
+    marked = tmp_path / "marked"
+    build(BuildOptions(bundles=bundles_dir, output=marked, trust=load_trust_set(), search=True, templates=user))
+    listings = [p for p in marked.rglob("index.html") if b"data-pagefind-body" in p.read_bytes()]
+    assert len(listings) > len(REAL_FILES) and indexed(marked) == len(listings)
+    # ... and one index of the whole site even where record pages alone would be split into shards
+    sharded = tmp_path / "sharded"
+    build(BuildOptions(bundles=bundles_dir, output=sharded, trust=load_trust_set(), search=True, templates=user,
+                       config=SiteConfig(search_shard_size=1)))
+    assert indexed(sharded) == len(listings) and _page_counts(sharded) == {"pagefind": len(listings)}
+
+
+def test_index_search_reports_while_pagefind_runs_and_keeps_its_output(tmp_path, monkeypatch):
+    """The progress display is refreshed from the build's own thread (a thread would make forking the cache saver
+    unsafe): ``index_search`` calls back while Pagefind runs, and still hears what it said when it fails."""
+    monkeypatch.setenv("PYTHONPATH", stand_in_pagefind(tmp_path / "fake", "import sys, time\n"
+                                                       "sys.stderr.write('x' * 200000 + '\\n')\ntime.sleep(0.9)\n"
+                                                       "sys.exit('Error: the last line')\n"))
+    calls = []
+    with pytest.raises(SearchIndexError, match=r"pagefind failed: Error: the last line; previous output"):
+        index_search(tmp_path, waiting=lambda: calls.append(1))
+    assert len(calls) >= 3  # every 0.2 s of its 0.9 s; its 200 KB of output did not block it
+
+
+def test_an_interrupted_search_index_leaves_no_pagefind_running(tmp_path, monkeypatch):
+    """Ctrl-C (or any error) while Pagefind runs ends Pagefind too, as ``subprocess.run`` would."""
+    monkeypatch.setenv("PYTHONPATH", stand_in_pagefind(tmp_path / "fake", f"import os, time\n"
+                                                       f"open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n"
+                                                       f"time.sleep(60)\n"))
+
+    def interrupt():
+        if (tmp_path / "pid").exists():
+            raise KeyboardInterrupt
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        index_search(tmp_path, waiting=interrupt)
+    assert time.monotonic() - started < 30
+    pid = int((tmp_path / "pid").read_text())
+    with pytest.raises(ProcessLookupError):  # killed and reaped
+        os.kill(pid, 0)
+
+
+def testfiles_under_lists_what_rglob_lists(tmp_path):
+    """The search index's files are listed without ``Path.rglob`` (which holds every path it yields): the same
+    sorted relative paths, files only, symlinked files included as ``is_file`` has them."""
+    index = tmp_path / "pagefind"
+    for rel in ["pagefind-entry.json", "fragment/en_1.pf_fragment", "fragment/en_0.pf_fragment", "index/en_a.pf_index",
+                "filter/x/deep.pf_filter"]:
+        (index / rel).parent.mkdir(parents=True, exist_ok=True)
+        (index / rel).write_bytes(b"x")
+    (index / "empty").mkdir()
+    (index / "link.json").symlink_to(index / "pagefind-entry.json")
+    expected = sorted(str(p.relative_to(tmp_path)) for p in index.rglob("*") if p.is_file())
+    assert files_under(tmp_path, "pagefind") == expected and "pagefind/link.json" in expected
+    assert files_under(tmp_path, "missing") == []
+
+
+def _random_ids(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return sorted({"".join(rng.choice(BASE32) for _ in range(26)) for _ in range(n)})
+
+
+@pytest.mark.parametrize("count", [1, 2, 4, 8, 32, 64, 256, MAX_SHARDS])
+def test_each_shards_glob_matches_exactly_the_ids_it_holds(count):
+    """Pagefind reads a shard's record pages by its glob, so the glob must match the ids ``shard_of`` puts in that
+    shard and no other (every first and second character tried), and never a short address's page."""
+    ids = [a + b + "A" * 24 for a in BASE32 for b in BASE32] + _random_ids(300, count)
+    globs = [shard_glob(n, count) for n in range(count)]
+    for pid in ids:
+        page = f"pith/{pid}/index.html"
+        assert [fnmatch.fnmatchcase(page, g) for g in globs].count(True) == 1
+        assert fnmatch.fnmatchcase(page, globs[shard_of(pid, count)]), (pid, count)
+        assert fnmatch.fnmatchcase(page, RECORD_PAGES_GLOB)
+    for n in (8, 12, 16):
+        assert not any(fnmatch.fnmatchcase(f"pith/{ids[-1][:n]}/index.html", g) for g in globs)
+    assert sorted({shard_of(pid, count) for pid in ids}) == list(range(count))  # every shard holds ids
+
+
+def test_shard_count_is_the_smallest_power_of_two_within_the_shard_size():
+    assert [shard_count(n, 10) for n in (0, 1, 10, 11, 20, 21, 40, 41, 10 * MAX_SHARDS, 10**9)] == \
+        [1, 1, 1, 2, 2, 4, 4, 8, MAX_SHARDS, MAX_SHARDS]
+
+
+def test_plan_shards_splits_only_a_large_site_of_record_pages():
+    ids = _random_ids(1000, 7)
+    assert plan_shards([], RECORD_PAGES_GLOB, 10) == []
+    (one,) = plan_shards(ids, RECORD_PAGES_GLOB, 1000)
+    assert (one.unit, one.folder, one.glob, one.pith_ids) == ("search", "pagefind/", RECORD_PAGES_GLOB, tuple(ids))
+    (whole,) = plan_shards(ids, None, 10)  # a user's template marks other pages: one index of every page
+    assert (whole.unit, whole.folder, whole.glob) == ("search", "pagefind/", None)
+    shards = plan_shards(ids, RECORD_PAGES_GLOB, 100)  # 16 shards of ~62
+    assert [s.unit for s in shards] == [f"search:{n}" for n in range(16)]
+    assert [s.folder for s in shards] == [f"pagefind/{n + 1}-of-16/" for n in range(16)]
+    assert sorted(pid for s in shards for pid in s.pith_ids) == ids
+    for s in shards:
+        assert s.pith_ids and all(fnmatch.fnmatchcase(f"pith/{pid}/index.html", s.glob) for pid in s.pith_ids)
+    few = plan_shards(["A" * 26, "M" * 26, "Z" * 26], RECORD_PAGES_GLOB, 1)  # 4 shards, one of them empty: it
+    assert [s.folder for s in few] == ["pagefind/1-of-4/", "pagefind/2-of-4/", "pagefind/4-of-4/"]  # gets no
+    # index (Pagefind refuses to make one)
+
+
+def _page_counts(site: Path) -> dict[str, int]:
+    return {str(entry.parent.relative_to(site)): json.loads(entry.read_text())["languages"]["en"]["page_count"]
+            for entry in sorted(site.glob("pagefind/**/pagefind-entry.json"))}
+
+
+def test_a_change_re_indexes_only_its_shard_and_equals_a_clean_build(bundles_dir, tmp_path):
+    """Four records in three shards (one record or two a shard): removing a record re-makes the index of its own
+    shard alone (the others' files are the live ones, linked), and removing a shard's only record removes that
+    index from the site and from the search page."""
+    config = SiteConfig(search_shard_size=1)
+    out = tmp_path / "site"
+    options = BuildOptions(bundles=bundles_dir, output=out, trust=load_trust_set(), config=config)
+    build(options)
+    assert _page_counts(out) == {"pagefind/1-of-4": 2, "pagefind/3-of-4": 1, "pagefind/4-of-4": 1}
+    inode = lambda rel: os.stat(out / rel).st_ino  # noqa: E731
+    kept = {rel: inode(rel) for rel in ("pagefind/3-of-4/pagefind-entry.json", "pagefind/4-of-4/pagefind-entry.json")}
+
+    (bundles_dir / "A2G3QVIG5OIYJVZB5MA4S6VDQP.json").unlink()  # shares 1-of-4 with AOU3...
+    report = build(options)
+    assert report.search_seconds > 0
+    assert _page_counts(out) == {"pagefind/1-of-4": 1, "pagefind/3-of-4": 1, "pagefind/4-of-4": 1}
+    assert {rel: inode(rel) for rel in kept} == kept  # the other shards' indexes were not made again
+
+    (bundles_dir / "W3PCQTV6U43ZRLRXL3ULSAQ7HW.json").unlink()  # alone in 3-of-4; now 2 records, 2 shards
+    build(options)
+    assert _page_counts(out) == {"pagefind/1-of-2": 1, "pagefind/2-of-2": 1}
+    assert '["/pagefind/1-of-2/","/pagefind/2-of-2/"]' in (out / "search/index.html").read_text()
+    clean = tmp_path / "clean"
+    build(BuildOptions(bundles=bundles_dir, output=clean, trust=load_trust_set(), config=config))
+    assert tree(out) == tree(clean)
