@@ -31,6 +31,7 @@ sys.path.insert(0, str(HERE))
 from generate import generate, make_bundle  # noqa: E402
 
 sys.path.insert(0, str(ROOT))  # this checkout's site_builder, as the builds it times
+from site_builder.settings import SiteConfig  # noqa: E402
 from site_builder.writing import remove_tree  # noqa: E402
 
 RUNNER = r"""
@@ -38,11 +39,12 @@ import json, resource, sys, time
 from pathlib import Path
 from site_builder.build import BuildOptions, build
 from site_builder.keys import load_trust_set
+from site_builder.settings import SiteConfig
 args = json.loads(sys.argv[1])
 opts = BuildOptions(bundles=Path(args["bundles"]), output=Path(args["output"]),
                     trust=load_trust_set([Path(args["key"])]), templates=Path(args["templates"]),
                     search=args["search"], jobs=args["jobs"], one_shot=True,  # as the CLI does
-                    link_twin=args["twin"])
+                    link_twin=args["twin"], config=SiteConfig(search_shard_size=args["shard_size"]))
 # A build hands the cache save to a detached process; the next build waits for it (the cache lock).  Wait here,
 # untimed, so each scenario measures itself; the wait is reported as "saver_wait".
 import fcntl, os
@@ -65,9 +67,11 @@ print(json.dumps({"wall": wall, "written": r.files_written, "reused": r.files_re
 """
 
 
-def run_build(work: Path, search: bool, jobs: int, twin: bool = True) -> dict:
+def run_build(work: Path, search: bool, jobs: int, twin: bool = True, shard_size: int = SiteConfig.search_shard_size
+              ) -> dict:
     args = {"bundles": str(work / "bundles"), "output": str(work / "site"), "key": str(work / "bench-key.json"),
-            "templates": str(work / "templates"), "search": search, "jobs": jobs, "twin": twin}
+            "templates": str(work / "templates"), "search": search, "jobs": jobs, "twin": twin,
+            "shard_size": shard_size}
     # The code measured is this checkout's (``python -c`` puts the working folder first on the import path).
     out = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(args)], capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:  # say why, not only that it failed
@@ -120,6 +124,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--search", action="store_true", help="include the Pagefind index in every build")
     parser.add_argument("--jobs", type=int, default=0)
+    parser.add_argument("--search-shard-size", type=int, default=SiteConfig.search_shard_size,
+                        help="records per search index at most (the search_shard_size setting)")
     parser.add_argument("--no-twin", action="store_true",
                         help="build as `build --no-twin` does (no twin linked by builds that write every file)")
     parser.add_argument("--only", help="comma-separated scenario names to run (default: all), e.g. "
@@ -167,7 +173,7 @@ def main() -> None:
             return
         if action:
             action()
-        result = run_build(work, args.search, args.jobs, not args.no_twin)
+        result = run_build(work, args.search, args.jobs, not args.no_twin, args.search_shard_size)
         result["name"] = name
         steps.append(result)
         print(f"{name:<22} {result['wall']:8.2f}s  written {result['written']:>7}  reused {result['reused']:>7}",
@@ -195,7 +201,8 @@ def main() -> None:
     for stale in work.glob(".stale-*"):  # in a detached, idle-priority process: the command returns now
         remove_tree(stale, wait=False)
 
-    print(f"\n{args.n} bundles (~{size / 1024:.1f} KB each); {machine()}; search index {'on' if args.search else 'off'}")
+    print(f"\n{args.n} bundles (~{size / 1024:.1f} KB each); {machine()}; search index "
+          f"{f'on, in shards of at most {args.search_shard_size:,} records' if args.search else 'off'}")
     # CPU: seconds of the build's own process and of its worker processes, over its stages (where the time
     # goes: on N cores a build is CPU-bound when the two add up to nearly N times its wall time).
     print(f"{'scenario':<22}{'wall s':>8}{'bundles/s':>11}{'written':>9}{'reused':>9}{'waited':>8}{'CPU main s':>12}"
@@ -210,6 +217,7 @@ def main() -> None:
         print("with the search index, \"CPU workers\" and \"RSS worker\" include Pagefind's (its stage: search_index)")
     if args.json:
         args.json.write_text(json.dumps({"n": args.n, "machine": machine(), "search": args.search,
+                                         "search_shard_size": args.search_shard_size,
                                          "bundle_kb": size / 1024, "steps": steps}, indent=2))
 
 

@@ -1100,7 +1100,7 @@ def _search_shards(options: BuildOptions, glob: str | None, published: dict) -> 
     the search index."""
     if not options.search:
         return []
-    return plan_shards(published, glob, options.config.search_shard_size)
+    return plan_shards(published, glob, options.config.search_shard_size, options.config.search_max_shards)
 
 
 def _identify(build_key: str, report: BuildReport, units: dict, options: BuildOptions) -> tuple[str, ReportDocument]:

@@ -1,12 +1,13 @@
 """The search index: Pagefind run over the built site, split into shards for large mirrors.
 
 Pagefind holds its whole index in memory and cannot update one: at 100,000 records a single index took ~2
-minutes and 8.6 GB, after any change.  So a site of more than ``search_shard_size`` records (a setting) is
-indexed as a power-of-two number of shards, each holding the records whose pith id starts with a fixed range
-of base32 characters (ids are digests, so the shards come out even); the search page merges them in the browser
-(Pagefind's ``mergeIndex``).  A change re-indexes only the shard that holds it, and an index run needs the
-memory of one shard.  The price is paid by the reader: a query fetches a little from every shard (and each
-shard's ~70 KB of WebAssembly once), which is why a site under the shard size keeps one index.
+minutes and 8.6 GB, after any change; at 10,000, ~9.5 s and 1 GB.  So a site of more than ``search_shard_size``
+records (a setting) is indexed as a power-of-two number of shards (``search_max_shards`` at most), each holding
+the records whose pith id starts with a fixed range of base32 characters (ids are digests, so the shards come
+out even); the search page merges them in the browser (Pagefind's ``mergeIndex``).  A change re-indexes only the
+shard that holds it, and an index run needs the memory of one shard.  The price is paid by the reader: a query
+fetches a little from every shard (at 10,000 records, 24 requests and 339 KB with 4 shards against 12 and 311 KB
+with one index; 67 and 796 KB with 16), which is why the shards are few.
 
 Which records are in which shard depends only on their ids and how many there are, so the same inputs give the
 same tree.
@@ -24,7 +25,7 @@ from typing import Callable, Iterable
 
 BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"  # RFC 4648, the alphabet of pith ids, in the order of their values
 ID_LENGTH = 26
-MAX_SHARDS = 32 * 32  # split by the ids' first two characters at most: 20 million records at 20,000 a shard
+MAX_SHARDS = 32 * 32  # split by the ids' first two characters at most
 INDEX_FOLDER = "pagefind/"
 
 # A record's page: the one page the built-in templates mark for the search index (data-pagefind-body).
@@ -66,11 +67,11 @@ class SearchShard:
     pith_ids: tuple[str, ...]  # the records it indexes
 
 
-def shard_count(records: int, shard_size: int) -> int:
+def shard_count(records: int, shard_size: int, max_shards: int = MAX_SHARDS) -> int:
     """The smallest power of two that splits *records* into shards of at most *shard_size* (as the ids fall,
-    on average), capped at ``MAX_SHARDS``."""
+    on average), but no more than *max_shards* (and ``MAX_SHARDS``)."""
     count = 1
-    while count < MAX_SHARDS and records > count * shard_size:
+    while 2 * count <= min(max_shards, MAX_SHARDS) and records > count * shard_size:
         count *= 2
     return count
 
@@ -92,15 +93,17 @@ def shard_glob(number: int, count: int) -> str:
     return "pith/" + head + "?" * (ID_LENGTH - (1 if count <= 32 else 2)) + "/index.html"
 
 
-def plan_shards(pith_ids: Iterable[str], glob: str | None, shard_size: int) -> list[SearchShard]:
+def plan_shards(pith_ids: Iterable[str], glob: str | None, shard_size: int,
+                max_shards: int = MAX_SHARDS) -> list[SearchShard]:
     """The search indexes of a site publishing *pith_ids* (sorted), given what Pagefind reads (*glob*, from
     ``pagefind_glob``): one index at ``pagefind/`` unless the site has more than *shard_size* records and only
     record pages are indexed (a user's template that marks other pages gets one index of the whole site); else
-    one per shard that holds a record, at ``pagefind/<n>-of-<count>/``.  None for a site with no record."""
+    one per shard that holds a record (``shard_count``), at ``pagefind/<n>-of-<count>/``.  None for a site with
+    no record."""
     ids = list(pith_ids)
     if not ids:
         return []
-    count = shard_count(len(ids), shard_size) if glob == RECORD_PAGES_GLOB else 1
+    count = shard_count(len(ids), shard_size, max_shards) if glob == RECORD_PAGES_GLOB else 1
     if count == 1:
         return [SearchShard("search", INDEX_FOLDER, glob, tuple(ids))]
     members: dict[int, list[str]] = {}
@@ -137,8 +140,9 @@ def index_search(site: Path, glob: str | None = None, waiting: Callable[[], None
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        hint = (" (out of memory? Pagefind holds the whole index in memory, ~90 KB a record page: see dmesg, "
-                "lower search_shard_size in the settings, or build with --no-search)") if code == -signal.SIGKILL else ""
+        hint = (" (out of memory? Pagefind holds a whole index in memory, ~90 KB a record page: see dmesg, index "
+                "in smaller shards (search_shard_size, search_max_shards), or build with --no-search)"
+                ) if code == -signal.SIGKILL else ""
         raise SearchIndexError(f"search index: pagefind was killed by {name}{hint}; previous output left untouched")
     if code != 0:
         detail = (stderr or stdout).strip().splitlines()

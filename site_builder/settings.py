@@ -25,8 +25,10 @@ class SiteConfig:
     static_dir: str = "static"  # files copied into the site as they are (beside the settings file; optional)
     resolver_url: str = "https://pith.science"
     # Records per search index at most (search_index.py): a larger site is indexed in shards, each re-made alone
-    # and within the memory of its own size (~90 KB a record), which the search page merges in the browser.
-    search_shard_size: int = 20000
+    # and within the memory of its own size (~90 KB a record), which the search page merges in the browser; but
+    # in no more than search_max_shards of them, as a query fetches from every one.
+    search_shard_size: int = 2500
+    search_max_shards: int = 8
 
     # Worked out once (a record's pages ask for ~50 links): the settings are frozen.  ``cached_property`` keeps
     # them in the instance's dict, which the frozen dataclass's fields, equality and ``replace`` do not look at.
@@ -70,7 +72,7 @@ def normalize_base_url(value: str) -> str:
     return value if value.endswith("/") else value + "/"
 
 
-_COUNTS = {"page_size": (1, 10_000), "search_shard_size": (1, 10_000_000)}  # the integer settings, and their bounds
+_COUNTS = {"page_size": (1, 10_000), "search_shard_size": (1, 10_000_000), "search_max_shards": (1, 1024)}  # the integer settings, and their bounds
 
 
 def load_settings(path: Path) -> SiteConfig:

@@ -128,6 +128,7 @@ def test_settings_file_and_flag_precedence(tmp_path):
     ("page_size = true", "page_size must be an integer from 1 to 10,000"),
     ('search_shard_size = "5000"', "search_shard_size must be an integer from 1 to 10,000,000"),
     ("search_shard_size = 2.5", "search_shard_size must be an integer from 1 to 10,000,000"),
+    ("search_max_shards = 2000", "search_max_shards must be an integer from 1 to 1,024"),
     ('title = 3', "title must be a string"),
 ])
 def test_a_bad_setting_is_one_line_naming_the_file(tmp_path, line, error):
@@ -302,9 +303,9 @@ def test_version_names_the_code_it_runs():
 
 @pytest.mark.parametrize("dies, line", [
     ("os.kill(os.getpid(), signal.SIGKILL)",  # as the kernel's out-of-memory killer ends it
-     r"error: search index: pagefind was killed by SIGKILL \(out of memory\? Pagefind holds the whole index in "
-     r"memory, ~90 KB a record page: see dmesg, lower search_shard_size in the settings, or build with "
-     r"--no-search\); previous output left untouched"),
+     r"error: search index: pagefind was killed by SIGKILL \(out of memory\? Pagefind holds a whole index in "
+     r"memory, ~90 KB a record page: see dmesg, index in smaller shards \(search_shard_size, search_max_shards\), "
+     r"or build with --no-search\); previous output left untouched"),
     ("sys.exit('Error: cannot write the index')",
      r"error: search index: pagefind failed: Error: cannot write the index; previous output left untouched"),
 ])

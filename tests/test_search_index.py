@@ -132,9 +132,11 @@ def test_each_shards_glob_matches_exactly_the_ids_it_holds(count):
     assert sorted({shard_of(pid, count) for pid in ids}) == list(range(count))  # every shard holds ids
 
 
-def test_shard_count_is_the_smallest_power_of_two_within_the_shard_size():
+def test_shard_count_is_the_smallest_power_of_two_within_the_shard_size_and_the_limit():
     assert [shard_count(n, 10) for n in (0, 1, 10, 11, 20, 21, 40, 41, 10 * MAX_SHARDS, 10**9)] == \
         [1, 1, 1, 2, 2, 4, 4, 8, MAX_SHARDS, MAX_SHARDS]
+    assert [shard_count(n, 10, 8) for n in (41, 80, 81, 10**9)] == [8, 8, 8, 8]
+    assert [shard_count(10**9, 10, limit) for limit in (1, 2, 3, 7, 9, 5000)] == [1, 2, 2, 4, 8, MAX_SHARDS]
 
 
 def test_plan_shards_splits_only_a_large_site_of_record_pages():
@@ -144,6 +146,7 @@ def test_plan_shards_splits_only_a_large_site_of_record_pages():
     assert (one.unit, one.folder, one.glob, one.pith_ids) == ("search", "pagefind/", RECORD_PAGES_GLOB, tuple(ids))
     (whole,) = plan_shards(ids, None, 10)  # a user's template marks other pages: one index of every page
     assert (whole.unit, whole.folder, whole.glob) == ("search", "pagefind/", None)
+    assert len(plan_shards(ids, RECORD_PAGES_GLOB, 100, max_shards=4)) == 4
     shards = plan_shards(ids, RECORD_PAGES_GLOB, 100)  # 16 shards of ~62
     assert [s.unit for s in shards] == [f"search:{n}" for n in range(16)]
     assert [s.folder for s in shards] == [f"pagefind/{n + 1}-of-16/" for n in range(16)]
