@@ -9,8 +9,8 @@ Stages (each timed in ``BuildReport.timings``, its CPU time in ``BuildReport.cpu
   3. ``render_records`` and ``render_collection``: units go into the tree being prepared: the previous
      site kept beside the output (updated in place: only units whose key changed are removed and
      re-rendered) or a fresh staging folder; a unit unchanged since the live site is hard-linked from it;
-  4. ``search_index`` (Pagefind, only when an indexed page changed) and ``swap``: the prepared tree and
-     the output are exchanged atomically;
+  4. ``search_index`` (Pagefind, for each shard of the index whose pages changed: search_index.py) and
+     ``swap``: the prepared tree and the output are exchanged atomically;
   5. ``save_cache``: the cache and the memory snapshot (memory.py) that the next build starts from (its
      ``load_memory`` stage, before ``verify``), in a detached process for a one-shot build.
 A bad bundle never stops the build; a failure in stages 3-4 (a broken template, a full disk, a kill)
