@@ -601,11 +601,7 @@ def _build(options: BuildOptions) -> BuildReport:
                     spare = _mirror(slot, spare, tree, reused)
                 clock.lap("render_collection")
 
-                indexing = time.perf_counter()
-                indexed = False
-                waiting = None  # (the progress display: a pulsing bar while Pagefind runs, then done)
-                if options.progress is not None:
-                    waiting = functools.partial(options.progress, SEARCH_STAGE, 0, None)
+                to_index = []
                 for shard in shards:
                     key = units[shard.unit][0]
                     reused = place(shard.unit, key)
@@ -614,19 +610,29 @@ def _build(options: BuildOptions) -> BuildReport:
                         renamed = True  # build id must name)
                         reused = place(shard.unit, key)
                     if reused is None:
-                        shutil.rmtree(tree.root / shard.folder, ignore_errors=True)
-                        if waiting is not None and not indexed:
-                            waiting()
-                        indexed = True
-                        index_search(tree.root, shard.glob, waiting, shard.folder)
-                        report.note_rendered(["search/index.html"])  # (the page whose results come from the index)
-                        reused = join_files(files_under(tree.root, shard.folder))
-                    units[shard.unit] = (key, reused)
-                    spare = _mirror(slot, spare, tree, reused)
-                if indexed:
+                        to_index.append(shard)
+                    else:
+                        units[shard.unit] = (key, reused)
+                        spare = _mirror(slot, spare, tree, reused)
+                indexing = time.perf_counter()
+                for done, shard in enumerate(to_index):
+                    # The progress display, refreshed while Pagefind runs: shards made of how many, or for one
+                    # index, a pulsing bar and the seconds it takes (~10 s at 10,000 records).
+                    waiting = None
                     if options.progress is not None:
-                        options.progress(SEARCH_STAGE, 1, 1)
+                        waiting = functools.partial(options.progress, SEARCH_STAGE, done,
+                                                    len(to_index) if len(to_index) > 1 else None)
+                        waiting()
+                    shutil.rmtree(tree.root / shard.folder, ignore_errors=True)
+                    index_search(tree.root, shard.glob, waiting, shard.folder)
+                    reused = join_files(files_under(tree.root, shard.folder))
+                    units[shard.unit] = (planned_search[shard.unit], reused)
+                    spare = _mirror(slot, spare, tree, reused)
+                if to_index:
+                    if options.progress is not None:
+                        options.progress(SEARCH_STAGE, len(to_index), len(to_index))
                     report.search_seconds = time.perf_counter() - indexing  # (the summary line names it)
+                    report.note_rendered(["search/index.html"])  # (the page whose results come from the index)
                 report.search_behind = any(units[s.unit][0] != planned_search[s.unit] for s in shards)
                 if shards:
                     clock.lap("search_index")

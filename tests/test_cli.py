@@ -183,6 +183,11 @@ def test_progress_bar_only_on_a_terminal_and_cache_saved_in_the_background(bundl
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", indexing)
     assert re.search(r"indexing for search\W+\d+ s", plain) and "0/?" not in plain  # the seconds it takes
     assert "indexing for search" not in cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site5").stderr
+    # A site indexed in shards (here three, of one or two records) counts them.
+    (tmp_path / "sharded.toml").write_text("search_shard_size = 1\n")
+    sharded = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", _run_on_terminal(
+        "build", "--bundles", bundles_dir, "--output", tmp_path / "site6", "--settings", tmp_path / "sharded.toml"))
+    assert re.search(r"indexing for search\W+3/3", sharded)
 
 
 def test_help_documents_every_option_with_its_default():
