@@ -13,6 +13,7 @@ import pytest
 
 from site_builder.build import PARALLEL_THRESHOLD, BuildMemory, BuildOptions, build, prepare_spare_tree
 from site_builder.keys import TrustSet, key_from_document, load_trust_set
+from site_builder.settings import SiteConfig
 
 from conftest import REAL_FILES, ROOT, tree
 
@@ -44,20 +45,23 @@ def opts(project: Path, output: Path, trust: TrustSet, **kw) -> BuildOptions:
 
 
 @pytest.mark.parametrize("mode", ["separate", "separate-no-snapshot", "separate-stale-snapshot", "separate-twin",
-                                  "serve"])
+                                  "separate-search-shards", "serve"])
 def test_random_edits_match_clean_builds(project, mode):
     """As separate builds (each starting from the memory snapshot the last one saved; from none; from the
     first build's snapshot every time; linking a twin whenever every file is written afresh, as the command line
-    does) and as ``serve`` builds: one BuildMemory (open cache, compiled templates) across all the builds."""
+    does; with the search index in shards of at most 3 records, 2 to 4 of them as records come and go) and as
+    ``serve`` builds: one BuildMemory (open cache, compiled templates) across all the builds."""
     rng = random.Random(20261129)
     trust = both_keys()
     inc = project / "inc"
     memory = BuildMemory() if mode == "serve" else None
     keep = mode != "separate-no-snapshot"
     twin = mode == "separate-twin"
-    build(opts(project, inc, trust, memory=memory, keep_memory=keep, link_twin=twin))
+    search = {"search": True, "config": SiteConfig(search_shard_size=3)} if mode == "separate-search-shards" else {}
+    build(opts(project, inc, trust, memory=memory, keep_memory=keep, link_twin=twin, **search))
+    layouts = set()  # (the search index's shards, as records come and go)
     snapshot = project / ".site-builder-cache" / "inc" / "memory.pickle"
-    assert snapshot.is_file() == (mode in ("separate", "separate-stale-snapshot", "separate-twin"))
+    assert snapshot.is_file() == (mode not in ("separate-no-snapshot", "serve"))
     first_snapshot = snapshot.read_bytes() if mode == "separate-stale-snapshot" else None
     next_id = 100
     actions = ["add", "remove", "change", "change", "replace", "duplicate", "template", "keys", "noop"] * 2
@@ -86,13 +90,16 @@ def test_random_edits_match_clean_builds(project, mode):
             trust = load_trust_set() if len(trust.keys) == 2 else both_keys()
         if first_snapshot is not None:
             snapshot.write_bytes(first_snapshot)
-        report = build(opts(project, inc, trust, memory=memory, keep_memory=keep, link_twin=twin))
+        report = build(opts(project, inc, trust, memory=memory, keep_memory=keep, link_twin=twin, **search))
         clean = project / f"clean{step}"
-        build(opts(project, clean, trust, use_cache=False))
+        build(opts(project, clean, trust, use_cache=False, **search))
         assert tree(inc) == tree(clean), f"step {step}: {action}"
+        if search:
+            layouts.add(tuple(sorted(p.name for p in (inc / "pagefind").iterdir() if p.is_dir())))
         assert report.count("published") + report.count("rejected") + report.count("superseded") == \
             len(list((project / "bundles").iterdir()))
         shutil.rmtree(clean)
+    assert len(layouts) == (2 if search else 0)  # 4 shards, then 2 while the benchmark key is not trusted
 
 
 def test_noop_rebuild_writes_nothing(project):
