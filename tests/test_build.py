@@ -417,3 +417,26 @@ def test_mostly_stale_counts_as_the_whole_sum_would():
         assert _mostly_stale(units, stale) == whole
     assert _mostly_stale({"a": ("k", "f\tf\tf\tf\tf\tf\tf\tf\tf\tf")}, ["f\tf\tf\tf\tf\tf\tf\tf\tf"]) is False  # 9 of 10
     assert _mostly_stale({"a": ("k", "f\tf"), "b": ("k", "f")}, ["f\tf", "f"]) is True
+
+
+def test_the_collector_is_paused_while_the_snapshot_loads_and_left_as_it_was(bundles_dir, tmp_path, monkeypatch):
+    """Unpickling 100,000 records' memory took 2.8 s with the cyclic garbage collector on, 1.3 s with it off: a
+    build pauses it for the load, and leaves it as the caller had it (a library caller may have it off)."""
+    import gc
+
+    import site_builder.build
+
+    seen = []
+    load = site_builder.build.load_snapshot
+    monkeypatch.setattr(site_builder.build, "load_snapshot", lambda folder: seen.append(gc.isenabled()) or load(folder))
+    assert gc.isenabled()
+    run(bundles_dir, tmp_path / "site")
+    (bundles_dir / REAL_FILES[0].name).unlink()
+    run(bundles_dir, tmp_path / "site")
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        run(bundles_dir, tmp_path / "site2")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
