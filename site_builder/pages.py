@@ -449,6 +449,8 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
     urls = list(dict.fromkeys(urls + listing_urls))
     units.append(Unit("sitemap", [SITEMAP_LIMIT, urls], lambda: list(_sitemaps(renderer, urls))))
 
+    search_folders = list(search_folders)
+
     def static() -> list[tuple[str, bytes]]:
         files = [("robots.txt", renderer.render("robots.txt")),
                  ("search/index.html", renderer.render("search.html", search_indexes=search_folders)),
@@ -457,7 +459,6 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
             files.append(("about/index.html", renderer.render("about.html", about=about_markdown)))
         files += [("assets/" + name, renderer.asset(name)) for name in renderer.asset_names()]
         return files
-    search_folders = list(search_folders)
     units.append(Unit("static", [about_markdown, search_folders], static))
     units.append(Unit("manifest", [updated], lambda: _manifests(config, trust, updated)))
     if static_files is not None:

@@ -72,7 +72,8 @@ def normalize_base_url(value: str) -> str:
     return value if value.endswith("/") else value + "/"
 
 
-_COUNTS = {"page_size": (1, 10_000), "search_shard_size": (1, 10_000_000), "search_max_shards": (1, 1024)}  # the integer settings, and their bounds
+# The integer settings, and their bounds.
+_COUNTS = {"page_size": (1, 10_000), "search_shard_size": (1, 10_000_000), "search_max_shards": (1, 1024)}
 
 
 def load_settings(path: Path) -> SiteConfig:

@@ -188,3 +188,20 @@ def test_a_change_re_indexes_only_its_shard_and_equals_a_clean_build(bundles_dir
     clean = tmp_path / "clean"
     build(BuildOptions(bundles=bundles_dir, output=clean, trust=load_trust_set(), config=config))
     assert tree(out) == tree(clean)
+
+
+def test_a_site_with_no_record_says_there_is_nothing_to_search_until_one_comes(bundles_dir, tmp_path):
+    """Pagefind cannot index nothing (it fails), so a site without records has no index, and its search page says
+    why instead of loading a missing one."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "site"
+    build(BuildOptions(bundles=empty, output=out, trust=load_trust_set()))
+    page = (out / "search/index.html").read_text()
+    assert "No record is published here yet" in page and "pagefind-ui.js" not in page
+    assert not (out / "pagefind").exists()
+    shutil.copy(REAL_FILES[0], empty / REAL_FILES[0].name)
+    build(BuildOptions(bundles=empty, output=out, trust=load_trust_set()))
+    page = (out / "search/index.html").read_text()
+    assert '["/pagefind/"]' in page and 'src="/pagefind/pagefind-ui.js"' in page
+    assert _page_counts(out) == {"pagefind": 1}
