@@ -616,21 +616,24 @@ def _build(options: BuildOptions) -> BuildReport:
                     else:
                         units[shard.unit] = (key, reused)
                         spare = _mirror(slot, spare, tree, reused)
-                indexing = time.perf_counter()
-                for done, shard in enumerate(to_index):
+                if to_index:
+                    indexing = time.perf_counter()
                     # The progress display, refreshed while Pagefind runs: shards made of how many, or for one
                     # index, a pulsing bar and the seconds it takes (~10 s at 10,000 records).
                     waiting = None
                     if options.progress is not None:
-                        waiting = functools.partial(options.progress, SEARCH_STAGE, done,
-                                                    len(to_index) if len(to_index) > 1 else None)
-                        waiting()
-                    shutil.rmtree(tree.root / shard.folder, ignore_errors=True)
-                    index_search(tree.root, shard.glob, waiting, shard.folder)
-                    reused = join_files(files_under(tree.root, shard.folder))
-                    units[shard.unit] = (planned_search[shard.unit], reused)
-                    spare = _mirror(slot, spare, tree, reused)
-                if to_index:
+                        total = len(to_index) if len(to_index) > 1 else None
+                        waiting = lambda done: options.progress(SEARCH_STAGE, done, total)  # noqa: E731
+                        waiting(0)
+                    for shard in to_index:
+                        shutil.rmtree(tree.root / shard.folder, ignore_errors=True)
+                    # A Pagefind on each core: it uses more than one, but not two (and a shard's memory each).
+                    index_search(tree.root, [(shard.glob, shard.folder) for shard in to_index],
+                                 options.jobs or usable_cores(), waiting)
+                    for shard in to_index:
+                        reused = join_files(files_under(tree.root, shard.folder))
+                        units[shard.unit] = (planned_search[shard.unit], reused)
+                        spare = _mirror(slot, spare, tree, reused)
                     if options.progress is not None:
                         options.progress(SEARCH_STAGE, len(to_index), len(to_index))
                     report.search_seconds = time.perf_counter() - indexing  # (the summary line names it)

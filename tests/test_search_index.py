@@ -73,8 +73,8 @@ def test_index_search_reports_while_pagefind_runs_and_keeps_its_output(tmp_path,
                                                        "sys.exit('Error: the last line')\n"))
     calls = []
     with pytest.raises(SearchIndexError, match=r"pagefind failed: Error: the last line; previous output"):
-        index_search(tmp_path, waiting=lambda: calls.append(1))
-    assert len(calls) >= 3  # every 0.2 s of its 0.9 s; its 200 KB of output did not block it
+        index_search(tmp_path, waiting=calls.append)
+    assert len(calls) >= 3 and set(calls) == {0}  # every 0.2 s of its 0.9 s; its 200 KB of output did not block it
 
 
 def test_an_interrupted_search_index_leaves_no_pagefind_running(tmp_path, monkeypatch):
@@ -83,7 +83,7 @@ def test_an_interrupted_search_index_leaves_no_pagefind_running(tmp_path, monkey
                                                        f"open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n"
                                                        f"time.sleep(60)\n"))
 
-    def interrupt():
+    def interrupt(finished):
         if (tmp_path / "pid").exists():
             raise KeyboardInterrupt
 
@@ -96,7 +96,48 @@ def test_an_interrupted_search_index_leaves_no_pagefind_running(tmp_path, monkey
         os.kill(pid, 0)
 
 
-def testfiles_under_lists_what_rglob_lists(tmp_path):
+# A stand-in Pagefind that notes when it ran (by the folder it writes), then sleeps or fails as its folder says.
+TIMED_STAND_IN = """import os, sys, time
+folder = sys.argv[sys.argv.index("--output-subdir") + 1].replace("/", "_")
+log = os.environ["STAND_IN_LOG"]
+open(os.path.join(log, folder + ".pid"), "w").write(str(os.getpid()))
+start = time.monotonic()
+if "fail" in folder:
+    sys.exit("Error: " + folder + " cannot be made")
+time.sleep(60 if "slow" in folder else 0.6)
+open(os.path.join(log, folder + ".span"), "w").write(f"{start} {time.monotonic()}")
+"""
+
+
+def test_shards_are_indexed_a_process_at_a_time_per_core(tmp_path, monkeypatch):
+    """Two shards side by side on two cores took 11.8 s where one after the other took 17.9 s: ``index_search``
+    keeps *processes* Pagefinds running, no more, and counts those finished."""
+    monkeypatch.setenv("PYTHONPATH", stand_in_pagefind(tmp_path / "fake", TIMED_STAND_IN))
+    monkeypatch.setenv("STAND_IN_LOG", str(tmp_path))
+    calls = []
+    index_search(tmp_path, [(None, f"pagefind/{n}-of-5/") for n in range(1, 6)], processes=2, waiting=calls.append)
+    spans = sorted(tuple(map(float, p.read_text().split())) for p in tmp_path.glob("*.span"))
+    assert len(spans) == 5
+    most = max(sum(1 for s, e in spans if s <= moment < e) for moment, _ in spans)
+    assert most == 2  # side by side, but never three
+    assert calls == sorted(calls) and calls[-1] == 5 and 0 in calls
+
+
+def test_one_failed_shard_stops_the_others(tmp_path, monkeypatch):
+    """A shard's Pagefind failing fails the build at once, naming its last line, and ends the ones beside it."""
+    monkeypatch.setenv("PYTHONPATH", stand_in_pagefind(tmp_path / "fake", TIMED_STAND_IN))
+    monkeypatch.setenv("STAND_IN_LOG", str(tmp_path))
+    started = time.monotonic()
+    with pytest.raises(SearchIndexError, match=r"pagefind failed: Error: pagefind_2-fail cannot be made; previous"):
+        index_search(tmp_path, [(None, "pagefind/1-slow/"), (None, "pagefind/2-fail/"), (None, "pagefind/3/")],
+                     processes=2, waiting=lambda finished: None)
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "pagefind_3.pid").exists()  # never started
+    with pytest.raises(ProcessLookupError):  # the slow one beside it: killed and reaped
+        os.kill(int((tmp_path / "pagefind_1-slow.pid").read_text()), 0)
+
+
+def test_files_under_lists_what_rglob_lists(tmp_path):
     """The search index's files are listed without ``Path.rglob`` (which holds every path it yields): the same
     sorted relative paths, files only, symlinked files included as ``is_file`` has them."""
     index = tmp_path / "pagefind"
