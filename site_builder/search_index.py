@@ -5,7 +5,8 @@ minutes and 8.6 GB, after any change; at 10,000, ~9.5 s and 1 GB.  So a site of 
 records (a setting) is indexed as a power-of-two number of shards (``search_max_shards`` at most), each holding
 the records whose pith id starts with a fixed range of base32 characters (ids are digests, so the shards come
 out even); the search page merges them in the browser (Pagefind's ``mergeIndex``).  A change re-indexes only the
-shard that holds it, and an index run needs the memory of one shard.  The price is paid by the reader: a query
+shard that holds it, and a Pagefind run needs the memory of one shard (a build runs one per core, side by side:
+``index_search``).  The price is paid by the reader: a query
 fetches a little from every shard (at 10,000 records, 24 requests and 339 KB with 4 shards against 12 and 311 KB
 with one index; 67 and 796 KB with 16), which is why the shards are few.
 
