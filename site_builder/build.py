@@ -53,7 +53,7 @@ from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, col
 from site_builder.records import PaperSummary, PaperText, paper_text, text_source
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
 from site_builder.search_index import (SEARCH_STAGE, SearchShard, files_under, index_search, pagefind_glob,
-                                      plan_shards)
+                                      pagefind_version, plan_shards)
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportDocument
 from site_builder.selection import Candidate, PublishedBefore, Selection, is_rollback, select
 from site_builder.settings import SiteConfig
@@ -449,6 +449,7 @@ def _build(options: BuildOptions) -> BuildReport:
     build_key = _hash(builder_identity(), options.trust.identity(), templates_identity(dirs), repr(options.config),
                       about, options.max_bytes, source_date(), options.search)
 
+    indexer = pagefind_version() if options.search else None  # (the search indexes' keys name it)
     slot.acquire()
     cache = _open_cache(options, load=False)  # waits while the last build's detached saver writes it
     clock.lap("start")
@@ -464,7 +465,7 @@ def _build(options: BuildOptions) -> BuildReport:
         @functools.cache
         def input_fingerprint() -> str:  # the inputs by stat; computed only when needed, once (10,000 entries)
             return _hash(build_key, [(f.rel, f.sig) for f in found], [(x.rel, x.reason) for x in skipped],
-                         static_files.material if static_files else None, static_warnings)
+                         static_files.material if static_files else None, static_warnings, indexer)
         clock.lap("discover")
         # The quick no-op check is for separate processes; serve, with everything in memory, plans anyway
         # (and writes nothing if nothing changed), which also fills the memory on its first build.
@@ -504,7 +505,7 @@ def _build(options: BuildOptions) -> BuildReport:
                                       options.memory.unit_rows if options.memory is not None else None, static_files,
                                       [s.folder for s in shards])
         clock.lap("plan_collection")
-        units = _units_plan(build_key, record_keys, published, collection, shards, options)
+        units = _units_plan(build_key, record_keys, published, collection, shards, indexer, options)
         planned_search = {s.unit: units[s.unit][0] for s in shards}  # what the indexes would be made under
         if options.defer_search and planned_search:
             live_search = {name: key for name, (key, _) in (cache.units(previous.build_id) or {}).items()
@@ -580,7 +581,7 @@ def _build(options: BuildOptions) -> BuildReport:
                                               static_files=static_files, search_folders=[s.folder for s in shards])
                 units = {u: v for u, v in units.items() if u.startswith("record:")}
                 units.update({u: v for u, v in _units_plan(build_key, record_keys, papers, collection, shards,
-                                                           options).items() if not u.startswith("record:")})
+                                                           indexer, options).items() if not u.startswith("record:")})
                 planned_search = {s.unit: units[s.unit][0] for s in shards}  # (planned afresh: indexed now)
             renamed = False  # a search unit's key is not the one planned (below)
             # (feeds show the words of records, which the build holds by reference: read from the tree's bundles)
@@ -1092,11 +1093,13 @@ def _unchanged_since_last_build(cache: BuildCache, input_fingerprint: str, slot:
 
 
 def _units_plan(build_key: str, record_keys: dict[str, str], papers: list[PaperSummary], collection: list,
-                shards: list[SearchShard], options: BuildOptions) -> dict[str, tuple[str, str]]:
+                shards: list[SearchShard], indexer: str | None, options: BuildOptions) -> dict[str, tuple[str, str]]:
     """The key of every output unit (files are filled in as units are rendered or reused).
 
     A record's key covers its bytes and short addresses; a collection unit's key covers what it shows
-    (listings show summaries only, so a new event on a record does not re-render any listing)."""
+    (listings show summaries only, so a new event on a record does not re-render any listing); a search index's,
+    what it indexes and the Pagefind that makes it (*indexer*: the search page's Pagefind, the first shard's,
+    reads the other shards' indexes, so all are made by one version)."""
     units: dict[str, tuple[str, str]] = {f"record:{p.pith_id}": (record_keys[p.pith_id], "") for p in papers}
     memo = options.memory.unit_keys if options.memory is not None else {}
     for unit in collection:  # materials are nested lists and tuples of str and int: repr() is exact and fast
@@ -1110,9 +1113,10 @@ def _units_plan(build_key: str, record_keys: dict[str, str], papers: list[PaperS
         units[unit.name] = (key, "")
     for shard in shards:
         if shard.glob is None:  # Pagefind reads every page: any unit may hold what it indexes
-            units[shard.unit] = (_hash(build_key, sorted(k for k, _ in units.values())), "")
+            units[shard.unit] = (_hash(build_key, indexer, sorted(k for k, _ in units.values())), "")
         else:  # record pages alone, whose keys cover everything they show
-            units[shard.unit] = (_hash(build_key, shard.folder, [record_keys[pid] for pid in shard.pith_ids]), "")
+            units[shard.unit] = (_hash(build_key, indexer, shard.folder, [record_keys[pid] for pid in shard.pith_ids]),
+                                 "")
     return units
 
 

@@ -16,6 +16,7 @@ same tree.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import signal
 import subprocess
@@ -57,6 +58,18 @@ def pagefind_glob(dirs: list[Path]) -> str | None:
             if _INDEX_MARK in path.read_bytes():
                 marked.add(rel)
     return RECORD_PAGES_GLOB if marked == {"paper.html"} else None
+
+
+def pagefind_version() -> str:
+    """Which Pagefind makes the indexes (its Python package and binary): a site's shards must all be made by one
+    version, as the search page's Pagefind (the first shard's) reads the others' indexes."""
+    found = []
+    for dist in ("pagefind", "pagefind-bin"):
+        try:
+            found.append(f"{dist} {importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(f"{dist} unknown")
+    return ", ".join(found)
 
 
 @dataclass(frozen=True)

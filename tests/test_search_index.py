@@ -246,3 +246,22 @@ def test_a_site_with_no_record_says_there_is_nothing_to_search_until_one_comes(b
     page = (out / "search/index.html").read_text()
     assert '["/pagefind/"]' in page and 'src="/pagefind/pagefind-ui.js"' in page
     assert _page_counts(out) == {"pagefind": 1}
+
+
+def test_another_pagefind_remakes_every_shard_and_nothing_else(bundles_dir, tmp_path, monkeypatch):
+    """The search page's Pagefind (the first shard's) reads the other shards' indexes: after Pagefind is upgraded
+    every shard is made again by the new one, even with nothing else changed, and no record page is."""
+    import site_builder.build
+
+    options = BuildOptions(bundles=bundles_dir, output=tmp_path / "site", trust=load_trust_set(),
+                           config=SiteConfig(search_shard_size=1))
+    build(options)
+    entries = sorted((tmp_path / "site").glob("pagefind/*/pagefind-entry.json"))
+    inodes = [os.stat(p).st_ino for p in entries]
+    pages = {p: os.stat(p).st_ino for p in (tmp_path / "site").glob("pith/*/index.html")}
+    assert len(entries) == 3 and not build(options).changed  # (the same Pagefind: nothing to do)
+    monkeypatch.setattr(site_builder.build, "pagefind_version", lambda: "pagefind 99.0, pagefind-bin 99.0")
+    report = build(options)
+    assert report.changed and report.search_seconds > 0
+    assert all(os.stat(p).st_ino != inode for p, inode in zip(entries, inodes))
+    assert {p: os.stat(p).st_ino for p in pages} == pages  # every record's pages reused
