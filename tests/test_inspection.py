@@ -32,6 +32,27 @@ def test_results_kept_for_every_record_share_what_records_have_alike():
     assert a.summary.title is not b.summary.title  # text of one record is its own
 
 
+def test_a_passed_bundles_checks_are_one_shared_tuple_in_every_process(tmp_path):
+    """Nearly every bundle passes every check: its verdict is the shared ``ALL_PASSED`` in the worker, after the
+    hand-over (pickled as a marker, not fifteen results), and after the cache; a bundle that fails keeps its own
+    results, with their reasons, through all of them."""
+    from site_builder.verification import ALL_PASSED
+
+    passed = _inspect("a.json")
+    bad = bytearray(REAL_FILES[0].read_bytes())
+    bad[bad.index(b'"signature_b64":"') + 20] ^= 1  # one flipped bit in the bundle's first signature
+    failed = inspect_bytes("b.json", bytes(bad), load_trust_set())
+    assert passed.checks is ALL_PASSED and not failed.verified and failed.checks != ALL_PASSED
+    sent = pickle.dumps(passed, protocol=pickle.HIGHEST_PROTOCOL)
+    assert len(sent) < len(pickle.dumps(replace(passed, checks=tuple(replace(c) for c in ALL_PASSED)),
+                                        protocol=pickle.HIGHEST_PROTOCOL)) - 300
+    for result in (passed, failed):
+        for copy in (pickle.loads(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)),
+                     inspection_from_json(json.loads(json.dumps(inspection_to_json(result)))), compact(result)):
+            assert copy == result and (copy.checks is ALL_PASSED) == (result is passed)
+    assert any(c.status == "failed" and "signature" in c.detail for c in pickle.loads(pickle.dumps(failed)).checks)
+
+
 def _words_of_real_file(pith_id, sha256):
     raw = REAL_FILES[0].read_bytes()
     assert hashlib.sha256(raw).hexdigest() == sha256
