@@ -113,8 +113,8 @@ def plan_shards(pith_ids: Iterable[str], glob: str | None, shard_size: int,
     """The search indexes of a site publishing *pith_ids* (sorted), given what Pagefind reads (*glob*, from
     ``pagefind_glob``): one index at ``pagefind/`` unless the site has more than *shard_size* records and only
     record pages are indexed (a user's template that marks other pages gets one index of the whole site); else
-    one per shard that holds a record (``shard_count``), at ``pagefind/<n>-of-<count>/``.  None for a site with
-    no record."""
+    one per shard that holds a record (``shard_count``), at ``pagefind/<n>-of-<count>/``.  None at all for a site
+    with no record (Pagefind refuses to make an empty index)."""
     ids = list(pith_ids)
     if not ids:
         return []
@@ -145,7 +145,7 @@ def index_search(site: Path, indexes: Sequence[tuple[str | None, str]] = ((None,
                 glob, folder = pending.pop(0)
                 cmd = [sys.executable, "-m", "pagefind", "--site", str(site), "--silent", "--include-characters",
                        ".:", "--output-subdir", folder.rstrip("/")] + (["--glob", glob] if glob is not None else [])
-                log = tempfile.TemporaryFile()
+                log = tempfile.TemporaryFile(dir=site)  # (unnamed: nothing outside the tree, nothing in it)
                 running.append((subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log), log))
             try:
                 running[0][0].wait(timeout=0.2 if waiting is not None else None)
