@@ -77,6 +77,11 @@ class Workers:
     progress: Callable[[str, int, int | None], None] | None = None  # (total None: not known, as for Pagefind)
     mp_context: str = "fork"
 
+    @property
+    def processes(self) -> int:
+        """How many processes work at once (worker processes, or Pagefinds side by side)."""
+        return self.jobs or usable_cores()
+
 
 @dataclass
 class BuildOptions:
@@ -293,7 +298,7 @@ def _imap(fn, init, initargs, items: list, workers: Workers, stage: str, reads: 
     not hold them all: 100,000 records' lists of written files are ~100 MB."""
     pool = None
     progress = workers.progress
-    processes = workers.jobs or usable_cores()
+    processes = workers.processes
     if len(items) >= PARALLEL_THRESHOLD and processes > 1:  # (one worker would only add the hand-over)
         try:
             pool = ProcessPoolExecutor(processes, mp_context=get_context(workers.mp_context), initializer=init,
@@ -630,7 +635,7 @@ def _build(options: BuildOptions) -> BuildReport:
                         shutil.rmtree(tree.root / shard.folder, ignore_errors=True)
                     # A Pagefind on each core: it uses more than one, but not two (and a shard's memory each).
                     index_search(tree.root, [(shard.glob, shard.folder) for shard in to_index],
-                                 options.jobs or usable_cores(), waiting)
+                                 options.workers.processes, waiting)
                     for shard in to_index:
                         reused = join_files(files_under(tree.root, shard.folder))
                         units[shard.unit] = (planned_search[shard.unit], reused)
