@@ -13,12 +13,18 @@ result goes back to a main process: a real build does all of that as well, so it
 than the one printed here.  Compare ``bench_build.py``'s full-build rate with this one to see how much of a
 build is the builder's own work and how much is the machine's (kernel file work and signature arithmetic).
 
-    python benchmarks/bench_floor.py --bundles /tmp/sbbench/10000/bundles --out /dev/shm/floor
+With ``--pages`` the files hold what a build puts in them: the record's pages rendered by site-builder's own
+renderer from the built-in Jinja templates (its page, badge, short-address pages and list row), and its
+``state.json``.  Still no check beyond the signatures, no digest, nothing sent back: the floor of a builder
+whose pages are Jinja templates, as this project's are.
+
+    python benchmarks/bench_floor.py --bundles /tmp/sbbench/10000/bundles --out /dev/shm/floor [--pages]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import json
 import os
@@ -34,6 +40,7 @@ import orjson
 from nacl.signing import SigningKey, VerifyKey
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # (--pages: this checkout's site_builder)
 
 # Mean sizes of a record's files on a 10,000-record site built with the built-in templates.
 PAGE_BYTES, STATE_BYTES, BADGE_BYTES, REDIRECT_BYTES = 17_657, 6_157, 417, 741
@@ -41,14 +48,31 @@ SIGNATURES = 4
 
 _signed: tuple[bytes, bytes, VerifyKey] | None = None
 _out = ""
+_renderer = None  # with --pages: site-builder's renderer over the built-in templates
 
 
-def _init(out: str) -> None:
-    global _signed, _out
+def _init(out: str, pages: bool = False) -> None:
+    global _signed, _out, _renderer
     key = SigningKey(bytes(range(32)))
     message = hashlib.sha256(b"a digest is what pith signs").hexdigest().encode()
     _signed = (key.sign(message).signature, message, key.verify_key)
     _out = out
+    if pages:
+        from site_builder.keys import TrustedKey, TrustSet
+        from site_builder.rendering import SiteRenderer, template_dirs
+        from site_builder.settings import SiteConfig
+        _renderer = SiteRenderer(SiteConfig(), template_dirs(None), TrustSet((TrustedKey("bench", key.verify_key.encode(), {}),)))
+
+
+def _rendered(raw: bytes, bundle: dict) -> list[tuple[str, bytes]]:
+    """The record's files as a build makes them (every short address its own), without a check."""
+    from site_builder.pages import ALL_ADDRESSES, paper_files
+    from site_builder.records import paper_text, summarize
+    from site_builder.verification import ALL_PASSED
+    summary = summarize(bundle).with_words(paper_text(bundle))
+    files = list(paper_files(_renderer, raw, bundle, summary, ALL_PASSED, (), ALL_ADDRESSES))
+    _renderer.row_of(summary)
+    return files
 
 
 def _record(task: tuple[int, str]) -> int:
@@ -60,18 +84,26 @@ def _record(task: tuple[int, str]) -> int:
     finally:
         os.close(fd)
     hashlib.sha256(raw).digest()
-    orjson.loads(raw)
+    bundle = orjson.loads(raw)
     signature, message, public = _signed
     for _ in range(SIGNATURES):  # (as verification calls PyNaCl)
         public.verify(message, signature)
-    name = f"{n:026d}"
+    # A name shaped like a pith id (26 base32 characters, spread as digests are), numbered so that any bundles
+    # will do: the order names arrive in a folder of 400,000 entries is part of what the kernel does.
+    name = base64.b32encode(hashlib.sha256(b"%d" % n).digest()).decode()[:26]
     folders = [f"pith/{name}", f".well-known/pith/{name}",
-               *(f"pith/{name[-k:]}" for k in (8, 12, 16)), f"arxiv/{n}v1", f"arxiv/{n}"]
+               *(f"pith/{name[:k]}" for k in (8, 12, 16)), f"arxiv/{n}v1", f"arxiv/{n}"]
     for folder in folders:
         os.mkdir(os.path.join(_out, folder))
-    files = [(f"pith/{name}/index.html", b"p" * PAGE_BYTES), (f"pith/{name}/bundle.json", raw),
-             (f"pith/{name}/state.json", b"s" * STATE_BYTES), (f"pith/{name}/badge.svg", b"b" * BADGE_BYTES)]
-    files += [(f"{folder}/index.html", b"r" * REDIRECT_BYTES) for folder in folders[2:]]
+    if _renderer is None:
+        files = [(f"pith/{name}/index.html", b"p" * PAGE_BYTES), (f"pith/{name}/bundle.json", raw),
+                 (f"pith/{name}/state.json", b"s" * STATE_BYTES), (f"pith/{name}/badge.svg", b"b" * BADGE_BYTES)]
+        redirects = [b"r" * REDIRECT_BYTES] * 5
+    else:  # the same paths, holding the rendered files
+        page, _, state, _, badge, *redirects = [data for _, data in _rendered(raw, bundle)]
+        files = [(f"pith/{name}/index.html", page), (f"pith/{name}/bundle.json", raw),
+                 (f"pith/{name}/state.json", state), (f"pith/{name}/badge.svg", badge)]
+    files += [(f"{folder}/index.html", data) for folder, data in zip(folders[2:], redirects, strict=True)]
     for rel, data in files:
         fd = os.open(os.path.join(_out, rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -87,16 +119,16 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def measure(bundles: list[str], out: Path, jobs: int) -> dict:
+def measure(bundles: list[str], out: Path, jobs: int, pages: bool = False) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     for top in ("pith", ".well-known/pith", "arxiv"):
         (out / top).mkdir(parents=True)
     cpu, started = _cpu(), time.perf_counter()
-    with get_context("fork").Pool(jobs, _init, (str(out),)) as pool:
+    with get_context("fork").Pool(jobs, _init, (str(out), pages)) as pool:
         files = sum(pool.imap_unordered(_record, enumerate(bundles), chunksize=64))
     seconds = time.perf_counter() - started
     cpu = _cpu() - cpu
-    return {"bundles": len(bundles), "files": files, "jobs": jobs, "seconds": round(seconds, 3),
+    return {"bundles": len(bundles), "files": files, "jobs": jobs, "pages": pages, "seconds": round(seconds, 3),
             "bundles_per_second": round(len(bundles) / seconds), "cpu_ms_per_bundle": round(cpu / len(bundles) * 1000, 3)}
 
 
@@ -107,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="where to write (default: a temporary folder in /tmp; the "
                                                  "file system is what is measured: try tmpfs and a disk)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="worker processes")
+    parser.add_argument("--pages", action="store_true", help="render the record's pages with the built-in "
+                        "templates, as a build does, instead of writing placeholder bytes of their size")
     parser.add_argument("--repeat", type=int, default=3, help="runs; each is reported")
     parser.add_argument("--json", type=Path, help="also write the runs as JSON")
     args = parser.parse_args(argv)
@@ -120,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out or scratch / "out"
         runs = []
         for _ in range(args.repeat):
-            runs.append(measure(bundles, out, args.jobs))
+            runs.append(measure(bundles, out, args.jobs, args.pages))
             shutil.rmtree(out, ignore_errors=True)
         print(f"{'run':>3} {'bundles':>8} {'files':>8} {'seconds':>8} {'bundles/s':>10} {'CPU ms/bundle':>14}")
         for i, run in enumerate(runs, 1):

@@ -88,6 +88,42 @@ def test_floor_benchmark_does_a_records_unavoidable_file_work(tmp_path):
     assert not (tmp_path / "out").exists()  # cleaned up after itself
 
 
+@pytest.mark.parametrize("pages", [False, True])
+def test_floor_with_pages_writes_the_records_rendered_files(tmp_path, pages):
+    """``--pages``: the floor's files hold the record's pages as the built-in templates render them, not
+    placeholder bytes of their size (what makes it the floor of a builder with Jinja pages)."""
+    import orjson
+    from html import escape
+
+    from conftest import REAL_FILES
+    from site_builder.records import summarize
+    sys.path.insert(0, str(BENCHMARKS))
+    import bench_floor
+
+    out = tmp_path / "out"
+    for top in ("pith", ".well-known/pith", "arxiv"):
+        (out / top).mkdir(parents=True)
+    bench_floor._init(str(out), pages)
+    try:
+        assert bench_floor._record((7, str(REAL_FILES[0]))) == 10
+    finally:
+        bench_floor._renderer = None
+    raw = REAL_FILES[0].read_bytes()
+    [folder] = (out / "pith").glob("?" * 26)
+    assert (out / ".well-known/pith" / folder.name / "bundle.json").read_bytes() == raw
+    page, state = (folder / "index.html").read_bytes(), (folder / "state.json").read_bytes()
+    redirects = [p for p in (out / "pith").glob("*/index.html") if p.parent != folder] + list(out.glob("arxiv/*/index.html"))
+    assert len(redirects) == 5
+    if not pages:
+        assert set(page) == {ord("p")} and set(state) == {ord("s")}
+        return
+    bundle = orjson.loads(raw)
+    title = summarize(bundle).display_title
+    assert page.startswith(b"<!DOCTYPE html>") and escape(title).encode() in page
+    assert orjson.loads(state) == bundle["state"]
+    assert all(escape(title).encode() in p.read_bytes() for p in redirects)
+
+
 def test_file_system_type_is_the_longest_mount_point_holding_the_path():
     sys.path.insert(0, str(BENCHMARKS))
     from bench_build import file_system_type, in_memory
