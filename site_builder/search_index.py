@@ -34,6 +34,8 @@ INDEX_FOLDER = "pagefind/"
 # A record's page: the one page the built-in templates mark for the search index (data-pagefind-body).
 RECORD_PAGES_GLOB = "pith/" + "?" * ID_LENGTH + "/index.html"
 _INDEX_MARK = b"data-pagefind-body"
+# What a search page that loads every shard's index names (``search_indexes``, the built-in ``search.html``).
+_SHARDS_MARK = b"search_indexes"
 
 SEARCH_STAGE = "indexing for search"  # (what the progress bar says while Pagefind runs)
 
@@ -58,6 +60,17 @@ def pagefind_glob(dirs: list[Path]) -> str | None:
             if _INDEX_MARK in path.read_bytes():
                 marked.add(rel)
     return RECORD_PAGES_GLOB if marked == {"paper.html"} else None
+
+
+def search_page_merges_shards(dirs: list[Path]) -> bool:
+    """Whether the search page in effect (the first folder's ``search.html``) names ``search_indexes``, the list
+    of indexes it must load.  One that does not was written for one index at ``pagefind/`` (a user's, from
+    before shards): the site keeps one index then, so that the page still finds Pagefind where it looks."""
+    for folder in dirs:
+        page = folder / "search.html"
+        if page.is_file():
+            return _SHARDS_MARK in page.read_bytes()
+    return False
 
 
 def pagefind_version() -> str:
@@ -109,16 +122,19 @@ def shard_glob(number: int, count: int) -> str:
 
 
 def plan_shards(pith_ids: Iterable[str], glob: str | None, shard_size: int,
-                max_shards: int = MAX_SHARDS) -> list[SearchShard]:
+                max_shards: int = MAX_SHARDS, merges_shards: bool = True) -> list[SearchShard]:
     """The search indexes of a site publishing *pith_ids* (sorted), given what Pagefind reads (*glob*, from
-    ``pagefind_glob``): one index at ``pagefind/`` unless the site has more than *shard_size* records and only
-    record pages are indexed (a user's template that marks other pages gets one index of the whole site); else
-    one per shard that holds a record (``shard_count``), at ``pagefind/<n>-of-<count>/``.  None at all for a site
-    with no record (Pagefind refuses to make an empty index)."""
+    ``pagefind_glob``) and whether the search page loads shards (*merges_shards*, from
+    ``search_page_merges_shards``): one index at ``pagefind/`` unless the site has more than *shard_size* records,
+    only record pages are indexed (a user's template that marks other pages gets one index of the whole site) and
+    the search page merges shards; else one per shard that holds a record (``shard_count``), at
+    ``pagefind/<n>-of-<count>/``.  None at all for a site with no record (Pagefind refuses to make an empty
+    index)."""
     ids = list(pith_ids)
     if not ids:
         return []
-    count = shard_count(len(ids), shard_size, max_shards) if glob == RECORD_PAGES_GLOB else 1
+    shardable = glob == RECORD_PAGES_GLOB and merges_shards
+    count = shard_count(len(ids), shard_size, max_shards) if shardable else 1
     if count == 1:
         return [SearchShard("search", INDEX_FOLDER, glob, tuple(ids))]
     members: dict[int, list[str]] = {}

@@ -15,7 +15,8 @@ from site_builder.build import BuildOptions, build
 from site_builder.keys import load_trust_set
 from site_builder.rendering import template_dirs
 from site_builder.search_index import (BASE32, MAX_SHARDS, RECORD_PAGES_GLOB, SearchIndexError, files_under,
-                                       index_search, pagefind_glob, plan_shards, shard_count, shard_glob, shard_of)
+                                       index_search, pagefind_glob, plan_shards, search_page_merges_shards,
+                                       shard_count, shard_glob, shard_of)
 from site_builder.settings import SiteConfig
 
 from conftest import REAL_FILES, stand_in_pagefind, tree
@@ -23,6 +24,15 @@ from conftest import REAL_FILES, stand_in_pagefind, tree
 # A user's listing template that marks listing pages for the search index.
 MARKED_LISTING = ('{% extends "base.html" %}{% block main %}<div data-pagefind-body>{{ paper_rows(papers) }}</div>'
                   '{% endblock %}')
+
+
+# A user's search page written for one index (as search pages were before shards): it loads pagefind/ alone.
+ONE_INDEX_SEARCH_PAGE = (
+    '{% extends "base.html" %}'
+    '{% block head %}<link rel="stylesheet" href="{{ url(\'pagefind/pagefind-ui.css\') }}">{% endblock %}'
+    '{% block main %}<h1>Search</h1><div id="search"></div>{% endblock %}'
+    '{% block scripts %}<script src="{{ url(\'pagefind/pagefind-ui.js\') }}"></script>'
+    '<script>new PagefindUI({ element: "#search" });</script>{% endblock %}')
 
 
 def test_pagefind_reads_only_record_pages_unless_a_users_template_marks_others(tmp_path):
@@ -197,6 +207,33 @@ def test_plan_shards_splits_only_a_large_site_of_record_pages():
     few = plan_shards(["A" * 26, "M" * 26, "Z" * 26], RECORD_PAGES_GLOB, 1)  # 4 shards, one of them empty: it
     assert [s.folder for s in few] == ["pagefind/1-of-4/", "pagefind/2-of-4/", "pagefind/4-of-4/"]  # gets no
     # index (Pagefind refuses to make one)
+
+
+def test_a_search_page_written_for_one_index_keeps_one(bundles_dir, tmp_path):
+    """A user's ``search.html`` that does not name ``search_indexes`` loads ``pagefind/`` alone: the site keeps
+    one index there however many records it has, so that the page still works; naming them gets shards."""
+    user = tmp_path / "templates"
+    user.mkdir()
+    assert search_page_merges_shards(template_dirs(None))
+    (user / "search.html").write_text(ONE_INDEX_SEARCH_PAGE)
+    assert not search_page_merges_shards(template_dirs(user))
+    ids = _random_ids(100, 3)
+    (whole,) = plan_shards(ids, RECORD_PAGES_GLOB, 10, merges_shards=False)
+    assert (whole.unit, whole.folder, whole.glob, whole.pith_ids) == ("search", "pagefind/", RECORD_PAGES_GLOB,
+                                                                     tuple(ids))
+
+    out = tmp_path / "site"
+    options = BuildOptions(bundles=bundles_dir, output=out, trust=load_trust_set(), templates=user,
+                           config=SiteConfig(search_shard_size=1))
+    build(options)
+    assert _page_counts(out) == {"pagefind": len(REAL_FILES)}  # (the built-in page would have three shards)
+    assert 'src="/pagefind/pagefind-ui.js"' in (out / "search/index.html").read_text()
+    assert (out / "pagefind/pagefind-ui.js").is_file()
+    # The user's page, made to load the shards, gets them (the search page's own template decides).
+    (user / "search.html").write_text(ONE_INDEX_SEARCH_PAGE.replace("<h1>Search</h1>",
+                                                                    "<h1>Search</h1>{{ search_indexes }}"))
+    build(options)
+    assert _page_counts(out) == {"pagefind/1-of-4": 2, "pagefind/3-of-4": 1, "pagefind/4-of-4": 1}
 
 
 def _page_counts(site: Path) -> dict[str, int]:
