@@ -61,7 +61,8 @@ def _init(out: str, pages: bool = False) -> None:
         from site_builder.keys import TrustedKey, TrustSet
         from site_builder.rendering import SiteRenderer, template_dirs
         from site_builder.settings import SiteConfig
-        _renderer = SiteRenderer(SiteConfig(), template_dirs(None), TrustSet((TrustedKey("bench", key.verify_key.encode(), {}),)))
+        trust = TrustSet((TrustedKey("bench", key.verify_key.encode(), {}),))
+        _renderer = SiteRenderer(SiteConfig(), template_dirs(None), trust)
 
 
 def _rendered(raw: bytes, bundle: dict) -> list[tuple[str, bytes]]:

@@ -112,7 +112,8 @@ def test_floor_with_pages_writes_the_records_rendered_files(tmp_path, pages):
     [folder] = (out / "pith").glob("?" * 26)
     assert (out / ".well-known/pith" / folder.name / "bundle.json").read_bytes() == raw
     page, state = (folder / "index.html").read_bytes(), (folder / "state.json").read_bytes()
-    redirects = [p for p in (out / "pith").glob("*/index.html") if p.parent != folder] + list(out.glob("arxiv/*/index.html"))
+    redirects = [p for p in (out / "pith").glob("*/index.html") if p.parent != folder]
+    redirects += out.glob("arxiv/*/index.html")
     assert len(redirects) == 5
     if not pages:
         assert set(page) == {ord("p")} and set(state) == {ord("s")}
