@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -280,11 +281,15 @@ class OutputSlot:
         the build (tar) fails on a file whose status changes as it reads it.  Deletions start as early as
         possible, so most of them end while the build still works."""
         try:
-            for deletion in self._deleting:
-                if deletion.shares_files and self.shares_files:
-                    deletion.process.wait()
+            if self.shares_files:  # (the loop holds only processes it waits for: see below)
+                for process in [d.process for d in self._deleting if d.shares_files]:
+                    process.wait()
         finally:
-            self._deleting.clear()
+            with warnings.catch_warnings():
+                # A deletion not waited for goes on after the build, by design: dropping its Popen hands it to
+                # the subprocess module, which reaps it later.  Not a leak to warn of (python -X dev would).
+                warnings.simplefilter("ignore", ResourceWarning)
+                self._deleting.clear()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
                 self._lock_fd = None

@@ -99,6 +99,26 @@ def test_a_tree_sharing_no_file_is_left_to_its_deleter_unless_the_build_cannot_t
         assert wait_gone(next(iter(tmp_path.glob(".site.old-*")), tmp_path / "none"))
 
 
+def test_a_deletion_left_running_raises_no_resource_warning(tmp_path, monkeypatch):
+    """The deleter of a tree the build need not wait for outlives the build by design; letting go of it must
+    not warn (``python -X dev``, ``-W default``: "ResourceWarning: subprocess ... is still running")."""
+    import warnings
+
+    from site_builder import writing
+
+    monkeypatch.setattr(writing, "_DELETER", "import time; time.sleep(1)\n" + writing._DELETER)
+    slot = OutputSlot(tmp_path / "site")
+    make_tree(slot.prev)
+    slot.acquire()
+    slot.retire_prev(shares_files=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        slot.release()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+    assert list(tmp_path.glob(".site.old-*"))  # (still being deleted when the build let go)
+    assert wait_gone(next(iter(tmp_path.glob(".site.old-*")), tmp_path / "none"))
+
+
 def test_a_twin_is_a_hard_link_or_else_a_copy(tmp_path, monkeypatch):
     tree = StagingTree(tmp_path / "t")
     tree.root.mkdir()
