@@ -52,8 +52,8 @@ from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, col
                                 replan_redirects, report_files, static_unit)
 from site_builder.records import PaperSummary, PaperText, paper_text, text_source
 from site_builder.rendering import SiteRenderer, template_dirs, templates_identity
-from site_builder.search_index import (SEARCH_STAGE, SearchShard, files_under, index_search, pagefind_glob,
-                                      pagefind_version, plan_shards, search_page_merges_shards)
+from site_builder.search_index import (SEARCH_STAGE, SearchLayout, SearchShard, files_under, index_search,
+                                      pagefind_version, plan_shards, search_layout)
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportDocument
 from site_builder.selection import Candidate, PublishedBefore, Selection, is_rollback, select
 from site_builder.settings import SiteConfig
@@ -502,8 +502,8 @@ def _build(options: BuildOptions) -> BuildReport:
         # there is nothing to do (and nothing is written).
         renderer = _renderer(options, dirs, build_key)
         catalog = _catalogue(options, published)
-        search_layout = (pagefind_glob(dirs), search_page_merges_shards(dirs)) if options.search else (None, False)
-        shards = _search_shards(options, search_layout, selection.published)
+        layout = search_layout(dirs) if options.search else None
+        shards = _search_shards(options, layout, selection.published)
         collection = collection_units(renderer, catalog, plan.shared, options.trust, source_date(), about,
                                       options.memory.unit_rows if options.memory is not None else None, static_files,
                                       [s.folder for s in shards])
@@ -579,7 +579,7 @@ def _build(options: BuildOptions) -> BuildReport:
                 _record_outcomes(report, inspections, selection, changed)
                 plan = plan_redirects(papers)
                 catalog = catalogue(papers)
-                shards = _search_shards(options, search_layout, {p.pith_id: p for p in papers})
+                shards = _search_shards(options, layout, {p.pith_id: p for p in papers})
                 collection = collection_units(renderer, catalog, plan.shared, options.trust, source_date(), about,
                                               static_files=static_files, search_folders=[s.folder for s in shards])
                 units = {u: v for u, v in units.items() if u.startswith("record:")}
@@ -1113,14 +1113,13 @@ def _is_search_unit(name: str) -> bool:
     return name == "search" or name.startswith("search:")
 
 
-def _search_shards(options: BuildOptions, layout: tuple[str | None, bool], published: dict) -> list[SearchShard]:
-    """The search indexes of a site publishing *published* (pith id -> anything, in pith-id order), given what
-    Pagefind reads and whether the search page merges shards (``plan_shards``); none without the search index."""
-    if not options.search:
+def _search_shards(options: BuildOptions, layout: SearchLayout | None, published: dict) -> list[SearchShard]:
+    """The search indexes of a site publishing *published* (pith id -> anything, in pith-id order), as the
+    templates' *layout* asks (``plan_shards``); none without the search index (*layout* None)."""
+    if layout is None:
         return []
-    glob, merges_shards = layout
-    return plan_shards(published, glob, options.config.search_shard_size, options.config.search_max_shards,
-                       merges_shards)
+    return plan_shards(published, layout.glob, options.config.search_shard_size, options.config.search_max_shards,
+                       layout.merges_shards)
 
 
 def _identify(build_key: str, report: BuildReport, units: dict, options: BuildOptions) -> tuple[str, ReportDocument]:

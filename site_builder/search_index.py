@@ -44,33 +44,39 @@ class SearchIndexError(Exception):
     """Pagefind failed; the previous output is kept."""
 
 
-def pagefind_glob(dirs: list[Path]) -> str | None:
-    """Which HTML files Pagefind need read: the record pages when, of the templates and assets in effect (the
-    first folder holding a name wins, as for Jinja), the record page's template alone marks pages for the index;
-    else None, every HTML file (a user's template marks other pages, or none does and Pagefind indexes every
-    page whole).  Pagefind reads every HTML file to find the marked ones, ~60,000 at 10,000 records: given the
-    record pages alone it builds the same index in ~60 % of the time and ~500 MB less memory."""
-    marked, seen = set(), set()
+@dataclass(frozen=True)
+class SearchLayout:
+    """What the templates in effect ask of the search index (``search_layout``)."""
+
+    glob: str | None  # the HTML files Pagefind need read: the record pages, or None (every one)
+    merges_shards: bool  # the search page loads every index it is given (``search_indexes``)
+
+
+def search_layout(dirs: list[Path]) -> SearchLayout:
+    """Read the templates and assets in effect (the first folder holding a name wins, as for Jinja) for what they
+    ask of the search index.
+
+    *glob*: the record pages when the record page's template alone marks pages for the index; else None, every
+    HTML file (a user's template marks other pages, or none does and Pagefind indexes every page whole).
+    Pagefind reads every HTML file to find the marked ones, ~60,000 at 10,000 records: given the record pages
+    alone it builds the same index in ~60 % of the time and ~500 MB less memory.
+
+    *merges_shards*: whether ``search.html`` names ``search_indexes``, the list of indexes it must load.  One
+    that does not was written for one index at ``pagefind/`` (a user's, from before shards): the site keeps one
+    index then, so that the page still finds Pagefind where it looks."""
+    marked, seen, merges_shards = set(), set(), False
     for folder in dirs:
         for path in sorted(folder.rglob("*")):
             rel = path.relative_to(folder).as_posix()
             if rel in seen or not path.is_file():
                 continue
             seen.add(rel)
-            if _INDEX_MARK in path.read_bytes():
+            text = path.read_bytes()
+            if _INDEX_MARK in text:
                 marked.add(rel)
-    return RECORD_PAGES_GLOB if marked == {"paper.html"} else None
-
-
-def search_page_merges_shards(dirs: list[Path]) -> bool:
-    """Whether the search page in effect (the first folder's ``search.html``) names ``search_indexes``, the list
-    of indexes it must load.  One that does not was written for one index at ``pagefind/`` (a user's, from
-    before shards): the site keeps one index then, so that the page still finds Pagefind where it looks."""
-    for folder in dirs:
-        page = folder / "search.html"
-        if page.is_file():
-            return _SHARDS_MARK in page.read_bytes()
-    return False
+            if rel == "search.html":
+                merges_shards = _SHARDS_MARK in text
+    return SearchLayout(RECORD_PAGES_GLOB if marked == {"paper.html"} else None, merges_shards)
 
 
 def pagefind_version() -> str:
@@ -123,9 +129,8 @@ def shard_glob(number: int, count: int) -> str:
 
 def plan_shards(pith_ids: Iterable[str], glob: str | None, shard_size: int,
                 max_shards: int = MAX_SHARDS, merges_shards: bool = True) -> list[SearchShard]:
-    """The search indexes of a site publishing *pith_ids* (sorted), given what Pagefind reads (*glob*, from
-    ``pagefind_glob``) and whether the search page loads shards (*merges_shards*, from
-    ``search_page_merges_shards``): one index at ``pagefind/`` unless the site has more than *shard_size* records,
+    """The search indexes of a site publishing *pith_ids* (sorted), given what Pagefind reads (*glob*) and
+    whether the search page loads shards (*merges_shards*), as ``search_layout`` finds them: one index at ``pagefind/`` unless the site has more than *shard_size* records,
     only record pages are indexed (a user's template that marks other pages gets one index of the whole site) and
     the search page merges shards; else one per shard that holds a record (``shard_count``), at
     ``pagefind/<n>-of-<count>/``.  None at all for a site with no record (Pagefind refuses to make an empty
@@ -147,7 +152,7 @@ def plan_shards(pith_ids: Iterable[str], glob: str | None, shard_size: int,
 def index_search(site: Path, indexes: Sequence[tuple[str | None, str]] = ((None, INDEX_FOLDER),), processes: int = 1,
                  waiting: Callable[[int], None] | None = None) -> None:
     """Run Pagefind over the staged site (only pages marked data-pagefind-body are indexed) once for each of
-    *indexes*, (glob, folder): the HTML files it need read (``pagefind_glob``, ``shard_glob``; None: every one)
+    *indexes*, (glob, folder): the HTML files it need read (``search_layout``, ``shard_glob``; None: every one)
     and where the index goes; *processes* at a time (shards of ~3,000 records: four took 17.9 s one after the
     other, 11.8 s two at a time, on two cores).  *waiting* is called every 0.2 s with how many have finished (a
     progress display, refreshed from this thread: Pagefind takes ~2.5 s for 2,500 records, ~13 s for 12,500).

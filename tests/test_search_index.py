@@ -15,8 +15,7 @@ from site_builder.build import BuildOptions, build
 from site_builder.keys import load_trust_set
 from site_builder.rendering import template_dirs
 from site_builder.search_index import (BASE32, MAX_SHARDS, RECORD_PAGES_GLOB, SearchIndexError, files_under,
-                                       index_search, pagefind_glob, plan_shards, search_page_merges_shards,
-                                       shard_count, shard_glob, shard_of)
+                                       index_search, plan_shards, search_layout, shard_count, shard_glob, shard_of)
 from site_builder.settings import SiteConfig
 
 from conftest import REAL_FILES, stand_in_pagefind, tree
@@ -37,19 +36,19 @@ ONE_INDEX_SEARCH_PAGE = (
 
 def test_pagefind_reads_only_record_pages_unless_a_users_template_marks_others(tmp_path):
     builtin = template_dirs(None)
-    assert pagefind_glob(builtin) == RECORD_PAGES_GLOB
+    assert search_layout(builtin).glob == RECORD_PAGES_GLOB
     assert fnmatch.fnmatch("pith/" + "A" * 26 + "/index.html", RECORD_PAGES_GLOB)
     assert not any(fnmatch.fnmatch(f"pith/{'A' * n}/index.html", RECORD_PAGES_GLOB) for n in (8, 12, 16))
     user = tmp_path / "templates"
     user.mkdir()
     (user / "listing.html").write_text(MARKED_LISTING)
-    assert pagefind_glob(template_dirs(user)) is None  # listing pages are indexed too
+    assert search_layout(template_dirs(user)).glob is None  # listing pages are indexed too
     (user / "listing.html").unlink()
     (user / "paper.html").write_text("<p>{{ p.title }}</p>")  # nothing marked: Pagefind indexes every page whole
-    assert pagefind_glob(template_dirs(user)) is None
+    assert search_layout(template_dirs(user)).glob is None
     (user / "paper.html").unlink()
     (user / "about.html").write_text("<p>no mark here</p>")
-    assert pagefind_glob(template_dirs(user)) == RECORD_PAGES_GLOB
+    assert search_layout(template_dirs(user)).glob == RECORD_PAGES_GLOB
 
 
 def test_search_indexes_every_marked_page(bundles_dir, tmp_path):
@@ -214,9 +213,9 @@ def test_a_search_page_written_for_one_index_keeps_one(bundles_dir, tmp_path):
     one index there however many records it has, so that the page still works; naming them gets shards."""
     user = tmp_path / "templates"
     user.mkdir()
-    assert search_page_merges_shards(template_dirs(None))
+    assert search_layout(template_dirs(None)).merges_shards
     (user / "search.html").write_text(ONE_INDEX_SEARCH_PAGE)
-    assert not search_page_merges_shards(template_dirs(user))
+    assert not search_layout(template_dirs(user)).merges_shards
     ids = _random_ids(100, 3)
     (whole,) = plan_shards(ids, RECORD_PAGES_GLOB, 10, merges_shards=False)
     assert (whole.unit, whole.folder, whole.glob, whole.pith_ids) == ("search", "pagefind/", RECORD_PAGES_GLOB,
