@@ -41,6 +41,12 @@ from nacl.signing import SigningKey, VerifyKey
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # (--pages: this checkout's site_builder)
+from site_builder.keys import TrustedKey, TrustSet  # noqa: E402
+from site_builder.pages import ALL_ADDRESSES, paper_files  # noqa: E402
+from site_builder.records import paper_text, summarize  # noqa: E402
+from site_builder.rendering import SiteRenderer, template_dirs  # noqa: E402
+from site_builder.settings import SiteConfig  # noqa: E402
+from site_builder.verification import ALL_PASSED  # noqa: E402
 
 # Mean sizes of a record's files on a 10,000-record site built with the built-in templates.
 PAGE_BYTES, STATE_BYTES, BADGE_BYTES, REDIRECT_BYTES = 17_657, 6_157, 417, 741
@@ -58,18 +64,12 @@ def _init(out: str, pages: bool = False) -> None:
     _signed = (key.sign(message).signature, message, key.verify_key)
     _out = out
     if pages:
-        from site_builder.keys import TrustedKey, TrustSet
-        from site_builder.rendering import SiteRenderer, template_dirs
-        from site_builder.settings import SiteConfig
         trust = TrustSet((TrustedKey("bench", key.verify_key.encode(), {}),))
         _renderer = SiteRenderer(SiteConfig(), template_dirs(None), trust)
 
 
 def _rendered(raw: bytes, bundle: dict) -> list[tuple[str, bytes]]:
     """The record's files as a build makes them (every short address its own), without a check."""
-    from site_builder.pages import ALL_ADDRESSES, paper_files
-    from site_builder.records import paper_text, summarize
-    from site_builder.verification import ALL_PASSED
     summary = summarize(bundle).with_words(paper_text(bundle))
     files = list(paper_files(_renderer, raw, bundle, summary, ALL_PASSED, (), ALL_ADDRESSES))
     _renderer.row_of(summary)
