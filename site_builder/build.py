@@ -11,8 +11,8 @@ Stages (each timed in ``BuildReport.timings``, its CPU time in ``BuildReport.cpu
      re-rendered) or a fresh staging folder; a unit unchanged since the live site is hard-linked from it;
   4. ``search_index`` (Pagefind, for each shard of the index whose pages changed: search_index.py) and
      ``swap``: the prepared tree and the output are exchanged atomically;
-  5. ``save_cache``: the cache and the memory snapshot (memory.py) that the next build starts from (its
-     ``load_memory`` stage, before ``verify``), in a detached process for a one-shot build.
+  5. ``save_cache``: the build cache (cache.py, every entry authenticated with this user's key) that the next
+     build starts from, in a detached process for a one-shot build; serve also keeps its memory (memory.py).
 A bad bundle never stops the build; a failure in stages 3-4 (a broken template, a full disk, a kill)
 leaves the output untouched.
 """
@@ -42,11 +42,13 @@ import orjson
 
 from site_builder import builder_identity
 from site_builder.cache import BuildCache, file_count, join_files, record_unit_files, split_files
+from site_builder.cache_key import CacheKey, CacheKeyUnavailable, user_cache_key
+from site_builder.compiled_templates import CompiledTemplates
 from site_builder.inspection import Inspection, by_reference, compact, inspect_bytes, rejected
 from site_builder.keys import TrustSet
 from site_builder.loading import (DEFAULT_MAX_BYTES, BundleListing, FileReadError, InputFile, Prefetcher, StaticFile,
                                   discover, read_bytes, read_static_files, stat_signature)
-from site_builder.memory import BuildMemory, load_snapshot, save_snapshot
+from site_builder.memory import BuildMemory
 from site_builder.pages import (Catalogue, Listing, RedirectPlan, catalogue, collection_units, groups,
                                 paper_dir, paper_files, plan_redirects, recatalogue, refused_static_path,
                                 replan_redirects, report_files, static_unit)
@@ -100,7 +102,6 @@ class BuildOptions:
     use_cache: bool = True
     mp_context: str = "fork"  # "forkserver" where the caller runs threads (serve)
     memory: BuildMemory | None = None  # kept between builds by a long-running process (serve)
-    keep_memory: bool = True  # without memory given: save it beside the cache for the next build, and use it
     # The process ends after this build (the command line): the cache is saved by a detached process once the site
     # is live, and the build's objects are left for the exit to drop (freeing a million objects takes ~1 s).
     one_shot: bool = False
@@ -198,12 +199,12 @@ def _inspect_file(item: InputFile) -> Inspection:
 
 
 def _init_render(config: SiteConfig, dirs: list[Path], trust: TrustSet, staging_root: Path, search: bool,
-                 build_key: str, compiled_dir: Path | None, spare_root: Path | None = None) -> None:
+                 build_key: str, compiled: CompiledTemplates | None, spare_root: Path | None = None) -> None:
     """*spare_root*: the twin the build links (``_renders_everything``), where each record's files are linked as
     soon as they are written."""
     _in_worker_process()
     if _worker.get("renderer_key") != build_key:  # same key: same templates and settings, reuse the compiled ones
-        _worker["renderer"] = SiteRenderer(config, dirs, trust, search, compiled_dir)
+        _worker["renderer"] = SiteRenderer(config, dirs, trust, search, compiled)
         _worker["renderer_key"] = build_key
     _worker["staging"] = StagingTree(staging_root)
     _worker["spare"] = StagingTree(spare_root) if spare_root is not None else None
@@ -456,9 +457,8 @@ def _build(options: BuildOptions) -> BuildReport:
 
     indexer = pagefind_version() if options.search else None  # (the search indexes' keys name it)
     slot.acquire()
-    cache = _open_cache(options, load=False)  # waits while the last build's detached saver writes it
+    cache = _open_cache(options, report, load=False)  # waits while the last build's detached saver writes it
     clock.lap("start")
-    snapshot_dir = _cache_folder(options) if options.memory is None and options.keep_memory else None
     try:
         if options.listing is not None:
             found, skipped = options.listing.found, options.listing.skipped
@@ -478,10 +478,6 @@ def _build(options: BuildOptions) -> BuildReport:
             return report
         report.warnings.extend(static_warnings)
         cache.load()  # (~2 million objects at 100,000 records: build() has paused the cyclic collector)
-        if snapshot_dir is not None:  # a separate process: start from what the last build planned
-            options = replace(options, memory=load_snapshot(snapshot_dir))
-            options.memory.cache = cache
-            clock.lap("load_memory")
         inspections, fresh, file_index = _inspect_all(options, cache, found)
         inspections = sorted([rejected(s.rel, s.check, s.reason) for s in skipped] + inspections, key=lambda i: i.rel)
         paths = {f.rel: f.path for f in found}
@@ -523,7 +519,7 @@ def _build(options: BuildOptions) -> BuildReport:
         if previous.build_id == build_id and cache.units(previous.build_id) is not None:
             report.changed = False
             _remember(lambda: cache.save_inputs(file_index, fresh, options.trust.identity()), cache, options,
-                      report, input_fingerprint, _stat_sig(slot.output / MARKER), snapshot_dir,
+                      report, input_fingerprint, _stat_sig(slot.output / MARKER),
                       lambda: _tidy_memory(options.memory, report, cache.units(build_id) or {}))
             clock.lap("save_cache")
             if options.one_shot:
@@ -550,7 +546,7 @@ def _build(options: BuildOptions) -> BuildReport:
             changed = {}
             with closing(_imap(_render_record, _init_render,
                                (options.config, dirs, options.trust, tree.root, options.search, build_key,
-                                _compiled_templates_dir(options), spare.root if spare is not None else None),
+                                _compiled_templates(options), spare.root if spare is not None else None),
                                to_render, options.workers, "render", [t.source for t in to_render])) as results:
                 # (closed, which stops the workers, on any error)
                 twin_lost = False
@@ -683,7 +679,7 @@ def _build(options: BuildOptions) -> BuildReport:
                 _tidy_memory(options.memory, report, units)
             _remember(lambda: cache.save(file_index, fresh, options.trust.identity(), units, build_id,
                                          keep_build_id=previous.build_id),
-                      cache, options, report, input_fingerprint, marker_sig, snapshot_dir, upkeep)
+                      cache, options, report, input_fingerprint, marker_sig, upkeep)
             clock.lap("save_cache")
             if options.one_shot:
                 _LEFT_FOR_EXIT[:] = [options.memory, cache, inspections, units, selection, catalog, collection]
@@ -694,7 +690,7 @@ def _build(options: BuildOptions) -> BuildReport:
                 slot.discard(spare)
             raise
     finally:
-        if options.memory is None or snapshot_dir is not None:
+        if options.memory is None:
             cache.close()
         else:
             cache.release_lock()  # serve keeps the cache open between builds, not locked
@@ -704,10 +700,9 @@ def _build(options: BuildOptions) -> BuildReport:
 
 
 def _remember(write_cache: Callable[[], None], cache: BuildCache, options: BuildOptions, report: BuildReport,
-              input_fingerprint: Callable[[], str], marker_sig: str | None, snapshot_dir: Path | None,
-              upkeep: Callable[[], None]) -> None:
-    """Save what the next build reads (the cache via *write_cache*, the no-op answer, the memory brought up to
-    date by *upkeep* and its snapshot), in a detached process for a one-shot build (``build`` on the command
+              input_fingerprint: Callable[[], str], marker_sig: str | None, upkeep: Callable[[], None]) -> None:
+    """Save what the next build reads (the cache via *write_cache*, the no-op answer, and serve's memory brought
+    up to date by *upkeep*), in a detached process for a one-shot build (``build`` on the command
     line): the new site is live already, and saving 10,000 records' worth takes longer than the rest of a
     one-file rebuild.  The saver inherits the cache's lock, so the next build waits for it before reading the
     cache; a saver that fails leaves the previous cache, which can only cost the next build time.  The saver
@@ -719,8 +714,6 @@ def _remember(write_cache: Callable[[], None], cache: BuildCache, options: Build
             cache.save_quick(input_fingerprint(), marker_sig, report)
         if options.memory is not None:
             upkeep()
-        if snapshot_dir is not None:
-            save_snapshot(options.memory, snapshot_dir)
 
     if options.one_shot and _start_detached(save, cache):
         report.saved_in_background = True
@@ -769,7 +762,7 @@ def _keep_only_fd(keep: int) -> None:
 
 
 def _tidy_memory(memory: BuildMemory, report: BuildReport, units: dict) -> None:
-    """Drop what no longer belongs to the build (it would pin old results in memory and in the snapshot), and
+    """Drop what no longer belongs to the build (it would pin old results in memory), and
     keep this build's report lines for the next (the build wrote them without keeping them)."""
     memory.report_rows.keep_lines(report.outcomes)
     memory.unit_rows = {k: v for k, v in memory.unit_rows.items() if k in units}
@@ -831,7 +824,7 @@ def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = la
     slot.acquire()
     cache = None
     try:
-        cache = _open_cache(options)
+        cache = _open_cache(options, BuildReport())
         units = cache.units(read_build_id(slot.output))
         if units is None:
             return False
@@ -1014,23 +1007,36 @@ def _record_keys(options: BuildOptions, build_key: str, selection, plan: Redirec
 
 
 def _cache_folder(options: BuildOptions) -> Path | None:
-    """Where the cache, the memory snapshot and the compiled templates live (None: no cache)."""
+    """Where the cache and the compiled templates live (None: no cache)."""
     return (options.cache_dir or default_cache_dir(options.output)) if options.use_cache else None
 
 
-def _compiled_templates_dir(options: BuildOptions) -> Path | None:
+def _compiled_templates(options: BuildOptions) -> CompiledTemplates | None:
+    """Where compiled templates are kept between processes, under this user's cache key (None: nowhere)."""
     folder = _cache_folder(options)
-    return folder / "templates" if folder is not None else None
+    key = _cache_key(options, BuildReport()) if folder is not None else None
+    return CompiledTemplates(folder / "templates", key) if key is not None else None
 
 
-def _open_cache(options: BuildOptions, load: bool = True) -> BuildCache:
+def _cache_key(options: BuildOptions, report: BuildReport) -> CacheKey | None:
+    """This user's cache key, or None (and a note saying why) where no cache can be kept safely."""
+    if not options.use_cache:
+        return None
+    try:
+        return user_cache_key()
+    except CacheKeyUnavailable as e:
+        report.cache_note = f"no build cache: {e}; every bundle is verified and every page rendered"
+        return None
+
+
+def _open_cache(options: BuildOptions, report: BuildReport, load: bool = True) -> BuildCache:
     folder = _cache_folder(options)
     path = folder / "cache.sqlite" if folder is not None else None
     memory = options.memory
     if memory is not None and memory.cache is not None and memory.cache.path == path and memory.cache.db is not None:
         memory.cache.take_lock()
         return memory.cache
-    cache = BuildCache(path, load)
+    cache = BuildCache(path, load, _cache_key(options, report))
     if memory is not None:
         memory.close()
         memory.cache = cache
@@ -1043,12 +1049,12 @@ def _renderer(options: BuildOptions, dirs: list[Path], build_key: str) -> SiteRe
         return memory.renderer[1]
     rows = memory.list_rows[1] if memory is not None and memory.list_rows and memory.list_rows[0] == build_key \
         else None  # rows rendered with these templates and settings
-    renderer = SiteRenderer(options.config, dirs, options.trust, options.search, _compiled_templates_dir(options),
+    renderer = SiteRenderer(options.config, dirs, options.trust, options.search, _compiled_templates(options),
                             rows)
     if memory is not None:
         memory.renderer = (build_key, renderer)
         memory.list_rows = (build_key, renderer.rows)
-    if memory is not None and memory.compile_all_templates:
+    if memory is not None:  # (serve: compile every template now, not during the first edit's rebuild)
         for name in renderer.env.list_templates(extensions=["html", "xml", "txt", "svg"]):
             try:
                 renderer.env.get_template(name)  # compile now, not during the first edit's rebuild

@@ -10,9 +10,14 @@ Three things are remembered:
 A cache that is unreadable, corrupt, or from another builder version is deleted and rebuilt; a stale
 entry can only cause extra work, because every key includes what the output depends on.
 
+The cache is untrusted input like any file in a project folder: every row carries a tag made with this user's
+cache key (cache_key.py), and a row whose tag does not check is ignored, as if it were not there.  So a row
+planted by someone else (a fork, a clone, another user of a shared folder) or written by another builder
+version can only cost work: the file is read, hashed and verified again.
+
 ``cache.lock`` beside it is held by the build using the cache, and then by the detached process that saves
 it (build.py ``_remember``); a build opening the cache waits for that save first.  The same folder holds the
-build memory snapshot (memory.py) and Jinja's compiled templates.
+templates Jinja compiled (rendering.py, tagged the same way).
 """
 
 from __future__ import annotations
@@ -25,18 +30,28 @@ import sqlite3
 from pathlib import Path
 
 from site_builder import builder_identity
+from site_builder.cache_key import CacheKey
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
 from site_builder.pages import record_file_count, record_files
 from site_builder.writing import check_relative_path
 
-SCHEMA = "8"
+SCHEMA = "9"
+
+
+def cache_context() -> str:
+    """What a cache entry's tag is bound to: entries of another builder or schema never check."""
+    return f"site-builder cache {builder_identity()}/{SCHEMA}"
 
 
 class BuildCache:
-    def __init__(self, path: Path | None, load: bool = True):
+    def __init__(self, path: Path | None, load: bool = True, key: CacheKey | None = None):
         """Open (and lock) the cache at *path*; *load*: read its file index and unit lists now, else at ``load()``
-        (a build that turns out to be a no-op never needs them: ~0.5 s at 100,000 records)."""
+        (a build that turns out to be a no-op never needs them: ~0.5 s at 100,000 records).  *key*: this user's
+        cache key; without one there is no cache (nothing could tell this builder's entries from planted ones)."""
+        if key is None:
+            path = None
         self.path = path
+        self._key = key.bound_to(cache_context()) if key is not None else None
         self.db: sqlite3.Connection | None = None
         self._files: dict[str, tuple[str, str]] = {}
         self._units: dict[str, dict[str, tuple[str, str]]] = {}  # build id -> unit -> (key, files joined)
@@ -100,9 +115,13 @@ class BuildCache:
         if self.db is None:
             return
         try:
-            self._files = {rel: (sig, sha) for rel, sig, sha in self.db.execute("SELECT rel, sig, sha256 FROM files")}
-            for build_id, data in self.db.execute("SELECT build_id, data FROM units"):
-                self._units[build_id] = _units_from_text(data)
+            checks = self._key.checks
+            self._files = {rel: (sig, sha) for rel, sig, sha, tag in
+                           self.db.execute("SELECT rel, sig, sha256, tag FROM files")
+                           if checks(tag, "file", rel, sig, sha)}
+            for build_id, data, tag in self.db.execute("SELECT build_id, data, tag FROM units"):
+                if checks(tag, "units", build_id, data):
+                    self._units[build_id] = _units_from_text(data)
         except (sqlite3.DatabaseError, ValueError, OSError, AttributeError):
             self._reset()
 
@@ -116,10 +135,10 @@ class BuildCache:
                 self.db.execute(f"DROP TABLE IF EXISTS {table}")
             self.db.execute("DELETE FROM meta")
             self.db.execute("INSERT INTO meta VALUES ('version', ?)", (version,))
-        self.db.execute("CREATE TABLE IF NOT EXISTS files (rel TEXT PRIMARY KEY, sig TEXT, sha256 TEXT)")
-        self.db.execute("CREATE TABLE IF NOT EXISTS inspections (sha256 TEXT, trust TEXT, data TEXT, "
+        self.db.execute("CREATE TABLE IF NOT EXISTS files (rel TEXT PRIMARY KEY, sig TEXT, sha256 TEXT, tag TEXT)")
+        self.db.execute("CREATE TABLE IF NOT EXISTS inspections (sha256 TEXT, trust TEXT, data TEXT, tag TEXT, "
                         "PRIMARY KEY (sha256, trust))")
-        self.db.execute("CREATE TABLE IF NOT EXISTS units (build_id TEXT PRIMARY KEY, data TEXT)")
+        self.db.execute("CREATE TABLE IF NOT EXISTS units (build_id TEXT PRIMARY KEY, data TEXT, tag TEXT)")
 
     def _reset(self) -> None:
         """Throw the cache away (corrupt, truncated, foreign) and start an empty one."""
@@ -166,12 +185,14 @@ class BuildCache:
             for start in range(0, len(missing), 500):
                 chunk = missing[start:start + 500]
                 rows += self.db.execute(
-                    f"SELECT sha256, data FROM inspections WHERE trust=? AND sha256 IN ({','.join('?' * len(chunk))})",
-                    (trust, *chunk)).fetchall()
+                    f"SELECT sha256, data, tag FROM inspections WHERE trust=? AND sha256 IN "
+                    f"({','.join('?' * len(chunk))})", (trust, *chunk)).fetchall()
         except sqlite3.DatabaseError:
             self._reset()
             return {}
-        for sha, data in rows:
+        for sha, data, tag in rows:
+            if not self._key.checks(tag, "inspection", sha, trust, data):
+                continue  # not written by this user's builder: verified again
             try:
                 inspection = inspection_from_json(json.loads(data))
             except (ValueError, KeyError, TypeError, AttributeError):
@@ -200,12 +221,13 @@ class BuildCache:
     def _write_inputs(self, files, new_inspections, trust) -> None:
         """Write what changed since the cache was read (a one-file change writes a few rows, not 10,000)."""
         old = self._files
+        tag = self._key.tag
         self.db.executemany("DELETE FROM files WHERE rel=?", [(rel,) for rel in old if rel not in files])
-        self.db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?)",
-                            [(rel, sig, sha) for rel, (sig, sha) in files.items() if old.get(rel) != (sig, sha)])
-        self.db.executemany("INSERT OR REPLACE INTO inspections VALUES (?, ?, ?)",  # streamed: 100,000 rows
-                            ((i.sha256, trust, json.dumps(inspection_to_json(i), ensure_ascii=False))
-                             for i in new_inspections if i.sha256))
+        self.db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)",
+                            [(rel, sig, sha, tag("file", rel, sig, sha)) for rel, (sig, sha) in files.items()
+                             if old.get(rel) != (sig, sha)])
+        self.db.executemany("INSERT OR REPLACE INTO inspections VALUES (?, ?, ?, ?)",  # streamed: 100,000 rows
+                            (_inspection_row(i, trust, tag) for i in new_inspections if i.sha256))
         live = {sha for _, sha in files.values()}
         gone = {sha for _, sha in old.values()} - live
         self.db.executemany("DELETE FROM inspections WHERE sha256=?", [(s,) for s in gone])
@@ -225,7 +247,9 @@ class BuildCache:
             self.db.execute("BEGIN")
             self._write_inputs(files, new_inspections, trust)
             self.db.execute("DELETE FROM units WHERE build_id NOT IN (?, ?)", (build_id, keep_build_id or ""))
-            self.db.execute("INSERT OR REPLACE INTO units VALUES (?, ?)", (build_id, _units_to_text(units)))
+            data = _units_to_text(units)
+            self.db.execute("INSERT OR REPLACE INTO units VALUES (?, ?, ?)",
+                            (build_id, data, self._key.tag("units", build_id, data)))
             self.db.execute("COMMIT")
             self._units = {b: u for b, u in self._units.items() if b == keep_build_id}
             self._units[build_id] = dict(units)
@@ -239,23 +263,28 @@ class BuildCache:
         if self.db is None or marker_sig is None:
             return None
         try:
+            key = f"{input_fingerprint} {marker_sig}"
             row = self.db.execute("SELECT value FROM meta WHERE key='quick_key'").fetchone()
-            if row is None or row[0] != f"{input_fingerprint} {marker_sig}":
+            if row is None or row[0] != key:
                 return None
-            row = self.db.execute("SELECT value FROM meta WHERE key='quick'").fetchone()
-            return None if row is None else json.loads(row[0])
+            value = self.db.execute("SELECT value FROM meta WHERE key='quick'").fetchone()
+            tag = self.db.execute("SELECT value FROM meta WHERE key='quick_tag'").fetchone()
+            if value is None or tag is None or not self._key.checks(tag[0], "quick", key, value[0]):
+                return None  # (an answer this user's builder did not write keeps no output)
+            return json.loads(value[0])
         except (sqlite3.DatabaseError, ValueError):
             return None
 
     def save_quick(self, input_fingerprint: str, marker_sig: str | None, report) -> None:
         if self.db is None or marker_sig is None:
             return
-        doc = {"outcomes": [o.brief() for o in report.outcomes], "warnings": report.warnings}
+        doc = json.dumps({"outcomes": [o.brief() for o in report.outcomes], "warnings": report.warnings})
+        key = f"{input_fingerprint} {marker_sig}"
         try:
             self.db.execute("BEGIN")
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('quick', ?)", (json.dumps(doc),))
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('quick_key', ?)",
-                            (f"{input_fingerprint} {marker_sig}",))
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('quick', ?)", (doc,))
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('quick_key', ?)", (key,))
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('quick_tag', ?)", (self._key.tag("quick", key, doc),))
             self.db.execute("COMMIT")
         except sqlite3.DatabaseError:
             self._reset()
@@ -265,6 +294,11 @@ class BuildCache:
             self.db.close()
             self.db = None
         self.release_lock()
+
+
+def _inspection_row(inspection: Inspection, trust: str, tag) -> tuple[str, str, str, str]:
+    data = json.dumps(inspection_to_json(inspection), ensure_ascii=False)
+    return inspection.sha256, trust, data, tag("inspection", inspection.sha256, trust, data)
 
 
 # A unit's files are kept as one tab-joined string (output paths never hold tabs or newlines): one object

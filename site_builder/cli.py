@@ -248,6 +248,8 @@ def cmd_build(args) -> int:
         print(f"WARNING {warning}", file=sys.stderr)
     if report.twin_note and not args.quiet:
         print(f"NOTE {report.twin_note}", file=sys.stderr)
+    if report.cache_note and not args.quiet:
+        print(f"NOTE {report.cache_note}", file=sys.stderr)
     if args.verbose:
         for outcome in report.outcomes:
             if outcome.status == "published":

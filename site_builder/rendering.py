@@ -161,23 +161,16 @@ class _RenderContext(jinja2.runtime.Context):
 
 class SiteRenderer:
     def __init__(self, config: SiteConfig, dirs: list[Path], trust: TrustSet, search_enabled: bool = True,
-                 compiled_dir: Path | None = None, rows: dict[str, bytes] | None = None):
-        """*compiled_dir*: where Jinja keeps compiled templates between processes (keyed by each template's
-        source, so an edited template is compiled again); a one-file rebuild saves ~0.1 s of compiling.
+                 compiled: jinja2.BytecodeCache | None = None, rows: dict[str, bytes] | None = None):
+        """*compiled*: where Jinja keeps compiled templates between processes (compiled_templates.py: keyed by
+        each template's source, so an edited template is compiled again, and authenticated).
         *rows*: list rows an earlier renderer with the same templates and settings made (see ``paper_row``);
         the dict is used, and filled, in place."""
         self.config = config
         self.trust = trust
-        bytecode_cache = None
-        if compiled_dir is not None:
-            try:
-                compiled_dir.mkdir(parents=True, exist_ok=True)
-                bytecode_cache = jinja2.FileSystemBytecodeCache(str(compiled_dir))
-            except OSError:
-                bytecode_cache = None
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader([str(d) for d in dirs]),
-            bytecode_cache=bytecode_cache,
+            bytecode_cache=compiled,
             autoescape=True,
             undefined=jinja2.StrictUndefined,
             trim_blocks=True,

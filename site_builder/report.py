@@ -87,6 +87,7 @@ class BuildReport:
     # Why no twin was linked where one was asked for, for the person at the terminal (not in verification.json:
     # it depends on the machine, and the same inputs make the same site).
     twin_note: str = ""
+    cache_note: str = ""  # why the build kept no cache (no private place for the cache key)
 
     def stage_line(self) -> str:
         """Where the time went, on one line (``build --verbose``): each stage that took 10 ms or more, in wall

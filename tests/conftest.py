@@ -28,6 +28,15 @@ def stand_in_pagefind(folder: Path, main: str) -> str:
     return str(folder)
 
 
+@pytest.fixture(autouse=True)
+def user_cache_home(tmp_path_factory, monkeypatch) -> Path:
+    """Each test's own cache home, where its builds keep their cache key: the user's real one is never read or
+    written, and a test's builds (its subprocesses too) share one key."""
+    home = tmp_path_factory.mktemp("cache-home")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    return home
+
+
 @pytest.fixture(scope="session")
 def real_raw() -> dict[str, bytes]:
     """name -> the real bundle's bytes."""

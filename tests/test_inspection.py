@@ -1,4 +1,5 @@
-"""What a build keeps per record: the inspection of each file, compact and unchanged through cache and snapshot."""
+"""What a build keeps per record: the inspection of each file, compact and unchanged through the cache and on its
+way back from a worker process."""
 
 import hashlib
 import json
@@ -59,13 +60,13 @@ def _words_of_real_file(pith_id, sha256):
     return paper_text(json.loads(raw))
 
 
-def test_a_result_is_the_same_after_the_cache_and_the_snapshot():
+def test_a_result_is_the_same_after_the_cache_and_a_worker():
     result = _inspect("a.json")
     kept_by_build = by_reference(result)
     assert type(kept_by_build.summary.text) is TextOf and kept_by_build.summary.text.sha256 == result.sha256
     from_cache = inspection_from_json(json.loads(json.dumps(inspection_to_json(result))))
-    from_snapshot = pickle.loads(pickle.dumps(kept_by_build, protocol=pickle.HIGHEST_PROTOCOL))
-    for kept in (kept_by_build, from_cache, from_snapshot):
+    from_worker = pickle.loads(pickle.dumps(kept_by_build, protocol=pickle.HIGHEST_PROTOCOL))  # (in memory)
+    for kept in (kept_by_build, from_cache, from_worker):
         assert kept == result and kept.summary.row_digest == result.summary.row_digest
         assert type(kept.summary.text) is TextOf  # what a build holds: no words
         with text_source(_words_of_real_file):  # ... which it reads back from the verified bytes

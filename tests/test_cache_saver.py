@@ -1,9 +1,8 @@
-"""The build memory snapshot: separate builds start from what the last one planned, and a snapshot that is
-damaged, foreign or hostile is ignored (the build is still exactly a clean build)."""
+"""The build cache is saved by a detached process once the site is live; the next build waits for that save,
+and nothing the save does changes the output after ``build`` returns."""
 
 import fcntl
 import os
-import pickle
 import subprocess
 import sys
 import textwrap
@@ -13,8 +12,7 @@ import pytest
 
 from site_builder.build import build
 from site_builder.cache import BuildCache
-from site_builder.memory import SNAPSHOT_NAME, BuildMemory, _header, load_snapshot, save_snapshot
-from site_builder.records import TextOf
+from site_builder.cache_key import user_cache_key
 
 from conftest import ROOT
 from test_incremental import both_keys, opts, project, tree  # noqa: F401 (project: the same fixture)
@@ -23,124 +21,46 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from generate import make_bundle  # noqa: E402
 
 
-def snapshot_dir(project):
+def cache_dir(project):
     return project / ".site-builder-cache" / "site"
 
 
-def test_a_build_leaves_its_memory_and_the_next_one_reads_it(project):
+def test_a_build_leaves_its_cache_and_compiled_templates_for_the_next(project):
+    """The next separate build verifies and renders only what changed, and no file of the cache is a pickle."""
     trust = both_keys()
     build(opts(project, project / "site", trust))
-    memory = load_snapshot(snapshot_dir(project))
-    files = sorted(p.name for p in (project / "bundles").iterdir())
-    assert sorted(memory.inputs) == files
-    assert memory.selection is not None and memory.catalogue is not None and memory.redirects is not None
-    # Memos keyed by id() are re-keyed to the objects of this process.
-    rows = memory.report_rows._rows
-    assert len(rows) == len(files) and all(key == id(outcome.inspection) for key, (outcome, _) in rows.items())
-    # A result published again keeps its outcome and report line; another status makes a new one.
-    kept, line = next(iter(rows.values()))
-    assert memory.report_rows.outcome(kept.inspection, kept.status, kept.note) is kept
-    assert memory.report_rows.line(kept) is line
-    other = memory.report_rows.outcome(kept.inspection, "superseded", "by another file")
-    assert other is not kept and '"superseded"' in memory.report_rows.line(other)
-    assert not memory.compile_all_templates  # a one-off build compiles only the templates it uses
-    # The build holds records' words by reference to their verified bundles (read back for the feeds).
-    assert all(type(i.summary.text) is TextOf for _, _, i in memory.inputs.values() if i.summary is not None)
-    # Each shown record's list row, rendered with this build's templates and settings.
-    shown = {p.row_digest for p in memory.catalogue[1].papers}
-    assert memory.list_rows is not None and set(memory.list_rows[1]) == shown
-    # Compiled templates are kept beside the cache for the next process (an edited template is compiled again:
-    # the edit sequence in test_incremental.py compares every step with a clean build).
-    assert list((snapshot_dir(project) / "templates").glob("__jinja2_*.cache"))
+    assert list((cache_dir(project) / "templates").glob("*.jbc"))  # compiled templates, each tagged
+    assert not [p for p in cache_dir(project).rglob("*") if p.suffix in (".pickle", ".cache")]
 
     (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=4))
     report = build(opts(project, project / "site", trust))
-    assert "load_memory" in report.timings and report.files_written < report.files_reused
-    assert sorted(load_snapshot(snapshot_dir(project)).inputs) == files
+    assert report.files_written < report.files_reused
+    assert report.timings["verify"] < 5
     build(opts(project, project / "clean", trust, use_cache=False))
     assert tree(project / "site") == tree(project / "clean")
-
-
-class _RunsCode:
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.system, (f"touch {self.marker}",)
-
-
-def test_list_rows_come_from_the_snapshot_only_under_the_same_templates(project):
-    """A separate build reuses the list rows the last build rendered (a new record shifts ~100 rows per
-    listing page it joins), and renders them again once a template, setting or key changed."""
-    trust = both_keys()
-    out = project / "site"
-    build(opts(project, out, trust))
-    memory = load_snapshot(snapshot_dir(project))
-    build_key, rows = memory.list_rows
-    memory.list_rows = (build_key, {digest: b"<li>row from the snapshot</li>\n" for digest in rows})
-    assert save_snapshot(memory, snapshot_dir(project))
-    (project / "bundles" / "gen50.json").write_bytes(make_bundle(50))  # page 1 of "All papers" changes
-    build(opts(project, out, trust))
-    assert "row from the snapshot" in (out / "papers" / "index.html").read_text()
-
-    (project / "templates" / "badge.svg").write_text((ROOT / "templates" / "badge.svg").read_text() + "<!-- x -->")
-    build(opts(project, out, trust))
-    assert "row from the snapshot" not in (out / "papers" / "index.html").read_text()
-    build(opts(project, project / "clean", trust, use_cache=False))
-    assert tree(out) == tree(project / "clean")
-
-
-@pytest.mark.parametrize("damage", ["truncated", "garbage", "other_version", "names_code", "wrong_shape"])
-def test_damaged_or_hostile_snapshot_is_ignored(project, damage):
-    trust = both_keys()
-    out = project / "site"
-    build(opts(project, out, trust))
-    path = snapshot_dir(project) / SNAPSHOT_NAME
-    data = path.read_bytes()
-    ran = project / "code-ran"
-    if damage == "truncated":
-        path.write_bytes(data[: len(data) // 2])
-    elif damage == "garbage":
-        path.write_bytes(_header() + b"\x80\x05garbage" * 50)
-    elif damage == "other_version":
-        path.write_bytes(b"site-builder memory 0.0.1/1\n" + data[len(_header()):])
-    elif damage == "names_code":
-        path.write_bytes(_header() + pickle.dumps(_RunsCode(ran)))
-    else:
-        path.write_bytes(_header() + pickle.dumps(BuildMemory(inputs=["not", "a", "dict"])))
-    assert load_snapshot(snapshot_dir(project)).inputs == {}
-    (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=5))
-    build(opts(project, out, trust))
-    assert not ran.exists()
-    build(opts(project, project / "clean", trust, use_cache=False))
-    assert tree(out) == tree(project / "clean")
-
-
-def test_a_snapshot_that_cannot_be_written_is_skipped(tmp_path):
-    blocked = tmp_path / "file"
-    blocked.write_text("not a folder")
-    assert save_snapshot(BuildMemory(), blocked) is False
-    assert not list(tmp_path.glob(".memory*"))
 
 
 def test_cache_waits_for_a_background_saver(tmp_path):
     """A build opening the cache while the previous build's saver holds its lock reads what the saver wrote."""
     path = tmp_path / "cache" / "cache.sqlite"
-    BuildCache(path).close()
+    BuildCache(path, key=user_cache_key()).close()
     saver = textwrap.dedent(f"""
         import fcntl, os, sqlite3, sys, time
+        from site_builder.cache import cache_context
+        from site_builder.cache_key import user_cache_key
         fd = os.open({str(path.parent / "cache.lock")!r}, os.O_RDWR | os.O_CREAT)
         fcntl.flock(fd, fcntl.LOCK_EX)
         print("locked", flush=True)
         time.sleep(0.5)
+        tag = user_cache_key().bound_to(cache_context()).tag("file", "late.json", "sig", "abc")
         db = sqlite3.connect({str(path)!r}, isolation_level=None)
-        db.execute("INSERT INTO files VALUES ('late.json', 'sig', 'abc')")
+        db.execute("INSERT INTO files VALUES ('late.json', 'sig', 'abc', ?)", (tag,))
         db.close()
     """)
     proc = subprocess.Popen([sys.executable, "-c", saver], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "locked"
-        cache = BuildCache(path)
+        cache = BuildCache(path, key=user_cache_key())
         assert cache.file_sha("late.json", "sig") == "abc"
         cache.close()
     finally:
@@ -148,7 +68,7 @@ def test_cache_waits_for_a_background_saver(tmp_path):
 
 
 def _wait_for_saver(project):
-    fd = os.open(snapshot_dir(project) / "cache.lock", os.O_RDWR)
+    fd = os.open(cache_dir(project) / "cache.lock", os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # the detached saver finishes and lets go
     finally:
@@ -171,8 +91,9 @@ def test_command_line_builds_save_in_the_background_and_stay_exact(project):
     assert pages(second) < pages(first) / 2  # a cache read before the saver finished would re-render everything
     _cli_line(project, project / "clean", "--no-cache")
     assert tree(project / "site") == tree(project / "clean")
-    _wait_for_saver(project)
-    assert load_snapshot(snapshot_dir(project)).inputs
+    third = subprocess.run([sys.executable, "-m", "site_builder", "build", "--bundles", project / "bundles",
+                            "--output", project / "site", "--no-search"], capture_output=True, text=True, timeout=300)
+    assert "output is up to date" in third.stderr  # the saver's cache answered the no-op check
 
 
 def _statuses(root):

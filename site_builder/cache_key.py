@@ -1,0 +1,148 @@
+"""The per-user secret that proves a build cache entry was written by this user's builder.
+
+Everything a build finds on disk is untrusted input, its own cache included: a project folder can come from a
+clone, a fork's pull request or a folder another user writes to.  So every entry the cache keeps (a file's
+digest, a verification result, a tree's unit list, the no-op answer, a compiled template) carries a keyed
+BLAKE2b tag, and an entry whose tag does not check is ignored and recomputed, which costs only work.
+
+The secret lives outside every project, in the user's cache home (``$XDG_CACHE_HOME/site-builder/cache-key``,
+by default ``~/.cache/site-builder/cache-key``): 32 random bytes, created on first use, mode 0600, in a folder
+only the user can write.  A folder's mode inside a project proves nothing (a clone can have any mode), but the
+user's own home is where this user's builder runs.  Where no such secret can be had (no home, a folder others
+may write), ``user_cache_key`` says why and the build runs without a cache.
+
+Each key is bound to a context (the builder's identity and the kind of entry), so an entry made by another
+version of the builder, or of another kind, never checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+KEY_BYTES = 32
+KEY_FILE = "cache-key"
+
+
+class CacheKeyUnavailable(Exception):
+    """No secret this user alone can read and write: the build then keeps no cache."""
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """A secret bound to one context; ``tag`` and ``checks`` are pure functions of it and their fields."""
+
+    secret: bytes
+
+    def __repr__(self) -> str:  # (never print the secret)
+        return "CacheKey(<secret>)"
+
+    def bound_to(self, context: str) -> CacheKey:
+        """The key for entries of *context* (a different key for every context)."""
+        return CacheKey(hashlib.blake2b(context.encode(), key=self.secret, digest_size=KEY_BYTES).digest())
+
+    def tag(self, *fields: str | bytes) -> str:
+        """The tag over *fields*, each length-prefixed so that no two lists of fields share an encoding."""
+        mac = hashlib.blake2b(key=self.secret, digest_size=32)
+        for value in fields:
+            data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
+            mac.update(len(data).to_bytes(8, "big"))
+            mac.update(data)
+        return mac.hexdigest()
+
+    def checks(self, tag: object, *fields: object) -> bool:
+        """Whether *tag* is this key's tag over *fields* (False for fields of any other type: a planted row)."""
+        if not isinstance(tag, str) or not all(isinstance(f, (str, bytes)) for f in fields):
+            return False
+        return hmac.compare_digest(tag, self.tag(*fields))
+
+
+def key_path(environ: dict[str, str] | None = None) -> Path:
+    """Where this user's secret lives (by ``XDG_CACHE_HOME``, else ``HOME``)."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CACHE_HOME") or ""
+    if not os.path.isabs(base):  # (the XDG rule: a relative value is ignored)
+        home = env.get("HOME") or ""
+        if not os.path.isabs(home):
+            raise CacheKeyUnavailable("no home folder (HOME is not set) to keep the cache key in")
+        base = os.path.join(home, ".cache")
+    return Path(base) / "site-builder" / KEY_FILE
+
+
+def user_cache_key(environ: dict[str, str] | None = None) -> CacheKey:
+    """This user's secret, created on first use; CacheKeyUnavailable when none can be kept safely."""
+    path = key_path(environ)
+    folder = path.parent
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as e:
+        raise CacheKeyUnavailable(f"cannot make {folder}: {e.strerror}") from None
+    _check_private_folder(folder)
+    try:
+        return CacheKey(_read_secret(path))
+    except FileNotFoundError:
+        pass
+    _create_secret(path)
+    return CacheKey(_read_secret(path))
+
+
+def _check_private_folder(folder: Path) -> None:
+    try:
+        st = os.lstat(folder)
+    except OSError as e:
+        raise CacheKeyUnavailable(f"cannot read {folder}: {e.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise CacheKeyUnavailable(f"{folder} is not a folder")
+    if st.st_uid != os.geteuid():
+        raise CacheKeyUnavailable(f"{folder} belongs to another user")
+    if st.st_mode & 0o022:
+        raise CacheKeyUnavailable(f"{folder} is writable by other users")
+
+
+def _read_secret(path: Path) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise CacheKeyUnavailable(f"cannot read {path}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            raise CacheKeyUnavailable(f"{path} is not a file of this user's")
+        if st.st_mode & 0o077:
+            raise CacheKeyUnavailable(f"{path} can be read or written by other users (chmod 600 it)")
+        secret = os.read(fd, KEY_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(secret) != KEY_BYTES:
+        raise CacheKeyUnavailable(f"{path} does not hold a {KEY_BYTES}-byte key (delete it to make a new one)")
+    return secret
+
+
+def _create_secret(path: Path) -> None:
+    """Write a new secret whole, then link it into place: two builds starting at once both end up reading
+    the one that was linked first."""
+    temporary = path.with_name(f".{KEY_FILE}.{os.getpid()}")
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, os.urandom(KEY_BYTES))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            pass
+    except OSError as e:
+        raise CacheKeyUnavailable(f"cannot write {path}: {e.strerror}") from None
+    finally:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
