@@ -213,7 +213,10 @@ def test_a_cache_made_by_other_code_is_not_reused_even_at_the_same_version(bundl
 
 
 def test_cache_entry_tampered_to_claim_success_is_not_blindly_trusted(project):
-    """A rejected bundle stays rejected even if the cached result for its bytes is edited to 'verified'."""
+    """A rejected bundle stays rejected when the cached result for its bytes is edited to say it passed (a real
+    "passed" result, relabelled with the tampered file's digest, under a tag the builder did not make), and a
+    damaged row does not crash the build either."""
+    from site_builder.inspection import inspect_bytes, inspection_to_json
     trust = both_keys()
     bad = json.loads(REAL_FILES[0].read_bytes())
     bad["links"]["resolver"] = "https://evil.example/"
@@ -221,15 +224,24 @@ def test_cache_entry_tampered_to_claim_success_is_not_blindly_trusted(project):
     out = project / "site"
     first = build(opts(project, out, trust))
     assert {o.inspection.rel for o in first.rejected} == {"bad.json"}
-    # The cache is not a trust anchor, but a damaged row must not crash the build either.
     cache = project / ".site-builder-cache" / "site" / "cache.sqlite"
     db = sqlite3.connect(cache)
-    db.execute("UPDATE inspections SET data='{\"broken\": true}'")
-    db.execute("DELETE FROM meta WHERE key='quick'")
+    (bad_sha,) = db.execute("SELECT sha256 FROM files WHERE rel='bad.json'").fetchone()
+    passed = inspection_to_json(inspect_bytes("bad.json", REAL_FILES[0].read_bytes(), trust))
+    assert passed[3] is None  # (check: none failed)
+    passed[1] = bad_sha
+    (tag,) = db.execute("SELECT tag FROM inspections WHERE sha256 != ? LIMIT 1", (bad_sha,)).fetchone()
+    db.execute("UPDATE inspections SET data=?, tag=? WHERE sha256=?", (json.dumps(passed), tag, bad_sha))
+    db.execute("UPDATE inspections SET data='{\"broken\": true}' WHERE sha256 != ?", (bad_sha,))
+    db.execute("DELETE FROM meta WHERE key LIKE 'quick%'")
     db.commit()
     db.close()
     again = build(opts(project, out, trust))
     assert {o.inspection.rel for o in again.rejected} == {"bad.json"}
+    assert again.count("published") == first.count("published")
+    clean = project / "clean"
+    build(opts(project, clean, trust, use_cache=False))
+    assert tree(out) == tree(clean)
 
 
 def test_spare_tree_makes_the_first_change_an_in_place_update(project):

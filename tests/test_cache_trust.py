@@ -1,0 +1,347 @@
+"""The build cache is untrusted input: nothing planted in a project's cache folder publishes a forgery or runs code.
+
+Each attack is made of real bytes: a bundle that claims the pinned key's id and fingerprint, embeds the pinned
+key and carries correct hashes, but is signed by another key (so only the signature checks reject it), and cache
+files as an attacker would plant them.  In every case the genuine build rejects the forgery, publishes the
+genuine bundles, runs no payload, and exits as it would with no cache at all: 0 without ``--strict``, 1 with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from site_builder import cache_key
+from site_builder.cache import cache_context
+from site_builder.cache_key import CacheKeyUnavailable, key_path, user_cache_key
+from site_builder.inspection import compact, inspect_bytes, inspection_to_json
+from site_builder.keys import load_trust_set
+from site_builder.loading import stat_signature
+from site_builder.rendering import template_dirs
+from site_builder.verification import Verdict
+
+from conftest import REAL_FILES, ROOT, tree
+from signing import TestKey, sign_bundle, to_bytes, with_paper
+
+PINNED = json.loads((ROOT / "site_builder" / "data" / "pith-signing-key.json").read_text())
+FORGED_TITLE = "FORGED: the method is safe"
+
+
+def forged_bytes() -> bytes:
+    """A bundle whose every hash is right and which names and embeds the pinned key, signed by another key."""
+    bundle = with_paper(json.loads(REAL_FILES[0].read_bytes()), title=FORGED_TITLE)
+    return to_bytes(sign_bundle(bundle, TestKey("attacker"), claim_key_id=PINNED["key_id"],
+                                claim_fingerprint=PINNED["fingerprint_sha256_hex"], embed=PINNED))
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    for p in REAL_FILES[1:]:
+        shutil.copy(p, bundles / p.name)
+    (bundles / "forged.json").write_bytes(forged_bytes())
+    return tmp_path
+
+
+def cache_folder(project: Path) -> Path:
+    return project / ".site-builder-cache" / "site"
+
+
+def cli_build(project: Path, *flags: str, env: dict | None = None, output: str = "site",
+              code: str | None = None) -> subprocess.CompletedProcess:
+    """``site-builder build`` in a real process (*code*: run first, in that process, as a patched builder)."""
+    argv = ["build", "--bundles", str(project / "bundles"), "--output", str(project / output), "--no-search", *flags]
+    program = f"{code or ''}\nimport sys\nfrom site_builder.cli import main\nsys.exit(main({argv!r}))"
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=project,
+                          env=env, timeout=300)
+
+
+def wait_for_saver(project: Path) -> None:
+    """The detached saver of the last command-line build has finished (it holds the cache's lock)."""
+    import fcntl
+    lock = cache_folder(project) / "cache.lock"
+    if lock.exists():
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        finally:
+            os.close(fd)
+
+
+def assert_as_without_cache(project: Path, result: subprocess.CompletedProcess, strict: bool) -> None:
+    """The build rejected the forgery for its signature, published the genuine bundles, and left exactly the
+    tree a build with no cache at all leaves."""
+    assert result.returncode == (1 if strict else 0), result.stderr
+    assert "REJECTED forged.json: receipt_signature:" in result.stderr
+    summary = result.stdout.strip().splitlines()[-1]
+    assert summary.startswith(f"{len(REAL_FILES)} bundles read, {len(REAL_FILES) - 1} published, 1 rejected"), summary
+    site = tree(project / "site")
+    assert not any(FORGED_TITLE.encode() in data for data in site.values())
+    clean = cli_build(project, "--no-cache", output="clean")
+    assert clean.returncode == 0, clean.stderr
+    assert site == tree(project / "clean")
+
+
+class _RunsCode:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def payloads(marker: Path) -> dict[str, bytes]:
+    """Pickles an attacker would plant: one that runs a command, and one whose BUILD opcode applied to a package
+    class replaces ``Verdict.first_failure`` (after it, every bundle would pass)."""
+    build_opcode = b"csite_builder.verification\nVerdict\n(N}Vfirst_failure\nNstb."
+    return {"code-execution": pickle.dumps(_RunsCode(marker), protocol=2), "build-opcode": build_opcode}
+
+
+def test_the_payloads_do_what_they_claim(tmp_path):
+    """The planted pickles are real attacks: unpickled, one runs its command, the other disables a check."""
+    marker = tmp_path / "ran"
+    attacks = payloads(marker)
+    pickle.loads(attacks["code-execution"])
+    assert marker.exists()
+    saved = Verdict.__dict__["first_failure"]
+    try:
+        pickle.loads(attacks["build-opcode"])
+        assert Verdict.first_failure is None
+    finally:
+        setattr(Verdict, "first_failure", saved)
+    assert isinstance(Verdict.__dict__["first_failure"], property)
+
+
+@pytest.mark.parametrize("payload", ["code-execution", "build-opcode"])
+@pytest.mark.parametrize("strict", [True, False])
+def test_planted_pickles_in_the_cache_folder_are_never_loaded(project, payload, strict):
+    """A fork that force-adds a snapshot, or a cache file, holding a pickle: under every name a cache file has
+    had (the snapshot, with and without the header builders wrote; the SQLite file itself; its journal)."""
+    marker = project / "payload-ran"
+    data = payloads(marker)[payload]
+    folder = cache_folder(project)
+    folder.mkdir(parents=True)
+    header = b"site-builder memory " + b"0" * 12 + b"/4\n"
+    for name, content in [("memory.pickle", header + data), ("memory.pickle.raw", data), ("cache.sqlite", data),
+                          ("cache.sqlite-wal", data)]:
+        (folder / name).write_bytes(content)
+    flags = ("--strict", "--no-twin") if strict else ()
+    result = cli_build(project, *flags)
+    assert not marker.exists()
+    assert_as_without_cache(project, result, strict)
+
+
+def test_a_pickle_planted_over_a_genuine_cache_is_never_loaded(project):
+    marker = project / "payload-ran"
+    first = cli_build(project)
+    assert first.returncode == 0, first.stderr
+    wait_for_saver(project)
+    for name, data in payloads(marker).items():
+        (cache_folder(project) / "memory.pickle").write_bytes(data)
+        (project / "bundles" / REAL_FILES[1].name).touch()  # (not a no-op: the build plans)
+        result = cli_build(project, "--strict")
+        wait_for_saver(project)
+        assert not marker.exists(), name
+        assert_as_without_cache(project, result, strict=True)
+
+
+def _template_cache_names() -> list[tuple[str, str]]:
+    """(name, Jinja's cache key) of every built-in template: the key is predictable (sha1 of name and path)."""
+    dirs = template_dirs(None)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(d) for d in dirs]))
+    names = env.list_templates(extensions=["html", "xml", "txt", "svg"])
+    finder = jinja2.FileSystemBytecodeCache()
+    return [(name, finder.get_cache_key(name, env.loader.get_source(env, name)[1])) for name in names]
+
+
+def test_planted_compiled_templates_never_run(project):
+    """Jinja's bytecode format starts with a pickled checksum and holds marshalled code: files planted under the
+    predictable names, in Jinja's own file format and in the builder's (with a made-up tag), run nothing."""
+    marker = project / "payload-ran"
+    rce = pickle.dumps(_RunsCode(marker), protocol=2)
+    code = compile(f"open({str(marker)!r}, 'w').close()", "<planted>", "exec")
+    import marshal
+    jinja_file = jinja2.bccache.bc_magic + rce
+    code_file = jinja2.bccache.bc_magic + pickle.dumps("checksum", 2) + marshal.dumps(code)
+    folder = cache_folder(project) / "templates"
+    folder.mkdir(parents=True)
+    names = _template_cache_names()
+    assert len(names) > 10
+    for _, key in names:
+        (folder / f"__jinja2_{key}.cache").write_bytes(jinja_file)
+        (folder / f"{key}.jbc").write_bytes(b"0" * 64 + jinja_file)
+    first = cli_build(project, "--strict")
+    assert not marker.exists()
+    assert_as_without_cache(project, first, strict=True)
+    wait_for_saver(project)
+    for _, key in names:  # and once more, with the other payload over the files the build wrote
+        (folder / f"{key}.jbc").write_bytes(b"f" * 64 + code_file)
+    (project / "bundles" / REAL_FILES[1].name).touch()
+    again = cli_build(project, "--strict")
+    assert not marker.exists()
+    assert_as_without_cache(project, again, strict=True)
+
+
+def _patched_verifier_result(project: Path) -> tuple[str, str]:
+    """(sha256, cache data) of what a builder whose signature checks accept anything says of the forgery."""
+    from site_builder import verification
+    raw = (project / "bundles" / "forged.json").read_bytes()
+    real = verification._verify_ed25519
+    verification._verify_ed25519 = lambda *args: None
+    try:
+        inspection = compact(inspect_bytes("forged.json", raw, load_trust_set()))
+    finally:
+        verification._verify_ed25519 = real
+    assert inspection.check is None  # passed: the forgery fails only signature checks
+    return inspection.sha256, json.dumps(inspection_to_json(inspection), ensure_ascii=False)
+
+
+@pytest.mark.parametrize("tags", ["none", "made-up", "copied-from-genuine-rows", "another-users-key"])
+def test_forged_passed_rows_with_matching_stat_rows_publish_nothing(project, tags, tmp_path_factory):
+    """Rows saying "passed" for the forgery's digest, and a stat row pointing the file at that digest, planted
+    into a genuine cache: with no tag, a made-up tag, tags taken from genuine rows, or tags made with another
+    user's key."""
+    first = cli_build(project, "--strict")
+    assert first.returncode == 1
+    wait_for_saver(project)
+    sha, data = _patched_verifier_result(project)
+    trust = load_trust_set().identity()
+    sig = stat_signature((project / "bundles" / "forged.json").stat())
+    db = sqlite3.connect(cache_folder(project) / "cache.sqlite")
+    genuine_file_tag, = db.execute("SELECT tag FROM files WHERE rel != 'forged.json' LIMIT 1").fetchone()
+    genuine_result_tag, = db.execute("SELECT tag FROM inspections LIMIT 1").fetchone()
+    if tags == "another-users-key":
+        other = user_cache_key({"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("other"))}).bound_to(cache_context())
+        file_tag, result_tag = other.tag("file", "forged.json", sig, sha), other.tag("inspection", sha, trust, data)
+    else:
+        file_tag, result_tag = {"none": (None, None), "made-up": ("0" * 64, "1" * 64),
+                                "copied-from-genuine-rows": (genuine_file_tag, genuine_result_tag)}[tags]
+    db.execute("INSERT OR REPLACE INTO files VALUES ('forged.json', ?, ?, ?)", (sig, sha, file_tag))
+    db.execute("INSERT OR REPLACE INTO inspections VALUES (?, ?, ?, ?)", (sha, trust, data, result_tag))
+    db.execute("DELETE FROM meta WHERE key LIKE 'quick%'")  # (the last build's no-op answer would say "rejected")
+    db.commit()
+    db.close()
+    result = cli_build(project, "--strict")
+    assert_as_without_cache(project, result, strict=True)
+
+
+PATCHED_BUILDER = "import site_builder.verification as v; v._verify_ed25519 = lambda *args: None"
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_cache_and_site_left_by_another_users_patched_builder_count_for_nothing(project, tmp_path_factory,
+                                                                                  strict):
+    """Someone else (another HOME: another key) builds in the project with a builder whose signature checks
+    accept anything: its cache says the forgery passed, its site publishes it, and its no-op answer says that
+    site is current.  The owner's next build trusts none of it."""
+    other_home = tmp_path_factory.mktemp("other-user")
+    env = {**os.environ, "XDG_CACHE_HOME": str(other_home)}
+    theirs = cli_build(project, "--strict", env=env, code=PATCHED_BUILDER)
+    assert theirs.returncode == 0, theirs.stderr  # the patched builder published the forgery...
+    assert any(FORGED_TITLE.encode() in data for data in tree(project / "site").values())
+    again = cli_build(project, env=env, code=PATCHED_BUILDER)
+    assert "output is up to date" in again.stderr  # ... and its cache vouches for that site
+    wait_for_saver(project)
+    flags = ("--strict", "--no-twin") if strict else ()
+    result = cli_build(project, *flags)
+    assert "output is up to date" not in result.stderr
+    assert_as_without_cache(project, result, strict)
+
+
+def test_a_cache_copied_under_a_fresh_home_recomputes_everything(project, tmp_path_factory, monkeypatch):
+    """With a fresh HOME, a cache from elsewhere (here: this user's own, from before) saves no work at all."""
+    from site_builder.build import BuildOptions, build
+    options = BuildOptions(bundles=project / "bundles", output=project / "site", trust=load_trust_set(),
+                           search=False)
+    build(options)
+    (project / "bundles" / REAL_FILES[1].name).unlink()
+    reused = build(options)
+    assert reused.changed and reused.files_reused > 0
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("fresh-home")))
+    (project / "bundles" / REAL_FILES[2].name).unlink()
+    fresh = build(options)
+    assert fresh.changed and fresh.files_reused == 0  # every unit rendered again: no unit list was trusted
+    assert fresh.count("rejected") == 1 and fresh.count("published") == len(REAL_FILES) - 3
+
+
+# --- the key itself ---------------------------------------------------------------------------------------
+
+
+def test_the_key_is_made_once_private_to_the_user(tmp_path):
+    env = {"HOME": str(tmp_path / "home")}
+    key = user_cache_key(env)
+    path = key_path(env)
+    assert path == tmp_path / "home" / ".cache" / "site-builder" / "cache-key"
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+    assert user_cache_key(env) == key  # the same key next time
+    assert user_cache_key({"HOME": str(tmp_path / "other")}) != key
+    assert "secret" not in repr(key) or "<secret>" in repr(key)
+    assert key.secret.hex() not in repr(key)
+
+
+def test_tags_bind_every_field_and_the_context(tmp_path):
+    key = user_cache_key({"HOME": str(tmp_path)})
+    a = key.bound_to("context one")
+    tag = a.tag("file", "a.json", "sig", "sha")
+    assert a.checks(tag, "file", "a.json", "sig", "sha")
+    assert not a.checks(tag, "file", "a.json", "sig", "shb")
+    assert not a.checks(tag, "file", "a.jso", "nsig", "sha")  # (fields are length-prefixed)
+    assert not key.bound_to("context two").checks(tag, "file", "a.json", "sig", "sha")
+    assert not a.checks(None, "file", "a.json", "sig", "sha") and not a.checks(tag, "file", "a.json", 1, "sha")
+
+
+@pytest.mark.parametrize("flaw", ["folder-writable-by-others", "key-readable-by-others", "key-is-a-link",
+                                  "key-wrong-length", "no-home"])
+def test_a_key_that_others_could_read_or_plant_is_refused(tmp_path, flaw):
+    env = {"HOME": str(tmp_path / "home")}
+    path = key_path(env)
+    if flaw != "no-home":
+        user_cache_key(env)
+    if flaw == "folder-writable-by-others":
+        path.parent.chmod(0o777)
+    elif flaw == "key-readable-by-others":
+        path.chmod(0o644)
+    elif flaw == "key-is-a-link":
+        planted = tmp_path / "planted"
+        planted.write_bytes(b"k" * 32)
+        planted.chmod(0o600)
+        path.unlink()
+        path.symlink_to(planted)
+    elif flaw == "key-wrong-length":
+        path.write_bytes(b"short")
+    else:
+        env = {}
+    with pytest.raises(CacheKeyUnavailable):
+        user_cache_key(env)
+
+
+def test_without_a_safe_key_the_build_keeps_no_cache_and_says_why(project, tmp_path):
+    home = tmp_path / "cache-home"
+    env = {**os.environ, "XDG_CACHE_HOME": str(home)}
+    (home / "site-builder").mkdir(parents=True)
+    (home / "site-builder").chmod(0o777)
+    result = cli_build(project, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "NOTE no build cache:" in result.stderr and "writable by other users" in result.stderr
+    assert not (cache_folder(project) / "cache.sqlite").exists()
+    again = cli_build(project, env=env)
+    assert "output is up to date" not in again.stderr
+    assert_as_without_cache(project, again, strict=False)
+
+
+def test_the_key_module_has_no_state(tmp_path):
+    """Each call reads the environment it is given: a test (or serve under another HOME) never sees a stale key."""
+    assert not [name for name, value in vars(cache_key).items()
+                if isinstance(value, (dict, list, set, bytes)) and not name.startswith("__")]
