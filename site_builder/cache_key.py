@@ -46,13 +46,14 @@ class CacheKey:
         return CacheKey(hashlib.blake2b(context.encode(), key=self.secret, digest_size=KEY_BYTES).digest())
 
     def tag(self, *fields: str | bytes) -> str:
-        """The tag over *fields*, each length-prefixed so that no two lists of fields share an encoding."""
-        mac = hashlib.blake2b(key=self.secret, digest_size=32)
-        for value in fields:
-            data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
-            mac.update(len(data).to_bytes(8, "big"))
-            mac.update(data)
-        return mac.hexdigest()
+        """The tag over *fields*, each prefixed by its length, so that no two lists of fields share an encoding
+        (one string made and hashed at once: a build checks ~2 tags a bundle)."""
+        if all(type(f) is str for f in fields):
+            data = "".join(f"{len(f)}:{f}" for f in fields).encode("utf-8", "surrogatepass")
+        else:
+            data = b"".join(b"%d;%s" % (len(f), f) if isinstance(f, bytes) else
+                            f"{len(f)}:{f}".encode("utf-8", "surrogatepass") for f in fields)
+        return hashlib.blake2b(data, key=self.secret, digest_size=32).hexdigest()
 
     def checks(self, tag: object, *fields: object) -> bool:
         """Whether *tag* is this key's tag over *fields* (False for fields of any other type: a planted row)."""
