@@ -496,7 +496,7 @@ def _build(options: BuildOptions) -> BuildReport:
 
         # Everything the output depends on is known now; if it is what the current site was built from,
         # there is nothing to do (and nothing is written).
-        renderer = _renderer(options, dirs, build_key)
+        renderer = _renderer(options, dirs, build_key, cache)
         catalog = _catalogue(options, published)
         layout = search_layout(dirs) if options.search else None
         shards = _search_shards(options, layout, selection.published)
@@ -677,9 +677,12 @@ def _build(options: BuildOptions) -> BuildReport:
             def upkeep() -> None:  # (the previous site is what the next build would read from verification.json)
                 options.memory.previous_site = (marker_sig, _published_by(build_id, report))
                 _tidy_memory(options.memory, report, units)
-            _remember(lambda: cache.save(file_index, fresh, options.trust.identity(), units, build_id,
-                                         keep_build_id=previous.build_id),
-                      cache, options, report, input_fingerprint, marker_sig, upkeep)
+
+            def write_cache() -> None:
+                cache.save(file_index, fresh, options.trust.identity(), units, build_id,
+                           keep_build_id=previous.build_id)
+                cache.save_rows(build_key, _shown_rows(renderer, catalog))
+            _remember(write_cache, cache, options, report, input_fingerprint, marker_sig, upkeep)
             clock.lap("save_cache")
             if options.one_shot:
                 _LEFT_FOR_EXIT[:] = [options.memory, cache, inspections, units, selection, catalog, collection]
@@ -767,6 +770,12 @@ def _tidy_memory(memory: BuildMemory, report: BuildReport, units: dict) -> None:
     memory.report_rows.keep_lines(report.outcomes)
     memory.unit_rows = {k: v for k, v in memory.unit_rows.items() if k in units}
     memory.unit_keys = {k: v for k, v in memory.unit_keys.items() if k in units}
+
+
+def _shown_rows(renderer: SiteRenderer, catalog: Catalogue) -> dict[str, bytes]:
+    """The list rows of the records the site shows (those of removed or changed records are not kept)."""
+    rows = renderer.rows
+    return {p.row_digest: rows[p.row_digest] for p in catalog.papers if p.row_digest in rows}
 
 
 def _words_in(tree: StagingTree, max_bytes: int) -> Callable[[str, str], PaperText]:
@@ -1043,12 +1052,15 @@ def _open_cache(options: BuildOptions, report: BuildReport, load: bool = True) -
     return cache
 
 
-def _renderer(options: BuildOptions, dirs: list[Path], build_key: str) -> SiteRenderer:
+def _renderer(options: BuildOptions, dirs: list[Path], build_key: str, cache: BuildCache) -> SiteRenderer:
     memory = options.memory
     if memory is not None and memory.renderer is not None and memory.renderer[0] == build_key:
         return memory.renderer[1]
-    rows = memory.list_rows[1] if memory is not None and memory.list_rows and memory.list_rows[0] == build_key \
-        else None  # rows rendered with these templates and settings
+    # List rows rendered with these templates and settings: kept in serve's memory, else in the cache.
+    if memory is not None and memory.list_rows and memory.list_rows[0] == build_key:
+        rows = memory.list_rows[1]
+    else:
+        rows = cache.list_rows(build_key)
     renderer = SiteRenderer(options.config, dirs, options.trust, options.search, _compiled_templates(options),
                             rows)
     if memory is not None:

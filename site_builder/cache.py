@@ -1,12 +1,14 @@
 """The build cache: what an incremental build may reuse, in one SQLite file.
 
-Three things are remembered:
+Four things are remembered:
   * ``files``: each input's stat signature and sha256, so an unchanged file is not even read;
   * ``inspections``: the verification result per (sha256 of the bytes, trusted-key set, builder version),
     so an unchanged bundle is never verified twice;
   * ``units``: for each group of output files (one record's files, a listing page, the search index, ...)
     the key it was rendered with and the files it produced, per ``build_id``, for the two trees that exist
-    (the output and the previous tree beside it); a tree's ``verification.json`` names its build id.
+    (the output and the previous tree beside it); a tree's ``verification.json`` names its build id;
+  * ``rows``: each shown record's row in lists, as rendered under the build key (templates and settings), so
+    that a record joining a listing does not make every later row of it render again.
 A cache that is unreadable, corrupt, or from another builder version is deleted and rebuilt; a stale
 entry can only cause extra work, because every key includes what the output depends on.
 
@@ -56,6 +58,7 @@ class BuildCache:
         self._files: dict[str, tuple[str, str]] = {}
         self._units: dict[str, dict[str, tuple[str, str]]] = {}  # build id -> unit -> (key, files joined)
         self._known: dict[tuple[str, str], Inspection] = {}  # (sha256, trust) -> result read or saved by this process
+        self._rows: tuple[str, set[str]] = ("", set())  # build key, digests of the rows stored under it
         self._loaded = False
         self.lock_fd: int | None = None
         if path is not None:
@@ -131,7 +134,7 @@ class BuildCache:
         row = self.db.execute("SELECT value FROM meta WHERE key='version'").fetchone()
         version = f"{builder_identity()}/{SCHEMA}"  # (another builder's results are not to be trusted)
         if row is None or row[0] != version:
-            for table in ("files", "inspections", "units"):
+            for table in ("files", "inspections", "units", "rows"):
                 self.db.execute(f"DROP TABLE IF EXISTS {table}")
             self.db.execute("DELETE FROM meta")
             self.db.execute("INSERT INTO meta VALUES ('version', ?)", (version,))
@@ -139,6 +142,7 @@ class BuildCache:
         self.db.execute("CREATE TABLE IF NOT EXISTS inspections (sha256 TEXT, trust TEXT, data TEXT, tag TEXT, "
                         "PRIMARY KEY (sha256, trust))")
         self.db.execute("CREATE TABLE IF NOT EXISTS units (build_id TEXT PRIMARY KEY, data TEXT, tag TEXT)")
+        self.db.execute("CREATE TABLE IF NOT EXISTS rows (digest TEXT PRIMARY KEY, build_key TEXT, html BLOB, tag TEXT)")
 
     def _reset(self) -> None:
         """Throw the cache away (corrupt, truncated, foreign) and start an empty one."""
@@ -200,6 +204,43 @@ class BuildCache:
             if inspection.sha256 == sha:
                 found[sha] = known[(sha, trust)] = inspection
         return found
+
+    def list_rows(self, build_key: str) -> dict[str, bytes]:
+        """Row digest -> a record's list row (UTF-8) rendered under *build_key*, for the rows whose tag checks
+        (a row is HTML the list pages show as it is: an unchecked one could be anything)."""
+        if self.db is None:
+            return {}
+        checks = self._key.checks
+        try:
+            rows = {digest: html for digest, html, tag in
+                    self.db.execute("SELECT digest, html, tag FROM rows WHERE build_key=?", (build_key,))
+                    if isinstance(html, bytes) and checks(tag, "row", build_key, digest, html)}
+        except sqlite3.DatabaseError:
+            self._reset()
+            return {}
+        self._rows = (build_key, set(rows))
+        return rows
+
+    def save_rows(self, build_key: str, rows: dict[str, bytes]) -> None:
+        """Keep exactly *rows* (the shown records') under *build_key*, writing only what is not stored yet."""
+        if self.db is None:
+            return
+        kept_key, stored = self._rows
+        if kept_key != build_key:
+            stored = set()
+        tag = self._key.tag
+        try:
+            self.db.execute("BEGIN")
+            if kept_key != build_key:
+                self.db.execute("DELETE FROM rows")
+            self.db.executemany("DELETE FROM rows WHERE digest=?", [(d,) for d in stored if d not in rows])
+            self.db.executemany("INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?)",
+                                [(d, build_key, html, tag("row", build_key, d, html))
+                                 for d, html in rows.items() if d not in stored])
+            self.db.execute("COMMIT")
+            self._rows = (build_key, set(rows))
+        except sqlite3.DatabaseError:
+            self._reset()
 
     def units(self, build_id: str | None) -> dict[str, tuple[str, str]] | None:
         """unit -> (key, files joined by join_files) of the tree built with *build_id*, if this cache saw it."""

@@ -175,3 +175,50 @@ def test_the_build_waits_only_for_deletions_that_could_change_the_site(project, 
     assert site.stat().st_ino != prev and len(being_deleted()) == 1
     build(opts(project, project / "clean", trust, use_cache=False))
     assert tree(site) == tree(project / "clean")
+
+
+def _plant_rows(project, html: bytes, tag_with=None) -> int:
+    """Every stored list row replaced by *html*, tagged with this user's key (or *tag_with*(...) if given)."""
+    import sqlite3
+    from site_builder.cache import cache_context
+    key = user_cache_key().bound_to(cache_context())
+    tag = tag_with or key.tag
+    db = sqlite3.connect(cache_dir(project) / "cache.sqlite")
+    rows = db.execute("SELECT digest, build_key FROM rows").fetchall()
+    db.executemany("UPDATE rows SET html=?, tag=? WHERE digest=?",
+                   [(html, tag("row", build_key, digest, html), digest) for digest, build_key in rows])
+    db.commit()
+    db.close()
+    return len(rows)
+
+
+def test_list_rows_come_from_the_cache_only_under_the_same_templates(project):
+    """A separate build reuses the list rows the last build rendered (a new record shifts ~100 rows per
+    listing page it joins), and renders them again once a template, setting or key changed."""
+    trust = both_keys()
+    out = project / "site"
+    build(opts(project, out, trust))
+    assert _plant_rows(project, b"<li>row from the cache</li>\n") == 10
+    (project / "bundles" / "gen50.json").write_bytes(make_bundle(50))  # page 1 of "All papers" changes
+    build(opts(project, out, trust))
+    assert "row from the cache" in (out / "papers" / "index.html").read_text()
+
+    (project / "templates" / "badge.svg").write_text((ROOT / "templates" / "badge.svg").read_text() + "<!-- x -->")
+    build(opts(project, out, trust))
+    assert "row from the cache" not in (out / "papers" / "index.html").read_text()
+    build(opts(project, project / "clean", trust, use_cache=False))
+    assert tree(out) == tree(project / "clean")
+
+
+def test_a_planted_list_row_is_never_shown(project):
+    """A row is HTML that list pages show as it is: one whose tag this user's builder did not make is rendered
+    again from the verified record."""
+    trust = both_keys()
+    out = project / "site"
+    build(opts(project, out, trust))
+    assert _plant_rows(project, b"<li><script>alert(1)</script></li>\n", tag_with=lambda *fields: "0" * 64)
+    (project / "bundles" / "gen50.json").write_bytes(make_bundle(50))
+    build(opts(project, out, trust))
+    assert "<script>alert(1)" not in (out / "papers" / "index.html").read_text()
+    build(opts(project, project / "clean", trust, use_cache=False))
+    assert tree(out) == tree(project / "clean")
