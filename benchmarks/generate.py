@@ -37,16 +37,18 @@ def _template() -> dict:
 
 
 def make_bundle(i: int, template: dict | None = None, key: TestKey | None = None, variant: int = 0,
-                record: int | None = None) -> bytes:
+                record: int | None = None, version: int | None = None) -> bytes:
     """Bundle number *i*.  A *variant* is a newer bundle of the same record (a later ``built_at``, as when the
     resolver re-signs a record after new events); *record* picks the paper's content (default: *i*), so
-    ``make_bundle(i, record=j)`` is file *i* holding a different record."""
+    ``make_bundle(i, record=j)`` is file *i* holding a different record; *version* makes another version of the
+    same arXiv paper (another record: the version is part of what the pith number is made of)."""
     rng = random.Random((i if record is None else record) * 7919)
     b = json.loads(json.dumps(template or _template()))
     key = key or benchmark_key()
     year = 2007 + i % 19
     arxiv_id = f"{year % 100:02d}{1 + i % 12:02d}.{10000 + i // 12 % 90000:05d}"
-    version = 1 + rng.randrange(3)
+    default_version = 1 + rng.randrange(3)
+    version = default_version if version is None else version
     primary = rng.choice(CATEGORIES)
     cross = sorted(set(rng.sample(CATEGORIES, rng.randrange(4))) - {primary})
     title = " ".join(rng.choice(WORDS) for _ in range(6 + rng.randrange(8))).capitalize() + f" {i}"

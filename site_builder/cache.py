@@ -19,7 +19,7 @@ version can only cost work: the file is read, hashed and verified again.
 
 ``cache.lock`` beside it is held by the build using the cache, and then by the detached process that saves
 it (build.py ``_remember``); a build opening the cache waits for that save first.  The same folder holds the
-templates Jinja compiled (rendering.py, tagged the same way).
+templates Jinja compiled (compiled_templates.py, tagged the same way).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ import os
 import re
 import sqlite3
 from pathlib import Path
+
+import orjson
 
 from site_builder import builder_identity
 from site_builder.cache_key import CacheKey
@@ -198,7 +200,7 @@ class BuildCache:
             if not self._key.checks(tag, "inspection", sha, trust, data):
                 continue  # not written by this user's builder: verified again
             try:
-                inspection = inspection_from_json(json.loads(data))
+                inspection = inspection_from_json(orjson.loads(data))  # (tagged: ours, and orjson is 3x as fast)
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue
             if inspection.sha256 == sha:

@@ -82,6 +82,10 @@ def corpus() -> list[Case]:
     add("canonical-sha-uppercase", c, "canonical_hash", _edit(lambda b: b.update(canonical_sha256=b["canonical_sha256"].upper())))
     add("record-content-EVIL", c, "canonical_hash", _edit(lambda b: b["canonical_record"]["metadata"].update(license="EVIL")))
     add("event-content-EVIL", c, "event_hash", _edit(lambda b: _snap(b)["payload"]["graph_snapshot"]["paper"].update(title="EVIL title")))
+    # (events[0], the record_created event, is hashed too: an event_hash that skipped it would leave these to
+    # later checks, or to none)
+    add("created-event-content-EVIL", c, "event_hash", _edit(lambda b: _created(b)["payload"].update(attestation_state="EVIL")))
+    add("created-event-date-changed", c, "event_hash", _edit(lambda b: _created(b).update(created_at="2020-01-01T00:00:00Z")))
     add("event-content-sha-changed", c, "event_hash", _edit(lambda b: _snap(b).update(content_sha256="ab" * 32)))
     add("event-sig-bitflip", c, "event_signature", _edit(lambda b: _snap(b)["signature"].update(signature_b64=_flip(_snap(b)["signature"]["signature_b64"]))))
     add("event-sig-short", c, "event_signature", _edit(lambda b: _snap(b)["signature"].update(signature_b64=base64.b64encode(b"x" * 63).decode())))
