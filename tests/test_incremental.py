@@ -452,3 +452,35 @@ def test_spare_tree_can_be_cancelled(project):
     assert not prepare_spare_tree(opts(project, out, trust), cancelled=lambda: True)
     assert not (project / ".site.prev").exists()
     assert [p.name for p in project.iterdir() if ".staging-" in p.name] == []
+
+
+def test_a_cache_row_wrong_about_a_files_digest_is_caught_when_the_bundle_is_written(project):
+    """Catches the render-time digest re-check removed: a cache row (here an authentic one, as a race between
+    an edit and the stat could leave) pointing a tampered file at its genuine digest.  The record's files are
+    rendered again (a template changed), and the bytes written must be the ones verified: the tampered file is
+    read, found to differ from its digest, and nothing of it is published."""
+    from site_builder.cache import cache_context
+    from site_builder.cache_key import user_cache_key
+    from site_builder.loading import stat_signature
+    trust = both_keys()
+    out = project / "site"
+    victim = project / "bundles" / REAL_FILES[0].name
+    build(opts(project, out, trust))
+    genuine = victim.read_bytes()
+    tampered = genuine.replace(b'"title":"', b'"title":"EVIL', 1)
+    assert tampered != genuine
+    victim.write_bytes(tampered)
+    db = sqlite3.connect(project / ".site-builder-cache" / "site" / "cache.sqlite")
+    (sha,) = db.execute("SELECT sha256 FROM files WHERE rel=?", (victim.name,)).fetchone()
+    sig = stat_signature(victim.stat())
+    key = user_cache_key().bound_to(cache_context())
+    db.execute("UPDATE files SET sig=?, tag=? WHERE rel=?", (sig, key.tag("file", victim.name, sig, sha), victim.name))
+    db.execute("DELETE FROM meta WHERE key LIKE 'quick%'")
+    db.commit()
+    db.close()
+    (project / "templates" / "badge.svg").write_text((ROOT / "templates" / "badge.svg").read_text() + "<!-- -->")
+    report = build(opts(project, out, trust))
+    pid = json.loads(genuine)["pith_number"].rsplit(":", 1)[1]
+    assert pid not in {o.inspection.pith_id for o in report.outcomes if o.status == "published"}
+    assert not any(b"EVIL" in data for data in tree(out).values())
+    assert not (out / "pith" / pid).exists()
