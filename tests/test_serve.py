@@ -488,3 +488,34 @@ def test_serve_with_the_bundles_in_the_project_root(tmp_path):
     finally:
         stop.set()
         server.join(30)
+
+
+@pytest.mark.slow
+def test_the_error_banner_shows_over_the_last_good_page_in_a_browser(server):
+    """Catches serve's error banner never inserted (live.js): in headless Chromium, a rejected bundle and then a
+    template syntax error each put the banner over the last good page, and the next good save clears it."""
+    root, _, base, port, _ = server
+    home = root / "templates" / "home.html"
+    good = home.read_text()
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(base)
+        page.wait_for_timeout(300)  # (the page's event stream connects)
+        banner = page.locator("#site-builder-error")
+        assert banner.count() == 0
+
+        (root / "bundles" / "broken.json").write_text('{"a": 1, "a": 2}')
+        banner.wait_for(state="visible", timeout=DEADLINE * 1000)
+        assert "broken.json: json_duplicate_key" in banner.inner_text()
+        assert banner.get_attribute("role") == "alert"
+        assert "Most recent papers" in page.inner_text("body")  # over the last good page
+        (root / "bundles" / "broken.json").unlink()
+        banner.wait_for(state="detached", timeout=DEADLINE * 1000)
+
+        home.write_text(good.replace("{% block main %}", "{% block main %}{% if %}"))
+        banner.wait_for(state="visible", timeout=DEADLINE * 1000)
+        assert "home.html" in banner.inner_text()
+        assert "Most recent papers" in page.inner_text("body")
+        home.write_text(good.replace("Most recent papers", "Fixed again"))
+        banner.wait_for(state="detached", timeout=DEADLINE * 1000)
+        page.wait_for_function("document.body.innerText.includes('Fixed again')", timeout=DEADLINE * 1000)
