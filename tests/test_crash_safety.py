@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, tree
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -22,6 +24,7 @@ def build_cmd(bundles: Path, output: Path, key: Path) -> list[str]:
             "--trusted-keys", str(key), "--no-search", "--quiet"]
 
 
+@pytest.mark.slow
 def test_sigkill_never_leaves_a_mixed_site(tmp_path):
     key = benchmark_key().write(tmp_path / "key.json")
     sets = [tmp_path / "set0", tmp_path / "set1"]
@@ -66,6 +69,56 @@ def test_sigkill_never_leaves_a_mixed_site(tmp_path):
             break
         time.sleep(0.2)
     assert leftovers == []
+
+
+@pytest.mark.slow
+def test_sigkill_inside_an_in_place_update_never_leaves_a_mixed_site(tmp_path):
+    """Three sets of 160 files share most records (48 files hold another record in each set, and a few come or
+    go), built in turn: each build updates the tree beside the site, which holds the set before, in place
+    rather than writing a fresh one.  Kills land while that tree is half updated, and the next build must
+    neither serve it nor trust it."""
+    key = benchmark_key().write(tmp_path / "key.json")
+    sets = [tmp_path / f"set{n}" for n in range(3)]
+    for n, folder in enumerate(sets):
+        folder.mkdir()
+        for i in range(160):
+            if i % 40 == n:
+                continue  # a few records only some sets have
+            other = i % 10 < 3  # (not a newer version of the same record: that would be refused as a rollback)
+            (folder / f"g{i}.json").write_bytes(make_bundle(i, record=i + 1000 * n if other else i))
+    expected = []
+    for folder in sets:
+        out = tmp_path / f"expected-{folder.name}"
+        subprocess.run(build_cmd(folder, out, key) + ["--no-cache"], check=True, cwd=tmp_path)
+        expected.append(tree(out))
+    assert len({frozenset(t.items()) for t in expected}) == 3
+    site, prev = tmp_path / "site", tmp_path / ".site.prev"
+    durations = []
+    for n in (0, 1, 2, 0, 1, 2):
+        twin = prev.stat().st_ino if prev.exists() else None
+        t = time.perf_counter()
+        subprocess.run(build_cmd(sets[n], site, key), check=True, cwd=tmp_path)
+        durations.append(time.perf_counter() - t)
+        if twin is not None:
+            assert site.stat().st_ino == twin  # updated in place and swapped in, not written afresh
+    duration = max(durations[3:])
+    rng = random.Random(11)
+    current, inside = 2, 0
+    for kill in range(KILLS):
+        target = (current + 1) % 3
+        proc = subprocess.Popen(build_cmd(sets[target], site, key), cwd=tmp_path)
+        time.sleep(rng.uniform(0.2, duration * 1.2))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if prev.is_dir() and not (prev / "verification.json").exists():
+            inside += 1  # killed between the start of the in-place update and the swap
+        now = tree(site)
+        assert now in expected, f"kill {kill}: mixed or damaged site"
+        current = expected.index(now)
+    assert inside >= 3, f"only {inside} of {KILLS} kills landed inside an in-place update"
+    for n in ((current + 1) % 3, (current + 2) % 3, current):
+        subprocess.run(build_cmd(sets[n], site, key), check=True, cwd=tmp_path)
+        assert tree(site) == expected[n]
 
 
 HOLD_IN_PROGRESS = r"""
