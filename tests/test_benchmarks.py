@@ -12,6 +12,8 @@ import pytest
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow  # (the benchmarks, run small)
+
 BENCHMARKS = ROOT / "benchmarks"
 
 

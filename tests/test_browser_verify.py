@@ -13,6 +13,8 @@ from site_builder.keys import load_trust_set
 from browser import chromium, serve
 from conftest import REAL_FILES, ROOT
 
+pytestmark = pytest.mark.slow  # (headless Chromium)
+
 REAL = [json.loads(p.read_bytes()) for p in REAL_FILES]
 IDS = [b["pith_number"].rsplit(":", 1)[1] for b in REAL]
 

@@ -201,6 +201,7 @@ def test_the_report_names_a_bounded_number_of_rendered_files(bundles_dir, tmp_pa
     assert published[0][1]["all"] is False and "/" in published[0][1]["paths"]
 
 
+@pytest.mark.slow
 def test_worker_processes_build_what_one_process_builds_and_render_the_list_rows(tmp_path, monkeypatch):
     """Over the worker threshold the records (their pages and their rows in lists) are rendered by worker
     processes, one per usable core; the site is byte for byte the one a single process builds, and the main

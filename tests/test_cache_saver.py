@@ -40,6 +40,7 @@ def test_a_build_leaves_its_cache_and_compiled_templates_for_the_next(project):
     assert tree(project / "site") == tree(project / "clean")
 
 
+@pytest.mark.slow
 def test_cache_waits_for_a_background_saver(tmp_path):
     """A build opening the cache while the previous build's saver holds its lock reads what the saver wrote."""
     path = tmp_path / "cache" / "cache.sqlite"
@@ -82,6 +83,7 @@ def _cli_line(project, out, *args):
     return r.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_command_line_builds_save_in_the_background_and_stay_exact(project):
     """Two `build` runs back to back: the second waits for the first one's saver and reuses its cache."""
     first = _cli_line(project, project / "site")
@@ -104,6 +106,7 @@ def _edit_template(project):
     (project / "templates" / "paper.html").write_text((ROOT / "templates" / "paper.html").read_text() + "<!-- -->")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", [(), ("--no-twin",)])
 def test_the_site_is_final_when_build_returns(project, flags):
     """Nothing a build started changes a file of the output after ``build`` returns: a deploy step archives the
@@ -136,6 +139,7 @@ def test_the_site_is_final_when_build_returns(project, flags):
     assert tree(site) == tree(project / "clean")
 
 
+@pytest.mark.slow
 def test_the_build_waits_only_for_deletions_that_could_change_the_site(project, monkeypatch):
     """A retired tree's deletion is waited for only if the new site may share files with it: not when the site
     was written afresh (a template edit renders every page), nor when the retired tree has no unit (with its

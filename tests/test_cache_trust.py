@@ -124,7 +124,7 @@ def test_the_payloads_do_what_they_claim(tmp_path):
 
 
 @pytest.mark.parametrize("payload", ["code-execution", "build-opcode"])
-@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize("strict", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_planted_pickles_in_the_cache_folder_are_never_loaded(project, payload, strict):
     """A fork that force-adds a snapshot, or a cache file, holding a pickle: under every name a cache file has
     had (the snapshot, with and without the header builders wrote; the SQLite file itself; its journal)."""
@@ -142,6 +142,7 @@ def test_planted_pickles_in_the_cache_folder_are_never_loaded(project, payload, 
     assert_as_without_cache(project, result, strict)
 
 
+@pytest.mark.slow
 def test_a_pickle_planted_over_a_genuine_cache_is_never_loaded(project):
     marker = project / "payload-ran"
     first = cli_build(project)
@@ -207,7 +208,8 @@ def _patched_verifier_result(project: Path) -> tuple[str, str]:
     return inspection.sha256, json.dumps(inspection_to_json(inspection), ensure_ascii=False)
 
 
-@pytest.mark.parametrize("tags", ["none", "made-up", "copied-from-genuine-rows", "another-users-key"])
+@pytest.mark.parametrize("tags", ["another-users-key", *(pytest.param(t, marks=pytest.mark.slow)
+                                                         for t in ("none", "made-up", "copied-from-genuine-rows"))])
 def test_forged_passed_rows_with_matching_stat_rows_publish_nothing(project, tags, tmp_path_factory):
     """Rows saying "passed" for the forgery's digest, and a stat row pointing the file at that digest, planted
     into a genuine cache: with no tag, a made-up tag, tags taken from genuine rows, or tags made with another
@@ -239,7 +241,7 @@ def test_forged_passed_rows_with_matching_stat_rows_publish_nothing(project, tag
 PATCHED_BUILDER = "import site_builder.verification as v; v._verify_ed25519 = lambda *args: None"
 
 
-@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize("strict", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_a_cache_and_site_left_by_another_users_patched_builder_count_for_nothing(project, tmp_path_factory,
                                                                                   strict):
     """Someone else (another HOME: another key) builds in the project with a builder whose signature checks

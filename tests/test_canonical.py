@@ -70,6 +70,7 @@ JSON_WITHOUT_FLOATS = st.recursive(_PLAIN, lambda inner: st.lists(inner, max_siz
                                    max_leaves=30)
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(JSON_WITHOUT_FLOATS, st.data())
 def test_fast_encoder_gives_the_reference_bytes(value, data):
@@ -105,6 +106,7 @@ def test_where_orjson_differs_or_refuses_the_reference_decides():
 @settings(max_examples=400, deadline=None)
 @given(st.recursive(_PLAIN | st.floats(allow_nan=False, allow_infinity=False) | st.integers(),
                     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_TEXT, inner, max_size=6), max_leaves=30))
+@pytest.mark.slow
 def test_served_json_is_the_resolver_form_in_file_order(value):
     """state.json is written by orjson where it agrees with the reference form, by the reference elsewhere."""
     assert resolver_json(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
@@ -116,6 +118,7 @@ def test_served_json_is_the_resolver_form_in_file_order(value):
 @settings(max_examples=400, deadline=None)
 @given(st.recursive(_PLAIN | st.floats(allow_nan=False, allow_infinity=False) | st.integers(),
                     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_TEXT, inner, max_size=6), max_leaves=30))
+@pytest.mark.slow
 def test_the_record_page_shows_the_reference_pretty_form(value):
     """The canonical record on a record page: orjson's indented form where it agrees with Python's (no float, no
     integer beyond 64 bits), Python's elsewhere; the same text either way."""

@@ -67,6 +67,7 @@ def test_verify_lines_json_and_exit_code(bundles_dir, tmp_path):
     assert doc["results"][0]["check"] == "bundle_hash"
 
 
+@pytest.mark.slow
 def test_verify_works_on_all_cores_and_reports_in_order(tmp_path):
     """A folder big enough for worker processes gives, line for line, what one process gives: files in name
     order, skipped ones in their place, tampered ones rejected; then the files named after it."""
@@ -103,6 +104,7 @@ def test_verify_with_trusted_test_key(tmp_path):
     assert r.returncode == 1 and "key_pinned" in r.stdout
 
 
+@pytest.mark.slow
 def test_settings_file_and_flag_precedence(tmp_path):
     project = tmp_path / "proj"
     project.mkdir()
@@ -159,6 +161,7 @@ def _run_on_terminal(*args) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_progress_bar_only_on_a_terminal_and_cache_saved_in_the_background(bundles_dir, tmp_path):
     on_terminal = _run_on_terminal("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--no-search",
                                    "--verbose")
@@ -190,6 +193,7 @@ def test_progress_bar_only_on_a_terminal_and_cache_saved_in_the_background(bundl
     assert re.search(r"indexing for search\W+3/3", sharded)
 
 
+@pytest.mark.slow
 def test_help_documents_every_option_with_its_default():
     """``--help`` is the first manual a user reads: every option says what it does, and what it is when not
     given."""
@@ -207,6 +211,7 @@ def test_help_documents_every_option_with_its_default():
     assert "(default: 8000)" in cli("serve", "--help").stdout
 
 
+@pytest.mark.slow
 def test_numbers_out_of_range_are_usage_errors(tmp_path):
     for args, message in [(("build", "--jobs", "-1"), "argument --jobs: -1 is less than 0"),
                           (("build", "--jobs", "two"), "argument --jobs: 'two' is not a whole number"),
@@ -220,6 +225,7 @@ def test_numbers_out_of_range_are_usage_errors(tmp_path):
         assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_a_named_settings_file_that_does_not_exist_is_an_error(bundles_dir, tmp_path):
     for command in ("build", "serve"):
         r = cli(command, "--bundles", bundles_dir, "--output", tmp_path / "site", "--settings", tmp_path / "sit.toml")
@@ -314,6 +320,7 @@ def test_version_names_the_code_it_runs():
     ("sys.exit('Error: cannot write the index')",
      r"error: search index: pagefind failed: Error: cannot write the index; previous output left untouched"),
 ])
+@pytest.mark.slow
 def test_a_failed_search_index_is_one_line_and_the_previous_site_stays(bundles_dir, tmp_path, dies, line):
     """Pagefind is a program of its own: when it fails, or the system kills it (at 100,000 records it peaks at
     8.6 GB), the build stops with one line saying why, exit 2, and the live site is as it was."""

@@ -51,6 +51,7 @@ def test_separate_processes_with_different_hash_seeds_build_the_same_tree(mixed_
     assert first == second == third
 
 
+@pytest.mark.slow
 def test_with_the_search_index_and_the_cache_too(mixed_project):
     """The search index, and a tree a second build with another seed brings up to date from the cache."""
     first = _build_in_process(mixed_project, "one", 7)

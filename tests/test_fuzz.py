@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -92,6 +94,7 @@ def signed_part(bundle: dict) -> dict:
     return b
 
 
+@pytest.mark.slow
 @FUZZ
 @given(structural_mutations())
 def test_structural_mutations_never_raise(bundle):
@@ -100,6 +103,7 @@ def test_structural_mutations_never_raise(bundle):
         assert signed_part(bundle) in [signed_part(r) for r in REAL_OBJECTS]
 
 
+@pytest.mark.slow
 @FUZZ
 @given(JSON)
 def test_canonical_json_round_trips(value):

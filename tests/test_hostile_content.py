@@ -12,6 +12,8 @@ from browser import chromium, serve
 from conftest import REAL_FILES
 from signing import TestKey, sign_bundle, to_bytes
 
+pytestmark = pytest.mark.slow  # (headless Chromium)
+
 PWN = "window.__pwned=(window.__pwned||0)+1"
 PAYLOADS = [
     f"<script>{PWN}</script>",

@@ -45,6 +45,7 @@ def opts(project: Path, output: Path, trust: TrustSet, **kw) -> BuildOptions:
                         search=kw.pop("search", False), **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["separate", "separate-foreign-cache", "separate-twin", "separate-search-shards",
                                   "serve"])
 def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkeypatch):
@@ -210,6 +211,7 @@ def test_damaged_or_foreign_cache_gives_correct_full_rebuild(project, damage):
     assert tree(out) == tree(clean)
 
 
+@pytest.mark.slow
 def test_a_cache_made_by_other_code_is_not_reused_even_at_the_same_version(bundles_dir, tmp_path):
     """The builder's code is part of what its caches are keyed on, not only its version string: a cache (and a
     snapshot) made by a checkout whose code differs, here by one comment, is thrown away, so that a fixed
@@ -336,6 +338,7 @@ def _is_twin_of(prev: Path, out: Path) -> bool:
         and not (prev / "verification.json").samefile(out / "verification.json")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("search, jobs", [(False, 1), (True, 1), (False, 2)])
 def test_a_build_written_afresh_links_the_twin_the_next_change_updates(project, search, jobs):
     """With ``link_twin`` (the command line's default) a build that writes every file afresh (the first one, a

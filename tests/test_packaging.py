@@ -1,5 +1,6 @@
 """A wheel install (not editable) works from any folder: templates, stylesheet, scripts and the pinned key ship in it."""
 
+import pytest
 import subprocess
 import sys
 import zipfile
@@ -7,6 +8,7 @@ import zipfile
 from conftest import REAL_FILES, ROOT
 
 
+@pytest.mark.slow
 def test_wheel_ships_defaults_and_builds_from_another_folder(tmp_path):
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels),

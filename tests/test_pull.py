@@ -8,6 +8,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 
 from site_builder.keys import load_trust_set
 from site_builder.pulling import Fetcher, pull
@@ -124,6 +126,7 @@ def test_retries_429_with_retry_after_and_500(tmp_path):
     assert len(waits) == 3
 
 
+@pytest.mark.slow
 def test_slow_truncated_and_persistently_failing(tmp_path):
     s = Server()
     s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]], "sleep": 3})

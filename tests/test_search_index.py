@@ -74,6 +74,7 @@ def test_search_indexes_every_marked_page(bundles_dir, tmp_path):
     assert indexed(sharded) == len(listings) and _page_counts(sharded) == {"pagefind": len(listings)}
 
 
+@pytest.mark.slow
 def test_index_search_reports_while_pagefind_runs_and_keeps_its_output(tmp_path, monkeypatch):
     """The progress display is refreshed from the build's own thread (a thread would make forking the cache saver
     unsafe): ``index_search`` calls back while Pagefind runs, and still hears what it said when it fails."""
@@ -118,6 +119,7 @@ open(os.path.join(log, folder + ".span"), "w").write(f"{start} {time.monotonic()
 """
 
 
+@pytest.mark.slow
 def test_shards_are_indexed_a_process_at_a_time_per_core(tmp_path, monkeypatch):
     """Two shards side by side on two cores took 11.8 s where one after the other took 17.9 s: ``index_search``
     keeps *processes* Pagefinds running, no more, and counts those finished."""
@@ -166,6 +168,7 @@ def _random_ids(n: int, seed: int) -> list[str]:
     return sorted({"".join(rng.choice(BASE32) for _ in range(26)) for _ in range(n)})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("count", [1, 2, 4, 8, 32, 64, 256, MAX_SHARDS])
 def test_each_shards_glob_matches_exactly_the_ids_it_holds(count):
     """Pagefind reads a shard's record pages by its glob, so the glob must match the ids ``shard_of`` puts in that

@@ -22,6 +22,7 @@ from conftest import REAL_FILES, ROOT, tree
 from signing import TestKey, sign_bundle, to_bytes, with_paper
 
 IDS = [json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1] for p in REAL_FILES]
+pytestmark = pytest.mark.slow  # (serve processes, the real watcher, a browser)
 DEADLINE = 10.0  # a bound on waiting, not a speed target (bench_serve.py measures that): loaded CI machines are slow
 
 
@@ -490,7 +491,6 @@ def test_serve_with_the_bundles_in_the_project_root(tmp_path):
         server.join(30)
 
 
-@pytest.mark.slow
 def test_the_error_banner_shows_over_the_last_good_page_in_a_browser(server):
     """Catches serve's error banner never inserted (live.js): in headless Chromium, a rejected bundle and then a
     template syntax error each put the banner over the last good page, and the next good save clears it."""

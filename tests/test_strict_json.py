@@ -91,6 +91,7 @@ def _checked(raw: bytes):
         return "refused", exc.check
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(_VALUE, _STYLE, st.integers(1, 8))
 def test_the_fast_path_accepts_only_what_the_checking_parser_accepts_and_reads_it_the_same(value, style, depth):

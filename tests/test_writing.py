@@ -37,6 +37,7 @@ def test_background_removal_deletes_the_tree(tmp_path):
     assert wait_gone(tree)
 
 
+@pytest.mark.slow
 def test_a_tree_being_deleted_is_left_to_its_deleter(tmp_path):
     tree = tmp_path / ".site.old-1"
     make_tree(tree)
@@ -68,6 +69,7 @@ def test_a_killed_builds_staging_tree_is_removed_by_the_next_build(tmp_path):
     assert not list(tmp_path.glob(".site.old-*"))
 
 
+@pytest.mark.slow
 def test_a_retired_tree_is_gone_before_the_build_lets_go(tmp_path, monkeypatch):
     """A retired tree may share files with the live site, and deleting them changes their status: the deletion
     runs beside the build, but the build does not end before it does (a slow deleter shows the wait)."""
@@ -83,6 +85,7 @@ def test_a_retired_tree_is_gone_before_the_build_lets_go(tmp_path, monkeypatch):
     assert not list(tmp_path.glob(".site.old-*"))
 
 
+@pytest.mark.slow
 def test_a_tree_sharing_no_file_is_left_to_its_deleter_unless_the_build_cannot_tell(tmp_path, monkeypatch):
     from site_builder import writing
 
@@ -99,6 +102,7 @@ def test_a_tree_sharing_no_file_is_left_to_its_deleter_unless_the_build_cannot_t
         assert wait_gone(next(iter(tmp_path.glob(".site.old-*")), tmp_path / "none"))
 
 
+@pytest.mark.slow
 def test_a_deletion_left_running_raises_no_resource_warning(tmp_path, monkeypatch):
     """The deleter of a tree the build need not wait for outlives the build by design; letting go of it must
     not warn (``python -X dev``, ``-W default``: "ResourceWarning: subprocess ... is still running")."""
@@ -153,6 +157,7 @@ _PATH_PIECES = st.sampled_from(["/", ".", "..", "a", "Z", "9", "-", "_", "con", 
                                 ".nojekyll", "\\", "\x00", "é", " ", "\n", "index.html", "K", "ſ"])
 
 
+@pytest.mark.slow
 @settings(max_examples=3000, deadline=None)
 @given(st.lists(_PATH_PIECES, max_size=8).map("".join))
 def test_output_paths_are_plain_components(rel):
