@@ -118,6 +118,7 @@ def test_sigkill_inside_an_in_place_update_never_leaves_a_mixed_site(tmp_path):
         proc.wait()
         if prev.is_dir() and not (prev / "verification.json").exists():
             inside += 1  # killed between the start of the in-place update and the swap
+        _wait_for_the_lock(tmp_path / ".site.lock")  # (the killed build's workers leave within a second)
         now = tree(site)
         assert now in expected, f"kill {kill}: mixed or damaged site"
         current = expected.index(now)
@@ -125,6 +126,21 @@ def test_sigkill_inside_an_in_place_update_never_leaves_a_mixed_site(tmp_path):
     for n in ((current + 1) % 3, (current + 2) % 3, current):
         subprocess.run(build_cmd(sets[n], site, key), check=True, cwd=tmp_path)
         assert tree(site) == expected[n]
+
+
+def _wait_for_the_lock(lock: Path) -> None:
+    import fcntl
+    deadline = time.monotonic() + 30
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            assert time.monotonic() < deadline, "the output's lock is still held"
+            time.sleep(0.05)
+        finally:
+            os.close(fd)
 
 
 HOLD_IN_PROGRESS = r"""
