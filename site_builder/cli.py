@@ -21,6 +21,7 @@ from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundlesFolderError, InputFile, discover
 from site_builder.search_index import SearchIndexError
 from site_builder.settings import SETTINGS_FILE, SettingsError, load_settings, normalize_base_url
+from site_builder.terminal import printable
 from site_builder.writing import OutputError
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
@@ -189,7 +190,7 @@ def _settings_file_missing(args) -> bool:
     """Whether the settings file named on the command line does not exist, said on stderr (the default one is
     optional; a named one that is not there is a typo, not a wish for the defaults)."""
     if args.settings != Path(SETTINGS_FILE) and not args.settings.exists():
-        print(f"error: {args.settings}: settings file does not exist", file=sys.stderr)
+        say(f"error: {args.settings}: settings file does not exist", err=True)
         return True
     return False
 
@@ -203,11 +204,11 @@ def cmd_build(args) -> int:
         if args.base_url is not None:
             config = replace(config, base_url=normalize_base_url(args.base_url))
     except (KeyFileError, SettingsError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}", err=True)
         return EXIT_USAGE
     templates = args.templates if args.templates.is_dir() else None
     if templates is None and args.templates != Path("templates"):
-        print(f"error: {args.templates}: templates folder does not exist", file=sys.stderr)
+        say(f"error: {args.templates}: templates folder does not exist", err=True)
         return EXIT_USAGE
     about = args.settings.parent / config.about_file
     progress, update = _progress_bar(not args.quiet)
@@ -220,47 +221,47 @@ def cmd_build(args) -> int:
         with progress or contextlib.nullcontext():
             report = build(options)
     except (BundlesFolderError, OutputError, SearchIndexError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}", err=True)
         return EXIT_USAGE
     except WorkerLostError as exc:
-        print(f"error: {exc}; previous output left untouched", file=sys.stderr)
+        say(f"error: {exc}; previous output left untouched", err=True)
         return EXIT_USAGE
     except jinja2.TemplateError as exc:
         where = f"{getattr(exc, 'filename', None) or getattr(exc, 'name', None) or 'template'}"
         line = getattr(exc, "lineno", None)
-        print(f"error: {where}{f':{line}' if line else ''}: {exc.message if hasattr(exc, 'message') else exc}; "
-              f"previous output left untouched", file=sys.stderr)
+        say(f"error: {where}{f':{line}' if line else ''}: {exc.message if hasattr(exc, 'message') else exc}; "
+            f"previous output left untouched", err=True)
         return EXIT_USAGE
     except OSError as exc:  # (after TemplateError: a missing template is an OSError too)
         # the disk full, a folder not writable: the staging tree is gone, the old site kept
         where = f"{exc.filename}: " if exc.filename else ""
         # (out of inodes looks the same as out of bytes; on tmpfs a site's hard links take inodes too)
         hint = " (of bytes or inodes: see df -h and df -i)" if exc.errno == errno.ENOSPC else ""
-        print(f"error: {where}{exc.strerror or exc}{hint}; previous output left untouched", file=sys.stderr)
+        say(f"error: {where}{exc.strerror or exc}{hint}; previous output left untouched", err=True)
         return EXIT_USAGE
     for outcome in report.rejected:
-        print(f"REJECTED {outcome.inspection.error_line()}", file=sys.stderr)
+        say(f"REJECTED {outcome.inspection.error_line()}", err=True)
     if not args.quiet:
         for outcome in report.outcomes:
             if outcome.status == "superseded":
-                print(f"SUPERSEDED {outcome.inspection.rel}: {outcome.note}", file=sys.stderr)
+                say(f"SUPERSEDED {outcome.inspection.rel}: {outcome.note}", err=True)
     for warning in report.warnings:
-        print(f"WARNING {warning}", file=sys.stderr)
+        say(f"WARNING {warning}", err=True)
     if report.twin_note and not args.quiet:
-        print(f"NOTE {report.twin_note}", file=sys.stderr)
+        say(f"NOTE {report.twin_note}", err=True)
     if report.cache_note and not args.quiet:
-        print(f"NOTE {report.cache_note}", file=sys.stderr)
+        say(f"NOTE {report.cache_note}", err=True)
     if args.verbose:
         for outcome in report.outcomes:
             if outcome.status == "published":
-                print(f"OK {outcome.pith_number} {outcome.inspection.rel}")
+                say(f"OK {outcome.pith_number} {outcome.inspection.rel}")
     if not report.changed and not args.quiet:
-        print("output is up to date: nothing to write", file=sys.stderr)
+        say("output is up to date: nothing to write", err=True)
     if args.verbose:
-        print(report.stage_line(), file=sys.stderr)
+        say(report.stage_line(), err=True)
     if args.verbose and report.saved_in_background:
-        print("the build cache is being saved in the background (a next build waits for it)", file=sys.stderr)
-    print(report.summary_line())
+        say("the build cache is being saved in the background (a next build waits for it)", err=True)
+    say(report.summary_line())
     if args.strict and report.rejected:
         return EXIT_REJECTED
     return EXIT_OK
@@ -282,7 +283,7 @@ def _trust(paths: list[Path]):
     try:
         return load_trust_set(paths)
     except KeyFileError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}", err=True)
         return None
 
 
@@ -293,12 +294,12 @@ def cmd_verify(args) -> int:
     items: list[Inspection | InputFile] = []
     for path in args.paths:
         if not path.exists() and not path.is_symlink():
-            print(f"error: {path}: no such file or folder", file=sys.stderr)
+            say(f"error: {path}: no such file or folder", err=True)
             return EXIT_USAGE
         try:
             items.extend(_verify_items(path))
         except BundlesFolderError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            say(f"error: {exc}", err=True)
             return EXIT_USAGE
     files = [i for i in items if isinstance(i, InputFile)]
     progress, update = _progress_bar(True)
@@ -306,7 +307,7 @@ def cmd_verify(args) -> int:
         with progress or contextlib.nullcontext():  # (on all cores: a folder of 10,000 bundles takes seconds)
             inspected = iter(inspect_files(files, trust, jobs=args.jobs, progress=update))
     except WorkerLostError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}", err=True)
         return EXIT_USAGE
     results = [next(inspected) if isinstance(i, InputFile) else i for i in items]
     if args.json:
@@ -315,10 +316,10 @@ def cmd_verify(args) -> int:
              "pith_number": i.summary.pith_number if i.summary else None, "check": i.check, "reason": i.reason or None,
              "failed_checks": [{"check": c.name, "reason": c.detail} for c in i.checks if c.status == "failed"],
              "warnings": [{"code": w.code, "message": w.message} for w in i.warnings]} for i in results]}
-        print(json.dumps(doc, indent=2, ensure_ascii=False))
+        print(json.dumps(doc, indent=2, ensure_ascii=True))  # (ASCII: nothing in it can act on a terminal)
     else:
         for i in results:
-            print(f"OK {i.summary.pith_number}" if i.verified else f"REJECTED {i.error_line()}")
+            say(f"OK {i.summary.pith_number}" if i.verified else f"REJECTED {i.error_line()}")
     return EXIT_REJECTED if any(not i.verified for i in results) else EXIT_OK
 
 
@@ -335,14 +336,14 @@ def cmd_pull(args) -> int:
             report = pull(args.targets, args.source, args.bundles, trust, args.concurrency, fetcher,
                           (lambda done, total: update("pull", done, total)) if update else None)
     except PullError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}", err=True)
         return EXIT_USAGE
     for o in report.outcomes:
         if o.status in ("rejected", "failed"):
-            print(f"{o.status.upper()} {o.pith_id}: {o.detail}", file=sys.stderr)
+            say(f"{o.status.upper()} {o.pith_id}: {o.detail}", err=True)
         elif not args.quiet and o.status in ("fetched", "kept"):
-            print(f"{o.status.upper()} {o.pith_id}: {o.detail}", file=sys.stderr)
-    print(report.summary_line())
+            say(f"{o.status.upper()} {o.pith_id}: {o.detail}", err=True)
+    say(report.summary_line())
     return EXIT_REJECTED if report.count("rejected") or report.count("failed") else EXIT_OK
 
 
@@ -356,8 +357,14 @@ def cmd_serve(args) -> int:
     if _settings_file_missing(args):
         return EXIT_USAGE
     if not args.bundles.is_dir():
-        print(f"error: {args.bundles}: bundles folder does not exist", file=sys.stderr)
+        say(f"error: {args.bundles}: bundles folder does not exist", err=True)
         return EXIT_USAGE
+    if args.base_url is not None:
+        try:
+            normalize_base_url(args.base_url)  # (a bad one is a usage error at once, not a banner in the browser)
+        except SettingsError as exc:
+            say(f"error: {exc}", err=True)
+            return EXIT_USAGE
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     options = ServeOptions(bundles=args.bundles, output=args.output, templates=args.templates, settings=args.settings,
                            trusted_keys=args.trusted_keys, base_url=args.base_url, host=args.host, port=args.port,
@@ -365,7 +372,7 @@ def cmd_serve(args) -> int:
     try:
         return serve(options, open_browser=args.open)
     except ListenError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}", err=True)
         return EXIT_USAGE
 
 
@@ -380,8 +387,13 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_serve(args)
         return cmd_verify(args)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        say("interrupted", err=True)
         return 130
+
+
+def say(text: str, err: bool = False) -> None:
+    """Print a line, every character from an input that could act on a terminal shown as an escape."""
+    print(printable(text), file=sys.stderr if err else sys.stdout)
 
 
 def run() -> None:

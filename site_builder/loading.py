@@ -73,6 +73,21 @@ def _folder_stamp(st: os.stat_result) -> tuple[int, int, int]:
     return st.st_ino, st.st_mtime_ns, st.st_ctime_ns
 
 
+def _is_utf8(name: str) -> bool:
+    """Whether a name from the file system is valid UTF-8 (Python keeps each byte that is not as a lone
+    surrogate, which no UTF-8 text can hold)."""
+    try:
+        name.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _shown_name(rel: str) -> str:
+    """*rel* as UTF-8 text, each byte that was not UTF-8 as ``\\xNN``: what the report and the terminal show."""
+    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def discover(root: Path, folders: list[str] | None = None,
              output: Path | None = None) -> tuple[list[InputFile], list[SkippedFile]]:
     """Every candidate ``*.json`` under *root* in a stable order, and what was skipped and why (and, into
@@ -107,6 +122,10 @@ def discover(root: Path, folders: list[str] | None = None,
             if entry.name.startswith("."):
                 continue
             rel = prefix + entry.name
+            if not _is_utf8(entry.name):  # (it could be neither shown, nor written into the report, as it is)
+                if entry.name.endswith(".json") or entry.is_dir(follow_symlinks=False):
+                    skipped.append(SkippedFile(_shown_name(rel), "file_name", "the name is not valid UTF-8"))
+                continue
             try:
                 st = entry.stat(follow_symlinks=False)
                 mode = st.st_mode

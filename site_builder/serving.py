@@ -7,6 +7,7 @@ way out; the files on disk are exactly what ``build`` writes, so the served fold
 
 from __future__ import annotations
 
+import html
 import http.server
 import json
 import mimetypes
@@ -32,6 +33,7 @@ from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundleListing, BundlesFolderError, list_bundles, rediscover
 from site_builder.search_index import SearchIndexError
 from site_builder.settings import SettingsError, SiteConfig, load_settings, normalize_base_url
+from site_builder.terminal import printable
 from site_builder.writing import OutputError, OutputSlot
 
 EVENTS_PATH = "__site_builder__/events"
@@ -57,7 +59,7 @@ class ServeOptions:
     host: str = "127.0.0.1"
     port: int = 8000
     search: bool = True
-    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
+    log: Callable[[str], None] = lambda line: print(printable(line), file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -77,6 +79,14 @@ class LiveState:
     def set_error(self, error: str | None) -> None:
         self.error = error
         self.publish("status", {"error": error})
+
+
+def live_reload_tag(base_path: str) -> bytes:
+    """The script tag serve adds to pages, its attributes escaped: the base path comes from the command line or
+    site.toml, and a quote in it must not end the attribute."""
+    src = html.escape(base_path + LIVE_JS_PATH, quote=True)
+    events = html.escape(base_path + EVENTS_PATH, quote=True)
+    return f'<script src="{src}" data-events="{events}"></script>'.encode()
 
 
 def page_paths(rels: list[str], base_path: str) -> list[str]:
@@ -339,8 +349,7 @@ def _make_handler(options: ServeOptions, live: LiveState):
                 self.wfile.write(body)
 
         def _inject(self, html: bytes) -> bytes:
-            tag = (f'<script src="{live.base_path}{LIVE_JS_PATH}" data-events="{live.base_path}{EVENTS_PATH}">'
-                   f'</script>').encode()  # the event stream sends the current error (if any) on connect
+            tag = live_reload_tag(live.base_path)  # the event stream sends the current error (if any) on connect
             return html.replace(b"</body>", tag + b"</body>", 1) if b"</body>" in html else html + tag
 
         def do_HEAD(self):

@@ -60,6 +60,10 @@ class SiteConfig:
         return self._absolute_base + path.lstrip("/")
 
 
+# Characters a URL never holds as they are (RFC 3986), and that would end an HTML attribute or a Markdown link.
+_NOT_IN_A_BASE_URL = set(' "<>\\^`{|}')
+
+
 def normalize_base_url(value: str) -> str:
     value = value.strip()
     parts = urlsplit(value)
@@ -69,6 +73,10 @@ def normalize_base_url(value: str) -> str:
         raise SettingsError(f"base URL {value!r}: must not have a query or fragment")
     if not parts.scheme and not value.startswith("/"):
         raise SettingsError(f"base URL {value!r}: must be a full URL or start with '/'")
+    bad = sorted({c for c in value if c in _NOT_IN_A_BASE_URL or ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0})
+    if bad:
+        raise SettingsError(f"base URL {value!r}: must not contain {', '.join(repr(c) for c in bad)} "
+                            f"(percent-encode it)")
     return value if value.endswith("/") else value + "/"
 
 

@@ -20,6 +20,7 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -199,6 +200,28 @@ class _Deletion:
     shares_files: bool
 
 
+# The start of every verification.json a build writes (report.py: the build id comes first, then the generator).
+_OWN_MARKER = re.compile(rb'\{"build_id": "[0-9a-f]{64}", "generator": "site-builder"[,}]')
+
+
+def is_builder_output(folder: Path) -> bool:
+    """Whether *folder* is a site this builder wrote: its verification.json is a regular file that starts as the
+    builder writes it.  A file that merely has the name (a project's own report, say) does not count, so the
+    folder it is in is never replaced, nor its files deleted."""
+    try:
+        fd = os.open(folder / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        return _OWN_MARKER.match(os.read(fd, 200)) is not None
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 class OutputSlot:
     """The output folder and its hidden siblings (staging, old, lock)."""
 
@@ -236,9 +259,10 @@ class OutputSlot:
         if self.output.exists():
             if not self.output.is_dir():
                 raise OutputError(f"{self.output}: exists and is not a folder")
-            if any(self.output.iterdir()) and not (self.output / MARKER).is_file():
+            if any(self.output.iterdir()) and not is_builder_output(self.output):
                 raise OutputError(f"{self.output}: folder is not empty and was not made by site-builder "
-                                  f"(no {MARKER}); choose another --output or empty it")
+                                  f"(no {MARKER} of its own); nothing was changed: choose another --output or "
+                                  f"empty it")
 
     def acquire(self) -> None:
         """Take the build lock, then remove what an interrupted build left behind."""

@@ -1,0 +1,130 @@
+"""Where a mirror really runs, a careless or hostile input costs nothing: a folder that is not a site is never
+replaced, names that are not UTF-8 or that hold terminal controls are reported (escaped), not crashed on or
+printed raw, and serve's base URL cannot inject script."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from site_builder.serving import live_reload_tag
+from site_builder.settings import SettingsError, normalize_base_url
+from site_builder.terminal import printable
+from site_builder.writing import is_builder_output
+
+from conftest import REAL_FILES, tree
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "site_builder", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+@pytest.mark.parametrize("marker", [None, b'{"ok": true}\n', b'{"build_id": "not hex", "generator": "site-builder"}',
+                                    b'{"generator": "site-builder", "build_id": "' + b"a" * 64 + b'"}'])
+def test_a_folder_that_is_not_a_site_is_refused_and_left_as_it_was(bundles_dir, tmp_path, marker):
+    """A project folder given as --output, holding its own verification.json (or none): one line, exit 2, and
+    every file of it still there."""
+    folder = tmp_path / "project"
+    (folder / "src").mkdir(parents=True)
+    (folder / "src" / "main.py").write_text("print('mine')\n")
+    (folder / "NOTES.md").write_text("my notes\n")
+    if marker is not None:
+        (folder / "verification.json").write_bytes(marker)
+    before = tree(folder)
+    result = cli("build", "--bundles", bundles_dir, "--output", folder, "--no-search")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "was not made by site-builder" in lines[0] and "nothing was changed" in lines[0]
+    assert tree(folder) == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".project.")]
+
+
+def test_a_site_the_builder_wrote_is_replaced(bundles_dir, tmp_path):
+    out = tmp_path / "site"
+    assert cli("build", "--bundles", bundles_dir, "--output", out, "--no-search").returncode == 0
+    assert is_builder_output(out)
+    (bundles_dir / REAL_FILES[0].name).unlink()
+    again = cli("build", "--bundles", bundles_dir, "--output", out, "--no-search")
+    assert again.returncode == 0, again.stderr
+    assert "3 published" in again.stdout
+
+
+def test_the_marker_must_be_a_regular_file(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    real = tmp_path / "real.json"
+    real.write_bytes(b'{"build_id": "' + b"a" * 64 + b'", "generator": "site-builder", "x": 1}')
+    (site / "verification.json").symlink_to(real)
+    assert not is_builder_output(site)
+    (site / "verification.json").unlink()
+    shutil.copy(real, site / "verification.json")
+    assert is_builder_output(site)
+
+
+def test_names_that_are_not_utf8_are_rejected_not_crashed_on(bundles_dir, tmp_path):
+    """``bad\\xff.json`` (and a folder so named) crashed the build with a traceback and left no site."""
+    (bundles_dir / os.fsdecode(b"bad\xff.json")).write_bytes(REAL_FILES[0].read_bytes())
+    (bundles_dir / os.fsdecode(b"dir\xfe")).mkdir()
+    shutil.copy(REAL_FILES[1], bundles_dir / os.fsdecode(b"dir\xfe") / "x.json")
+    out = tmp_path / "site"
+    result = cli("build", "--bundles", bundles_dir, "--output", out, "--no-search")
+    assert result.returncode == 0, result.stderr
+    assert "REJECTED bad\\xff.json: file_name: the name is not valid UTF-8" in result.stderr
+    assert "REJECTED dir\\xfe: file_name: the name is not valid UTF-8" in result.stderr
+    assert "Traceback" not in result.stderr
+    report = json.loads((out / "verification.json").read_bytes())
+    assert {"bad\\xff.json", "dir\\xfe"} <= {f["path"] for f in report["files"]}
+    assert "4 published, 2 rejected" in result.stdout
+    verify = cli("verify", bundles_dir)
+    assert "Traceback" not in verify.stderr
+
+
+@pytest.mark.parametrize("name", ["evil\nOK pith:2099:FAKEFAKEFAKEFAKEFAKEFAKE00.json", "clear\x1b[2J\x1b[H.json",
+                                  "rtl\u202enosj.exe.json", "bell\x07\x9b31m.json"])
+def test_names_that_could_act_on_a_terminal_are_printed_escaped(bundles_dir, tmp_path, name):
+    """A file name with a newline could fake an ``OK pith:...`` line; escape codes could clear the screen."""
+    (bundles_dir / name).write_text('{"a": 1, "a": 2}')
+    for args in (["build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--no-search", "--verbose"],
+                 ["verify", bundles_dir]):
+        result = cli(*args)
+        printed = result.stdout + result.stderr
+        for char in name:
+            if not char.isprintable() and char != "\n":  # (a newline is checked by the lines printed)
+                assert char not in printed, (args[0], repr(char))
+        assert printable(name) in printed
+        assert not any(line.startswith("OK pith:2099") for line in printed.splitlines())
+
+
+def test_printable_escapes_controls_and_keeps_text():
+    assert printable("Gödel, Ω and 日本.json") == "Gödel, Ω and 日本.json"
+    assert printable("a\nb\r\tc") == "a\\nb\\r\\tc"
+    assert printable("\x1b[31m") == "\\x1b[31m"
+    assert printable("x\u202ey\u2066z\u2028") == "x\\u202ey\\u2066z\\u2028"
+    assert printable(os.fsdecode(b"bad\xff")) == "bad\\xff"
+
+
+@pytest.mark.parametrize("base", ['/x"><script>alert(1)</script>/', "/a b/", "/x<y/", "https://e.example/\x00/"])
+def test_a_base_url_that_could_break_out_of_an_attribute_is_refused(base):
+    with pytest.raises(SettingsError, match="must not contain"):
+        normalize_base_url(base)
+
+
+def test_serve_refuses_such_a_base_url_in_one_line(bundles_dir, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "site_builder", "serve", "--bundles", bundles_dir, "--output",
+                             tmp_path / "site", "--port", "0", "--no-search",
+                             "--base-url", '/m"><script>window.pwned=1</script>/'],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "must not contain" in result.stderr
+
+
+def test_the_live_reload_tag_escapes_its_attributes():
+    """Even a base path that got past the settings cannot end the attribute: serve writes it escaped."""
+    tag = live_reload_tag('/m"><script>alert(1)</script>/').decode()
+    assert tag.count("<script") == 1 and "&quot;&gt;&lt;script&gt;" in tag
+    assert live_reload_tag("/mirror/") == (b'<script src="/mirror/__site_builder__/live.js" '
+                                           b'data-events="/mirror/__site_builder__/events"></script>')
