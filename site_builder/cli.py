@@ -138,9 +138,13 @@ def _parser() -> argparse.ArgumentParser:
                     help="folder the verified bundles are written to")
     keys_arg(pl)
     pl.add_argument("--concurrency", type=_count(1), default=4, metavar="N", help="downloads at once")
-    pl.add_argument("--timeout", type=_seconds, default=20.0, metavar="SECONDS", help="per request")
+    pl.add_argument("--timeout", type=_seconds, default=20.0, metavar="SECONDS",
+                    help="bound on each whole request, from connecting to the last byte")
     pl.add_argument("--retries", type=_count(0), default=4, metavar="N",
-                    help="retries of a failed request (with backoff)")
+                    help="retries of a failed request (with backoff; a server's Retry-After is waited for at most "
+                         "30 s, and the output says so)")
+    pl.add_argument("--deadline", type=_seconds, default=None, metavar="SECONDS",
+                    help="bound on the whole run: what is not fetched by then is reported as failed (default: none)")
     pl.add_argument("--quiet", "-q", action="store_true", help="only the summary line and errors")
 
     v = command("verify", "check bundle files or folders without building")
@@ -330,7 +334,8 @@ def cmd_pull(args) -> int:
     if trust is None:
         return EXIT_USAGE
     progress, update = _progress_bar(not args.quiet)
-    fetcher = Fetcher(timeout=args.timeout, retries=args.retries)
+    deadline = time.monotonic() + args.deadline if args.deadline is not None else None
+    fetcher = Fetcher(timeout=args.timeout, retries=args.retries, deadline=deadline)
     try:
         with progress or contextlib.nullcontext():
             report = pull(args.targets, args.source, args.bundles, trust, args.concurrency, fetcher,

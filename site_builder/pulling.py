@@ -13,6 +13,9 @@ import http.client
 import json
 import os
 import re
+import socket
+import ssl
+import stat
 import threading
 import time
 import urllib.error
@@ -78,6 +81,70 @@ def parse_targets(items: list[str]) -> tuple[list[str], list[PullOutcome]]:
     return list(dict.fromkeys(ids)), bad
 
 
+class _Connections(threading.local):
+    """The connections the current thread's request opened (a redirect opens more than one)."""
+
+    def __init__(self):
+        self.open: list[_HTTPConnection | _HTTPSConnection] = []
+
+
+class _HTTPConnection(http.client.HTTPConnection):
+    """Keeps its socket: urllib lets go of a connection's socket once the headers are read (the response reads
+    from it), and a request cut off at its deadline must still reach it."""
+
+    kept: socket.socket | None = None
+
+    def connect(self):
+        super().connect()
+        self.kept = self.sock
+
+
+class _HTTPSConnection(http.client.HTTPSConnection):
+    kept: socket.socket | None = None
+
+    def connect(self):
+        super().connect()
+        self.kept = self.sock
+
+
+def _tracked(connection_class, connections: _Connections):
+    def make(host, **kwargs):
+        connection = connection_class(host, **kwargs)
+        connections.open.append(connection)
+        return connection
+    return make
+
+
+class _TrackedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, connections: _Connections):
+        super().__init__()
+        self.connections = connections
+
+    def http_open(self, req):
+        return self.do_open(_tracked(_HTTPConnection, self.connections), req)
+
+
+class _TrackedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, connections: _Connections):
+        self.tls = ssl.create_default_context()
+        super().__init__(context=self.tls)
+        self.connections = connections
+
+    def https_open(self, req):
+        return self.do_open(_tracked(_HTTPSConnection, self.connections), req, context=self.tls)
+
+
+def _cut(connections: list) -> None:
+    """End every connection of a request at its deadline: a read blocked on it returns at once."""
+    for connection in list(connections):
+        sock = connection.kept
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
 class _NoRedirectToOtherSchemes(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         if not newurl.lower().startswith(("http://", "https://")):
@@ -87,60 +154,118 @@ class _NoRedirectToOtherSchemes(urllib.request.HTTPRedirectHandler):
 
 @dataclass
 class Fetcher:
+    """*timeout* bounds each whole request, from connecting to the last byte (a server that sends one byte a
+    second is cut off, not waited for); *deadline* (a ``time.monotonic()`` value) bounds the whole run, waits for
+    ``Retry-After`` included, which are also capped at *max_wait*."""
+
     timeout: float = 20.0
     retries: int = 4
     backoff: float = 0.5
-    max_wait: float = 60.0
+    max_wait: float = 30.0
     max_bytes: int = DEFAULT_MAX_BYTES
     sleep: Callable[[float], None] = time.sleep
+    deadline: float | None = None
 
     def __post_init__(self):
-        self.opener = urllib.request.build_opener(_NoRedirectToOtherSchemes())
+        self._connections = _Connections()
+        self._notes = threading.local()
+        self.opener = urllib.request.build_opener(_TrackedHTTPHandler(self._connections),
+                                                  _TrackedHTTPSHandler(self._connections),
+                                                  _NoRedirectToOtherSchemes())
+
+    def notes(self) -> list[str]:
+        """What the current thread's last ``get`` should tell the user (a capped wait, say)."""
+        return list(getattr(self._notes, "items", []))
+
+    def _remaining(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def _wait(self, seconds: float) -> None:
+        remaining = self._remaining()
+        if remaining is not None and seconds >= remaining:
+            raise OSError("the run's deadline passed")
+        self.sleep(seconds)
+
+    def _open_and_read(self, url: str, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
+        """One request, cut off when it has taken *timeout* seconds (or the run's deadline comes first)."""
+        budget = self.timeout
+        remaining = self._remaining()
+        if remaining is not None:
+            if remaining <= 0:
+                raise OSError("the run's deadline passed")
+            budget = min(budget, remaining)
+        self._connections.open = []
+        started = time.monotonic()
+        timer = threading.Timer(budget, _cut, (self._connections.open,))
+        timer.daemon = True
+        timer.start()
+        try:
+            request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **headers})
+            with self.opener.open(request, timeout=budget) as response:
+                length = response.headers.get("Content-Length")
+                if length and length.isdigit() and int(length) > self.max_bytes:
+                    raise OSError(f"response of {length} bytes is over the {self.max_bytes}-byte limit")
+                chunks, size = [], 0
+                while chunk := response.read(min(1 << 16, self.max_bytes + 1 - size)):
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > self.max_bytes:
+                        raise OSError(f"response is over the {self.max_bytes}-byte limit")
+                body = b"".join(chunks)
+                if length and length.isdigit() and len(body) != int(length):
+                    raise http.client.IncompleteRead(body, int(length) - len(body))
+                return response.status, body, dict(response.headers)
+        except (OSError, http.client.HTTPException) as exc:
+            if time.monotonic() - started >= budget * 0.99 and not isinstance(exc, urllib.error.HTTPError):
+                raise TimeoutError(f"the request took over {budget:g} s") from None
+            raise
+        finally:
+            timer.cancel()
+            self._connections.open = []
 
     def _retry_after(self, value: str | None, attempt: int) -> float:
         wait = self.backoff * (2 ** attempt)
+        asked = None
         if value:
             value = value.strip()
             if value.isdigit():
-                wait = float(value)
+                wait = asked = float(value)
             else:
                 try:
                     when = email.utils.parsedate_to_datetime(value).timestamp()
-                    wait = max(0.0, when - time.time())
+                    wait = asked = max(0.0, when - time.time())
                 except (TypeError, ValueError):
                     pass
-        return min(wait, self.max_wait)
+        if wait > self.max_wait:
+            self._notes.items.append(f"Retry-After {asked:.0f} s capped at {self.max_wait:g} s")
+            wait = self.max_wait
+        return wait
 
     def get(self, url: str, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
         """GET with retries; returns (status, body, headers) for 200/304/404, raises OSError otherwise."""
         last = "no attempt"
+        self._notes.items = []
         for attempt in range(self.retries + 1):
-            request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **headers})
             try:
-                with self.opener.open(request, timeout=self.timeout) as response:
-                    length = response.headers.get("Content-Length")
-                    if length and length.isdigit() and int(length) > self.max_bytes:
-                        raise OSError(f"response of {length} bytes is over the {self.max_bytes}-byte limit")
-                    body = response.read(self.max_bytes + 1)
-                    if len(body) > self.max_bytes:
-                        raise OSError(f"response is over the {self.max_bytes}-byte limit")
-                    if length and length.isdigit() and len(body) != int(length):
-                        raise http.client.IncompleteRead(body, int(length) - len(body))
-                    return response.status, body, dict(response.headers)
+                return self._open_and_read(url, headers)
             except urllib.error.HTTPError as exc:
                 if exc.code in (304, 404):
                     return exc.code, b"", dict(exc.headers or {})
                 last = f"HTTP {exc.code}"
+                if 300 <= exc.code < 400:
+                    last = f"a redirect loop, or too many redirects (HTTP {exc.code})"
                 if exc.code != 429 and exc.code < 500:
                     raise OSError(last) from None
                 if attempt < self.retries:
-                    self.sleep(self._retry_after(exc.headers.get("Retry-After") if exc.headers else None, attempt))
+                    self._wait(self._retry_after(exc.headers.get("Retry-After") if exc.headers else None, attempt))
             except (urllib.error.URLError, http.client.HTTPException, TimeoutError, ConnectionError) as exc:
                 last = {"IncompleteRead": "truncated response"}.get(type(exc).__name__, type(exc).__name__)
                 if isinstance(exc, urllib.error.URLError):
                     last += f": {exc.reason}"
+                elif isinstance(exc, TimeoutError) and str(exc):
+                    last = str(exc)
                 if attempt < self.retries:
-                    self.sleep(self._retry_after(None, attempt))
+                    self._wait(self._retry_after(None, attempt))
         raise OSError(f"{last} after {self.retries + 1} attempts")
 
 
@@ -201,7 +326,15 @@ def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concur
     def one(pith_id: str) -> PullOutcome:
         target = bundles / f"{pith_id}.json"
         local = None
-        if target.is_file():
+        try:
+            mode = os.lstat(target).st_mode
+        except FileNotFoundError:
+            mode = None
+        except OSError as exc:
+            return PullOutcome(pith_id, "failed", f"{target}: cannot read: {exc.strerror}")
+        if mode is not None and not stat.S_ISREG(mode):
+            return PullOutcome(pith_id, "failed", f"{target}: is not a file (a folder or a link is never replaced)")
+        if mode is not None:
             try:
                 local = inspect_bytes(target.name, read_bytes(target), trust)
             except FileReadError:
@@ -217,7 +350,11 @@ def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concur
         try:
             status, body, response_headers = fetcher.get(url, headers)
         except OSError as exc:
-            return PullOutcome(pith_id, "failed", f"{url}: {exc}")
+            notes = "".join(f" ({note})" for note in fetcher.notes())
+            return PullOutcome(pith_id, "failed", f"{url}: {exc}{notes}")
+        if status == 304 and not headers:
+            return PullOutcome(pith_id, "failed", f"{url}: 304 Not Modified to a request that named no version "
+                                                  f"(no If-None-Match or If-Modified-Since)")
         if status == 304:
             return PullOutcome(pith_id, "unchanged", "not modified")
         if status == 404:
@@ -241,7 +378,8 @@ def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concur
         _write_atomically(target, body)
         with lock:
             state[pith_id] = meta
-        return PullOutcome(pith_id, "fetched", fetched.summary.pith_number)
+        notes = "".join(f" ({note})" for note in fetcher.notes())
+        return PullOutcome(pith_id, "fetched", fetched.summary.pith_number + notes)
 
     def counted(pith_id: str) -> PullOutcome:
         outcome = one(pith_id)

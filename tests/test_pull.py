@@ -6,7 +6,9 @@ import json
 import subprocess
 import sys
 import threading
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -188,3 +190,144 @@ def test_cli_with_list_file_summary_and_exit_code(tmp_path):
     assert r.stdout.strip() == "1 fetched, 0 unchanged, 0 kept (local copy newer), 0 rejected, 2 failed"
     assert f"FAILED {IDS[1]}" in r.stderr and "FAILED not-an-id" in r.stderr
     assert (tmp_path / "b" / f"{IDS[0]}.json").read_bytes() == REAL[IDS[0]]
+
+
+class _Misbehaving:
+    """A raw TCP server on 127.0.0.1 whose every connection runs *behave(conn)*: it drips, stalls, floods or
+    redirects as told, at the byte level (an HTTP server library would not misbehave this way)."""
+
+    def __init__(self, behave):
+        import socket
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.behave = behave
+        self.stopped = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn):
+        try:
+            conn.recv(65536)
+            self.behave(conn, self)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self):
+        self.stopped.set()
+        self.sock.close()
+
+
+def _drip_body(conn, server):
+    body = REAL[IDS[0]]
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+    for i in range(len(body)):
+        if server.stopped.is_set():
+            return
+        conn.sendall(body[i:i + 1])
+        time.sleep(1)
+
+
+def _drip_headers(conn, server):
+    for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000:
+        if server.stopped.is_set():
+            return
+        conn.sendall(bytes([byte]))
+        time.sleep(0.5)
+
+
+def _stall(conn, server):
+    server.stopped.wait(60)
+
+
+def _flood(conn, server):
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n")
+    chunk = b"[" * 65536
+    while not server.stopped.is_set():
+        conn.sendall(chunk)
+
+
+def _redirect_loop(conn, server):
+    conn.sendall(b"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:%d/pith/loop/bundle.json\r\n"
+                 b"Content-Length: 0\r\n\r\n" % server.port)
+
+
+def _pull_cli(port, tmp_path, *args, timeout=60):
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "site_builder", "pull", "--from", f"http://127.0.0.1:{port}",
+                             "--bundles", str(tmp_path / "bundles"), *args], capture_output=True, text=True,
+                            timeout=timeout)
+    return result, time.monotonic() - started
+
+
+@pytest.mark.slow  # (each waits for its timeout)
+@pytest.mark.parametrize("behave, expect", [(_drip_body, "took over 2 s"), (_drip_headers, "took over 2 s"),
+                                            (_stall, "took over 2 s"), (_flood, "byte limit"),
+                                            (_redirect_loop, "redirect")])
+def test_timeout_bounds_each_whole_request_against_servers_that_misbehave(tmp_path, behave, expect):
+    """One byte a second (of the body, or of the headers), a server that never answers, an endless body and a
+    redirect loop: each is given up within the timeout (2 s here, with no retry), in one line."""
+    server = _Misbehaving(behave)
+    try:
+        result, took = _pull_cli(server.port, tmp_path, "--timeout", "2", "--retries", "0", IDS[0])
+    finally:
+        server.close()
+    assert result.returncode == 1
+    assert took < 12, f"took {took:.1f} s"  # (the process's start, a pith-mirrors.json request, the bundle's)
+    failed = [line for line in result.stderr.splitlines() if line.startswith("FAILED")]
+    assert len(failed) == 1 and expect in failed[0].lower(), result.stderr
+    assert not [p for p in (tmp_path / "bundles").glob("*.json") if not p.name.startswith(".")]
+
+
+@pytest.mark.slow
+def test_a_run_deadline_ends_the_whole_pull(tmp_path):
+    server = _Misbehaving(_stall)
+    try:
+        result, took = _pull_cli(server.port, tmp_path, "--timeout", "30", "--deadline", "3", *IDS)
+    finally:
+        server.close()
+    assert result.returncode == 1 and took < 15, (took, result.stderr)
+    assert result.stdout.strip().splitlines()[-1].endswith(f"{len(IDS)} failed")
+
+
+def test_retry_after_is_capped_and_the_output_says_so(monkeypatch):
+    waited = []
+    server = Server()
+    server.add(f"/pith/{IDS[0]}/bundle.json", {"status": 429, "headers": {"Retry-After": "241"}},
+               {"body": REAL[IDS[0]]})
+    with running(server) as url:
+        fetcher = Fetcher(retries=1, sleep=waited.append)
+        report = pull([IDS[0]], url, Path(tempfile.mkdtemp()), load_trust_set(), fetcher=fetcher)
+    assert waited == [30.0]
+    assert report.outcomes[0].status == "fetched" and "Retry-After 241 s capped at 30 s" in report.outcomes[0].detail
+
+
+def test_a_304_to_an_unconditional_request_is_an_error(tmp_path):
+    server = Server()
+    server.add(f"/pith/{IDS[0]}/bundle.json", {"status": 304})
+    with running(server) as url:
+        report = pull([IDS[0]], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(retries=0))
+    assert report.outcomes[0].status == "failed" and "named no version" in report.outcomes[0].detail
+
+
+def test_something_other_than_a_file_at_the_target_is_one_line(tmp_path):
+    bundles = tmp_path / "bundles"
+    (bundles / f"{IDS[0]}.json").mkdir(parents=True)
+    server = Server()
+    server.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]]})
+    with running(server) as url:
+        result = subprocess.run([sys.executable, "-m", "site_builder", "pull", "--from", url, "--bundles",
+                                 str(bundles), IDS[0]], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert any(line.startswith(f"FAILED {IDS[0]}:") and "is not a file" in line for line in result.stderr.splitlines())
+    assert (bundles / f"{IDS[0]}.json").is_dir()
