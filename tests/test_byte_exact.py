@@ -69,6 +69,7 @@ def test_build_mirrors_the_verified_bytes(unusual):
     assert_mirrored(root / "site", {pid: data for pid, data in raw.items() if pid != IDS[0]})
 
 
+@pytest.mark.slow  # (a serve process)
 def test_serve_sends_the_verified_bytes(unusual):
     root, raw = unusual
     import socket

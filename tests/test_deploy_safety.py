@@ -23,8 +23,9 @@ def cli(*args, cwd=None):
                           cwd=cwd, timeout=300)
 
 
-@pytest.mark.parametrize("marker", [None, b'{"ok": true}\n', b'{"build_id": "not hex", "generator": "site-builder"}',
-                                    b'{"generator": "site-builder", "build_id": "' + b"a" * 64 + b'"}'])
+@pytest.mark.parametrize("marker", [b'{"ok": true}\n', *(pytest.param(m, marks=pytest.mark.slow) for m in (
+    None, b'{"build_id": "not hex", "generator": "site-builder"}',
+    b'{"generator": "site-builder", "build_id": "' + b"a" * 64 + b'"}'))])
 def test_a_folder_that_is_not_a_site_is_refused_and_left_as_it_was(bundles_dir, tmp_path, marker):
     """A project folder given as --output, holding its own verification.json (or none): one line, exit 2, and
     every file of it still there."""
@@ -83,8 +84,9 @@ def test_names_that_are_not_utf8_are_rejected_not_crashed_on(bundles_dir, tmp_pa
     assert "Traceback" not in verify.stderr
 
 
-@pytest.mark.parametrize("name", ["evil\nOK pith:2099:FAKEFAKEFAKEFAKEFAKEFAKE00.json", "clear\x1b[2J\x1b[H.json",
-                                  "rtl\u202enosj.exe.json", "bell\x07\x9b31m.json"])
+@pytest.mark.parametrize("name", ["evil\nOK pith:2099:FAKEFAKEFAKEFAKEFAKEFAKE00.json", *(
+    pytest.param(name, marks=pytest.mark.slow) for name in ("clear\x1b[2J\x1b[H.json", "rtl\u202enosj.exe.json",
+                                                           "bell\x07\x9b31m.json"))])
 def test_names_that_could_act_on_a_terminal_are_printed_escaped(bundles_dir, tmp_path, name):
     """A file name with a newline could fake an ``OK pith:...`` line; escape codes could clear the screen."""
     (bundles_dir / name).write_text('{"a": 1, "a": 2}')
