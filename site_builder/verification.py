@@ -73,7 +73,33 @@ PITH_ID_RE = re.compile(r"[A-Z2-7]{26}\Z")
 HEX64_RE = re.compile(r"[0-9a-f]{64}\Z")
 # New style 2301.01234 / 0704.0001, old style hep-lat/0305021 or math.AG/0601001.
 ARXIV_ID_RE = re.compile(r"(?:[0-9]{4}\.[0-9]{4,5}|[a-z]+(?:-[a-z]+)*(?:\.[A-Z]{2})?/[0-9]{7})\Z")
-CATEGORY_RE = re.compile(r"[a-z]+(?:-[a-z]+)*(?:\.[A-Za-z]+(?:-[A-Za-z]+)*)?\Z")
+# arXiv's archives, current and retired: a category is an archive, or an archive and a subject class.  The
+# subject classes of these archives are two capital letters (cs.AI, math.OC, astro-ph.GA); those of cond-mat and
+# physics are lower-case words (cond-mat.str-el, physics.optics).  So each category has one spelling: cs.ai is
+# not cs.AI under another case (the two would be one folder on a case-insensitive host), and no category can be
+# a name the site uses itself (index.html, page, feed.xml).
+ARXIV_ARCHIVES = frozenset((
+    "astro-ph cond-mat cs econ eess gr-qc hep-ex hep-lat hep-ph hep-th math math-ph nlin nucl-ex nucl-th physics "
+    "q-bio q-fin quant-ph stat acc-phys adap-org alg-geom ao-sci atom-ph bayes-an chao-dyn chem-ph cmp-lg comp-gas "
+    "dg-ga funct-an mtrl-th patt-sol plasm-ph q-alg solv-int supr-con").split())
+_CAPITAL_SUBJECTS = frozenset("astro-ph cs econ eess math nlin q-bio q-fin stat".split())
+_WORD_SUBJECTS = frozenset("cond-mat physics".split())
+_CAPITAL_SUBJECT_RE = re.compile(r"[A-Z]{2}\Z")
+_WORD_SUBJECT_RE = re.compile(r"[a-z]+(?:-[a-z]+)*\Z")
+
+
+def is_arxiv_category(cat: object) -> bool:
+    """Whether *cat* has the shape of an arXiv category, spelt as arXiv spells it."""
+    if not isinstance(cat, str) or len(cat) > 40:
+        return False
+    archive, dot, subject = cat.partition(".")
+    if archive not in ARXIV_ARCHIVES:
+        return False
+    if not dot:
+        return True
+    if archive in _CAPITAL_SUBJECTS:
+        return _CAPITAL_SUBJECT_RE.match(subject) is not None
+    return archive in _WORD_SUBJECTS and _WORD_SUBJECT_RE.match(subject) is not None
 # Names Windows reserves (a mirror may be copied to any filesystem); checked for every path component.
 WINDOWS_RESERVED_RE = re.compile(r"(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?\Z", re.IGNORECASE)
 TIMESTAMP_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z\Z")
@@ -298,7 +324,7 @@ def check_identifiers(ctx: _Context) -> None:
         raise CheckFailed(f"version {source['version']} is out of range")
     metadata = record["metadata"]
     for cat in [metadata["primary_cat"], *metadata["cross_cats_sorted"]]:
-        if not isinstance(cat, str) or not CATEGORY_RE.match(cat) or len(cat) > 40 or WINDOWS_RESERVED_RE.match(cat):
+        if not is_arxiv_category(cat):
             raise CheckFailed(f"category {str(cat)[:40]!r} is not a valid arXiv category")
     if not TIMESTAMP_RE.match(metadata["submitted_at"]):
         raise CheckFailed(f"submitted_at {metadata['submitted_at'][:40]!r} is not an ISO 8601 UTC timestamp")

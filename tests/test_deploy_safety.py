@@ -15,7 +15,9 @@ from site_builder.settings import SettingsError, normalize_base_url
 from site_builder.terminal import printable
 from site_builder.writing import is_builder_output
 
-from conftest import REAL_FILES, tree
+from conftest import REAL_FILES, ROOT, tree
+
+ROOT_KEY = ROOT / "site_builder" / "data" / "pith-signing-key.json"
 
 
 def cli(*args, cwd=None):
@@ -130,3 +132,37 @@ def test_the_live_reload_tag_escapes_its_attributes():
     assert tag.count("<script") == 1 and "&quot;&gt;&lt;script&gt;" in tag
     assert live_reload_tag("/mirror/") == (b'<script src="/mirror/__site_builder__/live.js" '
                                            b'data-events="/mirror/__site_builder__/events"></script>')
+
+
+@pytest.mark.parametrize("category", ["index.html", "cs.ai", "CS.AI", "page", "feed.xml", "astro-ph.ga",
+                                      "physics.Optics", "made-up.XX"])
+def test_a_validly_signed_category_that_is_no_arxiv_category_is_rejected_and_the_rest_builds(tmp_path, category):
+    """A category becomes a folder (category/<cat>/): ``index.html`` made every build fail with "File exists",
+    and ``cs.ai`` beside ``cs.AI`` collides on a case-insensitive host.  Only arXiv's spelling passes."""
+    from site_builder.build import BuildOptions, build
+    from site_builder.keys import load_trust_set
+    from signing import TestKey, sign_bundle, to_bytes
+    key = TestKey()
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    for p in REAL_FILES:
+        shutil.copy(p, bundles / p.name)
+    bad = json.loads(REAL_FILES[0].read_bytes())
+    bad["canonical_record"]["metadata"]["cross_cats_sorted"] = [category]
+    (bundles / "odd-category.json").write_bytes(to_bytes(sign_bundle(bad, key)))
+    trust = load_trust_set([ROOT_KEY, key.write(tmp_path / "test-key.json")])
+    report = build(BuildOptions(bundles=bundles, output=tmp_path / "site", trust=trust, search=False))
+    rejected = {o.inspection.rel: o.inspection.check for o in report.rejected}
+    assert rejected == {"odd-category.json": "identifiers"}
+    assert report.count("published") == len(REAL_FILES)
+    assert not (tmp_path / "site" / "category" / category).is_dir()  # (category/index.html is the site's own page)
+
+
+def test_every_category_the_generator_and_the_real_bundles_use_is_accepted():
+    from site_builder.verification import is_arxiv_category
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from generate import CATEGORIES
+    real = {c for p in REAL_FILES for c in [json.loads(p.read_bytes())["canonical_record"]["metadata"]["primary_cat"],
+                                            *json.loads(p.read_bytes())["canonical_record"]["metadata"]["cross_cats_sorted"]]}
+    for cat in [*CATEGORIES, *real, "hep-th", "math-ph", "cond-mat.mes-hall", "q-fin.CP", "nlin.AO", "eess.SP"]:
+        assert is_arxiv_category(cat), cat
