@@ -869,10 +869,15 @@ def _static_files(folder: Path | None) -> tuple[list[StaticFile], list[str]]:
     files, problems = read_static_files(folder)
     warnings = [f"{folder.name}/{problem}; not copied" for problem in problems]
     allowed = []
+    seen: dict[str, str] = {}  # case-folded path -> the file that has it (one per name on a case-insensitive host)
     for f in files:
         refused = refused_static_path(f.rel)
+        other = seen.get(f.rel.casefold())
+        if refused is None and other is not None:
+            refused = f"differs from {other} only in letter case (one file on a case-insensitive host)"
         if refused is None:
             allowed.append(f)
+            seen[f.rel.casefold()] = f.rel
         else:
             warnings.append(f"{folder.name}/{f.rel}: {refused}; not copied")
     return allowed, warnings

@@ -466,6 +466,9 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
     return units
 
 
+_SITE_OWNED_FOLDED = frozenset(name.casefold() for name in SITE_OWNED)
+
+
 def refused_static_path(rel: str) -> str | None:
     """Why a static file may not be published at *rel*, or None.  The site's own pages, and above all the
     resolver's paths (``pith/``, ``.well-known/pith/``), are the build's: a file copied there as it is would
@@ -474,9 +477,10 @@ def refused_static_path(rel: str) -> str | None:
         check_relative_path(rel)
     except ValueError:
         return "not a plain file name a static host serves"
-    top = rel.split("/", 1)[0]
-    if top in SITE_OWNED or rel == ".well-known/pith" or rel.startswith(".well-known/pith/") or (
-            "/" not in rel and rel.startswith("sitemap") and rel.endswith(".xml")):
+    folded = rel.casefold()  # (a case-insensitive host serves PITH/<id>/ and Index.html at the site's own paths)
+    top = folded.split("/", 1)[0]
+    if top in _SITE_OWNED_FOLDED or folded == ".well-known/pith" or folded.startswith(".well-known/pith/") or (
+            "/" not in folded and folded.startswith("sitemap") and folded.endswith(".xml")):
         return "the site makes this path itself (override a page with a template instead)"
     return None
 

@@ -166,3 +166,28 @@ def test_every_category_the_generator_and_the_real_bundles_use_is_accepted():
                                             *json.loads(p.read_bytes())["canonical_record"]["metadata"]["cross_cats_sorted"]]}
     for cat in [*CATEGORIES, *real, "hep-th", "math-ph", "cond-mat.mes-hall", "q-fin.CP", "nlin.AO", "eess.SP"]:
         assert is_arxiv_category(cat), cat
+
+
+def test_static_files_that_shadow_the_site_or_each_other_in_another_case_are_refused(bundles_dir, tmp_path):
+    """On a case-insensitive host (GitHub Pages' CDN is not, but S3 behind some proxies, macOS and Windows
+    hosts are) PITH/<ID>/bundle.json is pith/<ID>/bundle.json: a static file there could stand in for a verified
+    record.  Two static files that differ only in case are one file there: the second is refused."""
+    from site_builder.build import BuildOptions, build
+    from site_builder.keys import load_trust_set
+    pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    static = tmp_path / "static"
+    shadows = [f"PITH/{pid}/bundle.json", f".well-known/Pith/{pid}/bundle.json", "Index.html", "SiteMap.xml",
+               "Verification.JSON"]
+    for rel in [*shadows, "img/Logo.png", "img/logo.png", "CNAME"]:
+        (static / rel).parent.mkdir(parents=True, exist_ok=True)
+        (static / rel).write_bytes(b'{"forged": true}')
+    out = tmp_path / "site"
+    report = build(BuildOptions(bundles=bundles_dir, output=out, trust=load_trust_set(), search=False,
+                                static_dir=static))
+    for rel in shadows:
+        assert not (out / rel).exists(), rel
+        assert any(w.startswith(f"static/{rel}: the site makes this path itself") for w in report.warnings), rel
+    assert (out / "img" / "Logo.png").exists() and not (out / "img" / "logo.png").exists()
+    assert "static/img/logo.png: differs from img/Logo.png only in letter case (one file on a case-insensitive " \
+           "host); not copied" in report.warnings
+    assert (out / "CNAME").exists()
