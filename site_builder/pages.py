@@ -220,8 +220,8 @@ ALL_ADDRESSES = 0b11111
 class RedirectPlan:
     """Short addresses: those with one target belong to that record's files, the rest are list pages.
 
-    A record's own addresses are kept as a bit mask (``own_addresses``): the plan is in every build's memory
-    snapshot, where 10,000 records' addresses as strings were 170,000 objects to unpickle."""
+    A record's own addresses are kept as a bit mask (``own_addresses``): 10,000 records' addresses as strings
+    were 170,000 objects, and the mask is also what a record's unit key and its cached file list are made of."""
 
     per_record: dict[str, int]  # pith id -> bit mask of the addresses naming it alone (0: absent)
     shared: list[tuple[str, str, list[PaperSummary]]]  # (folder, label, targets), in folder order

@@ -37,8 +37,7 @@ class TextOf:
 
     A build holds every published record's summary at once, but only a few of them are shown with their words
     in the build's own process (feeds; the rows of list pages are rendered with the record's pages, in the
-    workers).  Holding this instead is 1.5 KB less a record (150 MB at 100,000 records), in memory and in the
-    snapshot the next build loads; the words are read back from the bundle the output tree holds for the record,
+    workers).  Holding this instead is 1.5 KB less a record (150 MB at 100,000 records); the words are read back from the bundle the output tree holds for the record,
     and the bytes must still have this digest (``text_source``)."""
 
     sha256: str

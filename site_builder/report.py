@@ -185,9 +185,9 @@ class ReportDocument:
 class ReportRows:
     """Each file's outcome and its verification.json line, made once per (result, status, note).
 
-    Serialising 10,000 rows takes a tenth of a second; ``serve`` keeps one of these between rebuilds, and
-    separate builds read it back from the memory snapshot.  The verification results it holds are the same
-    objects from build to build, so only new outcomes and rows are made.
+    Serialising 10,000 rows takes a tenth of a second; ``serve`` keeps one of these between rebuilds.  The
+    verification results it holds are the same objects from build to build, so only new outcomes and rows are
+    made.
     """
 
     def __init__(self) -> None:
@@ -225,14 +225,6 @@ class ReportRows:
     @staticmethod
     def _same(outcome: FileOutcome, inspection: Inspection, status: str, note: str) -> bool:
         return outcome.inspection is inspection and outcome.status == status and outcome.note == note
-
-    def __getstate__(self) -> list:
-        return list(self._rows.values())
-
-    def __setstate__(self, entries: list) -> None:
-        """Rows are keyed by id(): in a memory read back from a snapshot, the same results have new ids."""
-        self._rows = {id(e[0].inspection): e for e in entries
-                      if isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], FileOutcome)}
 
     def forget_all_but(self, outcomes: list[FileOutcome]) -> None:
         """Drop rows of results no longer in the build (they would pin them in memory)."""

@@ -128,6 +128,18 @@ def test_sigkill_inside_an_in_place_update_never_leaves_a_mixed_site(tmp_path):
         assert tree(site) == expected[n]
 
 
+def _holders(path: Path) -> list[str]:
+    """The processes with *path* open, and their command lines (to say who holds a lock)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and any(os.readlink(fd) == str(path) for fd in (proc / "fd").iterdir()):
+                found.append(f"{proc.name}: {(proc / 'cmdline').read_bytes().replace(bytes(1), b' ')[:200]!r}")
+        except OSError:
+            pass
+    return found
+
+
 def _wait_for_the_lock(lock: Path) -> None:
     import fcntl
     deadline = time.monotonic() + 30
@@ -137,7 +149,7 @@ def _wait_for_the_lock(lock: Path) -> None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except BlockingIOError:
-            assert time.monotonic() < deadline, "the output's lock is still held"
+            assert time.monotonic() < deadline, f"the output's lock is still held by {_holders(lock)}"
             time.sleep(0.05)
         finally:
             os.close(fd)
