@@ -1,6 +1,5 @@
 """End-to-end builds of the example bundles: the output tree is a contract."""
 
-import fnmatch
 import hashlib
 import json
 import random
@@ -16,11 +15,10 @@ from site_builder.cache import BuildCache
 from site_builder.cache_key import user_cache_key
 from site_builder.canonical import resolver_json
 from site_builder.keys import load_trust_set
-from site_builder.rendering import template_dirs
 from site_builder.serving import Site
 from site_builder.settings import SiteConfig
 
-from conftest import REAL_FILES, stand_in_pagefind, tree
+from conftest import REAL_FILES, tree
 from signing import TestKey, sign_bundle, to_bytes, with_paper
 
 
