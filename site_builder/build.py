@@ -173,8 +173,13 @@ def _leave_with_parent() -> None:
     memory and the output's lock, which they inherited with the rest of the build's open files: every later
     build of that output would stop with "another site-builder build is writing this output".  A thread notes
     the parent at start and exits the process once it has another (orphans are adopted by another process).
-    The parent is the build process (fork) or the forkserver, which ends with it."""
+    The parent is the build process (fork) or the forkserver, which ends with it.  A worker forked just as the
+    build was killed may start after it is gone, already adopted: it knows the build's pid from before the fork
+    (``_imap``), and leaves at once if its parent is another process."""
     parent = os.getppid()
+    build_pid = _worker.get("build_pid")  # (set before forking; absent in a forkserver's children)
+    if build_pid is not None and parent != build_pid:
+        os._exit(1)
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -301,6 +306,7 @@ def _imap(fn, init, initargs, items: list, workers: Workers, stage: str, reads: 
     progress = workers.progress
     processes = workers.processes
     if len(items) >= PARALLEL_THRESHOLD and processes > 1:  # (one worker would only add the hand-over)
+        _worker["build_pid"] = os.getpid()  # (forked workers compare it with their parent: _leave_with_parent)
         try:
             pool = ProcessPoolExecutor(processes, mp_context=get_context(workers.mp_context), initializer=init,
                                        initargs=initargs)
