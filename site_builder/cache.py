@@ -136,7 +136,7 @@ class BuildCache:
         row = self.db.execute("SELECT value FROM meta WHERE key='version'").fetchone()
         version = f"{builder_identity()}/{SCHEMA}"  # (another builder's results are not to be trusted)
         if row is None or row[0] != version:
-            for table in ("files", "inspections", "units", "rows"):
+            for table in ("files", "inspections", "units", "rows", "mirrored"):
                 self.db.execute(f"DROP TABLE IF EXISTS {table}")
             self.db.execute("DELETE FROM meta")
             self.db.execute("INSERT INTO meta VALUES ('version', ?)", (version,))
@@ -145,6 +145,7 @@ class BuildCache:
                         "PRIMARY KEY (sha256, trust))")
         self.db.execute("CREATE TABLE IF NOT EXISTS units (build_id TEXT PRIMARY KEY, data TEXT, tag TEXT)")
         self.db.execute("CREATE TABLE IF NOT EXISTS rows (digest TEXT PRIMARY KEY, build_key TEXT, html BLOB, tag TEXT)")
+        self.db.execute("CREATE TABLE IF NOT EXISTS mirrored (pith_id TEXT PRIMARY KEY, sig TEXT, sha256 TEXT, tag TEXT)")
 
     def _reset(self) -> None:
         """Throw the cache away (corrupt, truncated, foreign) and start an empty one."""
@@ -206,6 +207,34 @@ class BuildCache:
             if inspection.sha256 == sha:
                 found[sha] = known[(sha, trust)] = inspection
         return found
+
+    def mirrored(self) -> dict[str, tuple[str, str]]:
+        """Pith id -> (stat signature, sha256) of the record's bundle.json as the last build left it in the output,
+        for the rows whose tag checks: a file whose signature differs is hashed again (an edit of the live site)."""
+        if self.db is None:
+            return {}
+        checks = self._key.checks
+        try:
+            return {pid: (sig, sha) for pid, sig, sha, tag in
+                    self.db.execute("SELECT pith_id, sig, sha256, tag FROM mirrored")
+                    if checks(tag, "mirrored", pid, sig, sha)}
+        except sqlite3.DatabaseError:
+            self._reset()
+            return {}
+
+    def save_mirrored(self, entries: dict[str, tuple[str, str]]) -> None:
+        """Keep exactly *entries* (pith id -> (signature, sha256))."""
+        if self.db is None:
+            return
+        tag = self._key.tag
+        try:
+            self.db.execute("BEGIN")
+            self.db.execute("DELETE FROM mirrored")
+            self.db.executemany("INSERT INTO mirrored VALUES (?, ?, ?, ?)",
+                                [(pid, sig, sha, tag("mirrored", pid, sig, sha)) for pid, (sig, sha) in entries.items()])
+            self.db.execute("COMMIT")
+        except sqlite3.DatabaseError:
+            self._reset()
 
     def list_rows(self, build_key: str) -> dict[str, bytes]:
         """Row digest -> a record's list row (UTF-8) rendered under *build_key*, for the rows whose tag checks

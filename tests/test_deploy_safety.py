@@ -191,3 +191,42 @@ def test_static_files_that_shadow_the_site_or_each_other_in_another_case_are_ref
     assert "static/img/logo.png: differs from img/Logo.png only in letter case (one file on a case-insensitive " \
            "host); not copied" in report.warnings
     assert (out / "CNAME").exists()
+
+
+@pytest.mark.parametrize("twin", [False, True])
+@pytest.mark.parametrize("how", ["same-size", "appended", "replaced-file"])
+def test_an_edit_of_a_live_bundle_json_does_not_survive_the_next_build(bundles_dir, tmp_path, twin, how):
+    """The mirrored bundle.json must be the verified bytes.  An edit in place of the live file (which its
+    .well-known twin and the tree beside the site may share) used to survive incremental builds, the no-op one
+    included; the next build now writes that record's files again."""
+    from site_builder.build import BuildOptions, build
+    from site_builder.keys import load_trust_set
+    out = tmp_path / "site"
+
+    def run(output=out, **kw):
+        return build(BuildOptions(bundles=bundles_dir, output=output, trust=load_trust_set(), search=False,
+                                  link_twin=twin, **kw))
+    run()
+    (bundles_dir / REAL_FILES[1].name).unlink()
+    run()  # (now the tree beside the site is a twin, or the site before, sharing files)
+    pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    live = out / "pith" / pid / "bundle.json"
+    genuine = live.read_bytes()
+    if how == "same-size":
+        with open(live, "r+b") as f:
+            f.seek(genuine.index(b'"title":"') + 9)
+            f.write(b"EVIL")
+    elif how == "appended":
+        with open(live, "ab") as f:
+            f.write(b" ")
+    else:
+        live.unlink()
+        live.write_bytes(genuine.replace(b'"title":"', b'"title":"EVIL ', 1))
+    assert live.read_bytes() != genuine
+    report = run()
+    assert report.changed
+    assert live.read_bytes() == genuine
+    assert (out / ".well-known" / "pith" / pid / "bundle.json").read_bytes() == genuine
+    run(output=tmp_path / "clean", use_cache=False)
+    assert tree(out) == tree(tmp_path / "clean")
+    assert not run().changed  # and then it is a no-op again
