@@ -557,7 +557,7 @@ def _build(options: BuildOptions) -> BuildReport:
             changed = {}
             with closing(_imap(_render_record, _init_render,
                                (options.config, dirs, options.trust, tree.root, options.search, build_key,
-                                _compiled_templates(options), spare.root if spare is not None else None),
+                                _compiled_templates(cache), spare.root if spare is not None else None),
                                to_render, options.workers, "render", [t.source for t in to_render])) as results:
                 # (closed, which stops the workers, on any error)
                 twin_lost = False
@@ -1079,11 +1079,11 @@ def _cache_folder(options: BuildOptions) -> Path | None:
     return (options.cache_dir or default_cache_dir(options.output)) if options.use_cache else None
 
 
-def _compiled_templates(options: BuildOptions) -> CompiledTemplates | None:
-    """Where compiled templates are kept between processes, under this user's cache key (None: nowhere)."""
-    folder = _cache_folder(options)
-    key = _cache_key(options, BuildReport()) if folder is not None else None
-    return CompiledTemplates(folder / "templates", key) if key is not None else None
+def _compiled_templates(cache: BuildCache) -> CompiledTemplates | None:
+    """Compiled templates kept beside the cache between processes, under the same user key (None: no cache)."""
+    if cache.path is None or cache.user_key is None:
+        return None
+    return CompiledTemplates(cache.path.parent / "templates", cache.user_key)
 
 
 def _cache_key(options: BuildOptions, report: BuildReport) -> CacheKey | None:
@@ -1120,7 +1120,7 @@ def _renderer(options: BuildOptions, dirs: list[Path], build_key: str, cache: Bu
         rows = memory.list_rows[1]
     else:
         rows = cache.list_rows(build_key)
-    renderer = SiteRenderer(options.config, dirs, options.trust, options.search, _compiled_templates(options),
+    renderer = SiteRenderer(options.config, dirs, options.trust, options.search, _compiled_templates(cache),
                             rows)
     if memory is not None:
         memory.renderer = (build_key, renderer)

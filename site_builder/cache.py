@@ -55,6 +55,7 @@ class BuildCache:
         if key is None:
             path = None
         self.path = path
+        self.user_key = key if path is not None else None  # (compiled templates beside it are tagged with it too)
         self._key = key.bound_to(cache_context()) if key is not None else None
         self.db: sqlite3.Connection | None = None
         self._files: dict[str, tuple[str, str]] = {}
