@@ -62,6 +62,7 @@ class BuildCache:
         self._units: dict[str, dict[str, tuple[str, str]]] = {}  # build id -> unit -> (key, files joined)
         self._known: dict[tuple[str, str], Inspection] = {}  # (sha256, trust) -> result read or saved by this process
         self._rows: tuple[str, set[str]] = ("", set())  # build key, digests of the rows stored under it
+        self._mirrored: dict[str, tuple[str, str]] | None = None  # as stored (read once: serve builds again and again)
         self._loaded = False
         self.lock_fd: int | None = None
         if path is not None:
@@ -156,7 +157,7 @@ class BuildCache:
             except sqlite3.Error:
                 pass
         self.db = None
-        self._files, self._units, self._known = {}, {}, {}
+        self._files, self._units, self._known, self._mirrored = {}, {}, {}, None
         assert self.path is not None
         for suffix in ("", "-wal", "-shm"):
             try:
@@ -214,26 +215,32 @@ class BuildCache:
         for the rows whose tag checks: a file whose signature differs is hashed again (an edit of the live site)."""
         if self.db is None:
             return {}
-        checks = self._key.checks
-        try:
-            return {pid: (sig, sha) for pid, sig, sha, tag in
-                    self.db.execute("SELECT pith_id, sig, sha256, tag FROM mirrored")
-                    if checks(tag, "mirrored", pid, sig, sha)}
-        except sqlite3.DatabaseError:
-            self._reset()
-            return {}
+        if self._mirrored is None:
+            checks = self._key.checks
+            try:
+                self._mirrored = {pid: (sig, sha) for pid, sig, sha, tag in
+                                  self.db.execute("SELECT pith_id, sig, sha256, tag FROM mirrored")
+                                  if checks(tag, "mirrored", pid, sig, sha)}
+            except sqlite3.DatabaseError:
+                self._reset()
+                return {}
+        return self._mirrored
 
     def save_mirrored(self, entries: dict[str, tuple[str, str]]) -> None:
-        """Keep exactly *entries* (pith id -> (signature, sha256))."""
+        """Keep exactly *entries* (pith id -> (signature, sha256)), writing only what differs from what is stored
+        (rows whose tag did not check count as not stored, and are replaced)."""
         if self.db is None:
             return
+        old = self.mirrored()
         tag = self._key.tag
         try:
             self.db.execute("BEGIN")
-            self.db.execute("DELETE FROM mirrored")
-            self.db.executemany("INSERT INTO mirrored VALUES (?, ?, ?, ?)",
-                                [(pid, sig, sha, tag("mirrored", pid, sig, sha)) for pid, (sig, sha) in entries.items()])
+            self.db.executemany("DELETE FROM mirrored WHERE pith_id=?", [(pid,) for pid in old if pid not in entries])
+            self.db.executemany("INSERT OR REPLACE INTO mirrored VALUES (?, ?, ?, ?)",
+                                [(pid, sig, sha, tag("mirrored", pid, sig, sha))
+                                 for pid, (sig, sha) in entries.items() if old.get(pid) != (sig, sha)])
             self.db.execute("COMMIT")
+            self._mirrored = dict(entries)
         except sqlite3.DatabaseError:
             self._reset()
 
