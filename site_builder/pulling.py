@@ -88,7 +88,7 @@ class _Connections(threading.local):
         self.open: list[_HTTPConnection | _HTTPSConnection] = []
 
 
-class _HTTPConnection(http.client.HTTPConnection):
+class _KeepsSocket:
     """Keeps its socket: urllib lets go of a connection's socket once the headers are read (the response reads
     from it), and a request cut off at its deadline must still reach it."""
 
@@ -99,12 +99,12 @@ class _HTTPConnection(http.client.HTTPConnection):
         self.kept = self.sock
 
 
-class _HTTPSConnection(http.client.HTTPSConnection):
-    kept: socket.socket | None = None
+class _HTTPConnection(_KeepsSocket, http.client.HTTPConnection):
+    pass
 
-    def connect(self):
-        super().connect()
-        self.kept = self.sock
+
+class _HTTPSConnection(_KeepsSocket, http.client.HTTPSConnection):
+    pass
 
 
 def _tracked(connection_class, connections: _Connections):
