@@ -1,6 +1,7 @@
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,19 @@ REAL_FILES = sorted(BUNDLES.glob("*.json"))
 def tree(root: Path) -> dict[str, bytes]:
     """Every file under *root* by its relative path: two sites are the same when these are equal."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def real_and_generated_bundles(folder: Path, generated: int) -> Path:
+    """Make *folder* hold the real bundles and *generated* benchmark bundles (``gen0.json``, ...)."""
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+    from generate import make_bundle
+    folder.mkdir(parents=True)
+    for p in REAL_FILES:
+        shutil.copy(p, folder / p.name)
+    for i in range(generated):
+        (folder / f"gen{i}.json").write_bytes(make_bundle(i))
+    return folder
 
 
 def stand_in_pagefind(folder: Path, main: str) -> str:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import REAL_FILES, ROOT, tree
+from conftest import ROOT, real_and_generated_bundles, tree
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from generate import benchmark_key, make_bundle  # noqa: E402
@@ -20,12 +20,7 @@ from generate import benchmark_key, make_bundle  # noqa: E402
 @pytest.fixture
 def mixed_project(tmp_path):
     """Real bundles and generated ones, most with several cross-listed categories."""
-    bundles = tmp_path / "bundles"
-    bundles.mkdir()
-    for p in REAL_FILES:
-        shutil.copy(p, bundles / p.name)
-    for i in range(24):
-        (bundles / f"gen{i}.json").write_bytes(make_bundle(i))
+    real_and_generated_bundles(tmp_path / "bundles", 24)
     benchmark_key().write(tmp_path / "bench-key.json")
     shutil.copy(ROOT / "site_builder" / "data" / "pith-signing-key.json", tmp_path / "pith-key.json")
     return tmp_path

@@ -16,7 +16,7 @@ from site_builder.build import PARALLEL_THRESHOLD, BuildMemory, BuildOptions, bu
 from site_builder.keys import TrustSet, key_from_document, load_trust_set
 from site_builder.settings import SiteConfig
 
-from conftest import REAL_FILES, ROOT, tree
+from conftest import REAL_FILES, ROOT, real_and_generated_bundles, tree
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from generate import benchmark_key, make_bundle  # noqa: E402
@@ -24,12 +24,7 @@ from generate import benchmark_key, make_bundle  # noqa: E402
 
 @pytest.fixture
 def project(tmp_path):
-    bundles = tmp_path / "bundles"
-    bundles.mkdir()
-    for p in REAL_FILES:
-        shutil.copy(p, bundles / p.name)
-    for i in range(6):
-        (bundles / f"gen{i}.json").write_bytes(make_bundle(i))
+    real_and_generated_bundles(tmp_path / "bundles", 6)
     templates = tmp_path / "templates"
     templates.mkdir()
     return tmp_path
