@@ -1,4 +1,7 @@
-"""Real parts for tests: a static HTTP server on 127.0.0.1 and Debian's chromium driven by Playwright."""
+"""Real parts for tests: a static HTTP server on 127.0.0.1 and a headless Chromium driven by Playwright.
+
+The Chromium is Debian's package where it is installed, and otherwise the build Playwright installs for itself
+(scripts/install-test-tools does that on Ubuntu, whose chromium package is a snap that cannot run in a container)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import threading
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").is_file() else None)
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
