@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -46,6 +47,7 @@ from site_builder.cache_key import CacheKey, CacheKeyUnavailable, user_cache_key
 from site_builder.compiled_templates import CompiledTemplates
 from site_builder.inspection import Inspection, by_reference, compact, inspect_bytes, rejected
 from site_builder.keys import TrustSet
+from site_builder.live_site import LiveManifest, LiveSite, LiveSiteUnavailable, MAX_MANIFEST_BYTES, is_url, manifest_claims
 from site_builder.loading import (DEFAULT_MAX_BYTES, BundleListing, FileReadError, InputFile, Prefetcher, StaticFile,
                                   discover, read_bytes, read_static_files, stat_signature)
 from site_builder.memory import BuildMemory
@@ -60,6 +62,7 @@ from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, Fi
 from site_builder.selection import Candidate, PublishedBefore, Selection, is_rollback, select
 from site_builder.settings import SiteConfig
 from site_builder.slotted import quick_pickling
+from site_builder.terminal import printable
 from site_builder.writing import MARKER, OutputError, OutputSlot, StagingTree
 
 PARALLEL_THRESHOLD = 64
@@ -115,6 +118,9 @@ class BuildOptions:
     # of it as it goes, which the next change updates in place: that change then takes well under a second
     # instead of linking a whole tree (~5 s at 10,000 records), for 6-20 % (tmpfs) to ~18 % (disk) more full build.
     link_twin: bool = False
+    # The deployed mirror (an http(s) base URL or a folder): none of its newer, verifying bundles is rolled back.
+    deployed: str | None = None
+    deployed_fetcher: object | None = None  # a pulling.Fetcher for a URL (its timeouts); a default one otherwise
 
     @property
     def workers(self) -> Workers:
@@ -378,15 +384,9 @@ class PreviousSite:
 def read_previous_site(output: Path) -> PreviousSite:
     """What the site in *output* published, from its verification.json (empty if unreadable)."""
     try:
-        doc = json.loads((output / MARKER).read_text("utf-8"))
-        found = {}
-        for f in doc.get("files", []):
-            if f.get("status") == PUBLISHED and f.get("pith_number"):
-                pith_id = f["pith_number"].rsplit(":", 1)[1]
-                found[pith_id] = PublishedBefore(pith_id, f["sha256"], f["built_at"], f["event_count"])
-        build_id = doc.get("build_id")
-        return PreviousSite(build_id if isinstance(build_id, str) else None, found)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+        build_id, found, _ = manifest_claims(read_bytes(output / MARKER, MAX_MANIFEST_BYTES))
+        return PreviousSite(build_id, found)
+    except (FileReadError, ValueError):
         return PreviousSite(None, {})
 
 
@@ -439,13 +439,14 @@ def build(options: BuildOptions) -> BuildReport:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _build(options)
+        with tempfile.TemporaryDirectory(prefix="site-builder-") as scratch:  # (bundles fetched from the live site)
+            return _build(options, Path(scratch))
     finally:
         if collecting:
             gc.enable()
 
 
-def _build(options: BuildOptions) -> BuildReport:
+def _build(options: BuildOptions, scratch: Path) -> BuildReport:
     started = time.perf_counter()
     report = BuildReport()
     clock = _StageClock(report.timings, report.cpu)
@@ -472,11 +473,13 @@ def _build(options: BuildOptions) -> BuildReport:
             found, skipped = discover(options.bundles, output=slot.output)
         static, static_warnings = _static_files(options.static_dir)
         static_files = static_unit(static) if static else None  # (a unit of the site, and an input of the build)
+        deployed, deployed_manifest, deployed_lines = _read_deployed(options)
 
         @functools.cache
         def input_fingerprint() -> str:  # the inputs by stat; computed only when needed, once (10,000 entries)
             return _hash(build_key, [(f.rel, f.sig) for f in found], [(x.rel, x.reason) for x in skipped],
-                         static_files.material if static_files else None, static_warnings, indexer)
+                         static_files.material if static_files else None, static_warnings, indexer,
+                         deployed_manifest.sha256 if deployed_manifest else None)
         clock.lap("discover")
         edited = _edited_mirrors(cache, slot.output)  # mirrored bundles changed in the output since it was built
         # The quick no-op check is for separate processes; serve, with everything in memory, plans anyway
@@ -484,7 +487,7 @@ def _build(options: BuildOptions) -> BuildReport:
         if options.memory is None and not edited and \
                 _unchanged_since_last_build(cache, input_fingerprint(), slot, report):
             return report
-        report.warnings.extend(static_warnings)
+        report.warnings.extend(static_warnings + deployed_lines)
         cache.load()  # (~2 million objects at 100,000 records: build() has paused the cyclic collector)
         inspections, fresh, file_index = _inspect_all(options, cache, found)
         inspections = sorted([rejected(s.rel, s.check, s.reason) for s in skipped] + inspections, key=lambda i: i.rel)
@@ -495,6 +498,8 @@ def _build(options: BuildOptions) -> BuildReport:
         clock.lap("previous_site")
         selection = _select(options, inspections, paths)
         _refuse_rollbacks(selection, previous, slot, options, report)
+        if deployed_manifest is not None:
+            _refuse_deployed_rollbacks(selection, deployed, deployed_manifest, options, report, scratch)
         published = [c.inspection.summary for c in selection.published.values()]  # in pith-id order
         clock.lap("select")
         plan = _plan_redirects(options, published)
@@ -1396,7 +1401,7 @@ def _refuse_rollbacks(selection, previous: PreviousSite, slot: OutputSlot, optio
             report.warnings.append(f"{chosen.inspection.rel}: older than the bundle published before, which no "
                                    f"longer verifies; publishing the input")
             continue
-        selection.published[pith_id] = Candidate(kept, kept_path, from_previous_site=True)
+        selection.published[pith_id] = Candidate(kept, kept_path, kept_from="the previous site")
         note = (f"rollback refused: built_at {chosen.inspection.summary.built_at} with "
                 f"{chosen.inspection.summary.event_count} events is older than the published bundle "
                 f"(built_at {prior.built_at}, {prior.event_count} events), which stays published")
@@ -1419,5 +1424,77 @@ def _record_outcomes(report: BuildReport, inspections: list[Inspection], selecti
             # The same result published again keeps its outcome (and its report line).
             report.outcomes.append(rows.outcome(i, PUBLISHED) if rows is not None else FileOutcome(i, PUBLISHED))
     for c in selection.published.values():
-        if c.from_previous_site and c.inspection.pith_id not in changed:
-            report.outcomes.append(FileOutcome(c.inspection, PUBLISHED, "kept from the previous site"))
+        if c.kept_from and c.inspection.pith_id not in changed:
+            report.outcomes.append(FileOutcome(c.inspection, PUBLISHED, f"kept from {c.kept_from}"))
+
+
+def _read_deployed(options: BuildOptions) -> tuple[LiveSite | None, LiveManifest | None, list[str]]:
+    """The deployed mirror and its manifest, and what to warn about; nothing there, or unreachable, is no error."""
+    if options.deployed is None:
+        return None, None, []
+    fetcher = options.deployed_fetcher
+    if fetcher is None and is_url(options.deployed):
+        from site_builder.pulling import Fetcher  # (only here: the HTTP stack costs a no-op build ~30 ms to import)
+        # Every request of the check within 20 s, and all of them within 5 minutes.
+        fetcher = Fetcher(timeout=20, retries=2, deadline=time.monotonic() + 300)
+    site = LiveSite(options.deployed, fetcher)
+    shown = printable(options.deployed)
+    try:
+        manifest = site.manifest()
+    except LiveSiteUnavailable as exc:
+        return None, None, [f"live site {shown}: {printable(str(exc))}; no rollback check against it"]
+    if manifest is None:
+        return None, None, [f"live site {shown}: nothing published there yet ({MARKER} not found); "
+                            f"no rollback check against it"]
+    lines = []
+    if manifest.malformed:
+        lines.append(f"live site {shown}: {manifest.malformed} published entries of its {MARKER} are malformed; "
+                     f"they prove nothing and are ignored")
+    return site, manifest, lines
+
+
+def _refuse_deployed_rollbacks(selection, site: LiveSite, manifest: LiveManifest, options: BuildOptions,
+                               report: BuildReport, scratch: Path) -> None:
+    """Never publish a record older than the deployed mirror's copy, where that copy verifies.
+
+    The manifest only says which records to look at (those it claims are newer); the live bundle then has to
+    verify, be that record's and be newer by its own signed values to be kept.  A claim that is not borne out
+    proves nothing: the input is published, with a warning."""
+    shown = printable(options.deployed)
+    for pith_id, chosen in list(selection.published.items()):
+        claim = manifest.claims.get(pith_id)
+        if claim is None or claim.sha256 == chosen.inspection.sha256 or not is_rollback(chosen.inspection, claim):
+            continue
+        where = f"(live site) pith/{pith_id}/bundle.json"
+        try:
+            raw = site.bundle(pith_id, options.max_bytes)
+        except LiveSiteUnavailable as exc:
+            raw, problem = None, f"could not be read ({printable(str(exc))})"
+        else:
+            problem = "is missing"
+        live = inspect_bytes(where, raw, options.trust) if raw is not None else None
+        if live is not None:
+            if not live.verified:
+                problem = f"does not verify ({live.check}: {printable(live.reason)})"
+            elif live.pith_id != pith_id:
+                problem = f"is another record's (pith:{live.pith_id})"
+            elif not is_rollback(chosen.inspection, PublishedBefore(pith_id, live.sha256, live.summary.built_at,
+                                                                    live.summary.event_count)):
+                problem = "is not newer than the input"
+            else:
+                problem = None
+        if problem is not None:
+            report.warnings.append(f"{chosen.inspection.rel}: pith:{pith_id}: live site {shown} lists a newer bundle "
+                                   f"(built_at {printable(claim.built_at)}), but that bundle {problem}: the claim "
+                                   f"proves nothing; publishing the input")
+            continue
+        kept_path = scratch / f"live-{pith_id}.json"
+        kept_path.write_bytes(raw)
+        selection.published[pith_id] = Candidate(live, kept_path, kept_from="the live site")
+        note = (f"rollback refused: built_at {chosen.inspection.summary.built_at} with "
+                f"{chosen.inspection.summary.event_count} events is older than the live site's verified bundle "
+                f"(built_at {live.summary.built_at}, {live.summary.event_count} events), which stays published")
+        if chosen.kept_from:  # (the previous site's copy was older still: no input file lost a place)
+            continue
+        selection.superseded[chosen.inspection.rel] = note
+        report.warnings.append(f"{chosen.inspection.rel}: pith:{pith_id}: {note}")

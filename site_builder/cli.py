@@ -118,6 +118,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--no-twin", action="store_true",
                    help="when every file is written afresh, do not also link the twin tree the next build updates "
                         "in place (saves ~5-20%% of such a build; for one-off builds, as in CI)")
+    b.add_argument("--live", default=None, metavar="URL|DIR",
+                   help="the deployed mirror (its base URL, or a folder holding it): a record it publishes a newer "
+                        "bundle of, one that verifies, is never rolled back to an older input (an unreachable or "
+                        "empty live site is a warning)")
     volume = b.add_mutually_exclusive_group()
     volume.add_argument("--quiet", "-q", action="store_true", help="only the summary line and errors")
     volume.add_argument("--verbose", "-v", action="store_true",
@@ -220,7 +224,7 @@ def cmd_build(args) -> int:
                            about_file=about, static_dir=args.settings.parent / config.static_dir, jobs=args.jobs,
                            progress=update,
                            search=not args.no_search, cache_dir=args.cache_dir, use_cache=not args.no_cache,
-                           one_shot=True, link_twin=not args.no_twin)
+                           one_shot=True, link_twin=not args.no_twin, deployed=args.live)
     try:
         with progress or contextlib.nullcontext():
             report = build(options)

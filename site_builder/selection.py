@@ -31,8 +31,8 @@ class PublishedBefore:
 @dataclass(frozen=True, slots=True)
 class Candidate:
     inspection: Inspection
-    source: str | Path  # where the verified bytes live (an input file, or the previous site)
-    from_previous_site: bool = False
+    source: str | Path  # where the verified bytes live (an input file, the previous site, a copy of the live one)
+    kept_from: str = ""  # "the previous site" or "the live site" when an input was older than that copy
 
 
 @dataclass

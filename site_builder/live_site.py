@@ -1,0 +1,113 @@
+"""The deployed mirror, read back so that a build on a fresh machine cannot roll it back.
+
+A CI runner starts with no previous site, so the only record of what the mirror published is the mirror itself:
+its ``verification.json`` (the manifest) and its ``pith/<ID>/bundle.json`` files, fetched from its URL or read from
+a folder.  None of it is trusted.  The manifest only says which records are worth a look; a live bundle proves
+that something newer is live only once it verifies against the pinned keys, and then by its own signed
+``built_at`` and event count, never by the manifest's figures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from site_builder.loading import FileReadError, read_bytes
+from site_builder.selection import PublishedBefore
+from site_builder.strict_json import StrictJSONError, parse_strict
+from site_builder.writing import MARKER
+
+MAX_MANIFEST_BYTES = 100 * 1024 * 1024  # GitHub Pages' limit for one file
+_PITH_NUMBER = re.compile(r"pith:[0-9]{4}:([A-Z2-7]{26})\Z")
+_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+class LiveSiteUnavailable(Exception):
+    """The live site could not be read (unreachable, an HTTP error, an unreadable folder, not a manifest)."""
+
+
+@dataclass(frozen=True)
+class LiveManifest:
+    """What a live manifest claims was published, by pith ID, and how many entries made no sense."""
+
+    source: str
+    claims: dict[str, PublishedBefore]
+    malformed: int
+    sha256: str  # of the manifest's bytes: an input of the build, like the bundles
+
+
+def manifest_claims(raw: bytes) -> tuple[str | None, dict[str, PublishedBefore], int]:
+    """A ``verification.json``'s build id, its published entries, and how many published entries are malformed.
+
+    Raises StrictJSONError or ValueError when *raw* is not a manifest at all."""
+    doc = parse_strict(raw)
+    if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
+        raise ValueError("not a site-builder verification.json (no list of files)")
+    claims, malformed = {}, 0
+    for entry in doc["files"]:
+        if not isinstance(entry, dict) or entry.get("status") != "published":
+            continue
+        number, sha256 = entry.get("pith_number"), entry.get("sha256")
+        built_at, events = entry.get("built_at"), entry.get("event_count")
+        match = _PITH_NUMBER.match(number) if isinstance(number, str) else None
+        if (match is None or not isinstance(sha256, str) or not _SHA256.match(sha256)
+                or not isinstance(built_at, str) or type(events) is not int or events < 0):
+            malformed += 1
+            continue
+        claims[match.group(1)] = PublishedBefore(match.group(1), sha256, built_at, events)
+    build_id = doc.get("build_id")
+    return (build_id if isinstance(build_id, str) else None), claims, malformed
+
+
+def is_url(source: str) -> bool:
+    return source.lower().startswith(("http://", "https://"))
+
+
+class LiveSite:
+    """Reads the live mirror at *source*: an http(s) base URL (fetched with *fetcher*) or a folder."""
+
+    def __init__(self, source: str, fetcher=None):
+        self.source = source
+        self.fetcher = fetcher
+        self._base = source.rstrip("/") + "/" if is_url(source) else None
+
+    def _read(self, rel: str, max_bytes: int) -> bytes | None:
+        """The bytes at *rel*, or None when nothing is there; LiveSiteUnavailable when it cannot be read."""
+        if self._base is not None:
+            self.fetcher.max_bytes = max_bytes
+            try:
+                status, body, _ = self.fetcher.get(self._base + rel, {})
+            except OSError as exc:
+                raise LiveSiteUnavailable(str(exc)) from None
+            if status == 404:
+                return None
+            if status != 200:
+                raise LiveSiteUnavailable(f"HTTP {status} for {rel}")
+            return body
+        folder = Path(self.source)
+        if not folder.is_dir():
+            raise LiveSiteUnavailable("no such folder")
+        try:
+            return read_bytes(folder / rel, max_bytes)
+        except FileReadError as exc:
+            if not (folder / rel).exists():
+                return None
+            raise LiveSiteUnavailable(f"{rel}: {exc}") from None
+
+    def manifest(self) -> LiveManifest | None:
+        """The live manifest, or None when nothing is published there yet (a first deploy)."""
+        raw = self._read(MARKER, MAX_MANIFEST_BYTES)
+        if raw is None:
+            return None
+        try:
+            _, claims, malformed = manifest_claims(raw)
+        except (StrictJSONError, ValueError) as exc:
+            raise LiveSiteUnavailable(f"{MARKER} is not a manifest: {exc}") from None
+        return LiveManifest(self.source, claims, malformed, hashlib.sha256(raw).hexdigest())
+
+    def bundle(self, pith_id: str, max_bytes: int) -> bytes | None:
+        """The live ``pith/<ID>/bundle.json``, or None when it is missing; *pith_id* is a checked ID."""
+        assert re.fullmatch(r"[A-Z2-7]{26}", pith_id)
+        return self._read(f"pith/{pith_id}/bundle.json", max_bytes)

@@ -1,0 +1,166 @@
+"""Rollback protection against the deployed mirror (`build --live URL|DIR`), as on a fresh CI runner: the build has
+no previous output, only the live site, served here by a local HTTP server or read from a folder."""
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from site_builder.build import BuildOptions, build
+from site_builder.pulling import Fetcher
+
+from browser import serve
+from conftest import REAL_FILES
+from signing import sign_bundle, to_bytes
+from test_rollback import make, setup
+
+
+@pytest.fixture
+def deployed(tmp_path):
+    """A live site that publishes record R's newer bundle, and R's older (validly signed) bundle as the only input."""
+    key, trust, bundles, base = setup(tmp_path)
+    newer = make(base, key, "CORRECTED: the method is unsafe", "2026-10-10T00:00:00Z")
+    older = make(base, key, "The method is safe", "2026-09-01T00:00:00Z")
+    (bundles / "r.json").write_bytes(newer)
+    live = tmp_path / "live"
+    build(BuildOptions(bundles=bundles, output=live, trust=trust, search=False))
+    (bundles / "r.json").write_bytes(older)
+    pith_id = json.loads(newer)["pith_number"].rsplit(":", 1)[1]
+    return dict(key=key, trust=trust, bundles=bundles, base=base, live=live, newer=newer, older=older,
+                pith_id=pith_id, tmp=tmp_path)
+
+
+def fresh_build(d, source, **extra):
+    """A build on a machine with no previous output and no cache, checked against *source*."""
+    fetcher = Fetcher(timeout=5, retries=0)
+    return build(BuildOptions(bundles=d["bundles"], output=d["tmp"] / "fresh", trust=d["trust"], search=False,
+                              use_cache=False, deployed=source, deployed_fetcher=fetcher, **extra))
+
+
+def published_bundle(d) -> bytes:
+    return (d["tmp"] / "fresh" / "pith" / d["pith_id"] / "bundle.json").read_bytes()
+
+
+def test_the_newer_live_bundle_stays_published_when_served_over_http(deployed):
+    d = deployed
+    with serve(d["live"], "/mirror/") as url:
+        report = fresh_build(d, url)
+    assert published_bundle(d) == d["newer"]
+    assert "CORRECTED" in (d["tmp"] / "fresh" / "pith" / d["pith_id"] / "index.html").read_text()
+    assert any("rollback refused" in w and "live site" in w for w in report.warnings)
+    assert {o.inspection.rel: o.status for o in report.outcomes}["r.json"] == "superseded"
+    kept = [o for o in report.outcomes if o.note == "kept from the live site"]
+    assert len(kept) == 1 and kept[0].status == "published"
+
+
+def test_the_newer_live_bundle_stays_published_when_read_from_a_folder(deployed):
+    report = fresh_build(deployed, str(deployed["live"]))
+    assert published_bundle(deployed) == deployed["newer"]
+    assert any("rollback refused" in w for w in report.warnings)
+
+
+def test_without_the_live_check_the_older_bundle_is_published(deployed):
+    """The attack the check is for: a fresh machine has nothing else to compare with."""
+    fresh_build(deployed, None)
+    assert published_bundle(deployed) == deployed["older"]
+
+
+def test_a_live_bundle_that_does_not_verify_proves_nothing(deployed):
+    d = deployed
+    live_copy = d["live"] / "pith" / d["pith_id"] / "bundle.json"
+    live_copy.write_bytes(live_copy.read_bytes().replace(b"CORRECTED", b"CORRECTeD"))
+    report = fresh_build(d, str(d["live"]))
+    assert published_bundle(d) == d["older"]
+    assert any("does not verify" in w and "proves nothing" in w for w in report.warnings)
+
+
+def test_a_manifest_entry_whose_bundle_is_missing_proves_nothing(deployed):
+    d = deployed
+    with serve(d["live"]) as url:
+        (d["live"] / "pith" / d["pith_id"] / "bundle.json").unlink()
+        report = fresh_build(d, url)
+    assert published_bundle(d) == d["older"]
+    assert any("is missing" in w and "proves nothing" in w for w in report.warnings)
+
+
+def test_a_manifest_that_overstates_what_is_live_proves_nothing(deployed):
+    """The live bundle verifies but is older than the input; only the manifest says otherwise."""
+    d = deployed
+    oldest = make(d["base"], d["key"], "Oldest", "2026-08-01T00:00:00Z")
+    live_copy = d["live"] / "pith" / d["pith_id"] / "bundle.json"
+    live_copy.write_bytes(oldest)
+    report = fresh_build(d, str(d["live"]))
+    assert published_bundle(d) == d["older"]
+    assert any("is not newer than the input" in w for w in report.warnings)
+
+
+def test_another_records_bundle_at_the_live_path_proves_nothing(deployed):
+    d = deployed
+    another = to_bytes(sign_bundle(json.loads(REAL_FILES[1].read_bytes()), d["key"]))  # validly signed, not R
+    assert json.loads(another)["pith_number"] != json.loads(d["older"])["pith_number"]
+    (d["live"] / "pith" / d["pith_id"] / "bundle.json").write_bytes(another)
+    report = fresh_build(d, str(d["live"]))
+    assert published_bundle(d) == d["older"]
+    assert any("is another record's" in w for w in report.warnings)
+
+
+def test_malformed_manifest_entries_are_counted_and_ignored(deployed):
+    d = deployed
+    manifest = d["live"] / "verification.json"
+    doc = json.loads(manifest.read_text())
+    doc["files"].append({"status": "published", "pith_number": "../../etc", "sha256": "x"})
+    manifest.write_text(json.dumps(doc))
+    report = fresh_build(d, str(d["live"]))
+    assert published_bundle(d) == d["newer"]
+    assert any("1 published entries" in w and "malformed" in w for w in report.warnings)
+
+
+def test_a_live_site_with_nothing_published_is_a_warning_not_an_error(deployed):
+    d = deployed
+    empty = d["tmp"] / "empty-site"
+    empty.mkdir()
+    with serve(empty) as url:
+        report = fresh_build(d, url)
+    assert published_bundle(d) == d["older"]
+    assert any("nothing published there yet" in w for w in report.warnings)
+
+
+@pytest.mark.slow  # (waits out the command line's retries)
+def test_an_unreachable_live_site_is_a_warning_and_strict_still_exits_0(deployed):
+    d = deployed
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run([sys.executable, "-m", "site_builder", "build", "--strict", "--no-search", "--no-cache",
+                           "--bundles", d["bundles"], "--output", d["tmp"] / "fresh", "--trusted-keys",
+                           d["tmp"] / "k.json", "--live", f"http://127.0.0.1:{port}/"],
+                          capture_output=True, text=True, cwd=d["tmp"])
+    assert proc.returncode == 0, proc.stderr
+    assert "WARNING live site http://127.0.0.1:" in proc.stderr and "no rollback check" in proc.stderr
+    assert published_bundle(d) == d["older"]
+
+
+def test_the_command_line_keeps_the_live_bundle(deployed):
+    d = deployed
+    with serve(d["live"]) as url:
+        proc = subprocess.run([sys.executable, "-m", "site_builder", "build", "--strict", "--no-search",
+                               "--bundles", d["bundles"], "--output", d["tmp"] / "fresh", "--trusted-keys",
+                               d["tmp"] / "k.json", "--live", url], capture_output=True, text=True, cwd=d["tmp"])
+    assert proc.returncode == 0, proc.stderr
+    assert "rollback refused" in proc.stderr
+    assert published_bundle(d) == d["newer"]
+
+
+def test_a_newer_live_site_is_seen_even_when_the_inputs_did_not_change(deployed):
+    """The live manifest is an input of the build: the no-op shortcut must not skip the check."""
+    d = deployed
+    out = d["tmp"] / "fresh"
+    empty = d["tmp"] / "empty-site"
+    empty.mkdir()
+    build(BuildOptions(bundles=d["bundles"], output=out, trust=d["trust"], search=False, deployed=str(empty)))
+    assert published_bundle(d) == d["older"]
+    build(BuildOptions(bundles=d["bundles"], output=out, trust=d["trust"], search=False, deployed=str(d["live"])))
+    assert published_bundle(d) == d["newer"]
