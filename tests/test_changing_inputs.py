@@ -1,0 +1,115 @@
+"""Bundles that change while the build runs: each such record is rejected as ``file_changed`` (or read again),
+the rest is built, and the build is never aborted ("File exists" once stopped 2 of 12 such builds)."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from site_builder.build import BuildOptions, build
+from site_builder.inspection import inspect_bytes
+from site_builder.keys import load_trust_set
+
+from conftest import REAL_FILES, real_and_generated_bundles, tree
+from linkcheck import broken_links
+
+
+def test_files_changed_between_verifying_and_rendering_are_rejected_and_the_rest_is_built(tmp_path, pinned):
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    originals = {p.name: p.read_bytes() for p in REAL_FILES}
+    for name, raw in originals.items():
+        (bundles / name).write_bytes(raw)
+    names = sorted(originals)
+    done = []
+
+    def change_the_rest(stage, count, total):
+        """After the first record is rendered: one file deleted, one tampered, one swapped for another record."""
+        if stage == "render" and not done:
+            done.append(count)
+            (bundles / names[1]).unlink(missing_ok=True)
+            others = [n for n in names if (bundles / n).exists()]
+            for n in others:
+                (bundles / n).write_bytes((bundles / n).read_bytes().replace(b'"title"', b'"title" '))
+            (bundles / others[-1]).write_bytes(originals[others[0]])
+
+    out = tmp_path / "site"
+    report = build(BuildOptions(bundles=bundles, output=out, trust=pinned, search=False, jobs=1,
+                                progress=change_the_rest, use_cache=False))
+    statuses = {o.inspection.rel: (o.status, o.inspection.check) for o in report.outcomes}
+    changed = [rel for rel, (status, check) in statuses.items() if check == "file_changed"]
+    assert done and len(changed) == len(names) - 1, statuses
+    published = {o.inspection.pith_id for o in report.outcomes if o.status == "published"}
+    assert len(published) == 1
+    # What is published is verified bytes, and the site is whole: no link to a record that was dropped.
+    for pith_dir in (d for d in (out / "pith").iterdir() if len(d.name) == 26):  # (not the short addresses)
+        raw = (pith_dir / "bundle.json").read_bytes()
+        assert raw in originals.values() and inspect_bytes("x", raw, pinned).verified
+        assert pith_dir.name in published
+    assert broken_links(out, "https://mirror.example.org", "/") == []
+    doc = json.loads((out / "verification.json").read_text())
+    assert sum(f["status"] == "rejected" for f in doc["files"]) == len(names) - 1
+    # The next build, with the files as they are now, is a normal one.
+    again = build(BuildOptions(bundles=bundles, output=out, trust=pinned, search=False))
+    assert not [o for o in again.outcomes if o.inspection.check == "file_changed"]
+
+
+@pytest.mark.slow
+def test_builds_while_bundles_are_rewritten_never_abort(tmp_path):
+    """Twelve command-line builds, with and without the cache, while another process keeps replacing, rewriting
+    in place and deleting bundles: every build exits 0 and publishes only verified bytes."""
+    sys.path.insert(0, str(REAL_FILES[0].parents[1] / "benchmarks"))
+    from generate import benchmark_key
+    bundles = real_and_generated_bundles(tmp_path / "bundles", 600)
+    key_file = tmp_path / "bench-key.json"
+    benchmark_key().write(key_file)
+    trust = load_trust_set([key_file])
+    originals = {p.name: p.read_bytes() for p in bundles.iterdir()}
+    stop = threading.Event()
+
+    def churn():
+        rng = random.Random(7)
+        names = sorted(originals)
+        while not stop.is_set():
+            a, b = rng.sample(names, 2)
+            path = bundles / a
+            action = rng.random()
+            try:
+                if action < 0.4:  # replaced by rename, with another record's bytes or its own
+                    tmp = bundles / f".{a}.tmp"
+                    tmp.write_bytes(originals[b] if rng.random() < 0.5 else originals[a])
+                    os.replace(tmp, path)
+                elif action < 0.7:  # rewritten in place, a torn write first
+                    with open(path, "r+b") as f:
+                        f.write(originals[a][:100])
+                    path.write_bytes(originals[a])
+                else:  # deleted and written back
+                    path.unlink(missing_ok=True)
+                    path.write_bytes(originals[a])
+            except OSError:
+                pass
+            time.sleep(0.0005)
+
+    thread = threading.Thread(target=churn, daemon=True)
+    thread.start()
+    out = tmp_path / "site"
+    try:
+        for i in range(12):
+            proc = subprocess.run([sys.executable, "-m", "site_builder", "build", "--no-search", "--bundles", bundles,
+                                   "--output", out, "--trusted-keys", key_file, *(["--no-cache"] if i % 3 == 2 else [])],
+                                  capture_output=True, text=True, cwd=tmp_path)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            assert "Traceback" not in proc.stderr and "File exists" not in proc.stderr
+    finally:
+        stop.set()
+        thread.join()
+    site = tree(out)
+    every = set(originals.values())
+    for rel, raw in site.items():
+        if rel.startswith("pith/") and rel.endswith("/bundle.json"):
+            assert raw in every and inspect_bytes(rel, raw, trust).verified
