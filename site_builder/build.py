@@ -664,6 +664,10 @@ def _build(options: BuildOptions, scratch: Path) -> BuildReport:
                 report.note_rendered([MARKER])
                 written = [MARKER]
                 report.files_written += 1
+                for rel, chunks in report_doc.pages():
+                    tree.write_chunks(rel, chunks)
+                    written.append(rel)
+                    report.files_written += 1
                 for rel, data in report_files(renderer, catalog, report_doc, about is not None):
                     tree.write(rel, data)
                     written.append(rel)

@@ -68,15 +68,15 @@ def scholarly_article(renderer: SiteRenderer, info) -> dict:
         "@context": "https://schema.org",
         "@type": "ScholarlyArticle",
         "headline": p.display_title[:110],
-        "name": p.display_title,
-        "author": [{"@type": "Person", "name": a} for a in p.authors],
+        "name": p.short_title,
+        "author": [{"@type": "Person", "name": a} for a in p.cited_authors],
         "datePublished": p.submitted_date,
-        "abstract": p.abstract,
+        "abstract": p.short_abstract,
         "identifier": [p.pith_number, f"arXiv:{p.arxiv_version_id}", f"doi:{info.doi}"],
         "sameAs": [f"https://arxiv.org/abs/{p.arxiv_version_id}", f"https://doi.org/{info.doi}", info.resolver_url],
         "url": renderer.config.absolute_url(f"pith/{p.pith_id}/"),
         "license": p.license,
-        "about": list(p.categories),
+        "about": list(p.listed_categories),
         "isAccessibleForFree": True,
     }
 
@@ -112,7 +112,7 @@ def groups(papers: Iterable[PaperSummary]) -> tuple[Groups, Groups]:
     by_cat: Groups = {}
     by_year: Groups = {}
     for p in papers:
-        for cat in p.categories:
+        for cat in p.listed_categories:
             by_cat.setdefault(cat, []).append(p)
         by_year.setdefault(p.submitted_at[:4], []).append(p)
     return by_cat, by_year

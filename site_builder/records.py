@@ -149,6 +149,52 @@ class PaperSummary:
     def display_title(self) -> str:
         return self.title or f"arXiv:{self.arxiv_version_id}"
 
+    # Bounded views.  A signed bundle may hold 20,000 authors or a 100 KB title, and a record is shown in many
+    # places (each of its categories' lists and feeds, meta tags, the citation): every place but the record's own
+    # page shows a bounded part, so that a record's output stays within a few times its bundle's size.
+
+    @property
+    def short_title(self) -> str:
+        """The title in lists, feeds and meta tags: at most SHORT_TITLE characters."""
+        return _shortened(self.display_title, SHORT_TITLE)
+
+    @property
+    def short_abstract(self) -> str:
+        """The abstract in feeds and meta tags: at most SHORT_ABSTRACT characters."""
+        return _shortened(self.abstract, SHORT_ABSTRACT)
+
+    @property
+    def listed_authors(self) -> tuple[str, ...]:
+        """The authors a list row or a feed entry names; ``authors_not_listed`` more follow as "et al."."""
+        return self.authors[:LISTED_AUTHORS]
+
+    @property
+    def cited_authors(self) -> tuple[str, ...]:
+        """The authors in citation meta tags, structured data and BibTeX ("and others" past them)."""
+        return self.authors[:CITED_AUTHORS]
+
+    @property
+    def listed_categories(self) -> tuple[str, ...]:
+        """The categories whose lists and feeds show the record (the primary first): each is a page of the
+        site, so a bundle naming thousands of categories makes no thousands of pages."""
+        return self.categories[:LISTED_CATEGORIES]
+
+
+SHORT_TITLE = 300
+SHORT_ABSTRACT = 1_000
+LISTED_AUTHORS = 10
+CITED_AUTHORS = 100
+LISTED_CATEGORIES = 12
+
+
+def _shortened(text: str, limit: int) -> str:
+    """*text* cut at a word boundary to at most *limit* characters, "…" marking the cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip() + "…"
+
 
 SUMMARY_FIELDS = tuple(f.name for f in fields(PaperSummary) if f.init)
 # What the row digest covers (in this order): every field, the words as theirs (title, authors, abstract).

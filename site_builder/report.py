@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -65,6 +66,12 @@ class FileOutcome:
 
 
 RENDERED_KEPT = 5_000
+# verification.json holds every published file's line (the manifest a later build, or ``--live``, reads) and the
+# first INLINE_OTHERS of the others; past that the others are in pages of PAGE_LINES lines
+# (verification/files-0001.json, ...), so that 200,000 junk files make no 112 MB report (Pages refuses files
+# over 100 MB).  The HTML report lists as many rows.
+INLINE_OTHERS = 1_000
+PAGE_LINES = 10_000
 
 
 @dataclass
@@ -151,20 +158,35 @@ class BuildReport:
         }
         if generated_at:
             head["generated_at"] = generated_at
-        attention = ([o.as_json() for o in ordered if o.status != PUBLISHED]
-                     + [o.as_json() for o in ordered if o.status == PUBLISHED and o.inspection.warnings])
-        return ReportDocument(head, ordered, rows, attention)
+        others = [o for o in ordered if o.status != PUBLISHED]
+        inline, paged = ordered, []
+        if len(others) > INLINE_OTHERS:
+            paged = others[INLINE_OTHERS:]
+            shown = {id(o) for o in paged}
+            inline = [o for o in ordered if id(o) not in shown]
+            head["more_files"] = {"count": len(paged), "pages": [
+                page_path(n) for n in range(1, (len(paged) + PAGE_LINES - 1) // PAGE_LINES + 1)]}
+        attention = [o.as_json() for o in others[:INLINE_OTHERS]]
+        attention += [o.as_json() for o in ordered if o.status == PUBLISHED and o.inspection.warnings][
+            :INLINE_OTHERS - len(attention)]
+        return ReportDocument(head, ordered, rows, attention, inline, paged)
+
+
+def page_path(number: int) -> str:
+    return f"verification/files-{number:04d}.json"
 
 
 @dataclass
 class ReportDocument:
     head: dict  # everything but the per-file rows
-    ordered: list[FileOutcome]  # one per input file, by path: the "files" array
+    ordered: list[FileOutcome]  # one per input file, by path
     rows: ReportRows  # makes (or has kept) each outcome's line
-    attention: list[dict]  # rejected and superseded files, then published files with warnings
+    attention: list[dict]  # rejected and superseded files, then published files with warnings (INLINE_OTHERS)
+    inline: list[FileOutcome]  # verification.json's "files": every published file, the first others
+    paged: list[FileOutcome]  # the other files past INLINE_OTHERS, in the pages head["more_files"] names
 
     def identity(self) -> str:
-        """What the "files" array is made of, one short line per file, for the build id.  A file's line is a
+        """What the "files" arrays are made of, one short line per file, for the build id.  A file's line is a
         function of these: a result is a function of the file's bytes (``sha256``) under the build key (trusted
         keys, builder version), and a result made without bytes (a file that could not be read) is its check
         and reason.  Hashing this instead of the lines spares the build serialising 100,000 lines to name it."""
@@ -172,12 +194,25 @@ class ReportDocument:
                           f"\t{o.inspection.check}\t{o.inspection.reason!r}" for o in self.ordered])  # (free text quoted)
 
     def chunks(self, lines_per_chunk: int = 2_000) -> Iterator[bytes]:
-        """verification.json in pieces: one line per input file (readable, diffable, fast to write for 100,000
+        """verification.json in pieces: one line per file (readable, diffable, fast to write for 100,000
         files), made as they are written; lines kept from an earlier build are reused, new ones not kept."""
         yield (json.dumps(self.head, ensure_ascii=False)[:-1] + ',\n"files": [\n').encode("utf-8")
+        yield from self._lines(self.inline, lines_per_chunk)
+
+    def pages(self) -> Iterator[tuple[str, Iterator[bytes]]]:
+        """The files past verification.json's share, as (path, pieces) per page."""
+        count = len(self.head.get("more_files", {}).get("pages", []))
+        for n in range(1, count + 1):
+            part = self.paged[(n - 1) * PAGE_LINES:n * PAGE_LINES]
+            head = {"generator": "site-builder", "build_id": self.head.get("build_id"), "page": n, "pages": count}
+            yield page_path(n), itertools.chain(
+                [(json.dumps(head, ensure_ascii=False)[:-1] + ',\n"files": [\n').encode("utf-8")],
+                self._lines(part, 2_000))
+
+    def _lines(self, outcomes: list[FileOutcome], lines_per_chunk: int) -> Iterator[bytes]:
         line = self.rows.line_unkept
-        for start in range(0, len(self.ordered), lines_per_chunk):
-            text = ",\n".join([line(o) for o in self.ordered[start:start + lines_per_chunk]])
+        for start in range(0, len(outcomes), lines_per_chunk):
+            text = ",\n".join([line(o) for o in outcomes[start:start + lines_per_chunk]])
             yield ((",\n" if start else "") + text).encode("utf-8")
         yield b"\n]}\n"
 

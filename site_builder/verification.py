@@ -318,7 +318,9 @@ def check_identifiers(ctx: _Context) -> None:
     source = record["source"]
     if source["kind"] != "arxiv":
         raise CheckFailed(f"source kind {source['kind'][:40]!r} is not supported (only arxiv)")
-    if not ARXIV_ID_RE.match(source["id"]) or any(WINDOWS_RESERVED_RE.match(p) for p in source["id"].split("/")):
+    archive = source["id"].partition("/")[0].partition(".")[0] if "/" in source["id"] else None
+    if (not ARXIV_ID_RE.match(source["id"]) or any(WINDOWS_RESERVED_RE.match(p) for p in source["id"].split("/"))
+            or (archive is not None and archive not in ARXIV_ARCHIVES)):  # (old style: an archive's name)
         raise CheckFailed(f"arXiv id {source['id'][:60]!r} is not a valid arXiv identifier")
     if not 1 <= source["version"] <= 999:
         raise CheckFailed(f"version {source['version']} is out of range")

@@ -178,6 +178,7 @@ def corpus() -> list[Case]:
     add("arxiv-id-absolute", c, "identifiers", _edit(lambda b: b["canonical_record"]["source"].update(id="/etc/EVIL")))
     add("arxiv-id-nul", c, "identifiers", _edit(lambda b: b["canonical_record"]["source"].update(id="2004.10856\x00EVIL")))
     add("arxiv-id-windows-reserved", c, "identifiers", _edit(lambda b: b["canonical_record"]["source"].update(id="con/0305021")))
+    add("arxiv-id-not-an-archive", c, "identifiers", _edit(lambda b: b["canonical_record"]["source"].update(id="search/0305021")))
     add("category-windows-reserved", c, "identifiers", _edit(lambda b: b["canonical_record"]["metadata"].update(primary_cat="aux")))
     add("category-a-site-name", c, "identifiers", _edit(lambda b: b["canonical_record"]["metadata"].update(primary_cat="index.html")))
     add("category-other-case", c, "identifiers", _edit(lambda b: b["canonical_record"]["metadata"].update(cross_cats_sorted=["cs.ai"])))
