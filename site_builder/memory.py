@@ -12,12 +12,11 @@ from typing import TYPE_CHECKING
 from site_builder.report import ReportRows
 
 if TYPE_CHECKING:
-    from site_builder.build import PreviousSite
     from site_builder.cache import BuildCache
     from site_builder.inspection import Inspection
     from site_builder.pages import Catalogue, RedirectPlan
     from site_builder.rendering import SiteRenderer
-    from site_builder.selection import Candidate, Selection
+    from site_builder.selection import Candidate, PreviousSite, Selection
 
 
 @dataclass

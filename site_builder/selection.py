@@ -27,6 +27,14 @@ class PublishedBefore:
     event_count: int
 
 
+@dataclass
+class PreviousSite:
+    """What a site's verification.json says it published: its build id and, by pith ID, each record's bundle."""
+
+    build_id: str | None
+    published: dict[str, PublishedBefore]
+
+
 @quick_pickling
 @dataclass(frozen=True, slots=True)
 class Candidate:

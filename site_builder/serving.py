@@ -28,9 +28,10 @@ import jinja2
 from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
 
-from site_builder.build import BuildMemory, BuildOptions, WorkerLostError, build, prepare_spare_tree
+from site_builder.build import BuildOptions, WorkerLostError, build, prepare_spare_tree
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundleListing, BundlesFolderError, list_bundles, rediscover
+from site_builder.memory import BuildMemory
 from site_builder.search_index import SearchIndexError
 from site_builder.settings import SettingsError, SiteConfig, load_settings, normalize_base_url
 from site_builder.terminal import printable

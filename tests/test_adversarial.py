@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from site_builder import build as build_module
+from site_builder.stages import gather as gather_stage
 from site_builder.build import BuildOptions, build
 from site_builder.keys import load_trust_set
 from site_builder.loading import InputFile
@@ -93,14 +93,14 @@ def attacked():
     (bundles / "unreadable.json").chmod(0)
     before = snapshot(root, {"site", ".site-builder-cache"})
 
-    real_discover = build_module.discover
+    real_discover = gather_stage.discover
 
     def discover_with_a_vanishing_file(folder, **options):
         found, skipped = real_discover(folder, **options)
         return found + [InputFile("vanishes-mid-build.json", folder / "vanishes-mid-build.json", "gone")], skipped
 
     def go():
-        build_module.discover = discover_with_a_vanishing_file
+        gather_stage.discover = discover_with_a_vanishing_file
         report = build(BuildOptions(bundles=bundles, output=root / "site", trust=load_trust_set(), search=False))
         (root / "outcomes.json").write_text(json.dumps(
             {o.inspection.rel: [o.status, o.inspection.check, o.inspection.reason] for o in report.outcomes}))

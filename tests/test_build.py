@@ -207,7 +207,7 @@ def test_worker_processes_build_what_one_process_builds_and_render_the_list_rows
     import os
     import sys
 
-    from site_builder.build import PARALLEL_THRESHOLD
+    from site_builder.parallel import PARALLEL_THRESHOLD
     from site_builder.rendering import SiteRenderer
 
     from conftest import ROOT
@@ -252,14 +252,14 @@ def test_worker_processes_build_what_one_process_builds_and_render_the_list_rows
 def test_words_are_read_back_only_from_the_verified_bundle_in_the_tree(tmp_path):
     """The build holds records' words by reference and reads them back, for the feeds, from the bundle its own
     tree holds; bytes that are not the verified ones (the output was edited by hand) stop the build with advice."""
-    from site_builder.build import _words_in
+    from site_builder.stages.render import words_in
     from site_builder.records import paper_text
     from site_builder.writing import OutputError, StagingTree
 
     raw = REAL_FILES[0].read_bytes()
     tree = StagingTree(tmp_path / "tree")
     tree.write("pith/ABC/bundle.json", raw)
-    read = _words_in(tree, 1 << 20)
+    read = words_in(tree, 1 << 20)
     assert read("ABC", hashlib.sha256(raw).hexdigest()) == paper_text(json.loads(raw))
     with pytest.raises(OutputError, match=r"pith/ABC/bundle.json: not the bundle that was verified \(the output "
                                           r"was changed outside site-builder: build again with --no-cache\)"):
@@ -406,8 +406,8 @@ def test_every_path_a_build_writes_is_refused_to_static_files(bundles_dir, tmp_p
 
 
 def test_mostly_stale_counts_as_the_whole_sum_would():
-    """``_mostly_stale`` stops counting the tree's files early; its answer is the full count's, at the limit too."""
-    from site_builder.build import IN_PLACE_LIMIT, _mostly_stale
+    """``mostly_stale`` stops counting the tree's files early; its answer is the full count's, at the limit too."""
+    from site_builder.stages.publish import IN_PLACE_LIMIT, mostly_stale
 
     rng = random.Random(5)
     for _ in range(500):
@@ -415,9 +415,9 @@ def test_mostly_stale_counts_as_the_whole_sum_would():
         stale = [files for _, files in units.values() if rng.random() < rng.random()]
         count = lambda files: files.count("\t") + 1 if files else 0  # noqa: E731
         whole = sum(map(count, stale)) > IN_PLACE_LIMIT * sum(count(f) for _, f in units.values())
-        assert _mostly_stale(units, stale) == whole
-    assert _mostly_stale({"a": ("k", "f\tf\tf\tf\tf\tf\tf\tf\tf\tf")}, ["f\tf\tf\tf\tf\tf\tf\tf\tf"]) is False  # 9 of 10
-    assert _mostly_stale({"a": ("k", "f\tf"), "b": ("k", "f")}, ["f\tf", "f"]) is True
+        assert mostly_stale(units, stale) == whole
+    assert mostly_stale({"a": ("k", "f\tf\tf\tf\tf\tf\tf\tf\tf\tf")}, ["f\tf\tf\tf\tf\tf\tf\tf\tf"]) is False  # 9 of 10
+    assert mostly_stale({"a": ("k", "f\tf"), "b": ("k", "f")}, ["f\tf", "f"]) is True
 
 
 def test_the_collector_is_paused_while_the_cache_loads_and_left_as_it_was(bundles_dir, tmp_path, monkeypatch):

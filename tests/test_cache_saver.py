@@ -144,7 +144,7 @@ def test_the_build_waits_only_for_deletions_that_could_change_the_site(project, 
     """A retired tree's deletion is waited for only if the new site may share files with it: not when the site
     was written afresh (a template edit renders every page), nor when the retired tree has no unit (with its
     key) in common with the live site the new one took its unchanged files from."""
-    from site_builder import build as build_module
+    from site_builder.stages import publish as publish_stage
     from site_builder import writing
 
     monkeypatch.setattr(writing, "_DELETER", "import time; time.sleep(3)\n" + writing._DELETER)
@@ -163,7 +163,7 @@ def test_the_build_waits_only_for_deletions_that_could_change_the_site(project, 
     assert not being_deleted()
     edit(*range(6), variant=3)
     with monkeypatch.context() as m:  # a fresh tree, as when nearly every file changes
-        m.setattr(build_module, "IN_PLACE_LIMIT", 0.3)
+        m.setattr(publish_stage, "IN_PLACE_LIMIT", 0.3)
         prev = twin.stat().st_ino
         build(opts(project, site, trust))  # the real records' files are linked from the site, which shares them
     assert site.stat().st_ino != prev and not being_deleted()  # with the twin: retired, and waited for

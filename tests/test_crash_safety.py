@@ -174,9 +174,9 @@ def test_a_worker_that_starts_after_its_build_was_killed_leaves_at_once():
     that process for its parent and wait for work forever, holding the output's lock (seen: a killed build's
     worker still held it 30 s later).  It knows the build's pid from before the fork, and leaves."""
     script = ("import os, time\n"
-              "import site_builder.build as b\n"
-              "b._worker['build_pid'] = os.getppid() + 1  # (not this process's parent: the build is gone)\n"
-              "b._leave_with_parent()\n"
+              "import site_builder.parallel as p\n"
+              "p.worker_state['build_pid'] = os.getppid() + 1  # (not this process's parent: the build is gone)\n"
+              "p.leave_with_parent()\n"
               "time.sleep(30)\n")
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-c", script], timeout=60)
@@ -220,7 +220,7 @@ def test_workers_leave_with_a_killed_build_and_the_next_build_runs(tmp_path):
     """A build killed outright (SIGKILL, the out-of-memory killer) cannot stop its worker processes.  They leave by
     themselves, releasing the output's lock they inherited: the next build of that output runs instead of
     stopping with "another site-builder build is writing this output"."""
-    from site_builder.build import PARALLEL_THRESHOLD, PARENT_CHECK_SECONDS
+    from site_builder.parallel import PARALLEL_THRESHOLD, PARENT_CHECK_SECONDS
 
     key = benchmark_key().write(tmp_path / "key.json")
     bundles = tmp_path / "bundles"
@@ -255,18 +255,20 @@ def test_workers_leave_with_a_killed_build_and_the_next_build_runs(tmp_path):
 
 DIE_IN_A_WORKER = r"""
 import os, signal, sys
-import site_builder.build as build_module
+import site_builder.stages.render as render_stage
+import site_builder.stages.verify as verify_stage
 from site_builder.cli import main
 
 stage, victim = sys.argv[1], sys.argv[2]
-real = {"verify": build_module._inspect_file, "render": build_module._render_record}[stage]
+module, name = {"verify": (verify_stage, "inspect_file"), "render": (render_stage, "render_record")}[stage]
+real = getattr(module, name)
 
 def dying(item):  # as the out-of-memory killer ends a worker: at once, without a word
     if (item.rel if stage == "verify" else item.inspection.rel) == victim:
         os.kill(os.getpid(), signal.SIGKILL)
     return real(item)
 
-setattr(build_module, "_inspect_file" if stage == "verify" else "_render_record", dying)
+setattr(module, name, dying)
 sys.exit(main(sys.argv[3:]))
 """
 
@@ -274,7 +276,7 @@ sys.exit(main(sys.argv[3:]))
 def test_a_worker_killed_mid_build_stops_it_with_one_line_and_the_site_kept(tmp_path):
     """When the system kills a worker process (out of memory), the build cannot finish: one line says so, exit 2,
     the previous site is left as it was, and the next build runs; `verify` says so too."""
-    from site_builder.build import PARALLEL_THRESHOLD
+    from site_builder.parallel import PARALLEL_THRESHOLD
 
     key = benchmark_key().write(tmp_path / "key.json")
     bundles = tmp_path / "bundles"

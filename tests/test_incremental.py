@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from site_builder.build import PARALLEL_THRESHOLD, BuildMemory, BuildOptions, build, prepare_spare_tree
+from site_builder.build import BuildOptions, build, prepare_spare_tree
+from site_builder.memory import BuildMemory
+from site_builder.parallel import PARALLEL_THRESHOLD
 from site_builder.keys import TrustSet, key_from_document, load_trust_set
 from site_builder.settings import SiteConfig
 

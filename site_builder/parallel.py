@@ -1,0 +1,147 @@
+"""Work spread over worker processes: the pool, its start method, workers that leave with their build, and
+the progress of a stage.  Stages hand it a function and its items; this is the one module that knows about
+processes.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from multiprocessing import current_process, get_context
+from typing import Callable, Iterator, Sequence
+
+from site_builder.loading import Prefetcher
+
+PARALLEL_THRESHOLD = 64
+
+
+@dataclass(frozen=True)
+class Workers:
+    """How per-bundle work is spread: worker processes (0: one per usable core, ``usable_cores``; 1: this
+    process), the progress callback (stage, done, total) and the processes' start method."""
+
+    jobs: int = 0
+    progress: Callable[[str, int, int | None], None] | None = None  # (total None: not known, as for Pagefind)
+    mp_context: str = "fork"
+
+    @property
+    def processes(self) -> int:
+        """How many processes work at once (worker processes, or Pagefinds side by side)."""
+        return self.jobs or usable_cores()
+
+
+class WorkerLostError(Exception):
+    """A worker process ended without handing back its results (killed: by the out-of-memory killer, most
+    often): the stage cannot finish, so the build stops, and the output stays as it was."""
+
+    def __init__(self, stage: str):
+        doing = {"verify": "verifying", "render": "rendering"}.get(stage, f"at the {stage} stage")
+        super().__init__(f"a worker process ended abruptly while {doing} (killed by the system: out of memory? "
+                         f"see dmesg)")
+
+
+worker_state: dict = {}
+
+
+def in_worker_process() -> None:
+    """Workers render thousands of pages with short-lived cyclic garbage: they keep the collector on; and they
+    leave when the build process is gone (``leave_with_parent``)."""
+    if current_process().name != "MainProcess":
+        gc.enable()
+        leave_with_parent()
+
+
+PARENT_CHECK_SECONDS = 0.5
+
+
+def leave_with_parent() -> None:
+    """End this worker soon after the process that started it is gone.  A build killed outright (SIGKILL, the
+    out-of-memory killer) cannot shut its pool down, and its workers would wait for work forever, holding their
+    memory and the output's lock, which they inherited with the rest of the build's open files: every later
+    build of that output would stop with "another site-builder build is writing this output".  A thread notes
+    the parent at start and exits the process once it has another (orphans are adopted by another process).
+    The parent is the build process (fork) or the forkserver, which ends with it.  A worker forked just as the
+    build was killed may start after it is gone, already adopted: it knows the build's pid from before the fork
+    (``imap_in_workers``), and leaves at once if its parent is another process."""
+    parent = os.getppid()
+    build_pid = worker_state.get("build_pid")  # (set before forking; absent in a forkserver's children)
+    if build_pid is not None and parent != build_pid:
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_SECONDS)
+        os._exit(1)  # (nothing of this process's to clean up: the next build removes what a killed one left)
+
+    threading.Thread(target=watch, name="site-builder parent watch", daemon=True).start()
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity where the system has one (``taskset``, a container's
+    cpuset), which ``os.cpu_count()`` ignores; else every core."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def map_in_workers(fn, init, initargs, items: list, workers: Workers, stage: str, reads: Sequence = ()) -> list:
+    """Map in worker processes (fork) when there is enough work, else in this process; order kept.  *reads*:
+    the file each item reads, in order, for the kernel to read ahead (``Prefetcher``)."""
+    return list(imap_in_workers(fn, init, initargs, items, workers, stage, reads))
+
+
+def imap_in_workers(fn, init, initargs, items: list, workers: Workers, stage: str, reads: Sequence = ()) -> Iterator:
+    """``map_in_workers`` yielding each result as it comes (in order), so a caller that digests results one by one does
+    not hold them all: 100,000 records' lists of written files are ~100 MB."""
+    pool = None
+    progress = workers.progress
+    processes = workers.processes
+    if len(items) >= PARALLEL_THRESHOLD and processes > 1:  # (one worker would only add the hand-over)
+        worker_state["build_pid"] = os.getpid()  # (forked workers compare it with their parent: leave_with_parent)
+        try:
+            pool = ProcessPoolExecutor(processes, mp_context=get_context(workers.mp_context), initializer=init,
+                                       initargs=initargs)
+        except (NotImplementedError, OSError):
+            pool = None  # no usable semaphores here (some sandboxes, some users): work in this process
+    if pool is None:
+        init(*initargs)
+        for i, item in enumerate(items):
+            yield fn(item)
+            if progress:
+                progress(stage, i + 1, len(items))
+        return
+    chunk = max(1, min(256, len(items) // (processes * 8) or 1))
+    # Forked workers share this process's memory (100,000 records: ~1 GB) until they touch it; their garbage
+    # collector would touch every object and so copy it all.  Frozen objects are left alone by it.
+    gc.freeze()
+    prefetcher = None
+    try:
+        with pool:
+            results = pool.map(fn, items, chunksize=chunk)  # the workers are forked by now: a thread may start
+            # Ahead of the results taken by what the workers may be working on (a chunk each, in order), and two
+            # chunks more.
+            prefetcher = Prefetcher(reads, ahead=chunk * (processes + 2)).start()
+            for i, result in enumerate(results):
+                prefetcher.taken = i
+                yield result
+                if progress and (i % 100 == 0 or i + 1 == len(items)):
+                    progress(stage, i + 1, len(items))
+    except BrokenProcessPool:
+        raise WorkerLostError(stage) from None
+    finally:
+        if prefetcher is not None:
+            prefetcher.stop()
+        gc.unfreeze()
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """CPU time so far (user + system) of this process, and of the child processes it has waited for: the worker
+    pools, which a stage shuts down (and so waits for) before it ends, and Pagefind."""
+    t = os.times()
+    return t.user + t.system, t.children_user + t.children_system

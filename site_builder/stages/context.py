@@ -1,0 +1,133 @@
+"""What every stage of a build shares: the stage clock, the digest helper and the build's source date.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from site_builder import builder_identity
+from site_builder.cache import BuildCache
+from site_builder.cache_key import CacheKey, CacheKeyUnavailable, user_cache_key
+from site_builder.compiled_templates import CompiledTemplates
+from site_builder.loading import stat_signature
+from site_builder.memory import BuildMemory
+from site_builder.options import BuildOptions
+from site_builder.parallel import cpu_seconds
+from site_builder.rendering import templates_identity
+from site_builder.report import BuildReport
+from site_builder.writing import OutputSlot
+
+
+def source_date() -> str | None:
+    """SOURCE_DATE_EPOCH as an ISO timestamp; without it the output holds no wall-clock time."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if not epoch:
+        return None
+    return datetime.fromtimestamp(int(epoch), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def digest_of(*parts: object) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else str(part).encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+class StageClock:
+    """Records how long each stage took, and the CPU time this process and its workers spent in it (the
+    benchmark and ``build --verbose`` print these): a stage whose workers' CPU is near its wall time times the
+    cores is bound by the CPU, one far below it waits for the disk."""
+
+    def __init__(self, timings: dict[str, float], cpu: dict[str, tuple[float, float]]):
+        self.timings = timings
+        self.cpu = cpu
+        self.last = time.perf_counter()
+        self.last_cpu = cpu_seconds()
+
+    def lap(self, stage: str) -> None:
+        now, cpu = time.perf_counter(), cpu_seconds()
+        self.timings[stage] = self.timings.get(stage, 0.0) + now - self.last
+        main, workers = self.cpu.get(stage, (0.0, 0.0))
+        self.cpu[stage] = (main + cpu[0] - self.last_cpu[0], workers + cpu[1] - self.last_cpu[1])
+        self.last, self.last_cpu = now, cpu
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """One build's fixed surroundings, handed to every stage.  The report and the clock are written as the
+    build goes (they are its account of itself); the cache is open, and locked, for the build's length."""
+
+    options: BuildOptions
+    slot: OutputSlot
+    dirs: list[Path]  # the template folders, the user's over the built-in ones
+    about: str | None  # the about page's Markdown
+    build_key: str  # names everything every output file depends on but the inputs: code, keys, templates, settings
+    indexer: str | None  # the Pagefind version that makes the search indexes (None: no search)
+    cache: BuildCache
+    report: BuildReport
+    clock: StageClock
+    scratch: Path  # a private folder removed with the build (bundles fetched from the deployed mirror)
+
+    @property
+    def memory(self) -> BuildMemory | None:
+        return self.options.memory
+
+
+def build_key_of(options: BuildOptions, dirs: list[Path], about: str | None) -> str:
+    return digest_of(builder_identity(), options.trust.identity(), templates_identity(dirs), repr(options.config),
+                     about, options.max_bytes, source_date(), options.search)
+
+
+def default_cache_dir(output: Path) -> Path:
+    output = Path(os.path.abspath(output))
+    return output.parent / ".site-builder-cache" / output.name
+
+
+def stat_sig(path: Path) -> str | None:
+    try:
+        return stat_signature(os.stat(path))
+    except OSError:
+        return None
+
+
+def cache_folder(options: BuildOptions) -> Path | None:
+    """Where the cache and the compiled templates live (None: no cache)."""
+    return (options.cache_dir or default_cache_dir(options.output)) if options.use_cache else None
+
+
+def template_cache(cache: BuildCache) -> CompiledTemplates | None:
+    """Compiled templates kept beside the cache between processes, under the same user key (None: no cache)."""
+    if cache.path is None or cache.user_key is None:
+        return None
+    return CompiledTemplates(cache.path.parent / "templates", cache.user_key)
+
+
+def user_key_or_note(options: BuildOptions, report: BuildReport) -> CacheKey | None:
+    """This user's cache key, or None (and a note saying why) where no cache can be kept safely."""
+    if not options.use_cache:
+        return None
+    try:
+        return user_cache_key()
+    except CacheKeyUnavailable as e:
+        report.cache_note = f"no build cache: {e}; every bundle is verified and every page rendered"
+        return None
+
+
+def open_cache(options: BuildOptions, report: BuildReport, load: bool = True) -> BuildCache:
+    folder = cache_folder(options)
+    path = folder / "cache.sqlite" if folder is not None else None
+    memory = options.memory
+    if memory is not None and memory.cache is not None and memory.cache.path == path and memory.cache.db is not None:
+        memory.cache.take_lock()
+        return memory.cache
+    cache = BuildCache(path, load, user_key_or_note(options, report))
+    if memory is not None:
+        memory.close()
+        memory.cache = cache
+    return cache

@@ -1,0 +1,67 @@
+"""The index stage: a Pagefind index for each shard of the search index whose pages changed; the others are
+reused as they are."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+from site_builder.cache import join_files
+from site_builder.search_index import (
+    SEARCH_STAGE,
+    SearchShard,
+    files_under,
+    index_search,
+)
+from site_builder.stages.context import BuildContext
+from site_builder.stages.plan import SitePlan
+from site_builder.stages.publish import OutputTree
+
+
+def index(ctx: BuildContext, site: SitePlan, out: OutputTree) -> bool:
+    """Returns whether a shard was made under another key than planned (the build id must then name it)."""
+    renamed = False
+    to_index = []
+    for shard in site.shards:
+        key = site.units[shard.unit][0]
+        reused = out.place(shard.unit, key)
+        if reused is None and key != site.planned_search[shard.unit]:  # behind, and the live index is not to
+            key = site.planned_search[shard.unit]  # be had: make it now, under its own key
+            renamed = True
+            reused = out.place(shard.unit, key)
+        if reused is None:
+            to_index.append(shard)
+        else:
+            site.units[shard.unit] = (key, reused)
+            out.link_in_twin(reused)
+    if to_index:
+        _make_indexes(ctx, site, out, to_index)
+    ctx.report.search_behind = any(site.units[s.unit][0] != site.planned_search[s.unit] for s in site.shards)
+    if site.shards:
+        ctx.clock.lap("search_index")
+    return renamed
+
+
+def _make_indexes(ctx: BuildContext, site: SitePlan, out: OutputTree, to_index: list[SearchShard]) -> None:
+    options, report = ctx.options, ctx.report
+    indexing = time.perf_counter()
+    # The progress display, refreshed while Pagefind runs: shards made of how many, or for one index, a pulsing
+    # bar and the seconds it takes (~10 s at 10,000 records).
+    waiting = None
+    if options.progress is not None:
+        total = len(to_index) if len(to_index) > 1 else None
+        waiting = lambda done: options.progress(SEARCH_STAGE, done, total)  # noqa: E731
+        waiting(0)
+    for shard in to_index:
+        shutil.rmtree(out.tree.root / shard.folder, ignore_errors=True)
+    # A Pagefind on each core: it uses more than one, but not two (and a shard's memory each).
+    index_search(out.tree.root, [(shard.glob, shard.folder) for shard in to_index], options.workers.processes,
+                 waiting)
+    for shard in to_index:
+        files = join_files(files_under(out.tree.root, shard.folder))
+        site.units[shard.unit] = (site.planned_search[shard.unit], files)
+        out.link_in_twin(files)
+    if options.progress is not None:
+        options.progress(SEARCH_STAGE, len(to_index), len(to_index))
+    report.search_seconds = time.perf_counter() - indexing  # (the summary line names it)
+    report.note_rendered(["search/index.html"])  # (the page whose results come from the index)

@@ -1,0 +1,317 @@
+"""The plan stage: every output unit named with a key that covers what it shows (records, listings, feeds,
+search shards), and the build id that names them all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import jinja2
+
+from site_builder.cache import BuildCache
+from site_builder.options import BuildOptions
+from site_builder.pages import (
+    Catalogue,
+    Listing,
+    RedirectPlan,
+    Unit,
+    catalogue,
+    collection_units,
+    groups,
+    plan_redirects,
+    recatalogue,
+    replan_redirects,
+)
+from site_builder.parallel import worker_state
+from site_builder.records import PaperSummary
+from site_builder.rendering import SiteRenderer
+from site_builder.report import BuildReport, ReportDocument
+from site_builder.search_index import (
+    SearchLayout,
+    SearchShard,
+    plan_shards,
+    search_layout,
+)
+from site_builder.selection import PreviousSite, Selection
+from site_builder.stages.context import (
+    BuildContext,
+    digest_of,
+    source_date,
+    template_cache,
+)
+from site_builder.stages.gather import Inputs
+from site_builder.stages.select import Chosen, record_outcomes
+from site_builder.stages.verify import Verified
+from site_builder.writing import MARKER
+
+
+def plan_addresses(options: BuildOptions, published: list[PaperSummary]) -> RedirectPlan:
+    """The short-address plan; in memory it is reused while no record's id, arXiv id or version changed, and
+    re-planned only around the records that came or went when a few did."""
+    memory = options.memory
+    if memory is None:
+        return plan_redirects(published)
+    shape = [(p.pith_id, p.arxiv_id, p.version) for p in published]  # all that plan_redirects looks at
+    if memory.redirects is not None and memory.redirects[0] == shape:
+        old = memory.redirects[1]
+        if not old.shared:
+            return old
+        current = {p.pith_id: p for p in published}  # list pages show the records as they are now
+        return RedirectPlan(old.per_record, [(folder, label, [current[t.pith_id] for t in targets])
+                                             for folder, label, targets in old.shared])
+    touched = set(shape).symmetric_difference(memory.redirects[0]) if memory.redirects is not None else None
+    if touched is not None and len(touched) <= 64:  # records came or went: re-plan only their neighbourhood
+        plan = replan_redirects(memory.redirects[1], published, touched)
+    else:
+        plan = plan_redirects(published)
+    memory.redirects = (shape, plan)
+    return plan
+
+
+def catalogue_of(options: BuildOptions, published: list[PaperSummary]) -> Catalogue:
+    """Listings in order; in memory the order is reused while no record's id, date or categories changed, and
+    patched when a few records came, went or moved."""
+    memory = options.memory
+    if memory is None:
+        return catalogue(published)
+    shape = [(p.pith_id, p.submitted_at, p.primary_cat, p.cross_cats) for p in published]
+    if memory.catalogue is not None and memory.catalogue[0] == shape:
+        old = memory.catalogue[1]
+        shown = {p.pith_id: p for p in old.papers}
+        newer = [p for p in published if shown[p.pith_id] is not p]  # same record, new bundle
+        if not newer:
+            return old
+        # Entries are found by identity (dataclass == would compare every field), all in one pass per listing:
+        # a pull that renews 40,000 of 100,000 records must not search a listing once per record.
+        renewed = {id(shown[p.pith_id]): p for p in newer}
+
+        def patched(listing: Listing) -> Listing:
+            return replace(listing, papers=[renewed.get(id(q), q) for q in listing.papers])
+        everything = patched(old.everything)
+        in_category, in_year = groups(newer)
+        categories = [patched(c) if c.key in in_category else c for c in old.categories]
+        years = [patched(y) if y.key in in_year else y for y in old.years]
+        result = Catalogue(everything.papers, everything, categories, years)
+        if "record_paths" in old.__dict__:  # same records: same pages (a cached_property carried over)
+            result.__dict__["record_paths"] = old.record_paths
+    elif memory.catalogue is not None and len(moved := moved_ids(memory.catalogue[0], shape)) <= 64:
+        result = recatalogue(memory.catalogue[1], published, moved)  # a few records came, went or moved
+    else:
+        result = catalogue(published)
+    memory.catalogue = (shape, result)
+    return result
+
+
+def moved_ids(before: list[tuple], now: list[tuple]) -> set[str]:
+    """The pith ids of the entries (id first) that are in one list and not in the other."""
+    return {entry[0] for entry in set(before).symmetric_difference(now)}
+
+
+def keys_of_records(options: BuildOptions, build_key: str, selection, plan: RedirectPlan) -> dict[str, str]:
+    """A record's key covers the build key, its bytes and its short addresses."""
+    memory = options.memory
+    memo = memory.record_keys[1] if memory is not None and memory.record_keys and \
+        memory.record_keys[0] == build_key else {}
+    keys, seen = {}, {}
+    for pid, chosen in selection.published.items():
+        sha, redirects = chosen.inspection.sha256, plan.per_record.get(pid, 0)  # (the bytes give the record's ids)
+        hit = memo.get(pid)
+        if hit is not None and hit[0] == sha and hit[1] == redirects:
+            key = hit[2]
+        else:
+            key = hashlib.sha256(f"{build_key}\0{sha}\0{redirects!r}".encode()).hexdigest()
+        keys[pid] = key
+        seen[pid] = (sha, redirects, key)
+    if memory is not None:
+        memory.record_keys = (build_key, seen)
+    return keys
+
+
+def site_renderer(options: BuildOptions, dirs: list[Path], build_key: str, cache: BuildCache) -> SiteRenderer:
+    memory = options.memory
+    if memory is not None and memory.renderer is not None and memory.renderer[0] == build_key:
+        return memory.renderer[1]
+    # List rows rendered with these templates and settings: kept in serve's memory, else in the cache.
+    if memory is not None and memory.list_rows and memory.list_rows[0] == build_key:
+        rows = memory.list_rows[1]
+    else:
+        rows = cache.list_rows(build_key)
+    renderer = SiteRenderer(options.config, dirs, options.trust, options.search, template_cache(cache),
+                            rows)
+    if memory is not None:
+        memory.renderer = (build_key, renderer)
+        memory.list_rows = (build_key, renderer.rows)
+    if memory is not None:  # (serve: compile every template now, not during the first edit's rebuild)
+        for name in renderer.env.list_templates(extensions=["html", "xml", "txt", "svg"]):
+            try:
+                renderer.env.get_template(name)  # compile now, not during the first edit's rebuild
+            except (jinja2.TemplateError, UnicodeDecodeError, OSError):
+                pass  # reported if and when a page uses it
+    # Records rendered in this process (a few changed ones) use the same compiled templates.
+    worker_state["renderer"], worker_state["renderer_key"] = renderer, build_key
+    return renderer
+
+
+def plan_units(build_key: str, record_keys: dict[str, str], papers: list[PaperSummary], collection: list,
+                shards: list[SearchShard], indexer: str | None, options: BuildOptions) -> dict[str, tuple[str, str]]:
+    """The key of every output unit (files are filled in as units are rendered or reused).
+
+    A record's key covers its bytes and short addresses; a collection unit's key covers what it shows
+    (listings show summaries only, so a new event on a record does not re-render any listing); a search index's,
+    what it indexes and the Pagefind that makes it (*indexer*: the search page's Pagefind, the first shard's,
+    reads the other shards' indexes, so all are made by one version)."""
+    units: dict[str, tuple[str, str]] = {f"record:{p.pith_id}": (record_keys[p.pith_id], "") for p in papers}
+    memo = options.memory.unit_keys if options.memory is not None else {}
+    for unit in collection:  # materials are nested lists and tuples of str and int: repr() is exact and fast
+        hit = memo.get(unit.name)
+        if hit is not None and hit[0] == build_key and hit[1] == unit.material:
+            key = hit[2]  # (comparing reuses the joined row strings: usually the very same objects)
+        else:
+            key = digest_of(build_key, repr(unit.material))
+            if options.memory is not None:
+                memo[unit.name] = (build_key, unit.material, key)
+        units[unit.name] = (key, "")
+    for shard in shards:
+        if shard.glob is None:  # Pagefind reads every page: any unit may hold what it indexes
+            units[shard.unit] = (digest_of(build_key, indexer, sorted(k for k, _ in units.values())), "")
+        else:  # record pages alone, whose keys cover everything they show
+            units[shard.unit] = (digest_of(build_key, indexer, shard.folder, [record_keys[pid] for pid in shard.pith_ids]),
+                                 "")
+    return units
+
+
+def is_search_unit(name: str) -> bool:
+    return name == "search" or name.startswith("search:")
+
+
+def search_shards(options: BuildOptions, layout: SearchLayout | None, published: dict) -> list[SearchShard]:
+    """The search indexes of a site publishing *published* (pith id -> anything, in pith-id order), as the
+    templates' *layout* asks (``plan_shards``); none without the search index (*layout* None)."""
+    if layout is None:
+        return []
+    return plan_shards(published, layout.glob, options.config.search_shard_size, options.config.search_max_shards,
+                       layout.merges_shards)
+
+
+def identify(build_key: str, report: BuildReport, units: dict, options: BuildOptions) -> tuple[str, ReportDocument]:
+    """The build id names everything the output depends on; it is stored at the top of verification.json."""
+    rows = options.memory.report_rows if options.memory is not None else None
+    doc = report.document([k.key_id for k in options.trust.keys], source_date(), rows)
+    # The units are in a deterministic order (records by pith id, then the collection in page order).
+    build_id = digest_of(build_key, json.dumps(doc.head, sort_keys=True), doc.identity(),
+                     "\n".join([f"{u}\t{k}" for u, (k, _) in units.items()]))
+    doc.head = {"build_id": build_id, **doc.head}
+    return build_id, doc
+
+
+def read_build_id(tree: Path) -> str | None:
+    """The build id at the top of a tree's verification.json (read without parsing the whole report)."""
+    try:
+        with open(tree / MARKER, "rb") as f:
+            head = f.read(300)
+    except OSError:
+        return None
+    match = re.search(rb'"build_id":\s*"([0-9a-f]{64})"', head)
+    return match.group(1).decode() if match else None
+
+
+@dataclass(frozen=True)
+class SitePlan:
+    """Every output unit of the site to build, named by a key that covers what it shows, and the build id.
+
+    ``units`` maps a unit's name to (key, its files joined); the files are filled in as units are written or
+    reused (render, index and publish do), in the plan's order: records by pith id, then the collection."""
+
+    chosen: Chosen
+    published: list[PaperSummary]  # the records the site shows, in pith-id order
+    addresses: RedirectPlan
+    record_keys: dict[str, str]
+    renderer: SiteRenderer
+    catalog: Catalogue
+    layout: SearchLayout | None
+    shards: list[SearchShard]
+    collection: list[Unit]
+    units: dict[str, tuple[str, str]]
+    planned_search: dict[str, str]  # search unit -> the key its index is made under when made now
+    build_id: str
+    report_doc: ReportDocument
+
+    @property
+    def selection(self) -> Selection:
+        return self.chosen.selection
+
+    def is_live(self, ctx: BuildContext, edited: set[str]) -> bool:
+        """Whether the site in the output is this very plan (and its mirrored bundles are intact)."""
+        previous = self.chosen.previous
+        return previous.build_id == self.build_id and ctx.cache.units(previous.build_id) is not None and not edited
+
+
+def plan(ctx: BuildContext, inputs: Inputs, verified: Verified, chosen: Chosen) -> SitePlan:
+    options = ctx.options
+    published = chosen.published
+    addresses = plan_addresses(options, published)
+    ctx.clock.lap("plan_addresses")
+    record_keys = keys_of_records(options, ctx.build_key, chosen.selection, addresses)
+    ctx.clock.lap("record_keys")
+    renderer = site_renderer(options, ctx.dirs, ctx.build_key, ctx.cache)
+    catalog = catalogue_of(options, published)
+    layout = search_layout(ctx.dirs) if options.search else None
+    shards = search_shards(options, layout, chosen.selection.published)
+    rows = ctx.memory.unit_rows if ctx.memory is not None else None
+    collection = _collection(ctx, inputs, renderer, catalog, addresses, shards, rows)
+    ctx.clock.lap("plan_collection")
+    units = plan_units(ctx.build_key, record_keys, published, collection, shards, ctx.indexer, options)
+    planned_search = {s.unit: units[s.unit][0] for s in shards}  # what the indexes would be made under
+    if options.defer_search and planned_search:
+        _defer_search(ctx, chosen.previous, units, planned_search)
+    record_outcomes(ctx.report, verified.inspections, chosen.selection, {}, ctx.memory)
+    build_id, report_doc = identify(ctx.build_key, ctx.report, units, options)
+    ctx.clock.lap("identify")
+    return SitePlan(chosen, published, addresses, record_keys, renderer, catalog, layout, shards, collection, units,
+                    planned_search, build_id, report_doc)
+
+
+def _collection(ctx: BuildContext, inputs: Inputs, renderer: SiteRenderer, catalog: Catalogue,
+                addresses: RedirectPlan, shards: list[SearchShard], rows: dict | None) -> list[Unit]:
+    return collection_units(renderer, catalog, addresses.shared, ctx.options.trust, source_date(), ctx.about, rows,
+                            inputs.static_unit, [s.folder for s in shards])
+
+
+def _defer_search(ctx: BuildContext, previous: PreviousSite, units: dict, planned_search: dict) -> None:
+    """(serve) Plan the live search indexes where they would be made again: the same shards, to keep the
+    search page's links right, whose indexes the next build makes (the build id says so)."""
+    live_search = {name: key for name, (key, _) in (ctx.cache.units(previous.build_id) or {}).items()
+                   if is_search_unit(name)}
+    if live_search.keys() == planned_search.keys() and live_search != planned_search:
+        units.update((name, (key, "")) for name, key in live_search.items())
+        ctx.report.search_behind = True
+
+
+def without_changed(ctx: BuildContext, inputs: Inputs, verified: Verified, site: SitePlan,
+                    changed: dict[str, str]) -> SitePlan:
+    """The plan again without the records whose files changed after they were verified (*changed*: pith id ->
+    why): their short addresses, list rows and search entries must not point at a page that is not there.
+    Planned afresh, not from serve's memory, which holds the full set."""
+    ctx.slot.assume_shared()  # (the units are planned again: the retired tree's may match them now)
+    ctx.report.outcomes.clear()
+    record_outcomes(ctx.report, verified.inspections, site.selection, changed)
+    papers = [s for s in site.published if s.pith_id not in changed]
+    addresses = plan_redirects(papers)
+    catalog = catalogue(papers)
+    shards = search_shards(ctx.options, site.layout, {p.pith_id: p for p in papers})
+    collection = _collection(ctx, inputs, site.renderer, catalog, addresses, shards, None)
+    units = {u: v for u, v in site.units.items() if u.startswith("record:")}
+    units.update({u: v for u, v in plan_units(ctx.build_key, site.record_keys, papers, collection, shards,
+                                              ctx.indexer, ctx.options).items() if not u.startswith("record:")})
+    return replace(site, published=papers, addresses=addresses, catalog=catalog, shards=shards,
+                   collection=collection, units=units, planned_search={s.unit: units[s.unit][0] for s in shards})
+
+
+def identified(ctx: BuildContext, site: SitePlan) -> SitePlan:
+    """The plan named again, after its outcomes or unit keys changed while it was carried out."""
+    build_id, report_doc = identify(ctx.build_key, ctx.report, site.units, ctx.options)
+    return replace(site, build_id=build_id, report_doc=report_doc)

@@ -1,0 +1,175 @@
+"""The remember stage: what the next build starts from (the authenticated cache, the no-op answer, serve's
+memory), saved in a detached process for a one-shot build; and the cache opened for this one.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable
+
+from site_builder.cache import BuildCache
+from site_builder.inspection import Inspection, rejected
+from site_builder.memory import BuildMemory
+from site_builder.options import BuildOptions
+from site_builder.pages import Catalogue
+from site_builder.rendering import SiteRenderer
+from site_builder.report import BuildReport, FileOutcome
+from site_builder.stages.context import BuildContext, stat_sig
+from site_builder.stages.gather import Inputs, mirrored_now
+from site_builder.stages.plan import SitePlan
+from site_builder.stages.select import published_by
+from site_builder.stages.verify import Verified
+from site_builder.writing import MARKER, OutputSlot
+
+# What a one-shot build leaves for the process exit to drop instead of freeing it on return (BuildOptions.one_shot).
+LEFT_FOR_EXIT: list = []
+
+
+
+
+def remember(write_cache: Callable[[], None], cache: BuildCache, options: BuildOptions, report: BuildReport,
+              input_fingerprint: Callable[[], str], marker_sig: str | None, upkeep: Callable[[], None]) -> None:
+    """Save what the next build reads (the cache via *write_cache*, the no-op answer, and serve's memory brought
+    up to date by *upkeep*), in a detached process for a one-shot build (``build`` on the command
+    line): the new site is live already, and saving 10,000 records' worth takes longer than the rest of a
+    one-file rebuild.  The saver inherits the cache's lock, so the next build waits for it before reading the
+    cache; a saver that fails leaves the previous cache, which can only cost the next build time.  The saver
+    touches nothing in the output: when ``build`` returns, the site is final (a deploy step may archive it at
+    once, and tar fails on a file whose status changes while it reads it)."""
+    def save() -> None:
+        write_cache()
+        if not report.search_behind:  # else the next build, even with these inputs, has the index to make
+            cache.save_quick(input_fingerprint(), marker_sig, report)
+        if options.memory is not None:
+            upkeep()
+
+    if options.one_shot and start_detached(save, cache):
+        report.saved_in_background = True
+        return
+    save()
+
+
+def start_detached(save: Callable[[], None], cache: BuildCache) -> bool:
+    """Run *save* in a grandchild process that outlives this one and holds only the cache lock; False when
+    this process cannot fork safely (threads running, no fork) -- the caller then saves in place."""
+    if not hasattr(os, "fork") or threading.active_count() > 1 or cache.lock_fd is None:
+        return False
+    if cache.db is not None:  # an SQLite connection must not cross a fork: the saver opens its own
+        cache.db.close()
+        cache.db = None
+    try:
+        pid = os.fork()
+    except OSError:
+        cache.reconnect()
+        return False
+    if pid == 0:
+        code = 1
+        try:
+            if os.fork() == 0:  # the grandchild: no parent waits for it, so it never becomes a zombie
+                os.setsid()
+                keep_only_fd(cache.lock_fd)  # drops the output lock and the caller's pipes (which it would hold open)
+                cache.reconnect()
+                save()
+            code = 0
+        finally:
+            os._exit(code)
+    if os.waitpid(pid, 0)[1] != 0:  # no saver was started
+        cache.reconnect()
+        return False
+    cache.release_lock()  # this process's copy only: the saver still holds the lock
+    return True
+
+
+def keep_only_fd(keep: int) -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    limit = os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024
+    os.closerange(3, keep)
+    os.closerange(keep + 1, limit)
+
+
+def tidy_memory(memory: BuildMemory, report: BuildReport, units: dict) -> None:
+    """Drop what no longer belongs to the build (it would pin old results in memory), and
+    keep this build's report lines for the next (the build wrote them without keeping them)."""
+    memory.report_rows.keep_lines(report.outcomes)
+    memory.unit_rows = {k: v for k, v in memory.unit_rows.items() if k in units}
+    memory.unit_keys = {k: v for k, v in memory.unit_keys.items() if k in units}
+
+
+
+
+
+
+
+
+def shown_rows(renderer: SiteRenderer, catalog: Catalogue) -> dict[str, bytes]:
+    """The list rows of the records the site shows (those of removed or changed records are not kept)."""
+    rows = renderer.rows
+    return {p.row_digest: rows[p.row_digest] for p in catalog.papers if p.row_digest in rows}
+
+
+
+
+
+
+
+
+
+
+
+
+def unchanged_since_last_build(cache: BuildCache, input_fingerprint: str, slot: OutputSlot,
+                                report: BuildReport) -> bool:
+    """True when the inputs (by stat), settings, templates and keys are those of the site in the output.
+
+    Then the build reports the previous outcomes and writes nothing; this is what makes a no-op rebuild
+    of a large mirror take a fraction of a second.
+    """
+    quick = cache.quick(input_fingerprint, stat_sig(slot.output / MARKER))
+    if quick is None:
+        return False
+    try:
+        report.outcomes = [FileOutcome(rejected(o["rel"], o["check"], o["reason"]) if o["check"] else
+                                       Inspection(o["rel"], o["sha256"], 0, None, ""), o["status"], o["note"],
+                                       o["pith_number"]) for o in quick["outcomes"]]
+        report.warnings = list(quick["warnings"])
+    except (KeyError, TypeError):
+        report.outcomes, report.warnings = [], []
+        return False
+    report.changed = False
+    return True
+
+
+def remember_unchanged(ctx: BuildContext, inputs: Inputs, verified: Verified, site: SitePlan) -> None:
+    """The site in the output is the one planned: only what this build verified anew is remembered."""
+    ctx.report.changed = False
+    cache, options = ctx.cache, ctx.options
+    remember(lambda: cache.save_inputs(verified.file_index, verified.fresh, options.trust.identity()), cache,
+             options, ctx.report, lambda: inputs.fingerprint, stat_sig(ctx.slot.output / MARKER),
+             lambda: tidy_memory(options.memory, ctx.report, cache.units(site.build_id) or {}))
+    ctx.clock.lap("save_cache")
+    if options.one_shot:
+        LEFT_FOR_EXIT[:] = [options.memory, cache, verified, site.units]
+
+
+def remember_build(ctx: BuildContext, inputs: Inputs, verified: Verified, site: SitePlan,
+                   changed: dict[str, str]) -> None:
+    """Everything the next build starts from, for the site just published."""
+    cache, options, report = ctx.cache, ctx.options, ctx.report
+    marker_sig = stat_sig(ctx.slot.output / MARKER)
+
+    def upkeep() -> None:  # (the previous site is what the next build would read from verification.json)
+        options.memory.previous_site = (marker_sig, published_by(site.build_id, report))
+        tidy_memory(options.memory, report, site.units)
+
+    def write_cache() -> None:
+        cache.save(verified.file_index, verified.fresh, options.trust.identity(), site.units, site.build_id,
+                   keep_build_id=site.chosen.previous.build_id)
+        cache.save_rows(ctx.build_key, shown_rows(site.renderer, site.catalog))
+        cache.save_mirrored(mirrored_now(ctx.slot.output, site.selection, changed))
+    remember(write_cache, cache, options, report, lambda: inputs.fingerprint, marker_sig, upkeep)
+    ctx.clock.lap("save_cache")
+    if options.one_shot:
+        LEFT_FOR_EXIT[:] = [options.memory, cache, verified, site]

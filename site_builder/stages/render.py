@@ -1,0 +1,180 @@
+"""The render stage: each record's files written from its verified bytes (in worker processes), and the
+words of records read back for the pages that show them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import orjson
+
+from site_builder.cache import file_count, join_files, record_unit_files, split_files
+from site_builder.compiled_templates import CompiledTemplates
+from site_builder.inspection import Inspection
+from site_builder.keys import TrustSet
+from site_builder.loading import FileReadError, read_bytes
+from site_builder.pages import paper_dir, paper_files
+from site_builder.parallel import imap_in_workers, in_worker_process, worker_state
+from site_builder.records import PaperText, paper_text
+from site_builder.rendering import SiteRenderer
+from site_builder.settings import SiteConfig
+from site_builder.slotted import quick_pickling
+from site_builder.stages.context import BuildContext, template_cache
+from site_builder.stages.plan import SitePlan
+from site_builder.stages.publish import OutputTree
+from site_builder.writing import OutputError, StagingTree
+
+
+def init_render(config: SiteConfig, dirs: list[Path], trust: TrustSet, staging_root: Path, search: bool,
+                 build_key: str, compiled: CompiledTemplates | None, spare_root: Path | None = None) -> None:
+    """*spare_root*: the twin the build links (``renders_everything``), where each record's files are linked as
+    soon as they are written."""
+    in_worker_process()
+    if worker_state.get("renderer_key") != build_key:  # same key: same templates and settings, reuse the compiled ones
+        worker_state["renderer"] = SiteRenderer(config, dirs, trust, search, compiled)
+        worker_state["renderer_key"] = build_key
+    worker_state["staging"] = StagingTree(staging_root)
+    worker_state["spare"] = StagingTree(spare_root) if spare_root is not None else None
+
+
+@dataclass(frozen=True)
+class RecordTask:
+    source: str | Path
+    inspection: Inspection
+    addresses: int  # bit mask of the record's own short addresses (pages.own_addresses): expanded in the worker,
+
+
+@quick_pickling
+@dataclass(frozen=True, slots=True)
+class RecordFiles:
+    """What a worker reports of one record it rendered."""
+
+    pith_id: str
+    files: str  # as the cache keeps them (``record_unit_files``); "" if none were written
+    pages: int  # how many of them are pages
+    error: str | None  # why none were written: the bytes changed after they were verified
+    row: bytes | None  # the record's row in lists
+    twin_lost: bool = False  # the files could not be linked in the twin: the build must discard it
+
+
+def render_record(task: RecordTask) -> RecordFiles:
+    """Write one record's files from the verified bytes, and link them in the twin if the build makes one.
+    The record's row in lists is rendered here too, spread over the workers like its pages, so that list pages
+    (4,428 of them at 100,000 records, rendered in the main process) only join rows.  The twin's links are made
+    here too, not by the build process as results come: there they were ~1.3 s of CPU at 10,000 records, taken
+    from the workers' two cores, and a serial part of the stage that more cores would not shorten."""
+    inspection = task.inspection
+    try:
+        raw = read_bytes(task.source, inspection.size)
+    except FileReadError as exc:
+        return RecordFiles(inspection.pith_id, "", 0, f"file_changed: {exc.reason}", None)
+    if hashlib.sha256(raw).hexdigest() != inspection.sha256:
+        return RecordFiles(inspection.pith_id, "", 0, "file_changed: file changed after it was verified", None)
+    staging: StagingTree = worker_state["staging"]
+    written = []
+    raw_at = None  # where the bundle's bytes were first written: its second path links to it
+    bundle = orjson.loads(raw)
+    summary = inspection.summary.with_words(paper_text(bundle))  # (the build holds them by reference)
+    for rel, data in paper_files(worker_state["renderer"], raw, bundle, summary, inspection.checks, inspection.warnings,
+                                 task.addresses):
+        if data is raw and raw_at is not None:
+            staging.write_twin(rel, raw_at, data)
+        else:
+            staging.write(rel, data)
+            if data is raw:
+                raw_at = rel
+        written.append(rel)
+    files = record_unit_files(summary.pith_id, summary.arxiv_id, summary.version, task.addresses, written)
+    pages = sum(1 for rel in written if rel.endswith(".html"))
+    twin_lost = False
+    spare: StagingTree | None = worker_state["spare"]
+    if spare is not None:
+        try:
+            spare.mirror(written, staging.root)
+        except OSError:
+            worker_state["spare"] = None  # (the build discards the twin once the workers are done)
+            twin_lost = True
+    return RecordFiles(inspection.pith_id, files, pages, None, worker_state["renderer"].row_of(summary), twin_lost)
+
+
+def words_in(tree: StagingTree, max_bytes: int) -> Callable[[str, str], PaperText]:
+    """Reads a record's words back from the bundle the tree being built holds for it (written, or linked from
+    the previous tree, from the verified bytes), which must still have the verified digest."""
+    @functools.lru_cache(maxsize=2048)  # a feed entry reads title, authors and abstract; feeds overlap
+    def read(pith_id: str, sha256: str) -> PaperText:
+        rel = paper_dir(pith_id) + "bundle.json"
+        advice = "the output was changed outside site-builder: build again with --no-cache"
+        try:
+            raw = read_bytes(tree.path_for(rel), max_bytes)
+        except FileReadError as exc:
+            raise OutputError(f"{tree.root / rel}: {exc.reason} ({advice})") from None
+        if hashlib.sha256(raw).hexdigest() != sha256:
+            raise OutputError(f"{tree.root / rel}: not the bundle that was verified ({advice})")
+        return paper_text(orjson.loads(raw))
+    return read
+
+
+
+
+def render_records(ctx: BuildContext, site: SitePlan, out: OutputTree) -> dict[str, str]:
+    """Each record's unit, reused where its key is unchanged, else rendered in the workers; returns the
+    records whose bytes changed after they were verified (pith id -> why), which have no files."""
+    options, report, units = ctx.options, ctx.report, site.units
+    to_render = []
+    for pid, chosen in site.selection.published.items():
+        reused = out.place(f"record:{pid}", site.record_keys[pid])
+        if reused is None:
+            to_render.append(RecordTask(chosen.source, chosen.inspection, site.addresses.per_record.get(pid, 0)))
+        else:
+            units[f"record:{pid}"] = (site.record_keys[pid], reused)
+            report.files_reused += file_count(reused)
+    changed = {}
+    twin_lost = False
+    init_args = (options.config, ctx.dirs, options.trust, out.tree.root, options.search, ctx.build_key,
+                 template_cache(ctx.cache), out.spare.root if out.spare is not None else None)
+    with closing(imap_in_workers(render_record, init_render, init_args, to_render, options.workers, "render",
+                                 [t.source for t in to_render])) as results:  # (closed, which stops the workers, on any error)
+        for done in results:
+            pid = done.pith_id
+            twin_lost = twin_lost or done.twin_lost
+            if done.error:
+                changed[pid] = done.error
+                units.pop(f"record:{pid}", None)
+                continue
+            site.renderer.keep_row(site.selection.published[pid].inspection.summary.row_digest, done.row)
+            units[f"record:{pid}"] = (site.record_keys[pid], done.files)
+            report.files_written += file_count(done.files)
+            report.pages_written += done.pages
+            if not report.rendered_more:  # (once its list is full, the files need not be listed)
+                report.note_rendered(split_files(done.files))
+    if twin_lost:  # (deleted now that no worker links in it, before the build goes on)
+        out.drop_twin()
+    ctx.clock.lap("render_records")
+    return changed
+
+
+def render_collection(ctx: BuildContext, site: SitePlan, out: OutputTree) -> None:
+    """Listing pages, feeds, redirects and the site's other files: each unit reused, or rendered here."""
+    report = ctx.report
+    for unit in site.collection:
+        key = site.units[unit.name][0]
+        reused = out.place(unit.name, key)
+        if reused is None:
+            rendered = []
+            for rel, data in unit.render():
+                out.tree.write(rel, data)
+                rendered.append(rel)
+            report.files_written += len(rendered)
+            report.pages_written += sum(1 for rel in rendered if rel.endswith(".html"))
+            report.note_rendered(rendered)
+            reused = join_files(rendered)
+        else:
+            report.files_reused += file_count(reused)
+        site.units[unit.name] = (key, reused)
+        out.link_in_twin(reused)
+    ctx.clock.lap("render_collection")

@@ -1,0 +1,233 @@
+"""Part of planning: which verified bundle each record publishes, with no rollback behind what the previous
+site or the deployed mirror published, and every input file's outcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from site_builder.inspection import Inspection, inspect_bytes, rejected
+from site_builder.live_site import (
+    MAX_MANIFEST_BYTES,
+    LiveManifest,
+    LiveSite,
+    LiveSiteUnavailable,
+    manifest_claims,
+)
+from site_builder.loading import FileReadError, read_bytes
+from site_builder.memory import BuildMemory
+from site_builder.options import BuildOptions
+from site_builder.records import PaperSummary
+from site_builder.report import (
+    PUBLISHED,
+    REJECTED,
+    SUPERSEDED,
+    BuildReport,
+    FileOutcome,
+)
+from site_builder.selection import (
+    PreviousSite,
+    Candidate,
+    PublishedBefore,
+    Selection,
+    is_rollback,
+    select,
+)
+from site_builder.stages.context import BuildContext, stat_sig
+from site_builder.stages.gather import Inputs
+from site_builder.stages.verify import Verified
+from site_builder.terminal import printable
+from site_builder.writing import MARKER, OutputSlot
+
+
+def read_previous_site(output: Path) -> PreviousSite:
+    """What the site in *output* published, from its verification.json (empty if unreadable)."""
+    try:
+        build_id, found, _ = manifest_claims(read_bytes(output / MARKER, MAX_MANIFEST_BYTES))
+        return PreviousSite(build_id, found)
+    except (FileReadError, ValueError):
+        return PreviousSite(None, {})
+
+
+def previous_site_of(options: BuildOptions, slot: OutputSlot) -> PreviousSite:
+    memory = options.memory
+    sig = stat_sig(slot.output / MARKER)
+    if memory is not None and sig is not None and memory.previous_site is not None and memory.previous_site[0] == sig:
+        return memory.previous_site[1]
+    previous = read_previous_site(slot.output)
+    if memory is not None and sig is not None:
+        memory.previous_site = (sig, previous)
+    return previous
+
+
+def published_by(build_id: str, report: BuildReport) -> PreviousSite:
+    published = {}
+    for o in report.outcomes:
+        summary = o.inspection.summary
+        if o.status == PUBLISHED and summary is not None and o.inspection.sha256:
+            published[summary.pith_id] = PublishedBefore(summary.pith_id, o.inspection.sha256, summary.built_at,
+                                                         summary.event_count)
+    return PreviousSite(build_id, published)
+
+
+def select_bundles(options: BuildOptions, inspections: list[Inspection], paths: dict) -> Selection:
+    """select() over the verified files.  In memory, when a few files came, went or changed since the last
+    build and no record has two of them, the last selection is patched instead of recomputed."""
+    memory = options.memory
+    last = memory.selection if memory is not None else None
+    memo = {c.inspection.rel: c for c in last[0]} if last is not None else {}
+    candidates = []
+    for i in inspections:
+        if i.verified:
+            c = memo.get(i.rel)
+            if c is None or c.inspection is not i or c.source != paths[i.rel]:
+                c = Candidate(i, paths[i.rel])
+            candidates.append(c)
+    if memory is None:
+        return select(candidates)
+    selection = None
+    if last is not None and not last[1].superseded:
+        selection = patched_selection(memo, last[1], candidates)
+    if selection is None:
+        selection = select(candidates)
+    # Kept as a copy: the caller goes on to refuse rollbacks, which edits the selection it gets.
+    memory.selection = (candidates, Selection(dict(selection.published), dict(selection.superseded)))
+    return selection
+
+
+def patched_selection(was: dict[str, Candidate], selected: Selection,
+                       candidates: list[Candidate]) -> Selection | None:
+    """``select(candidates)`` from the last selection, which superseded nothing (so each of its candidates was
+    published under its own record), when at most 64 files came, went or changed; None when a record now has
+    two candidates (then select() has to choose)."""
+    now = {c.inspection.rel: c for c in candidates}
+    gone = [c for rel, c in was.items() if now.get(rel) is not c]
+    came = [c for rel, c in now.items() if was.get(rel) is not c]
+    if len(gone) + len(came) > 64:
+        return None
+    published = dict(selected.published)
+    for c in gone:
+        del published[c.inspection.pith_id]
+    for c in came:
+        if c.inspection.pith_id in published:
+            return None
+        published[c.inspection.pith_id] = c
+    return Selection(dict(sorted(published.items())) if came else published)  # in pith-id order, as select()
+
+
+def refuse_rollbacks(selection, previous: PreviousSite, slot: OutputSlot, options: BuildOptions,
+                      report: BuildReport) -> None:
+    """Never replace a newer published bundle by an older one: keep the previous site's copy (re-verified)."""
+    for pith_id, chosen in list(selection.published.items()):
+        prior = previous.published.get(pith_id)
+        if prior is None or prior.sha256 == chosen.inspection.sha256 or not is_rollback(chosen.inspection, prior):
+            continue
+        kept_path = slot.output / "pith" / pith_id / "bundle.json"
+        try:
+            kept = inspect_bytes(f"(previous site) pith/{pith_id}/bundle.json", read_bytes(kept_path), options.trust)
+        except FileReadError:
+            kept = None
+        if kept is None or not kept.verified or kept.sha256 != prior.sha256:
+            report.warnings.append(f"{chosen.inspection.rel}: older than the bundle published before, which no "
+                                   f"longer verifies; publishing the input")
+            continue
+        selection.published[pith_id] = Candidate(kept, kept_path, kept_from="the previous site")
+        note = (f"rollback refused: built_at {chosen.inspection.summary.built_at} with "
+                f"{chosen.inspection.summary.event_count} events is older than the published bundle "
+                f"(built_at {prior.built_at}, {prior.event_count} events), which stays published")
+        selection.superseded[chosen.inspection.rel] = note
+        report.warnings.append(f"{chosen.inspection.rel}: pith:{pith_id}: {note}")
+
+
+def refuse_deployed_rollbacks(selection, site: LiveSite, manifest: LiveManifest, options: BuildOptions,
+                               report: BuildReport, scratch: Path) -> None:
+    """Never publish a record older than the deployed mirror's copy, where that copy verifies.
+
+    The manifest only says which records to look at (those it claims are newer); the live bundle then has to
+    verify, be that record's and be newer by its own signed values to be kept.  A claim that is not borne out
+    proves nothing: the input is published, with a warning."""
+    shown = printable(options.deployed)
+    for pith_id, chosen in list(selection.published.items()):
+        claim = manifest.claims.get(pith_id)
+        if claim is None or claim.sha256 == chosen.inspection.sha256 or not is_rollback(chosen.inspection, claim):
+            continue
+        where = f"(live site) pith/{pith_id}/bundle.json"
+        try:
+            raw = site.bundle(pith_id, options.max_bytes)
+        except LiveSiteUnavailable as exc:
+            raw, problem = None, f"could not be read ({printable(str(exc))})"
+        else:
+            problem = "is missing"
+        live = inspect_bytes(where, raw, options.trust) if raw is not None else None
+        if live is not None:
+            if not live.verified:
+                problem = f"does not verify ({live.check}: {printable(live.reason)})"
+            elif live.pith_id != pith_id:
+                problem = f"is another record's (pith:{live.pith_id})"
+            elif not is_rollback(chosen.inspection, PublishedBefore(pith_id, live.sha256, live.summary.built_at,
+                                                                    live.summary.event_count)):
+                problem = "is not newer than the input"
+            else:
+                problem = None
+        if problem is not None:
+            report.warnings.append(f"{chosen.inspection.rel}: pith:{pith_id}: live site {shown} lists a newer bundle "
+                                   f"(built_at {printable(claim.built_at)}), but that bundle {problem}: the claim "
+                                   f"proves nothing; publishing the input")
+            continue
+        kept_path = scratch / f"live-{pith_id}.json"
+        kept_path.write_bytes(raw)
+        selection.published[pith_id] = Candidate(live, kept_path, kept_from="the live site")
+        note = (f"rollback refused: built_at {chosen.inspection.summary.built_at} with "
+                f"{chosen.inspection.summary.event_count} events is older than the live site's verified bundle "
+                f"(built_at {live.summary.built_at}, {live.summary.event_count} events), which stays published")
+        if chosen.kept_from:  # (the previous site's copy was older still: no input file lost a place)
+            continue
+        selection.superseded[chosen.inspection.rel] = note
+        report.warnings.append(f"{chosen.inspection.rel}: pith:{pith_id}: {note}")
+
+
+def record_outcomes(report: BuildReport, inspections: list[Inspection], selection, changed: dict,
+                     memory: BuildMemory | None = None) -> None:
+    rows = memory.report_rows if memory is not None else None
+    for i in inspections:
+        if not i.verified:
+            report.outcomes.append(FileOutcome(i, REJECTED))
+        elif i.rel in selection.superseded:
+            report.outcomes.append(FileOutcome(i, SUPERSEDED, selection.superseded[i.rel]))
+        elif i.pith_id in changed:
+            check, _, reason = changed[i.pith_id].partition(": ")
+            report.outcomes.append(FileOutcome(rejected(i.rel, check, reason), REJECTED))
+        else:
+            # The same result published again keeps its outcome (and its report line).
+            report.outcomes.append(rows.outcome(i, PUBLISHED) if rows is not None else FileOutcome(i, PUBLISHED))
+    for c in selection.published.values():
+        if c.kept_from and c.inspection.pith_id not in changed:
+            report.outcomes.append(FileOutcome(c.inspection, PUBLISHED, f"kept from {c.kept_from}"))
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """The bundle each record publishes (``selection``, in pith-id order), and what the site in the output
+    published before."""
+
+    previous: PreviousSite
+    selection: Selection
+
+    @property
+    def published(self) -> list[PaperSummary]:
+        return [c.inspection.summary for c in self.selection.published.values()]
+
+
+def choose(ctx: BuildContext, inputs: Inputs, verified: Verified) -> Chosen:
+    """One bundle per record, the newest valid one; none older than the previous site's or the deployed
+    mirror's verified copy."""
+    previous = previous_site_of(ctx.options, ctx.slot)
+    ctx.clock.lap("previous_site")
+    selection = select_bundles(ctx.options, verified.inspections, inputs.paths)
+    refuse_rollbacks(selection, previous, ctx.slot, ctx.options, ctx.report)
+    if inputs.deployed_manifest is not None:
+        refuse_deployed_rollbacks(selection, inputs.deployed, inputs.deployed_manifest, ctx.options, ctx.report,
+                                  ctx.scratch)
+    ctx.clock.lap("select")
+    return Chosen(previous, selection)
