@@ -35,10 +35,6 @@ class TrustedKey:
         return hashlib.sha256(self.public_key).hexdigest()[:32]
 
     @property
-    def fingerprint_b32(self) -> str:
-        return base64.b32encode(hashlib.sha256(self.public_key).digest()).decode("ascii")[:26]
-
-    @property
     def public_key_hex(self) -> str:
         return self.public_key.hex()
 

@@ -123,36 +123,6 @@ def page_links(pages: list[Page], page: Page) -> list[Page | None]:
     return links
 
 
-try:
-    from markupsafe import _escape_inner  # MarkupSafe 3: the C escaping of a str (or its pure-Python twin)
-except ImportError:  # MarkupSafe 2, whose escape() is C throughout
-    _escape_inner = None
-
-_new_str = str.__new__
-
-
-def _escape_str_quickly(value: Any) -> Markup:
-    """``markupsafe.escape`` with its most common case, a plain ``str``, made without ``Markup.__new__``, a Python
-    function in MarkupSafe 3 (the same result; a record page escapes ~200 values)."""
-    if type(value) is str:
-        return _new_str(Markup, _escape_inner(value))
-    return escape(value)
-
-
-_escape = escape if _escape_inner is None else _escape_str_quickly
-
-
-class _Template(jinja2.Template):
-    """Templates whose compiled code escapes through ``_escape``: Jinja's compiled module imports ``escape``
-    into its namespace, where the render functions look it up on every value output."""
-
-    @classmethod
-    def from_code(cls, environment, code, globals, uptodate=None):
-        template = super().from_code(environment, code, globals, uptodate)
-        template.root_render_func.__globals__["escape"] = _escape
-        return template
-
-
 class _RenderContext(jinja2.runtime.Context):
     """Jinja routes every call a template makes through ``Context.call``, which first looks the callable over for
     ``pass_context`` and its kin (~1.5 µs a call).  A record's pages make ~70 calls, most of them to the renderer's
@@ -213,7 +183,6 @@ class SiteRenderer:
             page_links=page_links,
         )
         helpers = ("url", "absolute_url", "paper_row", "paper_rows", "check_rows", "page_links")
-        self.env.template_class = _Template
         self.env.context_class = type("RenderContext", (_RenderContext,),
                                       {"direct": frozenset(id(self.env.globals[name]) for name in helpers)})
         self.dirs = dirs

@@ -47,7 +47,6 @@ class Candidate:
 class Selection:
     published: dict[str, Candidate] = field(default_factory=dict)
     superseded: dict[str, str] = field(default_factory=dict)  # rel -> reason
-    rollbacks: list[str] = field(default_factory=list)  # warnings
 
 
 def _newness(inspection: Inspection) -> tuple[str, int, str]:
