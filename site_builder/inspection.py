@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, fields as dataclass_fields
+from dataclasses import dataclass
 
 from site_builder.keys import TrustSet
 from site_builder.records import SUMMARY_FIELDS, PaperSummary, TextOf, summarize, summary_from_values
-from site_builder.slotted import quick_pickling
 from site_builder.strict_json import StrictJSONError, parse_strict_noting_floats
 from site_builder.verification import ALL_PASSED, CheckResult, VerificationWarning, verify_bundle
 
 
-@quick_pickling
 @dataclass(frozen=True, slots=True)
 class Inspection:
     rel: str
@@ -39,27 +37,6 @@ class Inspection:
 
     def error_line(self) -> str:
         return f"{self.rel}: {self.check}: {self.reason}"
-
-
-_CHECKS_AT = [f.name for f in dataclass_fields(Inspection)].index("checks")  # (the pickled state: the fields in order)
-_fields_state, _state_fields = Inspection.__getstate__, Inspection.__setstate__
-
-
-def _getstate(self: Inspection) -> tuple:
-    """The fields' values, with the checks every passed bundle shares as 0: a worker sends 15 results fewer a
-    record (pickling an inspection took 16 µs with them, 4 without), and each process reads them back as its own
-    shared tuple."""
-    state = _fields_state(self)
-    return state if self.checks is not ALL_PASSED else (*state[:_CHECKS_AT], 0, *state[_CHECKS_AT + 1:])
-
-
-def _setstate(self: Inspection, state: tuple) -> None:
-    if type(state[_CHECKS_AT]) is int:
-        state = (*state[:_CHECKS_AT], ALL_PASSED, *state[_CHECKS_AT + 1:])
-    _state_fields(self, state)
-
-
-Inspection.__getstate__, Inspection.__setstate__ = _getstate, _setstate
 
 
 def rejected(rel: str, check: str, reason: str, raw: bytes | None = None) -> Inspection:
@@ -139,7 +116,7 @@ def compact(i: Inspection) -> Inspection:
     """The same inspection holding shared copies of what many records have alike: the check results (nearly
     every bundle's 15 are identical, and a worker process sends each its own copy: 100,000 copies are
     ~300 MB), and the summary's few-valued fields (year, categories, license: ~0.3 KB a record as copies)."""
-    checks = ALL_PASSED if i.checks is ALL_PASSED else _CHECKS_SHARED.get(i.checks)  # (hashing 15 results: 5 µs)
+    checks = ALL_PASSED if i.checks == ALL_PASSED else _CHECKS_SHARED.get(i.checks)  # (hashing 15 results: 5 µs)
     if checks is None:
         checks = i.checks
         if len(_CHECKS_SHARED) < _SHARED_LIMIT:

@@ -16,10 +16,8 @@ from typing import Callable, Iterator, Sequence
 
 from site_builder.canonical import pretty_json
 from site_builder.merge import KNOWN_EVENT_TYPES
-from site_builder.slotted import quick_pickling
 
 
-@quick_pickling
 @dataclass(frozen=True, slots=True)
 class PaperText:
     """A record's words (title, authors, abstract): what its page, its list row and the feeds show of it, and
@@ -30,7 +28,6 @@ class PaperText:
     abstract: str
 
 
-@quick_pickling
 @dataclass(frozen=True, slots=True)
 class TextOf:
     """A record's words held by reference: the sha256 of the verified bundle they are read from again.
@@ -59,7 +56,6 @@ def text_source(reader: Callable[[str, str], PaperText]) -> Iterator[None]:
         _text_reader = before
 
 
-@quick_pickling
 @dataclass(frozen=True, slots=True)
 class PaperSummary:
     """Slotted, like the other classes a build keeps one of per record (result, outcome, candidate): without an
@@ -197,6 +193,7 @@ def _shortened(text: str, limit: int) -> str:
 
 
 SUMMARY_FIELDS = tuple(f.name for f in fields(PaperSummary) if f.init)
+_ALL_SUMMARY_FIELDS = (*SUMMARY_FIELDS, "row_digest")
 # What the row digest covers (in this order): every field, the words as theirs (title, authors, abstract).
 DIGESTED_FIELDS = tuple(digested for name in SUMMARY_FIELDS
                         for digested in ((f.name for f in fields(PaperText)) if name == "text" else (name,)))
@@ -205,8 +202,9 @@ DIGESTED_FIELDS = tuple(digested for name in SUMMARY_FIELDS
 def summary_from_values(values: Sequence, row_digest: str) -> PaperSummary:
     """A summary from its field values (in ``SUMMARY_FIELDS`` order) and the digest computed of them before (in
     the worker, kept in the cache): without computing it again, which is most of making one."""
-    summary = object.__new__(PaperSummary)
-    summary.__setstate__((*values, row_digest))  # the slots in field order, as unpickling sets them
+    summary = object.__new__(PaperSummary)  # (not through __init__, which would compute the digest)
+    for name, value in zip(_ALL_SUMMARY_FIELDS, (*values, row_digest)):
+        object.__setattr__(summary, name, value)
     return summary
 
 

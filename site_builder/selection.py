@@ -13,10 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from site_builder.inspection import Inspection
-from site_builder.slotted import quick_pickling
 
 
-@quick_pickling
 @dataclass(frozen=True, slots=True)
 class PublishedBefore:
     """What the previous build's verification.json says it published for one record."""
@@ -35,7 +33,6 @@ class PreviousSite:
     published: dict[str, PublishedBefore]
 
 
-@quick_pickling
 @dataclass(frozen=True, slots=True)
 class Candidate:
     inspection: Inspection

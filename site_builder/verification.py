@@ -23,7 +23,6 @@ from nacl.signing import VerifyKey
 from site_builder.canonical import CanonicalCache, pith_id_from_digest, title_canon_sha256
 from site_builder.keys import TrustedKey, TrustSet
 from site_builder.merge import UnmergeableEvents, recompute_state
-from site_builder.slotted import quick_pickling
 
 CHECK_ORDER = (
     "structure",
@@ -111,7 +110,6 @@ class CheckFailed(Exception):
     """Raised inside a check; the message is the one-line reason."""
 
 
-@quick_pickling
 @dataclass(frozen=True, slots=True)
 class CheckResult:
     name: str
@@ -125,7 +123,6 @@ ALL_PASSED: tuple[CheckResult, ...] = tuple(CheckResult(name, "passed") for name
 _PASSED = dict(zip(CHECK_ORDER, ALL_PASSED))
 
 
-@quick_pickling
 @dataclass(frozen=True, slots=True)
 class VerificationWarning:
     code: str

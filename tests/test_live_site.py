@@ -2,7 +2,6 @@
 no previous output, only the live site, served here by a local HTTP server or read from a folder."""
 
 import json
-import shutil
 import socket
 import subprocess
 import sys

@@ -23,7 +23,6 @@ from site_builder.parallel import imap_in_workers, in_worker_process, worker_sta
 from site_builder.records import PaperText, paper_text
 from site_builder.rendering import SiteRenderer
 from site_builder.settings import SiteConfig
-from site_builder.slotted import quick_pickling
 from site_builder.stages.context import BuildContext, template_cache
 from site_builder.stages.plan import SitePlan
 from site_builder.stages.publish import OutputTree
@@ -49,7 +48,6 @@ class RecordTask:
     addresses: int  # bit mask of the record's own short addresses (pages.own_addresses): expanded in the worker,
 
 
-@quick_pickling
 @dataclass(frozen=True, slots=True)
 class RecordFiles:
     """What a worker reports of one record it rendered."""
