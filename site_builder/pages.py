@@ -16,6 +16,8 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Callable, Iterable, Iterator
 
+from markupsafe import Markup
+
 from site_builder.canonical import resolver_json
 from site_builder.keys import TrustSet
 from site_builder.loading import StaticFile
@@ -29,7 +31,7 @@ from site_builder.writing import check_relative_path
 # (tests/test_build.py holds every path a build writes to this list.)
 SITE_OWNED = frozenset({".nojekyll", "404.html", "about", "arxiv", "assets", "category", "feed.xml", "index.html",
                         "pagefind", "papers", "pith", "pith-mirrors.json", "pith-signing-key.json", "robots.txt",
-                        "search", "stats", "verification", "verification.json", "year"})
+                        "search", "stats", "verification", "verification.json", "verify", "year"})
 FEED_ENTRIES = 50
 SITEMAP_LIMIT = 50_000
 HOME_RECENT = 20
@@ -442,7 +444,7 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
                           lambda folder=folder, label=label, targets=targets: [(
                               folder + "index.html", renderer.render("ambiguous.html", label=label, targets=targets))]))
 
-    urls = ["", "papers/", "category/", "year/", "stats/", "verification/", "search/"]
+    urls = ["", "papers/", "category/", "year/", "stats/", "verification/", "search/", "verify/"]
     if about_markdown is not None:
         urls.append("about/")
     urls += catalog.record_paths
@@ -454,7 +456,9 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
     def static() -> list[tuple[str, bytes]]:
         files = [("robots.txt", renderer.render("robots.txt")),
                  ("search/index.html", renderer.render("search.html", search_indexes=search_folders)),
-                 ("404.html", renderer.render("404.html")), (".nojekyll", b"")]
+                 ("404.html", renderer.render("404.html")), (".nojekyll", b""),
+                 ("verify/index.html", renderer.render("verifier.html",
+                                                       verify_js=Markup(renderer.asset("verify.js").decode("utf-8"))))]
         if about_markdown is not None:
             files.append(("about/index.html", renderer.render("about.html", about=about_markdown)))
         files += [("assets/" + name, renderer.asset(name)) for name in renderer.asset_names()]

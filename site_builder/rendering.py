@@ -19,6 +19,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 from site_builder import __version__
+from site_builder.categories import category_name
 from site_builder.keys import TrustSet
 from site_builder.settings import SiteConfig
 from site_builder.verification import CHECK_DESCRIPTIONS
@@ -181,6 +182,7 @@ class SiteRenderer:
             paper_rows=self.paper_rows,
             check_rows=self.check_rows,
             page_links=page_links,
+            category_name=category_name,
         )
         helpers = ("url", "absolute_url", "paper_row", "paper_rows", "check_rows", "page_links")
         self.env.context_class = type("RenderContext", (_RenderContext,),

@@ -343,6 +343,8 @@ def _make_handler(options: ServeOptions, live: LiveState):
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
+            if content_type.startswith("application/json"):  # (as GitHub Pages does: verifiers elsewhere may fetch it)
+                self.send_header("Access-Control-Allow-Origin", "*")
             for k, v in (extra or {}).items():
                 self.send_header(k, v)
             self.end_headers()

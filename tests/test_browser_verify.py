@@ -141,3 +141,129 @@ def test_browser_without_ed25519_says_so_and_never_claims_verified(site):
         state, checks, message = run_verify(page, url + f"pith/{IDS[0]}/")
     assert state == "unsupported" and checks == []
     assert "no Ed25519" in message and "Nothing was verified" in message
+
+
+def _edited_page(site, tmp_path, pith_id, edit):
+    """A copy of the site where only the record's page was edited (its bundle.json left as it was)."""
+    copy = tmp_path / "site"
+    shutil.copytree(site, copy)
+    page = copy / "pith" / pith_id / "index.html"
+    html = page.read_text("utf-8")
+    edited = edit(html)
+    assert edited != html
+    page.write_text(edited, "utf-8")
+    return copy
+
+
+@pytest.mark.parametrize("field, edit", [
+    ("title", lambda html: html.replace('data-field="title" data-pagefind-meta="title">',
+                                        'data-field="title" data-pagefind-meta="title">Nightmare: ', 1)),
+    ("authors", lambda html: html.replace('<p class="authors" data-field="authors">',
+                                          '<p class="authors" data-field="authors">Mallory Evil, ', 1)),
+    ("abstract", lambda html: html.replace('<span data-field="abstract">', '<span data-field="abstract">Not ', 1)),
+    ("categories", lambda html: html.replace('<span class="cat-code">', '<span class="cat-code">hep-th ', 1)),
+    ("submitted", lambda html: __import__("re").sub(r'(data-field="submitted" datetime="[^"]*">)\d{4}',
+                                                   r"\g<1>1999", html, count=1)),
+])
+def test_a_page_edited_by_the_host_fails_and_names_the_field(site, tmp_path, field, edit):
+    """The bundle still verifies; what the reader sees does not match it."""
+    copy = _edited_page(site, tmp_path, IDS[0], edit)
+    with serve(copy) as url, chromium() as browser:
+        page = browser.new_page()
+        state, checks, message = run_verify(page, url + f"pith/{IDS[0]}/")
+        chip = page.inner_text("#mirror-chip")
+        panel = page.get_attribute("#verification-panel", "class")
+    assert state == "failed"
+    assert f"page: {field}" in {name for name, cls in checks if cls == "failed"}
+    assert message.startswith("FAILED") and f"page: {field}" in message
+    assert "failed" in chip and "✓" not in chip and "failed" in panel.split()
+
+
+def test_an_intact_page_verifies_with_every_field_compared_and_shows_the_signed_values(site):
+    with serve(site) as url, chromium() as browser:
+        page = browser.new_page()
+        for pith_id, bundle in zip(IDS, REAL):
+            state, checks, message = run_verify(page, url + f"pith/{pith_id}/")
+            assert state == "verified", (message, checks)
+            compared = {name for name, cls in checks if name.startswith("page: ") and cls == "passed"}
+            assert {"page: title", "page: authors", "page: pith number", "page: arXiv id and version",
+                    "page: submitted", "page: categories", "page: abstract", "page: claims"} <= compared
+            shown = page.inner_text("#verify-in-browser dl.verified-values")
+            assert bundle["pith_number"] in shown and bundle["canonical_record"]["source"]["id"] in shown
+
+
+@pytest.fixture(scope="module")
+def site_with_claims(tmp_path_factory):
+    """A record whose claims hold Markdown (emphasis, a link, code, a list), signed with a key the test makes."""
+    from signing import TestKey, sign_bundle, to_bytes
+    root = tmp_path_factory.mktemp("claims")
+    key = TestKey()
+    trust = load_trust_set([key.write(root / "k.json")])
+    b = json.loads(REAL_FILES[0].read_bytes())
+    snapshot = next(e for e in b["events"] if e["event_type"] == "graph_snapshot")["payload"]["graph_snapshot"]
+    snapshot["claims"]["items"] = [
+        {"claim_id": "C1", "kind": "main_result", "status": "supported",
+         "text": "The **scheduler** cuts training time by *30 %* on [eight GPUs](https://example.org/gpus)."},
+        {"claim_id": "C2", "kind": "limitation", "status": "not_checked",
+         "text": "Needs `NCCL` and:\n\n- a fast network\n- 1. fixed batch sizes"},
+    ]
+    snapshot["claims"]["count"] = 2
+    (root / "bundles").mkdir()
+    (root / "bundles" / "r.json").write_bytes(to_bytes(sign_bundle(b, key)))
+    build(BuildOptions(bundles=root / "bundles", output=root / "site", trust=trust, search=False))
+    pith_id = json.loads((root / "bundles" / "r.json").read_bytes())["pith_number"].rsplit(":", 1)[1]
+    return root / "site", pith_id
+
+
+def test_claims_in_markdown_are_compared_with_what_the_page_shows(site_with_claims, tmp_path):
+    site, pith_id = site_with_claims
+    with serve(site) as url, chromium() as browser:
+        state, checks, message = run_verify(browser.new_page(), url + f"pith/{pith_id}/")
+    assert state == "verified" and ["page: claims", "passed"] in checks, message
+    copy = _edited_page(site, tmp_path, pith_id,
+                        lambda html: html.replace("<strong>scheduler</strong>", "<strong>optimizer</strong>", 1))
+    with serve(copy) as url, chromium() as browser:
+        state, checks, _ = run_verify(browser.new_page(), url + f"pith/{pith_id}/")
+    assert state == "failed" and ["page: claims", "failed"] in checks
+
+
+def _verify_in_standalone(page, bundle_path=None, url=None):
+    if bundle_path is not None:
+        page.set_input_files("#file", str(bundle_path))
+    else:
+        page.fill("#url", url)
+        page.click("#fetch")
+    page.wait_for_function("!['idle', 'running'].includes(document.getElementById('result').dataset.state)")
+    return page.eval_on_selector("#result", "e => e.dataset.state"), page.inner_text("#result")
+
+
+def test_the_standalone_verifier_works_from_disk_with_no_request_but_the_bundle(site, tmp_path):
+    saved = tmp_path / "pith-verifier.html"
+    shutil.copy(site / "verify" / "index.html", saved)
+    tampered = tmp_path / "tampered.json"
+    tampered.write_bytes(REAL_FILES[1].read_bytes().replace(b'"title":"', b'"title":"X', 1))
+    with chromium() as browser:
+        page = browser.new_page()
+        requests = []
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(saved.as_uri())
+        state, text = _verify_in_standalone(page, REAL_FILES[0])
+        assert state == "verified", text
+        assert REAL[0]["pith_number"] in text and REAL[0]["canonical_record"]["source"]["id"] in text
+        state, text = _verify_in_standalone(page, tampered)
+        assert state == "failed" and "FAILED" in text
+    assert requests == [saved.as_uri()]
+
+
+def test_the_standalone_verifier_fetches_a_record_by_its_page_url(site, tmp_path):
+    copy = tmp_path / "site"
+    shutil.copytree(site, copy)
+    bundle = copy / "pith" / IDS[2] / "bundle.json"
+    with serve(copy) as url, chromium() as browser:
+        page = browser.new_page()
+        page.goto(url + "verify/")
+        state, text = _verify_in_standalone(page, url=url + f"pith/{IDS[2]}/")
+        assert state == "verified" and REAL[2]["pith_number"] in text
+        bundle.write_bytes(bundle.read_bytes().replace(b'"built_at":"2', b'"built_at":"1', 1))
+        state, text = _verify_in_standalone(page, url=url + f"pith/{IDS[2]}/")
+        assert state == "failed"

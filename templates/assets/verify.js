@@ -189,6 +189,96 @@
     return checks;
   }
 
+  // ---- what the page shows, against the verified bundle ----
+  // The page's signed fields are read from their visible text (never from attributes a host could leave intact
+  // while editing the text), normalised as the templates write them.
+  function norm(s) { return String(s == null ? "" : s).replace(/\s+/g, " ").trim(); }
+  function str(m, k) { var v = m instanceof Map ? m.get(k) : undefined; return typeof v === "string" ? v : ""; }
+  function splitAuthors(t) { return t.split(/,\s*|\s+and\s+/).map(function (a) { return a.trim(); }).filter(Boolean); }
+  function plainMarkdown(s) {  // (the words of Markdown as its rendering shows them: syntax, links' targets and list markers aside)
+    return norm(String(s).replace(/!?\[([^\]]*)\]\([^)]*\)/g, "$1").replace(/^\s*(?:(?:[-*+]|\d+[.)])\s+)+/gm, "")
+      .replace(/[^\p{L}\p{N}]+/gu, " "));
+  }
+  var SHOWN_AUTHORS = 10;
+
+  function signedValues(b) {
+    var record = b.get("canonical_record"), source = record.get("source"), meta = record.get("metadata");
+    var snapshot = null;
+    b.get("events").forEach(function (e) {
+      if (e.get("event_type") === "graph_snapshot") snapshot = e.get("payload").get("graph_snapshot");
+    });
+    var paper = snapshot instanceof Map ? snapshot.get("paper") : null;
+    var id = source.get("id"), version = pyNumber(source.get("version"));
+    var primary = meta.get("primary_cat");
+    var claims = [], items = snapshot instanceof Map && snapshot.get("claims") instanceof Map ? snapshot.get("claims").get("items") : null;
+    (Array.isArray(items) ? items : []).forEach(function (c) {
+      if (c instanceof Map) claims.push({ id: str(c, "claim_id"), kind: str(c, "kind").replace(/_/g, " "),
+                                          text: str(c, "text"), status: str(c, "status").replace(/_/g, " ") });
+    });
+    return {
+      title: norm(str(paper, "title")) || "arXiv:" + id + "v" + version,
+      authors: splitAuthors(str(paper, "authors_text")),
+      pith_number: b.get("pith_number"),
+      arxiv: "arXiv:" + id + " v" + version,
+      submitted: meta.get("submitted_at").slice(0, 10),
+      categories: [primary].concat(meta.get("cross_cats_sorted").filter(function (c) { return c !== primary; })),
+      abstract: norm(str(paper, "abstract_excerpt")),
+      claims: claims
+    };
+  }
+
+  function comparePage(doc, v) {
+    var results = [];
+    function text(sel) { var el = doc.querySelector(sel); return el ? norm(el.textContent) : null; }
+    function check(field, shown, signed) {
+      var ok = shown === signed;
+      results.push({ name: "page: " + field, ok: ok, field: field,
+                     detail: ok ? "the page shows what the bundle signs" :
+                       "the page shows " + JSON.stringify(shown === null ? "(nothing)" : shown).slice(0, 200) +
+                       ", the signed bundle says " + JSON.stringify(signed).slice(0, 200) });
+    }
+    check("title", text('[data-field="title"]'), v.title);
+    var first = v.authors.slice(0, SHOWN_AUTHORS), rest = v.authors.slice(SHOWN_AUTHORS);
+    check("authors", text('[data-field="authors"]'), first.length ? first.join(", ") : "Authors not given");
+    check("more authors", text('[data-field="more-authors"]'), rest.length ? "et al. (" + rest.length + " more) " + rest.join(", ") : null);
+    check("pith number", text('[data-field="pith_number"]'), v.pith_number);
+    check("arXiv id and version", text('[data-field="arxiv"]'), v.arxiv);
+    check("submitted", text('[data-field="submitted"]'), v.submitted);
+    check("categories", Array.from(doc.querySelectorAll('[data-field="categories"] .cat-code'), function (e) { return norm(e.textContent); }).join(" "),
+          v.categories.join(" "));
+    check("abstract", text('[data-field="abstract"]'), v.abstract || null);
+    var shownClaims = Array.from(doc.querySelectorAll('[data-field="claims"] [data-claim]'), function (el) {
+      function part(sel) { var p = el.querySelector(sel); return p ? norm(p.textContent) : ""; }
+      return [part(".claim-id"), part(".kind"), plainMarkdown(part(".claim-text")), part(".status")].join(" | ");
+    });
+    check("claims", shownClaims.join(" || "), v.claims.map(function (c) {
+      return [norm(c.id), norm(c.kind), plainMarkdown(c.text), norm(c.status)].join(" | ");
+    }).join(" || "));
+    return results;
+  }
+
+  function showValues(root, v) {
+    var dl = root.querySelector("dl.verified-values");
+    if (!dl) { dl = document.createElement("dl"); dl.className = "verified-values"; root.appendChild(dl); }
+    dl.textContent = "";
+    [["Title", v.title], ["Authors", v.authors.length ? v.authors.slice(0, SHOWN_AUTHORS).join(", ") +
+      (v.authors.length > SHOWN_AUTHORS ? ", et al. (" + v.authors.length + " authors)" : "") : "not given"],
+     ["arXiv", v.arxiv], ["Submitted", v.submitted], ["Categories", v.categories.join(" ")],
+     ["Pith number", v.pith_number]].forEach(function (row) {
+      var dt = document.createElement("dt"), dd = document.createElement("dd");
+      dt.textContent = row[0]; dd.textContent = row[1];
+      dl.appendChild(dt); dl.appendChild(dd);
+    });
+  }
+
+  function markFailed(root) {
+    var panel = root.closest(".panel"), chip = document.getElementById("mirror-chip");
+    if (panel) { panel.classList.remove("verified"); panel.classList.add("failed"); }
+    var heading = panel && panel.querySelector("h2");
+    if (heading) heading.textContent = "Verification FAILED in your browser";
+    if (chip) { chip.classList.remove("ok"); chip.classList.add("bad"); chip.textContent = "✗ failed verification in your browser"; }
+  }
+
   function attach() {
     var root = document.getElementById("verify-in-browser");
     if (!root) return;
@@ -207,7 +297,13 @@
         var pinned = JSON.parse(document.getElementById("pinned-keys").textContent);
         var response = await fetch(root.dataset.bundle, { cache: "no-store" });
         if (!response.ok) throw new Error("could not fetch bundle.json (HTTP " + response.status + ")");
-        var checks = await verifyBundle(await response.text(), pinned);
+        var text = await response.text();
+        var checks = await verifyBundle(text, pinned);
+        var values = null;
+        if (checks.every(function (c) { return c.ok; })) {
+          values = signedValues(parseJSON(text));
+          checks = checks.concat(comparePage(document, values));
+        }
         checks.forEach(function (c) {
           var li = document.createElement("li");
           li.className = c.ok ? "passed" : "failed";
@@ -217,19 +313,28 @@
         });
         var failed = checks.filter(function (c) { return !c.ok; });
         root.dataset.state = failed.length ? "failed" : "verified";
-        out.textContent = failed.length ? "FAILED: " + failed.map(function (c) { return c.name; }).join(", ") +
-          " — this copy of the bundle does not match what the pinned key signed." :
-          "Verified in your browser: every digest recomputed and every signature checked against the pinned key.";
+        if (failed.length) {
+          markFailed(root);
+          var onPage = failed.filter(function (c) { return c.field; });
+          out.textContent = "FAILED: " + failed.map(function (c) { return c.name; }).join(", ") + " — " +
+            (onPage.length ? "this page does not show what the pinned key signed." :
+                             "this copy of the bundle does not match what the pinned key signed.");
+        } else {
+          out.textContent = "Verified in your browser: every digest recomputed, every signature checked against the pinned key, and every signed field this page shows compared with the bundle. The signed values:";
+          showValues(root, values);
+        }
       } catch (e) {
-        root.dataset.state = "error";
-        out.textContent = "Could not verify: " + e.message;
+        root.dataset.state = "failed";
+        markFailed(root);
+        out.textContent = "FAILED: could not verify: " + e.message;
       } finally {
         button.disabled = false;
       }
     });
   }
 
-  global.PithVerify = { parseJSON: parseJSON, canonical: canonical, verifyBundle: verifyBundle, ed25519Supported: ed25519Supported };
+  global.PithVerify = { parseJSON: parseJSON, canonical: canonical, verifyBundle: verifyBundle, ed25519Supported: ed25519Supported,
+                       signedValues: signedValues, comparePage: comparePage };
   if (typeof document !== "undefined") {
     if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", attach); else attach();
   }
