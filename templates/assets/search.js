@@ -11,6 +11,11 @@ window.addEventListener("DOMContentLoaded", function () {
     bundlePath: indexes[0],
     mergeIndex: indexes.slice(1).map(function (path) { return { bundlePath: path }; }),
   });
+  (function label() {  // Pagefind's input has only a title; give it a name that assistive technology reads
+    var input = document.querySelector("#search input");
+    if (!input) return window.requestAnimationFrame(label);
+    input.setAttribute("aria-label", "Search titles, authors, abstracts, arXiv ids and pith numbers");
+  })();
   var q = new URLSearchParams(window.location.search).get("q");
   if (q) ui.triggerSearch(q);
 });

@@ -1,0 +1,139 @@
+"""What a reader sees, in headless Chromium at a desktop and a phone width, in light and dark: accessibility
+(axe-core), no squeezed columns or sideways scrolling, long author lists folded, and links to read the paper."""
+
+import json
+from pathlib import Path
+
+import axe_playwright_python
+import pytest
+
+from site_builder.build import BuildOptions, build
+from site_builder.keys import load_trust_set
+
+from browser import chromium, serve
+from conftest import REAL_FILES
+from signing import TestKey, sign_bundle, to_bytes, with_paper
+
+pytestmark = pytest.mark.slow  # (headless Chromium)
+
+AXE = (Path(axe_playwright_python.__file__).parent / "axe.min.js").read_text("utf-8")
+WIDTHS = {"desktop": 1280, "phone": 390}
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The real records re-signed with a test key, and one with 3,000 authors, built with the search index."""
+    root = tmp_path_factory.mktemp("reader")
+    key = TestKey()
+    trust = load_trust_set([key.write(root / "k.json")])
+    bundles = root / "bundles"
+    bundles.mkdir()
+    for p in REAL_FILES:
+        (bundles / p.name).write_bytes(to_bytes(sign_bundle(json.loads(p.read_bytes()), key)))
+    many = with_paper(json.loads(REAL_FILES[0].read_bytes()),
+                      authors_text=", ".join(f"Author Number{i}" for i in range(3000)))
+    many["canonical_record"]["source"]["id"] = "2004.99998"
+    raw = to_bytes(sign_bundle(many, key))
+    (bundles / "many.json").write_bytes(raw)
+    (bundles / "a-rejected-file-with-a-long-name.json").write_bytes(raw.replace(b"Author Number7,", b"Author Number8,"))
+    build(BuildOptions(bundles=bundles, output=root / "site", trust=trust))
+    ids = [json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1] for p in REAL_FILES]
+    return root / "site", ids, json.loads(raw)["pith_number"].rsplit(":", 1)[1]
+
+
+def page_types(ids):
+    return {"home": "", "paper": f"pith/{ids[0]}/", "listing": "papers/", "category": "category/cs.DC/",
+            "groups": "category/", "search": "search/", "verification": "verification/", "stats": "stats/",
+            "verifier": "verify/", "404": "no/such/page/"}
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("width", ["desktop", "phone"])
+def test_axe_finds_no_serious_violation_on_any_page_type(site, scheme, width):
+    folder, ids, _ = site
+    problems = []
+    with serve(folder) as url, chromium() as browser:
+        page = browser.new_page(viewport={"width": WIDTHS[width], "height": 900}, color_scheme=scheme)
+        for name, path in page_types(ids).items():
+            page.goto(url + path)
+            if name == "search":  # with results on screen, as a reader sees them
+                page.fill("input[type=search], #search input", "TensorOpt")
+                page.wait_for_timeout(1500)
+            page.add_script_tag(content=AXE)
+            found = page.evaluate("async () => (await axe.run(document, {resultTypes: ['violations']})).violations")
+            problems += [f"{name}: {v['id']} ({v['impact']}, {len(v['nodes'])} nodes)" for v in found
+                         if v["impact"] in ("serious", "critical")]
+    assert problems == []
+
+
+@pytest.mark.parametrize("path", ["paper", "verification"])
+def test_no_table_column_is_squeezed_and_nothing_scrolls_sideways_on_a_phone(site, path):
+    folder, ids, _ = site
+    with serve(folder) as url, chromium() as browser:
+        page = browser.new_page(viewport={"width": 390, "height": 800})
+        page.goto(url + page_types(ids)[path])
+        assert page.evaluate("document.scrollingElement.scrollWidth") <= 390
+        # A squeezed column breaks a short word over lines ("r/e/j/e/c/t/e/d", "2026-/07-/05"): no visible cell
+        # whose text is one word of up to 30 characters may take two lines.
+        narrow = page.evaluate("""() => Array.from(document.querySelectorAll('main td, main th')).filter(c => {
+                const text = c.textContent.trim(), line = parseFloat(getComputedStyle(c).lineHeight) || 20;
+                return c.offsetParent !== null && text && !/\\s/.test(text) && text.length <= 30
+                    && getComputedStyle(c).display !== 'inline' && c.getBoundingClientRect().height > 1.8 * line;
+            }).map(c => c.textContent.trim())""")
+        assert narrow == []
+
+
+def test_status_headers_do_not_wrap_on_a_desktop(site):
+    folder, ids, _ = site
+    with serve(folder) as url, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(url + page_types(ids)["paper"])
+        heights = page.evaluate("""() => Array.from(document.querySelectorAll('th'), th => [th.textContent,
+            th.getBoundingClientRect().height, parseFloat(getComputedStyle(th).lineHeight)])""")
+    assert heights and all(h < 2 * line for _, h, line in heights), heights
+
+
+def test_a_long_author_list_is_folded_one_click_from_the_whole(site):
+    folder, _, many = site
+    html = (folder / "pith" / many / "index.html").read_bytes()
+    assert len(html) < 150_000
+    with serve(folder) as url, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(url + f"pith/{many}/")
+        assert page.evaluate("document.scrollingElement.scrollHeight") < 6000
+        assert page.inner_text("[data-field=authors]").count("Author Number") == 10
+        assert page.inner_text("details.more-authors summary") == "et al. (2990 more)"
+        assert not page.is_visible("text=Author Number2999")
+        page.click("details.more-authors summary")
+        assert page.is_visible("text=Author Number2999")
+        page.goto(url + "papers/")
+        row = page.inner_text(f"li:has(a[href$='pith/{many}/'])")
+        assert "et al. (2990 more)" in row and "Author Number10," not in row
+
+
+def test_a_paper_page_links_to_read_and_cite_the_paper(site):
+    folder, ids, _ = site
+    bundle = json.loads(REAL_FILES[0].read_bytes())
+    source, meta = bundle["canonical_record"]["source"], bundle["canonical_record"]["metadata"]
+    versioned = f"{source['id']}v{source['version']}"
+    with serve(folder) as url, chromium() as browser:
+        page = browser.new_page(viewport={"width": 390, "height": 800})
+        page.goto(url + f"pith/{ids[0]}/")
+        links = page.eval_on_selector_all(".read a", "els => els.map(a => [a.textContent, a.href])")
+        assert [text for text, _ in links] == ["Abstract on arXiv", "PDF", "HTML", "Source"]
+        assert [href for _, href in links] == [f"https://arxiv.org/{kind}/{versioned}" for kind in
+                                               ("abs", "pdf", "html", "src")]
+        assert page.is_visible(".read a.primary")  # above the fold on a phone
+        assert page.eval_on_selector(".read a.primary", "a => a.getBoundingClientRect().bottom") < 800
+        assert page.inner_text(".cite-as") == f"Cite as: arXiv:{versioned} [{meta['primary_cat']}]"
+        assert "Distributed, Parallel, and Cluster Computing" in page.inner_text("[data-field=categories]")
+
+
+def test_dark_mode_declares_its_colour_scheme_for_form_controls(site):
+    folder, ids, _ = site
+    with serve(folder) as url, chromium() as browser:
+        page = browser.new_page(color_scheme="dark")
+        page.goto(url + "search/")
+        scheme = page.evaluate("getComputedStyle(document.documentElement).colorScheme")
+        background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert "dark" in scheme and background == "rgb(20, 20, 20)"
