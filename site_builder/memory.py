@@ -37,7 +37,7 @@ class BuildMemory:
     unit_keys: dict[str, tuple[str, object, str]] = field(default_factory=dict)  # unit -> (build key, material, key)
     inputs: dict[str, tuple[str, str, Inspection]] = field(default_factory=dict)  # rel -> (stat, trust, result)
     selection: tuple[list[Candidate], Selection] | None = None  # last candidates and what select() made of them
-    record_keys: tuple[str, dict[str, tuple]] | None = None  # build key; pith id -> (sha256, addresses, key)
+    record_keys: tuple[str, dict[str, tuple]] | None = None  # build key; pith id -> (sha256, addresses, versions, key)
     list_rows: tuple[str, dict[str, bytes]] | None = None  # build key; row digest -> a record's list row (UTF-8)
 
     def close(self) -> None:

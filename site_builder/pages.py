@@ -43,16 +43,30 @@ def paper_dir(pith_id: str) -> str:
     return f"pith/{pith_id}/"
 
 
+def other_versions(published: Iterable[PaperSummary]) -> dict[str, tuple[tuple[int, str], ...]]:
+    """For each record with other versions of its paper in the site: their (version, pith id), by version."""
+    by_paper: dict[str, list[tuple[int, str]]] = {}
+    for p in published:
+        by_paper.setdefault(p.arxiv_id, []).append((p.version, p.pith_id))
+    found = {}
+    for versions in by_paper.values():
+        if len(versions) > 1:
+            versions.sort()
+            for _, pid in versions:
+                found[pid] = tuple(v for v in versions if v[1] != pid)
+    return found
+
+
 def paper_files(renderer: SiteRenderer, raw: bytes, bundle: dict, summary: PaperSummary,
                 checks: tuple[CheckResult, ...], warnings: tuple[VerificationWarning, ...],
-                mask: int = 0) -> Iterator[tuple[str, bytes]]:
+                mask: int = 0, versions: tuple[tuple[int, str], ...] = ()) -> Iterator[tuple[str, bytes]]:
     """One record's files (``record_files``): its page, mirrored JSON, badge, and the short addresses in *mask*
-    (see ``own_addresses``), which lead only to it."""
+    (see ``own_addresses``), which lead only to it.  *versions*: the other versions of the paper in the site."""
     info = detail(bundle, summary)
     page, bundle_path, state, well_known, badge, *redirects = record_files(summary.pith_id, summary.arxiv_id,
                                                                             summary.version, mask)
     yield page, renderer.render(
-        "paper.html", paper=info, p=summary, checks=checks, warnings=warnings,
+        "paper.html", paper=info, p=summary, checks=checks, warnings=warnings, other_versions=versions,
         jsonld=scholarly_article(renderer, info),
         state_recomputed=Verdict(checks, warnings).state_recomputed)
     yield bundle_path, raw

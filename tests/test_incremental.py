@@ -147,6 +147,31 @@ def test_removing_one_of_two_versions_of_a_paper_hands_its_addresses_to_the_othe
     assert tree(out) == tree(clean)
 
 
+def test_versions_of_a_paper_link_each_other_and_stay_exact_as_they_come_and_go(project):
+    """The other versions a page links are inputs of its unit key: adding or removing a version renders the
+    pages of the others again (an incremental build kept a link to a removed version)."""
+    trust = both_keys()
+    out, clean = project / "site", project / "clean"
+    v1, v2 = project / "bundles" / "gen2.json", project / "bundles" / "gen2-v2.json"
+    v1.write_bytes(make_bundle(2, version=1))
+    build(opts(project, out, trust))
+    ids = {}
+    v2.write_bytes(make_bundle(2, version=2))
+    build(opts(project, out, trust))
+    for version, path in ((1, v1), (2, v2)):
+        ids[version] = json.loads(path.read_bytes())["pith_number"].rsplit(":", 1)[1]
+    page = lambda version: (out / "pith" / ids[version] / "index.html").read_text()  # noqa: E731
+    assert f'href="/pith/{ids[2]}/"' in page(1) and f'href="/pith/{ids[1]}/"' in page(2)
+    build(opts(project, clean, trust, use_cache=False))
+    assert tree(out) == tree(clean)
+    v2.unlink()
+    build(opts(project, out, trust))
+    assert "Other versions in this mirror" not in page(1)
+    shutil.rmtree(clean)
+    build(opts(project, clean, trust, use_cache=False))
+    assert tree(out) == tree(clean)
+
+
 def test_one_change_rebuilds_only_that_record(project):
     trust = both_keys()
     out = project / "site"

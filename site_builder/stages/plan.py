@@ -22,6 +22,7 @@ from site_builder.pages import (
     catalogue,
     collection_units,
     groups,
+    other_versions,
     plan_redirects,
     recatalogue,
     replan_redirects,
@@ -111,21 +112,24 @@ def moved_ids(before: list[tuple], now: list[tuple]) -> set[str]:
     return {entry[0] for entry in set(before).symmetric_difference(now)}
 
 
-def keys_of_records(options: BuildOptions, build_key: str, selection, plan: RedirectPlan) -> dict[str, str]:
-    """A record's key covers the build key, its bytes and its short addresses."""
+def keys_of_records(options: BuildOptions, build_key: str, selection, plan: RedirectPlan,
+                    versions: dict[str, tuple]) -> dict[str, str]:
+    """A record's key covers the build key, its bytes, its short addresses and the other versions of its paper
+    in the site (its page links to them)."""
     memory = options.memory
     memo = memory.record_keys[1] if memory is not None and memory.record_keys and \
         memory.record_keys[0] == build_key else {}
     keys, seen = {}, {}
     for pid, chosen in selection.published.items():
         sha, redirects = chosen.inspection.sha256, plan.per_record.get(pid, 0)  # (the bytes give the record's ids)
+        others = versions.get(pid, ())
         hit = memo.get(pid)
-        if hit is not None and hit[0] == sha and hit[1] == redirects:
-            key = hit[2]
+        if hit is not None and hit[0] == sha and hit[1] == redirects and hit[2] == others:
+            key = hit[3]
         else:
-            key = hashlib.sha256(f"{build_key}\0{sha}\0{redirects!r}".encode()).hexdigest()
+            key = hashlib.sha256(f"{build_key}\0{sha}\0{redirects!r}\0{others!r}".encode()).hexdigest()
         keys[pid] = key
-        seen[pid] = (sha, redirects, key)
+        seen[pid] = (sha, redirects, others, key)
     if memory is not None:
         memory.record_keys = (build_key, seen)
     return keys
@@ -229,6 +233,7 @@ class SitePlan:
     chosen: Chosen
     published: list[PaperSummary]  # the records the site shows, in pith-id order
     addresses: RedirectPlan
+    versions: dict[str, tuple[tuple[int, str], ...]]  # pith id -> the other versions of its paper: (version, id)
     record_keys: dict[str, str]
     renderer: SiteRenderer
     catalog: Catalogue
@@ -255,7 +260,8 @@ def plan(ctx: BuildContext, inputs: Inputs, verified: Verified, chosen: Chosen) 
     published = chosen.published
     addresses = plan_addresses(options, published)
     ctx.clock.lap("plan_addresses")
-    record_keys = keys_of_records(options, ctx.build_key, chosen.selection, addresses)
+    versions = other_versions(published)
+    record_keys = keys_of_records(options, ctx.build_key, chosen.selection, addresses, versions)
     ctx.clock.lap("record_keys")
     renderer = site_renderer(options, ctx.dirs, ctx.build_key, ctx.cache)
     catalog = catalogue_of(options, published)
@@ -271,7 +277,7 @@ def plan(ctx: BuildContext, inputs: Inputs, verified: Verified, chosen: Chosen) 
     record_outcomes(ctx.report, verified.inspections, chosen.selection, {}, ctx.memory)
     build_id, report_doc = identify(ctx.build_key, ctx.report, units, options)
     ctx.clock.lap("identify")
-    return SitePlan(chosen, published, addresses, record_keys, renderer, catalog, layout, shards, collection, units,
+    return SitePlan(chosen, published, addresses, versions, record_keys, renderer, catalog, layout, shards, collection, units,
                     planned_search, build_id, report_doc)
 
 

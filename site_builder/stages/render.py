@@ -46,6 +46,8 @@ class RecordTask:
     source: str | Path
     inspection: Inspection
     addresses: int  # bit mask of the record's own short addresses (pages.own_addresses): expanded in the worker,
+    # since 100,000 records' addresses as strings are ~90 MB held for the whole render stage
+    versions: tuple[tuple[int, str], ...] = ()  # the other versions of the paper in the site: (version, pith id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +81,7 @@ def render_record(task: RecordTask) -> RecordFiles:
     bundle = orjson.loads(raw)
     summary = inspection.summary.with_words(paper_text(bundle))  # (the build holds them by reference)
     for rel, data in paper_files(worker_state["renderer"], raw, bundle, summary, inspection.checks, inspection.warnings,
-                                 task.addresses):
+                                 task.addresses, task.versions):
         if data is raw and raw_at is not None:
             staging.write_twin(rel, raw_at, data)
         else:
@@ -127,7 +129,8 @@ def render_records(ctx: BuildContext, site: SitePlan, out: OutputTree) -> dict[s
     for pid, chosen in site.selection.published.items():
         reused = out.place(f"record:{pid}", site.record_keys[pid])
         if reused is None:
-            to_render.append(RecordTask(chosen.source, chosen.inspection, site.addresses.per_record.get(pid, 0)))
+            to_render.append(RecordTask(chosen.source, chosen.inspection, site.addresses.per_record.get(pid, 0),
+                                        site.versions.get(pid, ())))
         else:
             units[f"record:{pid}"] = (site.record_keys[pid], reused)
             report.files_reused += file_count(reused)
