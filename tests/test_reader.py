@@ -137,3 +137,36 @@ def test_dark_mode_declares_its_colour_scheme_for_form_controls(site):
         scheme = page.evaluate("getComputedStyle(document.documentElement).colorScheme")
         background = page.evaluate("getComputedStyle(document.body).backgroundColor")
     assert "dark" in scheme and background == "rgb(20, 20, 20)"
+
+
+def _search(page, url, query):
+    page.goto(url + "search/?q=" + query)
+    page.wait_for_function("document.querySelector('.pagefind-ui__message') && "
+                           "!/^Searching|^Loading/i.test(document.querySelector('.pagefind-ui__message').textContent)",
+                           timeout=15000)
+    page.wait_for_timeout(300)  # (the results of the last keystroke settle)
+    return page.eval_on_selector_all(".pagefind-ui__result", """els => els.filter(e => !e.hidden).map(e => [
+        e.querySelector('.pagefind-ui__result-link').getAttribute('href'),
+        (e.querySelector('.pagefind-ui__result-excerpt') || {}).textContent || ''])""")
+
+
+def test_search_returns_the_record_meant_and_nothing_for_boilerplate(site):
+    folder, ids, _ = site
+    bundle = json.loads(REAL_FILES[0].read_bytes())
+    abstract = next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")[
+        "payload"]["graph_snapshot"]["paper"]["abstract_excerpt"]
+    with serve(folder) as url, chromium() as browser:
+        page = browser.new_page()
+        for query in ["xyzzyq", "completeness", "verified", "license", "bitcoin", "excerpt", "fingerprint"]:
+            assert _search(page, url, query) == [], query
+        results = _search(page, url, "TensorOpt")
+        assert results and results[0][0].endswith(f"pith/{ids[0]}/")
+        excerpt = " ".join(results[0][1].split())
+        assert "pith:" not in excerpt and ids[0] not in excerpt
+        assert excerpt[:30] in " ".join(abstract.split()) or "TensorOpt" in excerpt
+        for query in ["cs.DC", "2004.10856", ids[0][:8]]:  # categories and ids are still found
+            assert any(href.endswith(f"pith/{ids[0]}/") for href, _ in _search(page, url, query)), query
+        page.goto(url + "search/?q=the")
+        page.wait_for_selector(".pagefind-ui__filter-panel, .pagefind-ui__filter-name", timeout=15000)
+        filters = page.inner_text(".pagefind-ui__filter-panel")
+        assert "category" in filters.lower() and "year" in filters.lower()

@@ -16,6 +16,31 @@ window.addEventListener("DOMContentLoaded", function () {
     if (!input) return window.requestAnimationFrame(label);
     input.setAttribute("aria-label", "Search titles, authors, abstracts, arXiv ids and pith numbers");
   })();
+  // Pagefind answers a word it does not hold with the words that share the longest prefix with it ("xyzzyq"
+  // finds "X", "verified" finds "version"): a result is shown only if a word its excerpt marks is the query's
+  // word, or a prefix of a query word that ends where the query's punctuation splits it ("2004" of
+  // "2004.10856"); an excerpt around a near miss marks nothing, or the shorter word.
+  function matches(mark, term) {
+    return mark.startsWith(term) || (term.startsWith(mark) && !/[\p{L}\p{N}]/u.test(term.charAt(mark.length)));
+  }
+  function dropNearMisses() {
+    var input = document.querySelector("#search input"), message = document.querySelector(".pagefind-ui__message");
+    if (!input || !message) return;
+    var terms = input.value.toLowerCase().split(/\s+/).filter(Boolean);
+    var shown = 0;
+    document.querySelectorAll(".pagefind-ui__result").forEach(function (result) {
+      var marks = Array.from(result.querySelectorAll("mark"), function (m) { return m.textContent.toLowerCase(); });
+      var keep = marks.some(function (m) { return terms.some(function (t) { return matches(m, t); }); });
+      if (result.hidden !== !keep) result.hidden = !keep;
+      if (keep) shown++;
+    });
+    var total = document.querySelectorAll(".pagefind-ui__result").length;
+    if (total && shown < total && !/more results/.test(message.textContent)) {
+      var text = shown ? shown + (shown === 1 ? " result" : " results") + " for " + input.value : "No results for " + input.value;
+      if (message.textContent !== text) message.textContent = text;
+    }
+  }
+  new MutationObserver(dropNearMisses).observe(document.getElementById("search"), { childList: true, subtree: true });
   var q = new URLSearchParams(window.location.search).get("q");
   if (q) ui.triggerSearch(q);
 });
