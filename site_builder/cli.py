@@ -247,6 +247,15 @@ def cmd_build(args) -> int:
         hint = " (of bytes or inodes: see df -h and df -i)" if exc.errno == errno.ENOSPC else ""
         say(f"error: {where}{exc.strerror or exc}{hint}; previous output left untouched", err=True)
         return EXIT_USAGE
+    _tell(report, args, config)
+    say(report.summary_line())
+    if args.strict and report.rejected:
+        return EXIT_REJECTED
+    return EXIT_OK
+
+
+def _tell(report, args, config) -> None:
+    """What a build has to say besides its summary line: rejections, caveats and notes (on stderr)."""
     for outcome in report.rejected:
         say(f"REJECTED {outcome.inspection.error_line()}", err=True)
     if not args.quiet:
@@ -259,6 +268,10 @@ def cmd_build(args) -> int:
         say(f"NOTE {report.twin_note}", err=True)
     if report.cache_note and not args.quiet:
         say(f"NOTE {report.cache_note}", err=True)
+    if not config.has_origin and not args.quiet:
+        say(f"NOTE base_url {config.base_url} is not a full URL: feeds, the sitemap and social links hold "
+            f"site-internal addresses, and copied snippets are completed in the reader's browser; build a "
+            f"deployed site with --base-url https://... (its own address)", err=True)
     if args.verbose:
         for outcome in report.outcomes:
             if outcome.status == "published":
@@ -269,10 +282,6 @@ def cmd_build(args) -> int:
         say(report.stage_line(), err=True)
     if args.verbose and report.saved_in_background:
         say("the build cache is being saved in the background (a next build waits for it)", err=True)
-    say(report.summary_line())
-    if args.strict and report.rejected:
-        return EXIT_REJECTED
-    return EXIT_OK
 
 
 def _verify_items(path: Path) -> list[Inspection | InputFile]:

@@ -466,10 +466,12 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
     units.append(Unit("sitemap", [SITEMAP_LIMIT, urls], lambda: list(_sitemaps(renderer, urls))))
 
     search_folders = list(search_folders)
+    category_keys, year_keys = [c.key for c in cats], [y.key for y in years]
 
     def static() -> list[tuple[str, bytes]]:
         files = [("robots.txt", renderer.render("robots.txt")),
-                 ("search/index.html", renderer.render("search.html", search_indexes=search_folders)),
+                 ("search/index.html", renderer.render("search.html", search_indexes=search_folders,
+                                                       filter_categories=category_keys, filter_years=year_keys)),
                  ("404.html", renderer.render("404.html")), (".nojekyll", b""),
                  ("verify/index.html", renderer.render("verifier.html",
                                                        verify_js=Markup(renderer.asset("verify.js").decode("utf-8"))))]
@@ -477,7 +479,7 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
             files.append(("about/index.html", renderer.render("about.html", about=about_markdown)))
         files += [("assets/" + name, renderer.asset(name)) for name in renderer.asset_names()]
         return files
-    units.append(Unit("static", [about_markdown, search_folders], static))
+    units.append(Unit("static", [about_markdown, search_folders, category_keys, year_keys], static))
     units.append(Unit("manifest", [updated], lambda: _manifests(config, trust, updated)))
     if static_files is not None:
         units.append(static_files)

@@ -259,6 +259,34 @@ class PaperDetail:
     completeness: tuple[tuple[str, int], ...]
     references_resolved: int
     integrity_clean: bool | None
+    status_chips: tuple[tuple[str, bool], ...] = ()  # the resolver's: author attested, anchored, stored, refs
+    references_count: int = 0
+    integrity: Integrity | None = None  # the integrity scan the graph snapshot carries, when it ran
+
+
+@dataclass(frozen=True)
+class Integrity:
+    clean: bool | None
+    critical: int
+    advisory: int
+    informational: int
+    findings: int
+    detectors: tuple[str, ...]
+
+
+def _count(value: object) -> int:
+    return value if type(value) is int and value >= 0 else 0
+
+
+def _integrity(scan: object) -> Integrity | None:
+    if not isinstance(scan, dict) or scan.get("available") is not True:
+        return None
+    summary = scan.get("summary") if isinstance(scan.get("summary"), dict) else {}
+    detectors = scan.get("detectors_run") if isinstance(scan.get("detectors_run"), list) else []
+    findings = scan.get("findings") if isinstance(scan.get("findings"), list) else []
+    return Integrity(scan.get("clean") if isinstance(scan.get("clean"), bool) else None, _count(summary.get("critical")),
+                     _count(summary.get("advisory")), _count(summary.get("informational")), len(findings),
+                     tuple(d for d in detectors if isinstance(d, str)))
 
 
 def _text(value: object) -> str:
@@ -352,6 +380,10 @@ def detail(bundle: dict, summary: PaperSummary) -> PaperDetail:
     current = bundle["state"].get("current") or {}
     completeness = tuple((label, len(current.get(key) or [])) for label, key in _COMPLETENESS)
     references = snapshot.get("references") or {}
+    have = lambda key: bool(current.get(key))  # noqa: E731
+    chips = (("author attested", have("author_attestations")), ("externally anchored", have("timestamp_anchors")),
+             ("storage verified", have("storage_attestations")),
+             ("references resolved", _count(references.get("resolved_work")) > 0))
     integrity = snapshot.get("integrity") or {}
     return PaperDetail(
         summary=summary,
@@ -369,4 +401,7 @@ def detail(bundle: dict, summary: PaperSummary) -> PaperDetail:
         completeness=completeness,
         references_resolved=references.get("resolved_work", 0) if isinstance(references.get("resolved_work"), int) else 0,
         integrity_clean=integrity.get("clean") if isinstance(integrity.get("clean"), bool) else None,
+        status_chips=chips,
+        references_count=_count(references.get("count")),
+        integrity=_integrity(integrity),
     )

@@ -183,6 +183,7 @@ class SiteRenderer:
             check_rows=self.check_rows,
             page_links=page_links,
             category_name=category_name,
+            site_url=self.site_url,
         )
         helpers = ("url", "absolute_url", "paper_row", "paper_rows", "check_rows", "page_links")
         self.env.context_class = type("RenderContext", (_RenderContext,),
@@ -191,6 +192,13 @@ class SiteRenderer:
         self.rows: dict[str, bytes] = rows if rows is not None else {}
         self._templates: dict[str, jinja2.Template] = {}
         self._check_rows: dict[tuple, Markup] = {}
+
+    def site_url(self, path: str) -> Markup | str:
+        """A URL for the reader to copy: absolute where base_url has an origin; otherwise the site-internal path,
+        marked for the page's script to complete from the address the page was loaded from."""
+        if self.config.has_origin:
+            return self.config.absolute_url(path)
+        return Markup('<span class="site-url">%s</span>') % self.config.url(path)
 
     def paper_row(self, paper) -> Markup:
         """A record's row in a list of papers (``_paper_row.html``), rendered once and reused by every list page

@@ -276,6 +276,16 @@ def test_a_full_disk_is_one_line_and_the_previous_site_stays(bundles_dir, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")) == [".site.lock"]
 
 
+def test_a_build_without_a_full_base_url_says_once_that_a_deploy_should_set_one(bundles_dir, tmp_path):
+    for base, said in [(None, True), ("https://mirror.example.org/", False)]:
+        flags = ["--base-url", base] if base else []
+        proc = cli("build", "--bundles", bundles_dir, "--output", tmp_path / f"out{said}", "--no-search", *flags)
+        notes = [line for line in proc.stderr.splitlines() if line.startswith("NOTE base_url")]
+        assert proc.returncode == 0 and len(notes) == (1 if said else 0), proc.stderr
+    proc = cli("build", "--bundles", bundles_dir, "--output", tmp_path / "quiet", "--no-search", "--quiet")
+    assert "NOTE" not in proc.stderr
+
+
 def test_a_build_says_why_it_linked_no_twin(bundles_dir, tmp_path, free_inodes, capsys):
     """Where the output's file system is short of inodes (tmpfs counts hard links) the build links no twin and
     says so in one line, unless --quiet; with room, it says nothing of it."""
@@ -285,7 +295,7 @@ def test_a_build_says_why_it_linked_no_twin(bundles_dir, tmp_path, free_inodes, 
     for name, flags, said in [("a", [], True), ("b", ["--quiet"], False)]:
         args = ["build", "--bundles", str(bundles_dir), "--output", str(tmp_path / name), "--no-search", *flags]
         assert cli_module.main(args) == 0
-        notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("NOTE ")]
+        notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("NOTE no twin")]
         assert len(notes) == (1 if said else 0)
         assert all(re.fullmatch(rf"NOTE no twin linked: {re.escape(str(tmp_path))} has 100 inodes free, and a site "
                                 r"this size with its twin wants [1-9][0-9,]*; the next build, which needs room for a "

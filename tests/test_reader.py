@@ -9,6 +9,7 @@ import pytest
 
 from site_builder.build import BuildOptions, build
 from site_builder.keys import load_trust_set
+from site_builder.settings import SiteConfig
 
 from browser import chromium, serve
 from conftest import REAL_FILES
@@ -166,7 +167,66 @@ def test_search_returns_the_record_meant_and_nothing_for_boilerplate(site):
         assert excerpt[:30] in " ".join(abstract.split()) or "TensorOpt" in excerpt
         for query in ["cs.DC", "2004.10856", ids[0][:8]]:  # categories and ids are still found
             assert any(href.endswith(f"pith/{ids[0]}/") for href, _ in _search(page, url, query)), query
-        page.goto(url + "search/?q=the")
-        page.wait_for_selector(".pagefind-ui__filter-panel, .pagefind-ui__filter-name", timeout=15000)
-        filters = page.inner_text(".pagefind-ui__filter-panel")
-        assert "category" in filters.lower() and "year" in filters.lower()
+        everything = {href for href, _ in _search(page, url, "training")}
+        assert len(everything) >= 2
+        page.select_option("#filter-category", "stat.ML")
+        page.wait_for_timeout(200)
+        in_dc = page.eval_on_selector_all(".pagefind-ui__result", """els => els.filter(e => !e.hidden).map(e =>
+            e.querySelector('.pagefind-ui__result-link').getAttribute('href'))""")
+        assert in_dc and set(in_dc) < everything and f"/pith/{ids[0]}/" in in_dc
+        assert page.inner_text(".pagefind-ui__message").startswith(f"{len(in_dc)} result")
+        page.select_option("#filter-category", "")
+        page.select_option("#filter-year", bundle["canonical_record"]["metadata"]["submitted_at"][:4])
+        page.wait_for_timeout(200)
+        years = page.eval_on_selector_all(".pagefind-ui__result", """els => els.filter(e => !e.hidden).map(e =>
+            e.querySelector('[data-pagefind-ui-meta=year]').textContent.trim())""")
+        assert years and set(years) == {"Year: " + bundle["canonical_record"]["metadata"]["submitted_at"][:4]}
+
+
+def test_the_404_page_finds_a_pith_number_in_other_case_and_offers_a_search(site):
+    folder, ids, _ = site
+    with serve(folder) as url, chromium() as browser:
+        page = browser.new_page()
+        page.goto(url + f"pith/{ids[0][:8].lower()}/")
+        page.wait_for_url(url + f"pith/{ids[0]}/")
+        page.goto(url + f"pith/{ids[0].lower()}/")
+        page.wait_for_url(url + f"pith/{ids[0]}/")
+        page.goto(url + "papers/tensoropt-paper/")
+        link = page.get_attribute("#suggest-link", "href")
+        assert page.is_visible("#suggest") and link == "/search/?q=tensoropt-paper"
+        page.goto(url + "nowhere/")
+        assert page.inner_text("#suggest-term") == "nowhere"
+
+
+def test_the_resolvers_sections_are_shown_from_the_bundle(site):
+    folder, ids, _ = site
+    bundle = json.loads(REAL_FILES[0].read_bytes())
+    with serve(folder) as url, chromium() as browser:
+        page = browser.new_page()
+        page.goto(url + f"pith/{ids[0]}/")
+        chips = page.eval_on_selector_all(".chips li", "els => els.map(e => e.textContent.trim())")
+        assert chips[0] == "✓ verified by this mirror"
+        assert [c.removeprefix("✓ ").removeprefix("not ") for c in chips[1:]] == [
+            "author attested", "externally anchored", "storage verified", "references resolved"]
+        integrity = page.inner_text("ul.integrity")
+        assert "Integrity scan: clean" in integrity and "References: 0 listed, 0 resolved" in integrity
+        assert bundle["canonical_sha256"] in page.inner_text("#canonical-hash")
+        assert page.inner_text("#latex") == f"\\usepackage{{pith}}\n\\pithnumber{{{ids[0]}}}"
+        assert "Add to your LaTeX paper" in page.inner_text("#cite")
+        assert page.get_attribute("#on-the-resolver a", "href") == f"https://pith.science/pith/{ids[0]}"
+
+
+def test_copied_snippets_hold_full_urls(site, tmp_path):
+    folder, ids, _ = site
+    with serve(folder) as url, chromium() as browser:  # (built with base_url "/": completed in the browser)
+        page = browser.new_page()
+        page.goto(url + f"pith/{ids[0]}/")
+        assert f"curl -s {url}pith/{ids[0]}/bundle.json -o bundle.json" in page.inner_text("pre.snippet")
+        assert f'src="{url}pith/{ids[0]}/badge.svg"' in page.inner_text("#badge")
+    out = tmp_path / "full"
+    build(BuildOptions(bundles=REAL_FILES[0].parent, output=out, trust=load_trust_set(), search=False,
+                       config=SiteConfig(base_url="https://mirror.example.org/m/")))
+    pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    html = (out / "pith" / pid / "index.html").read_text()
+    assert f"curl -s https://mirror.example.org/m/pith/{pid}/bundle.json" in html and "site-url" not in html
+    assert f'<meta property="og:url" content="https://mirror.example.org/m/pith/{pid}/">' in html

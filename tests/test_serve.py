@@ -116,6 +116,15 @@ def _up(url):
         return False
 
 
+def test_json_is_served_to_other_origins_as_github_pages_does(server):
+    """A verifier on another origin (the standalone one, opened from disk) may fetch a record's bundle."""
+    _, _, base, _, _ = server
+    with urllib.request.urlopen(base + f"pith/{IDS[0]}/bundle.json", timeout=5) as r:
+        assert r.headers.get("Access-Control-Allow-Origin") == "*"
+    with urllib.request.urlopen(base + f"pith/{IDS[0]}/", timeout=5) as r:
+        assert r.headers.get("Access-Control-Allow-Origin") is None
+
+
 def test_changes_are_served_live(server):
     root, key, base, port, _ = server
     bundles = root / "bundles"

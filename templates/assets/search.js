@@ -27,20 +27,35 @@ window.addEventListener("DOMContentLoaded", function () {
     var input = document.querySelector("#search input"), message = document.querySelector(".pagefind-ui__message");
     if (!input || !message) return;
     var terms = input.value.toLowerCase().split(/\s+/).filter(Boolean);
+    var category = document.getElementById("filter-category").value, year = document.getElementById("filter-year").value;
+    function meta(result, name) {
+      var tag = result.querySelector('[data-pagefind-ui-meta="' + name + '"]');
+      return tag ? tag.textContent.replace(/^[^:]*:\s*/, "").trim().split(/\s+/) : [];
+    }
     var shown = 0;
     document.querySelectorAll(".pagefind-ui__result").forEach(function (result) {
       var marks = Array.from(result.querySelectorAll("mark"), function (m) { return m.textContent.toLowerCase(); });
-      var keep = marks.some(function (m) { return terms.some(function (t) { return matches(m, t); }); });
+      var keep = marks.some(function (m) { return terms.some(function (t) { return matches(m, t); }); })
+        && (!category || meta(result, "categories").indexOf(category) >= 0) && (!year || meta(result, "year").indexOf(year) >= 0);
       if (result.hidden !== !keep) result.hidden = !keep;
       if (keep) shown++;
     });
     var total = document.querySelectorAll(".pagefind-ui__result").length;
-    if (total && shown < total && !/more results/.test(message.textContent)) {
-      var text = shown ? shown + (shown === 1 ? " result" : " results") + " for " + input.value : "No results for " + input.value;
-      if (message.textContent !== text) message.textContent = text;
+    var text = null;
+    if (total && shown < total) {
+      if (!message.dataset.pagefind || message.dataset.query !== input.value) {
+        message.dataset.pagefind = message.textContent;
+        message.dataset.query = input.value;
+      }
+      text = shown ? shown + (shown === 1 ? " result" : " results") + " for " + input.value : "No results for " + input.value;
+    } else if (message.dataset.pagefind) {
+      text = message.dataset.pagefind;
     }
+    if (text !== null && message.textContent !== text) message.textContent = text;
+    if (shown === total) delete message.dataset.pagefind;
   }
   new MutationObserver(dropNearMisses).observe(document.getElementById("search"), { childList: true, subtree: true });
+  ["filter-category", "filter-year"].forEach(function (id) { document.getElementById(id).addEventListener("change", dropNearMisses); });
   var q = new URLSearchParams(window.location.search).get("q");
   if (q) ui.triggerSearch(q);
 });
