@@ -305,7 +305,7 @@ def test_a_build_says_why_it_linked_no_twin(bundles_dir, tmp_path, free_inodes, 
     free_inodes["count"] = 10**6
     args = ["build", "--bundles", str(bundles_dir), "--output", str(tmp_path / "c"), "--no-search"]
     assert cli_module.main(args) == 0
-    assert "NOTE" not in capsys.readouterr().err and (tmp_path / ".c.prev").is_dir()
+    assert "NOTE no twin" not in capsys.readouterr().err and (tmp_path / ".c.prev").is_dir()
 
 
 def test_an_output_that_cannot_be_made_is_one_line(bundles_dir):
