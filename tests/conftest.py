@@ -1,12 +1,16 @@
 import json
 import os
+import copy
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-from site_builder.keys import load_trust_set
+from site_builder.build import BuildOptions
+from site_builder.keys import TrustSet, key_from_document, load_trust_set
+
+from generate import benchmark_key, make_bundle
+from signing import TestKey, sign_bundle, to_bytes, with_paper
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLES = ROOT / "bundles"
@@ -21,9 +25,6 @@ def tree(root: Path) -> dict[str, bytes]:
 
 def real_and_generated_bundles(folder: Path, generated: int) -> Path:
     """Make *folder* hold the real bundles and *generated* benchmark bundles (``gen0.json``, ...)."""
-    if str(ROOT / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-    from generate import make_bundle
     folder.mkdir(parents=True)
     for p in REAL_FILES:
         shutil.copy(p, folder / p.name)
@@ -96,3 +97,45 @@ def free_inodes(monkeypatch) -> dict[str, int]:
 
     monkeypatch.setattr(os, "statvfs", statvfs)
     return free
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A project folder: the real bundles and six generated ones in ``bundles/``, an empty ``templates/``."""
+    real_and_generated_bundles(tmp_path / "bundles", 6)
+    (tmp_path / "templates").mkdir()
+    return tmp_path
+
+
+def both_keys() -> TrustSet:
+    """The resolver's pinned key and the benchmark key the generated bundles are signed with."""
+    return TrustSet(tuple(sorted(load_trust_set().keys + (key_from_document(benchmark_key().document()),),
+                                 key=lambda k: k.key_id)))
+
+
+def opts(project: Path, output: Path, trust: TrustSet, **kw) -> BuildOptions:
+    """Build options for *project* into *output* (no search index unless asked)."""
+    return BuildOptions(bundles=project / "bundles", output=output, trust=trust, templates=project / "templates",
+                        search=kw.pop("search", False), **kw)
+
+
+def signed_version(base: dict, key: TestKey, title: str, built_at: str, extra_events: int = 0) -> bytes:
+    """*base* re-signed with *key*, with another title and built_at, and *extra_events* more graph snapshots."""
+    b = with_paper(base, title=title)
+    b["built_at"] = built_at
+    snap = next(e for e in b["events"] if e["event_type"] == "graph_snapshot")
+    for n in range(extra_events):
+        e = copy.deepcopy(snap)
+        e["payload"]["graph_snapshot"]["paper"]["headline"] = f"revision {n}"
+        e["created_at"] = f"2026-10-0{n + 1}T00:00:00Z"
+        b["events"].append(e)
+    return to_bytes(sign_bundle(b, key))
+
+
+def signed_project(tmp_path: Path) -> tuple[TestKey, TrustSet, Path, dict]:
+    """A test key, the trust set of it alone, an empty bundles folder, and a real bundle to make versions of."""
+    key = TestKey()
+    trust = load_trust_set([key.write(tmp_path / "k.json")])
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    return key, trust, bundles, json.loads(REAL_FILES[0].read_bytes())

@@ -99,7 +99,6 @@ def test_floor_with_pages_writes_the_records_rendered_files(tmp_path, pages):
 
     from conftest import REAL_FILES
     from site_builder.records import summarize
-    sys.path.insert(0, str(BENCHMARKS))
     import bench_floor
 
     out = tmp_path / "out"
@@ -128,7 +127,6 @@ def test_floor_with_pages_writes_the_records_rendered_files(tmp_path, pages):
 
 
 def test_file_system_type_is_the_longest_mount_point_holding_the_path():
-    sys.path.insert(0, str(BENCHMARKS))
     from bench_build import file_system_type, in_memory
 
     mounts = ("/dev/vda / ext4 rw 0 0\n"
@@ -146,7 +144,6 @@ def test_build_benchmark_in_memory_deletes_an_earlier_runs_trees_before_building
     """On tmpfs a run's trees are memory: with the last run's still there, a 100,000-record full build was killed
     by the out-of-memory killer.  There they are deleted before the first build (elsewhere after the last)."""
     shm = Path("/dev/shm")
-    sys.path.insert(0, str(BENCHMARKS))
     from bench_build import in_memory
 
     assert in_memory(shm), "/dev/shm is expected to be a tmpfs on Linux"

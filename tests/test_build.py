@@ -205,13 +205,10 @@ def test_worker_processes_build_what_one_process_builds_and_render_the_list_rows
     processes, one per usable core; the site is byte for byte the one a single process builds, and the main
     process renders no row.  The report counts the CPU of each stage where it was spent."""
     import os
-    import sys
 
     from site_builder.parallel import PARALLEL_THRESHOLD
     from site_builder.rendering import SiteRenderer
 
-    from conftest import ROOT
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     from generate import generate
 
     bundles = generate(tmp_path / "bundles", PARALLEL_THRESHOLD + 16)

@@ -15,9 +15,8 @@ from site_builder.cache import BuildCache
 from site_builder.cache_key import user_cache_key
 
 from conftest import ROOT
-from test_incremental import both_keys, opts, project, tree  # noqa: F401 (project: the same fixture)
+from conftest import both_keys, opts, tree
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
 from generate import make_bundle  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""The build cache is untrusted input: nothing planted in a project's cache folder publishes a forgery or runs code.
+"""The build cache is untrusted input: nothing planted in a trust_project's cache folder publishes a forgery or runs code.
 
 Each attack is made of real bytes: a bundle that claims the pinned key's id and fingerprint, embeds the pinned
 key and carries correct hashes, but is signed by another key (so only the signature checks reject it), and cache
@@ -44,7 +44,7 @@ def forged_bytes() -> bytes:
 
 
 @pytest.fixture
-def project(tmp_path) -> Path:
+def trust_project(tmp_path) -> Path:
     bundles = tmp_path / "bundles"
     bundles.mkdir()
     for p in REAL_FILES[1:]:
@@ -53,23 +53,23 @@ def project(tmp_path) -> Path:
     return tmp_path
 
 
-def cache_folder(project: Path) -> Path:
-    return project / ".site-builder-cache" / "site"
+def cache_folder(trust_project: Path) -> Path:
+    return trust_project / ".site-builder-cache" / "site"
 
 
-def cli_build(project: Path, *flags: str, env: dict | None = None, output: str = "site",
+def cli_build(trust_project: Path, *flags: str, env: dict | None = None, output: str = "site",
               code: str | None = None) -> subprocess.CompletedProcess:
     """``site-builder build`` in a real process (*code*: run first, in that process, as a patched builder)."""
-    argv = ["build", "--bundles", str(project / "bundles"), "--output", str(project / output), "--no-search", *flags]
+    argv = ["build", "--bundles", str(trust_project / "bundles"), "--output", str(trust_project / output), "--no-search", *flags]
     program = f"{code or ''}\nimport sys\nfrom site_builder.cli import main\nsys.exit(main({argv!r}))"
-    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=project,
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=trust_project,
                           env=env, timeout=300)
 
 
-def wait_for_saver(project: Path) -> None:
+def wait_for_saver(trust_project: Path) -> None:
     """The detached saver of the last command-line build has finished (it holds the cache's lock)."""
     import fcntl
-    lock = cache_folder(project) / "cache.lock"
+    lock = cache_folder(trust_project) / "cache.lock"
     if lock.exists():
         fd = os.open(lock, os.O_RDWR)
         try:
@@ -78,18 +78,18 @@ def wait_for_saver(project: Path) -> None:
             os.close(fd)
 
 
-def assert_as_without_cache(project: Path, result: subprocess.CompletedProcess, strict: bool) -> None:
+def assert_as_without_cache(trust_project: Path, result: subprocess.CompletedProcess, strict: bool) -> None:
     """The build rejected the forgery for its signature, published the genuine bundles, and left exactly the
     tree a build with no cache at all leaves."""
     assert result.returncode == (1 if strict else 0), result.stderr
     assert "REJECTED forged.json: receipt_signature:" in result.stderr
     summary = result.stdout.strip().splitlines()[-1]
     assert summary.startswith(f"{len(REAL_FILES)} bundles read, {len(REAL_FILES) - 1} published, 1 rejected"), summary
-    site = tree(project / "site")
+    site = tree(trust_project / "site")
     assert not any(FORGED_TITLE.encode() in data for data in site.values())
-    clean = cli_build(project, "--no-cache", output="clean")
+    clean = cli_build(trust_project, "--no-cache", output="clean")
     assert clean.returncode == 0, clean.stderr
-    assert site == tree(project / "clean")
+    assert site == tree(trust_project / "clean")
 
 
 class _RunsCode:
@@ -124,36 +124,36 @@ def test_the_payloads_do_what_they_claim(tmp_path):
 
 @pytest.mark.parametrize("payload", ["code-execution", "build-opcode"])
 @pytest.mark.parametrize("strict", [pytest.param(False, marks=pytest.mark.slow), True])
-def test_planted_pickles_in_the_cache_folder_are_never_loaded(project, payload, strict):
+def test_planted_pickles_in_the_cache_folder_are_never_loaded(trust_project, payload, strict):
     """A fork that force-adds a snapshot, or a cache file, holding a pickle: under every name a cache file has
     had (the snapshot, with and without the header builders wrote; the SQLite file itself; its journal)."""
-    marker = project / "payload-ran"
+    marker = trust_project / "payload-ran"
     data = payloads(marker)[payload]
-    folder = cache_folder(project)
+    folder = cache_folder(trust_project)
     folder.mkdir(parents=True)
     header = b"site-builder memory " + b"0" * 12 + b"/4\n"
     for name, content in [("memory.pickle", header + data), ("memory.pickle.raw", data), ("cache.sqlite", data),
                           ("cache.sqlite-wal", data)]:
         (folder / name).write_bytes(content)
     flags = ("--strict", "--no-twin") if strict else ()
-    result = cli_build(project, *flags)
+    result = cli_build(trust_project, *flags)
     assert not marker.exists()
-    assert_as_without_cache(project, result, strict)
+    assert_as_without_cache(trust_project, result, strict)
 
 
 @pytest.mark.slow
-def test_a_pickle_planted_over_a_genuine_cache_is_never_loaded(project):
-    marker = project / "payload-ran"
-    first = cli_build(project)
+def test_a_pickle_planted_over_a_genuine_cache_is_never_loaded(trust_project):
+    marker = trust_project / "payload-ran"
+    first = cli_build(trust_project)
     assert first.returncode == 0, first.stderr
-    wait_for_saver(project)
+    wait_for_saver(trust_project)
     for name, data in payloads(marker).items():
-        (cache_folder(project) / "memory.pickle").write_bytes(data)
-        (project / "bundles" / REAL_FILES[1].name).touch()  # (not a no-op: the build plans)
-        result = cli_build(project, "--strict")
-        wait_for_saver(project)
+        (cache_folder(trust_project) / "memory.pickle").write_bytes(data)
+        (trust_project / "bundles" / REAL_FILES[1].name).touch()  # (not a no-op: the build plans)
+        result = cli_build(trust_project, "--strict")
+        wait_for_saver(trust_project)
         assert not marker.exists(), name
-        assert_as_without_cache(project, result, strict=True)
+        assert_as_without_cache(trust_project, result, strict=True)
 
 
 def _template_cache_names() -> list[tuple[str, str]]:
@@ -165,38 +165,38 @@ def _template_cache_names() -> list[tuple[str, str]]:
     return [(name, finder.get_cache_key(name, env.loader.get_source(env, name)[1])) for name in names]
 
 
-def test_planted_compiled_templates_never_run(project):
+def test_planted_compiled_templates_never_run(trust_project):
     """Jinja's bytecode format starts with a pickled checksum and holds marshalled code: files planted under the
     predictable names, in Jinja's own file format and in the builder's (with a made-up tag), run nothing."""
-    marker = project / "payload-ran"
+    marker = trust_project / "payload-ran"
     rce = pickle.dumps(_RunsCode(marker), protocol=2)
     code = compile(f"open({str(marker)!r}, 'w').close()", "<planted>", "exec")
     import marshal
     jinja_file = jinja2.bccache.bc_magic + rce
     code_file = jinja2.bccache.bc_magic + pickle.dumps("checksum", 2) + marshal.dumps(code)
-    folder = cache_folder(project) / "templates"
+    folder = cache_folder(trust_project) / "templates"
     folder.mkdir(parents=True)
     names = _template_cache_names()
     assert len(names) > 10
     for _, key in names:
         (folder / f"__jinja2_{key}.cache").write_bytes(jinja_file)
         (folder / f"{key}.jbc").write_bytes(b"0" * 64 + jinja_file)
-    first = cli_build(project, "--strict")
+    first = cli_build(trust_project, "--strict")
     assert not marker.exists()
-    assert_as_without_cache(project, first, strict=True)
-    wait_for_saver(project)
+    assert_as_without_cache(trust_project, first, strict=True)
+    wait_for_saver(trust_project)
     for _, key in names:  # and once more, with the other payload over the files the build wrote
         (folder / f"{key}.jbc").write_bytes(b"f" * 64 + code_file)
-    (project / "bundles" / REAL_FILES[1].name).touch()
-    again = cli_build(project, "--strict")
+    (trust_project / "bundles" / REAL_FILES[1].name).touch()
+    again = cli_build(trust_project, "--strict")
     assert not marker.exists()
-    assert_as_without_cache(project, again, strict=True)
+    assert_as_without_cache(trust_project, again, strict=True)
 
 
-def _patched_verifier_result(project: Path) -> tuple[str, str]:
+def _patched_verifier_result(trust_project: Path) -> tuple[str, str]:
     """(sha256, cache data) of what a builder whose signature checks accept anything says of the forgery."""
     from site_builder import verification
-    raw = (project / "bundles" / "forged.json").read_bytes()
+    raw = (trust_project / "bundles" / "forged.json").read_bytes()
     real = verification._verify_ed25519
     verification._verify_ed25519 = lambda *args: None
     try:
@@ -209,17 +209,17 @@ def _patched_verifier_result(project: Path) -> tuple[str, str]:
 
 @pytest.mark.parametrize("tags", ["another-users-key", *(pytest.param(t, marks=pytest.mark.slow)
                                                          for t in ("none", "made-up", "copied-from-genuine-rows"))])
-def test_forged_passed_rows_with_matching_stat_rows_publish_nothing(project, tags, tmp_path_factory):
+def test_forged_passed_rows_with_matching_stat_rows_publish_nothing(trust_project, tags, tmp_path_factory):
     """Rows saying "passed" for the forgery's digest, and a stat row pointing the file at that digest, planted
     into a genuine cache: with no tag, a made-up tag, tags taken from genuine rows, or tags made with another
     user's key."""
-    first = cli_build(project, "--strict")
+    first = cli_build(trust_project, "--strict")
     assert first.returncode == 1
-    wait_for_saver(project)
-    sha, data = _patched_verifier_result(project)
+    wait_for_saver(trust_project)
+    sha, data = _patched_verifier_result(trust_project)
     trust = load_trust_set().identity()
-    sig = stat_signature((project / "bundles" / "forged.json").stat())
-    db = sqlite3.connect(cache_folder(project) / "cache.sqlite")
+    sig = stat_signature((trust_project / "bundles" / "forged.json").stat())
+    db = sqlite3.connect(cache_folder(trust_project) / "cache.sqlite")
     genuine_file_tag, = db.execute("SELECT tag FROM files WHERE rel != 'forged.json' LIMIT 1").fetchone()
     genuine_result_tag, = db.execute("SELECT tag FROM inspections LIMIT 1").fetchone()
     if tags == "another-users-key":
@@ -233,45 +233,45 @@ def test_forged_passed_rows_with_matching_stat_rows_publish_nothing(project, tag
     db.execute("DELETE FROM meta WHERE key LIKE 'quick%'")  # (the last build's no-op answer would say "rejected")
     db.commit()
     db.close()
-    result = cli_build(project, "--strict")
-    assert_as_without_cache(project, result, strict=True)
+    result = cli_build(trust_project, "--strict")
+    assert_as_without_cache(trust_project, result, strict=True)
 
 
 PATCHED_BUILDER = "import site_builder.verification as v; v._verify_ed25519 = lambda *args: None"
 
 
 @pytest.mark.parametrize("strict", [True, pytest.param(False, marks=pytest.mark.slow)])
-def test_a_cache_and_site_left_by_another_users_patched_builder_count_for_nothing(project, tmp_path_factory,
+def test_a_cache_and_site_left_by_another_users_patched_builder_count_for_nothing(trust_project, tmp_path_factory,
                                                                                   strict):
-    """Someone else (another HOME: another key) builds in the project with a builder whose signature checks
+    """Someone else (another HOME: another key) builds in the trust_project with a builder whose signature checks
     accept anything: its cache says the forgery passed, its site publishes it, and its no-op answer says that
     site is current.  The owner's next build trusts none of it."""
     other_home = tmp_path_factory.mktemp("other-user")
     env = {**os.environ, "XDG_CACHE_HOME": str(other_home)}
-    theirs = cli_build(project, "--strict", env=env, code=PATCHED_BUILDER)
+    theirs = cli_build(trust_project, "--strict", env=env, code=PATCHED_BUILDER)
     assert theirs.returncode == 0, theirs.stderr  # the patched builder published the forgery...
-    assert any(FORGED_TITLE.encode() in data for data in tree(project / "site").values())
-    again = cli_build(project, env=env, code=PATCHED_BUILDER)
+    assert any(FORGED_TITLE.encode() in data for data in tree(trust_project / "site").values())
+    again = cli_build(trust_project, env=env, code=PATCHED_BUILDER)
     assert "output is up to date" in again.stderr  # ... and its cache vouches for that site
-    wait_for_saver(project)
+    wait_for_saver(trust_project)
     flags = ("--strict", "--no-twin") if strict else ()
-    result = cli_build(project, *flags)
+    result = cli_build(trust_project, *flags)
     assert "output is up to date" not in result.stderr
-    assert_as_without_cache(project, result, strict)
+    assert_as_without_cache(trust_project, result, strict)
 
 
-def test_a_cache_copied_under_a_fresh_home_recomputes_everything(project, tmp_path_factory, monkeypatch):
+def test_a_cache_copied_under_a_fresh_home_recomputes_everything(trust_project, tmp_path_factory, monkeypatch):
     """With a fresh HOME, a cache from elsewhere (here: this user's own, from before) saves no work at all."""
     from site_builder.build import BuildOptions, build
-    options = BuildOptions(bundles=project / "bundles", output=project / "site", trust=load_trust_set(),
+    options = BuildOptions(bundles=trust_project / "bundles", output=trust_project / "site", trust=load_trust_set(),
                            search=False)
     build(options)
-    (project / "bundles" / REAL_FILES[1].name).unlink()
+    (trust_project / "bundles" / REAL_FILES[1].name).unlink()
     reused = build(options)
     assert reused.changed and reused.files_reused > 0
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("fresh-home")))
-    (project / "bundles" / REAL_FILES[2].name).unlink()
+    (trust_project / "bundles" / REAL_FILES[2].name).unlink()
     fresh = build(options)
     assert fresh.changed and fresh.files_reused == 0  # every unit rendered again: no unit list was trusted
     assert fresh.count("rejected") == 1 and fresh.count("published") == len(REAL_FILES) - 3
@@ -327,18 +327,18 @@ def test_a_key_that_others_could_read_or_plant_is_refused(tmp_path, flaw):
         user_cache_key(env)
 
 
-def test_without_a_safe_key_the_build_keeps_no_cache_and_says_why(project, tmp_path):
+def test_without_a_safe_key_the_build_keeps_no_cache_and_says_why(trust_project, tmp_path):
     home = tmp_path / "cache-home"
     env = {**os.environ, "XDG_CACHE_HOME": str(home)}
     (home / "site-builder").mkdir(parents=True)
     (home / "site-builder").chmod(0o777)
-    result = cli_build(project, env=env)
+    result = cli_build(trust_project, env=env)
     assert result.returncode == 0, result.stderr
     assert "NOTE no build cache:" in result.stderr and "writable by other users" in result.stderr
-    assert not (cache_folder(project) / "cache.sqlite").exists()
-    again = cli_build(project, env=env)
+    assert not (cache_folder(trust_project) / "cache.sqlite").exists()
+    again = cli_build(trust_project, env=env)
     assert "output is up to date" not in again.stderr
-    assert_as_without_cache(project, again, strict=False)
+    assert_as_without_cache(trust_project, again, strict=False)
 
 
 def test_the_key_module_has_no_state(tmp_path):

@@ -65,7 +65,6 @@ def test_files_changed_between_verifying_and_rendering_are_rejected_and_the_rest
 def test_builds_while_bundles_are_rewritten_never_abort(tmp_path):
     """Twelve command-line builds, with and without the cache, while another process keeps replacing, rewriting
     in place and deleting bundles: every build exits 0 and publishes only verified bytes."""
-    sys.path.insert(0, str(REAL_FILES[0].parents[1] / "benchmarks"))
     from generate import benchmark_key
     bundles = real_and_generated_bundles(tmp_path / "bundles", 600)
     key_file = tmp_path / "bench-key.json"

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, tree
+from conftest import tree
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
 from generate import benchmark_key, make_bundle  # noqa: E402
 
 pytestmark = pytest.mark.slow  # (kill loops)

@@ -160,7 +160,6 @@ def test_a_validly_signed_category_that_is_no_arxiv_category_is_rejected_and_the
 
 def test_every_category_the_generator_and_the_real_bundles_use_is_accepted():
     from site_builder.verification import is_arxiv_category
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     from generate import CATEGORIES
     real = {c for p in REAL_FILES for c in [json.loads(p.read_bytes())["canonical_record"]["metadata"]["primary_cat"],
                                             *json.loads(p.read_bytes())["canonical_record"]["metadata"]["cross_cats_sorted"]]}

@@ -13,7 +13,6 @@ import pytest
 
 from conftest import ROOT, real_and_generated_bundles, tree
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
 from generate import benchmark_key, make_bundle  # noqa: E402
 
 

@@ -12,34 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from site_builder.build import BuildOptions, build, prepare_spare_tree
+from site_builder.build import build, prepare_spare_tree
 from site_builder.memory import BuildMemory
 from site_builder.parallel import PARALLEL_THRESHOLD
-from site_builder.keys import TrustSet, key_from_document, load_trust_set
+from site_builder.keys import load_trust_set
 from site_builder.settings import SiteConfig
 
-from conftest import REAL_FILES, ROOT, real_and_generated_bundles, tree
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from generate import benchmark_key, make_bundle  # noqa: E402
-
-
-@pytest.fixture
-def project(tmp_path):
-    real_and_generated_bundles(tmp_path / "bundles", 6)
-    templates = tmp_path / "templates"
-    templates.mkdir()
-    return tmp_path
-
-
-def both_keys() -> TrustSet:
-    return TrustSet(tuple(sorted(load_trust_set().keys + (key_from_document(benchmark_key().document()),),
-                                 key=lambda k: k.key_id)))
-
-
-def opts(project: Path, output: Path, trust: TrustSet, **kw) -> BuildOptions:
-    return BuildOptions(bundles=project / "bundles", output=output, trust=trust, templates=project / "templates",
-                        search=kw.pop("search", False), **kw)
+from conftest import REAL_FILES, ROOT, both_keys, opts, tree
+from generate import make_bundle
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from site_builder.pulling import Fetcher
 from browser import serve
 from conftest import REAL_FILES
 from signing import sign_bundle, to_bytes
-from test_rollback import make, setup
+from conftest import signed_project as setup, signed_version as make
 
 
 @pytest.fixture

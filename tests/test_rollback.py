@@ -1,34 +1,15 @@
 """A mirror never goes back: an older bundle (earlier built_at, or fewer events) does not replace a newer one."""
 
-import copy
 import json
 
 from site_builder.build import BuildOptions, build
-from site_builder.keys import load_trust_set
 
-from conftest import REAL_FILES
-from signing import TestKey, sign_bundle, to_bytes, with_paper
-
-
-def make(base, key, title, built_at, extra_events=0):
-    b = with_paper(base, title=title)
-    b["built_at"] = built_at
-    snap = next(e for e in b["events"] if e["event_type"] == "graph_snapshot")
-    for n in range(extra_events):
-        e = copy.deepcopy(snap)
-        e["payload"]["graph_snapshot"]["paper"]["headline"] = f"revision {n}"
-        e["created_at"] = f"2026-10-0{n + 1}T00:00:00Z"
-        b["events"].append(e)
-    return to_bytes(sign_bundle(b, key))
+from conftest import signed_project, signed_version
+from signing import to_bytes
 
 
-def setup(tmp_path):
-    key = TestKey()
-    trust = load_trust_set([key.write(tmp_path / "k.json")])
-    bundles = tmp_path / "bundles"
-    bundles.mkdir()
-    base = json.loads(REAL_FILES[0].read_bytes())
-    return key, trust, bundles, base
+make = signed_version
+setup = signed_project
 
 
 def build_with(bundles, out, trust, data: bytes):

@@ -76,7 +76,7 @@ class Events:
 
 
 @pytest.fixture
-def project(tmp_path):
+def served_project(tmp_path):
     key = TestKey()
     (tmp_path / "bundles").mkdir()
     for p in REAL_FILES[:3]:
@@ -89,8 +89,8 @@ def project(tmp_path):
 
 
 @pytest.fixture
-def server(project):
-    root, key = project
+def server(served_project):
+    root, key = served_project
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "site_builder", "serve", "--port", str(port), "--no-search",
                              "--trusted-keys", "pith-key.json", "--trusted-keys", "test-key.json",
@@ -281,7 +281,7 @@ def test_a_burst_of_events_becomes_one_rebuild(tmp_path):
 
 @pytest.mark.parametrize("bundles_at_root", [False, True])
 def test_the_watcher_takes_bundles_templates_and_settings_not_the_builds_own_files(tmp_path, bundles_at_root):
-    """Which file events start a rebuild, with the bundles in their own folder and in the project root
+    """Which file events start a rebuild, with the bundles in their own folder and in the served_project root
     (``--bundles .``, where the output and the build's hidden folders are inside the bundles folder)."""
     from site_builder.serving import _Watcher
 
@@ -312,7 +312,7 @@ def test_the_watcher_takes_bundles_templates_and_settings_not_the_builds_own_fil
 
 
 def _site(root: Path, search: bool = True, live=None):
-    """A serve ``Site`` over the project, as ``serve`` runs it (search on unless told), and the list its requests
+    """A serve ``Site`` over the served_project, as ``serve`` runs it (search on unless told), and the list its requests
     for another build go to."""
     from site_builder.serving import LiveState, ServeOptions, Site
 
@@ -354,9 +354,9 @@ def _assert_as_a_clean_build(root: Path, tmp_path: Path) -> None:
     assert tree(root / "output") == tree(clean)
 
 
-def test_a_change_the_watcher_missed_is_caught_after_the_build(project):
+def test_a_change_the_watcher_missed_is_caught_after_the_build(served_project):
     """Rebuilds trust the watcher's list of changed files; a full listing after each build catches a lost event."""
-    root, key = project
+    root, key = served_project
     site, asked = _site(root, search=False)
     bundles = root / "bundles"
     old = os.stat(bundles).st_mtime - 60
@@ -373,7 +373,7 @@ def test_a_change_the_watcher_missed_is_caught_after_the_build(project):
 
 
 @pytest.mark.parametrize("sharded", [False, True])
-def test_a_change_is_live_before_the_search_index_which_follows(project, tmp_path, sharded):
+def test_a_change_is_live_before_the_search_index_which_follows(served_project, tmp_path, sharded):
     """With search on, serve publishes a change with the previous index (Pagefind makes the index of the
     record's shard again: ~2.5 s for 2,500 records) and asks for the next build at once, which makes the index anew and tells
     the search page to reload; then the site is what a clean build makes.  *sharded*: a search index per shard
@@ -381,7 +381,7 @@ def test_a_change_is_live_before_the_search_index_which_follows(project, tmp_pat
     again."""
     from site_builder.serving import LiveState
 
-    root, key = project
+    root, key = served_project
     if sharded:
         (root / "site.toml").write_text("search_shard_size = 1\n")
     live = LiveState()
@@ -410,10 +410,10 @@ def test_a_change_is_live_before_the_search_index_which_follows(project, tmp_pat
     _assert_as_a_clean_build(root, tmp_path)
 
 
-def test_a_change_is_indexed_at_once_when_the_live_index_is_gone(project, tmp_path):
+def test_a_change_is_indexed_at_once_when_the_live_index_is_gone(served_project, tmp_path):
     """The previous index can only be published if it is there; else the build makes the index itself (under the
     key of what it indexes, so that a later build never takes it for the old one)."""
-    root, key = project
+    root, key = served_project
     site, asked = _site(root)
     assert site.rebuild("start")
     for site_tree in (root / "output", root / ".output.prev"):
@@ -425,12 +425,12 @@ def test_a_change_is_indexed_at_once_when_the_live_index_is_gone(project, tmp_pa
     _assert_as_a_clean_build(root, tmp_path)
 
 
-def test_a_build_after_serve_stopped_before_the_index_followed_makes_it(project, tmp_path):
+def test_a_build_after_serve_stopped_before_the_index_followed_makes_it(served_project, tmp_path):
     """Stopped between a change and its search index, serve leaves the previous index live: the next `build`
     (a separate process, which answers a no-op from its inputs alone) must not take the site as up to date."""
     from site_builder.build import build
 
-    root, key = project
+    root, key = served_project
     site, _ = _site(root)
     assert site.rebuild("start")
     _retitle(root, key, "Stopped too soon")
@@ -454,7 +454,7 @@ def test_serve_with_the_bundles_in_the_project_root(tmp_path):
 
     def log(line):
         lines.append(line)
-        with log_file.open("a") as f:  # as `serve > serve.log` in the project root would
+        with log_file.open("a") as f:  # as `serve > serve.log` in the served_project root would
             f.write(line + "\n")
     urls: queue.Queue = queue.Queue()
     stop = threading.Event()

@@ -6,7 +6,6 @@ import random
 import re
 import shutil
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -380,7 +379,6 @@ def test_search_redirects_and_console_in_chromium(sites, name):
 
 @pytest.mark.slow
 def test_two_thousand_bundles_build_and_link_check(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     from generate import generate
     bundles = generate(tmp_path / "bundles", 2000)
     out = tmp_path / "site"
