@@ -9,21 +9,17 @@ from typing import Iterator
 
 from site_builder import __version__
 from site_builder.inspection import Inspection
-from site_builder.verification import CHECK_ORDER
+from site_builder.verification import CHECK_FAMILIES, CHECK_ORDER
 
 PUBLISHED, REJECTED, SUPERSEDED = "published", "rejected", "superseded"
 
 # Rejection classes: a reader of verification.json sees at a glance what kind of attack or damage it was.
 CHECK_CLASSES = {
     "file_type": "filesystem", "file_read": "filesystem", "file_size": "filesystem", "file_changed": "filesystem",
+    "file_name": "filesystem",
     "json_encoding": "json", "json_syntax": "json", "json_duplicate_key": "json", "json_number": "json",
     "json_depth": "json",
-    "structure": "structure", "identifiers": "identifiers",
-    "key_pinned": "key", "receipt_signature": "signature", "event_signature": "signature",
-    "bundle_signature": "signature",
-    "canonical_hash": "hash", "event_hash": "hash", "state_hash": "hash", "bundle_hash": "hash",
-    "pith_number": "record", "aliases": "record", "event_id": "events", "event_subject": "events",
-    "state_recomputed": "state",
+    **CHECK_FAMILIES,  # (the verifier's checks: their families, from its registry)
 }
 
 

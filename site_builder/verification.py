@@ -24,42 +24,6 @@ from site_builder.canonical import CanonicalCache, pith_id_from_digest, title_ca
 from site_builder.keys import TrustedKey, TrustSet
 from site_builder.merge import UnmergeableEvents, recompute_state
 
-CHECK_ORDER = (
-    "structure",
-    "identifiers",
-    "key_pinned",
-    "canonical_hash",
-    "pith_number",
-    "aliases",
-    "receipt_signature",
-    "event_hash",
-    "event_id",
-    "event_signature",
-    "event_subject",
-    "state_hash",
-    "state_recomputed",
-    "bundle_hash",
-    "bundle_signature",
-)
-
-CHECK_DESCRIPTIONS = {
-    "structure": "required fields and types, bundle_type, bundle_version 1.0",
-    "identifiers": "pith ID, arXiv id, version and categories are safe, well-formed names",
-    "key_pinned": "every signature names a pinned key (id and fingerprint); embedded keys match the pins",
-    "canonical_hash": "sha256 of the canonical record equals canonical_sha256",
-    "pith_number": "pith ID and year derive from the record; short number consistent",
-    "aliases": "source and source_aliases agree with the record and the pith ID",
-    "receipt_signature": "the receipt's Ed25519 signature over the canonical digest",
-    "event_hash": "each event's content_sha256 equals the digest of its content",
-    "event_id": "each event_id is sha256:<content_sha256>",
-    "event_signature": "each event's Ed25519 signature over its content digest",
-    "event_subject": "each event is about this record",
-    "state_hash": "state_sha256 equals the digest of the state",
-    "state_recomputed": "the state rebuilt from the events by the v1 merge has the same digest",
-    "bundle_hash": "bundle_sha256 equals the digest of the bundle without its signature",
-    "bundle_signature": "the bundle's Ed25519 signature over bundle_sha256",
-}
-
 SUPPORTED_BUNDLE_VERSIONS = ("1.0",)
 KNOWN_TOP_LEVEL = frozenset(
     "bundle_type bundle_version pith_number short_pith_number canonical_record canonical_sha256 source "
@@ -107,7 +71,39 @@ Status = Literal["passed", "failed", "skipped"]
 
 
 class CheckFailed(Exception):
-    """Raised inside a check; the message is the one-line reason."""
+    """Raised inside a check; the message is the one-line reason.  Each family of checks raises its own kind."""
+
+
+class StructureError(CheckFailed):
+    """The bundle's shape: fields, types, versions."""
+
+
+class IdentifierError(CheckFailed):
+    """An identifier that would become a path is not a well-formed, safe name."""
+
+
+class KeyNotPinned(CheckFailed):
+    """A signature names a key that is not pinned, or an embedded key contradicts a pin."""
+
+
+class HashMismatch(CheckFailed):
+    """A stated digest is not the digest of what it covers."""
+
+
+class RecordMismatch(CheckFailed):
+    """The pith number, short number or aliases do not derive from the record."""
+
+
+class SignatureInvalid(CheckFailed):
+    """An Ed25519 signature does not verify with the pinned key."""
+
+
+class EventMismatch(CheckFailed):
+    """An event's id or subject is not what the record requires."""
+
+
+class StateMismatch(CheckFailed):
+    """The state rebuilt from the events is not the state the bundle carries."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +113,6 @@ class CheckResult:
     detail: str = ""
 
 
-# Every check passed: nearly every bundle's verdict, one tuple shared by all of them (pickled as a marker:
-# ``inspection.Inspection``) instead of fifteen objects made for each record, sent between processes and kept.
-ALL_PASSED: tuple[CheckResult, ...] = tuple(CheckResult(name, "passed") for name in CHECK_ORDER)
-_PASSED = dict(zip(CHECK_ORDER, ALL_PASSED))
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,19 +159,19 @@ class _Context:
 
 def _require(obj: Any, path: str, spec: dict[str, Any]) -> None:
     if not isinstance(obj, dict):
-        raise CheckFailed(f"{path} is not an object")
+        raise StructureError(f"{path} is not an object")
     for key, expected in spec.items():
         if key not in obj:
-            raise CheckFailed(f"{path}.{key} is missing")
+            raise StructureError(f"{path}.{key} is missing")
         value = obj[key]
         if isinstance(expected, dict):
             _require(value, f"{path}.{key}", expected)
         elif expected is int:
             if not isinstance(value, int) or isinstance(value, bool):
-                raise CheckFailed(f"{path}.{key} is not an integer")
+                raise StructureError(f"{path}.{key} is not an integer")
         elif not isinstance(value, expected):
             names = expected.__name__ if isinstance(expected, type) else "/".join(t.__name__ for t in expected)
-            raise CheckFailed(f"{path}.{key} is not {_TYPE_WORDS.get(names, names)}")
+            raise StructureError(f"{path}.{key} is not {_TYPE_WORDS.get(names, names)}")
 
 
 _TYPE_WORDS = {"str": "a string", "list": "a list", "dict": "an object", "str/NoneType": "a string or null"}
@@ -222,22 +214,22 @@ _BUNDLE_SPEC = {
 def _require_signed_message(block: dict, where: str, expected: str) -> None:
     """A signature block says what it signed; anything but the one message we verify is not understood."""
     if block.get("signed_message") != expected:
-        raise CheckFailed(f"{where}.signed_message is {str(block.get('signed_message'))[:40]!r}, expected {expected!r}")
+        raise SignatureInvalid(f"{where}.signed_message is {str(block.get('signed_message'))[:40]!r}, expected {expected!r}")
 
 
 def _decode_signature(sig_b64: str, where: str) -> bytes:
     try:
         raw = base64.b64decode(sig_b64, validate=True)
     except (binascii.Error, ValueError):
-        raise CheckFailed(f"{where}: signature_b64 is not valid base64") from None
+        raise SignatureInvalid(f"{where}: signature_b64 is not valid base64") from None
     if len(raw) != 64:
-        raise CheckFailed(f"{where}: an Ed25519 signature is 64 bytes, got {len(raw)}")
+        raise SignatureInvalid(f"{where}: an Ed25519 signature is 64 bytes, got {len(raw)}")
     return raw
 
 
 def _digest_bytes(hex_digest: Any, where: str) -> bytes:
     if not isinstance(hex_digest, str) or not HEX64_RE.match(hex_digest):
-        raise CheckFailed(f"{where}: not a lowercase 64-character hex SHA-256 digest")
+        raise HashMismatch(f"{where}: not a lowercase 64-character hex SHA-256 digest")
     return bytes.fromhex(hex_digest)
 
 
@@ -245,17 +237,17 @@ def _verify_ed25519(key: TrustedKey, message: bytes, signature: bytes, where: st
     try:
         VerifyKey(key.public_key).verify(message, signature)
     except BadSignatureError:
-        raise CheckFailed(f"{where}: signature does not verify with pinned key {key.key_id}") from None
+        raise SignatureInvalid(f"{where}: signature does not verify with pinned key {key.key_id}") from None
 
 
 def _pinned_key(trust: TrustSet, block: dict, where: str) -> TrustedKey:
     key = trust.by_id(block.get("key_id"))
     if key is None:
-        raise CheckFailed(f"{where}: key {block.get('key_id')!r} is not a pinned key")
+        raise KeyNotPinned(f"{where}: key {block.get('key_id')!r} is not a pinned key")
     if block.get("public_key_fingerprint") != key.fingerprint_hex:
-        raise CheckFailed(f"{where}: fingerprint does not match pinned key {key.key_id}")
+        raise KeyNotPinned(f"{where}: fingerprint does not match pinned key {key.key_id}")
     if block.get("algorithm", "ed25519") != "ed25519":
-        raise CheckFailed(f"{where}: algorithm {block.get('algorithm')!r} is not ed25519")
+        raise KeyNotPinned(f"{where}: algorithm {block.get('algorithm')!r} is not ed25519")
     return key
 
 
@@ -274,16 +266,16 @@ def check_structure(ctx: _Context) -> None:
     bundle = ctx.bundle
     _require(bundle, "bundle", _BUNDLE_SPEC)
     if bundle["bundle_type"] != "pith_open_graph_bundle":
-        raise CheckFailed(f"bundle_type is {bundle['bundle_type']!r}, not 'pith_open_graph_bundle'")
+        raise StructureError(f"bundle_type is {bundle['bundle_type']!r}, not 'pith_open_graph_bundle'")
     if bundle["bundle_version"] not in SUPPORTED_BUNDLE_VERSIONS:
-        raise CheckFailed(f"unsupported bundle_version {bundle['bundle_version']!r} (supported: 1.0)")
+        raise StructureError(f"unsupported bundle_version {bundle['bundle_version']!r} (supported: 1.0)")
     if not bundle["events"]:
-        raise CheckFailed("events is empty")
+        raise StructureError("events is empty")
     for i, event in enumerate(bundle["events"]):
         _require(event, f"events[{i}]", _EVENT_SPEC)
     created = [e for e in bundle["events"] if e["event_type"] == "record_created"]
     if len(created) != 1:
-        raise CheckFailed(f"expected exactly one record_created event, found {len(created)}")
+        raise StructureError(f"expected exactly one record_created event, found {len(created)}")
     _require(created[0]["payload"], "record_created.payload",
              {"canonical_record": dict, "canonical_sha256": str, "receipt": dict(_SIGNATURE_SPEC, canonical_sha256=str)})
     for i, event in enumerate(bundle["events"]):
@@ -295,7 +287,7 @@ def check_structure(ctx: _Context) -> None:
     for i, key in enumerate(bundle["public_keys"]):
         _require(key, f"public_keys[{i}]", {"key_id": str})
     if not TIMESTAMP_RE.match(bundle["built_at"]):
-        raise CheckFailed(f"built_at {bundle['built_at'][:40]!r} is not an ISO 8601 UTC timestamp")
+        raise StructureError(f"built_at {bundle['built_at'][:40]!r} is not an ISO 8601 UTC timestamp")
     ctx.record_created = created[0]
     _require_signed_message(ctx.record_created["payload"]["receipt"], "receipt", "canonical_sha256_bytes")
     for i, event in enumerate(bundle["events"]):
@@ -310,23 +302,23 @@ def check_identifiers(ctx: _Context) -> None:
     bundle = ctx.bundle
     match = PITH_NUMBER_RE.match(bundle["pith_number"])
     if not match:
-        raise CheckFailed(f"pith_number {bundle['pith_number'][:60]!r} is not pith:<YEAR>:<26 base32 characters>")
+        raise IdentifierError(f"pith_number {bundle['pith_number'][:60]!r} is not pith:<YEAR>:<26 base32 characters>")
     record = bundle["canonical_record"]
     source = record["source"]
     if source["kind"] != "arxiv":
-        raise CheckFailed(f"source kind {source['kind'][:40]!r} is not supported (only arxiv)")
+        raise IdentifierError(f"source kind {source['kind'][:40]!r} is not supported (only arxiv)")
     archive = source["id"].partition("/")[0].partition(".")[0] if "/" in source["id"] else None
     if (not ARXIV_ID_RE.match(source["id"]) or any(WINDOWS_RESERVED_RE.match(p) for p in source["id"].split("/"))
             or (archive is not None and archive not in ARXIV_ARCHIVES)):  # (old style: an archive's name)
-        raise CheckFailed(f"arXiv id {source['id'][:60]!r} is not a valid arXiv identifier")
+        raise IdentifierError(f"arXiv id {source['id'][:60]!r} is not a valid arXiv identifier")
     if not 1 <= source["version"] <= 999:
-        raise CheckFailed(f"version {source['version']} is out of range")
+        raise IdentifierError(f"version {source['version']} is out of range")
     metadata = record["metadata"]
     for cat in [metadata["primary_cat"], *metadata["cross_cats_sorted"]]:
         if not is_arxiv_category(cat):
-            raise CheckFailed(f"category {str(cat)[:40]!r} is not a valid arXiv category")
+            raise IdentifierError(f"category {str(cat)[:40]!r} is not a valid arXiv category")
     if not TIMESTAMP_RE.match(metadata["submitted_at"]):
-        raise CheckFailed(f"submitted_at {metadata['submitted_at'][:40]!r} is not an ISO 8601 UTC timestamp")
+        raise IdentifierError(f"submitted_at {metadata['submitted_at'][:40]!r} is not an ISO 8601 UTC timestamp")
 
 
 def check_key_pinned(ctx: _Context) -> None:
@@ -340,14 +332,14 @@ def check_key_pinned(ctx: _Context) -> None:
         for field_name, expected in (("public_key_hex", pinned.public_key_hex), ("public_key_b64", pinned.public_key_b64),
                                      ("fingerprint_sha256_hex", pinned.fingerprint_hex)):
             if field_name in embedded and embedded[field_name] != expected:
-                raise CheckFailed(f"embedded key {pinned.key_id} differs from the pinned key ({field_name})")
+                raise KeyNotPinned(f"embedded key {pinned.key_id} differs from the pinned key ({field_name})")
     _pinned_key(trust, _receipt(ctx), "receipt")
     for i, event in enumerate(_events(ctx)):
         _pinned_key(trust, event["signature"], f"events[{i}].signature")
         signer = event["signer"]
         if signer["key_id"] != event["signature"]["key_id"] or \
                 signer["public_key_fingerprint"] != event["signature"]["public_key_fingerprint"]:
-            raise CheckFailed(f"events[{i}]: signer and signature name different keys")
+            raise KeyNotPinned(f"events[{i}]: signer and signature name different keys")
     _pinned_key(trust, bundle["bundle_signature"], "bundle_signature")
 
 
@@ -355,12 +347,12 @@ def check_canonical_hash(ctx: _Context) -> None:
     bundle = ctx.bundle
     actual = ctx.canon.digest(bundle["canonical_record"])
     if actual != bundle["canonical_sha256"]:
-        raise CheckFailed(f"canonical_record hashes to {actual[:16]}…, bundle says {bundle['canonical_sha256'][:16]}…")
+        raise HashMismatch(f"canonical_record hashes to {actual[:16]}…, bundle says {bundle['canonical_sha256'][:16]}…")
     payload = ctx.record_created["payload"]
     if payload["canonical_sha256"] != bundle["canonical_sha256"]:
-        raise CheckFailed("record_created payload names a different canonical_sha256")
+        raise HashMismatch("record_created payload names a different canonical_sha256")
     if ctx.canon.digest(payload["canonical_record"]) != actual:
-        raise CheckFailed("record_created payload holds a different canonical_record")
+        raise HashMismatch("record_created payload holds a different canonical_record")
 
 
 def check_pith_number(ctx: _Context) -> None:
@@ -370,16 +362,16 @@ def check_pith_number(ctx: _Context) -> None:
     year = bundle["canonical_record"]["metadata"]["submitted_at"][:4]
     expected = f"pith:{year}:{expected_id}"
     if bundle["pith_number"] != expected:
-        raise CheckFailed(f"pith_number is {bundle['pith_number']}, the record derives {expected}")
+        raise RecordMismatch(f"pith_number is {bundle['pith_number']}, the record derives {expected}")
     if bundle["short_pith_number"] != f"pith:{expected_id[:8]}":
-        raise CheckFailed(f"short_pith_number {bundle['short_pith_number'][:40]!r} is not pith:{expected_id[:8]}")
+        raise RecordMismatch(f"short_pith_number {bundle['short_pith_number'][:40]!r} is not pith:{expected_id[:8]}")
 
 
 def check_aliases(ctx: _Context) -> None:
     bundle = ctx.bundle
     source = bundle["canonical_record"]["source"]
     if bundle["source"] != source:
-        raise CheckFailed("top-level source differs from canonical_record.source")
+        raise RecordMismatch("top-level source differs from canonical_record.source")
     pith_id = bundle["pith_number"].rsplit(":", 1)[-1]
     expected = {
         "arxiv": source["id"],
@@ -392,13 +384,13 @@ def check_aliases(ctx: _Context) -> None:
     for alias in bundle["source_aliases"]:
         kind, value = alias["alias_kind"], alias["alias_value"]
         if kind in expected and value.lower() != expected[kind].lower():
-            raise CheckFailed(f"alias {kind} is {value[:60]!r}, expected {expected[kind]!r}")
+            raise RecordMismatch(f"alias {kind} is {value[:60]!r}, expected {expected[kind]!r}")
 
 
 def check_receipt_signature(ctx: _Context) -> None:
     receipt = _receipt(ctx)
     if receipt["canonical_sha256"] != ctx.bundle["canonical_sha256"]:
-        raise CheckFailed("receipt signs a different canonical_sha256")
+        raise SignatureInvalid("receipt signs a different canonical_sha256")
     message = _digest_bytes(receipt["canonical_sha256"], "receipt.canonical_sha256")
     signature = _decode_signature(receipt["signature_b64"], "receipt")
     _verify_ed25519(_pinned_key(ctx.trust, receipt, "receipt"), message, signature, "receipt")
@@ -408,7 +400,7 @@ def check_event_hash(ctx: _Context) -> None:
     for i, event in enumerate(_events(ctx)):
         actual = ctx.canon.digest_without(event, "signature", "content_sha256", "event_id")
         if actual != event["content_sha256"]:
-            raise CheckFailed(f"events[{i}] ({event['event_type'][:40]}) content hashes to {actual[:16]}…, "
+            raise HashMismatch(f"events[{i}] ({event['event_type'][:40]}) content hashes to {actual[:16]}…, "
                               f"content_sha256 says {event['content_sha256'][:16]}…")
 
 
@@ -416,9 +408,9 @@ def check_event_id(ctx: _Context) -> None:
     seen: set[str] = set()
     for i, event in enumerate(_events(ctx)):
         if event["event_id"] != "sha256:" + event["content_sha256"]:
-            raise CheckFailed(f"events[{i}].event_id is not sha256:<content_sha256>")
+            raise EventMismatch(f"events[{i}].event_id is not sha256:<content_sha256>")
         if event["event_id"] in seen:
-            raise CheckFailed(f"events[{i}] duplicates an earlier event")
+            raise EventMismatch(f"events[{i}] duplicates an earlier event")
         seen.add(event["event_id"])
 
 
@@ -433,14 +425,14 @@ def check_event_signature(ctx: _Context) -> None:
 def check_event_subject(ctx: _Context) -> None:
     for i, event in enumerate(_events(ctx)):
         if event["subject_pith_number"] != ctx.bundle["pith_number"]:
-            raise CheckFailed(f"events[{i}] is about {event['subject_pith_number'][:60]}, not this record")
+            raise EventMismatch(f"events[{i}] is about {event['subject_pith_number'][:60]}, not this record")
 
 
 def check_state_hash(ctx: _Context) -> None:
     state = ctx.bundle["state"]
     actual = ctx.canon.digest_without(state, "state_sha256")
     if actual != state["state_sha256"]:
-        raise CheckFailed(f"state hashes to {actual[:16]}…, state_sha256 says {state['state_sha256'][:16]}…")
+        raise HashMismatch(f"state hashes to {actual[:16]}…, state_sha256 says {state['state_sha256'][:16]}…")
 
 
 def check_state_recomputed(ctx: _Context) -> str | None:
@@ -452,11 +444,11 @@ def check_state_recomputed(ctx: _Context) -> str | None:
             "state not independently recomputed: no merge rule for event type(s) " + ", ".join(exc.event_types)))
         return "skipped"
     except (KeyError, TypeError, ValueError) as exc:
-        raise CheckFailed(f"events cannot be merged: {exc}") from None
+        raise StateMismatch(f"events cannot be merged: {exc}") from None
     if ctx.canon.text(recomputed, depth=1) != ctx.canon.text_without(ctx.bundle["state"], "state_sha256"):
         differing = sorted(k for k in recomputed if recomputed.get(k) != ctx.bundle["state"].get(k))
         where = ", ".join(differing) or "current"
-        raise CheckFailed(f"state differs from the merge of the events (in {where})")
+        raise StateMismatch(f"state differs from the merge of the events (in {where})")
     return None
 
 
@@ -465,7 +457,7 @@ def check_bundle_hash(ctx: _Context) -> None:
     # depth 3 reaches each event's payload and the state's members, already encoded by earlier checks.
     actual = ctx.canon.digest_without(ctx.bundle, "bundle_signature", depth=3)
     if actual != signature["bundle_sha256"]:
-        raise CheckFailed(f"bundle hashes to {actual[:16]}…, bundle_sha256 says {signature['bundle_sha256'][:16]}…")
+        raise HashMismatch(f"bundle hashes to {actual[:16]}…, bundle_sha256 says {signature['bundle_sha256'][:16]}…")
 
 
 def check_bundle_signature(ctx: _Context) -> None:
@@ -475,24 +467,45 @@ def check_bundle_signature(ctx: _Context) -> None:
     _verify_ed25519(_pinned_key(ctx.trust, block, "bundle_signature"), message, signature, "bundle_signature")
 
 
-_CHECKS: dict[str, Callable[[_Context], Any]] = {
-    "structure": check_structure,
-    "identifiers": check_identifiers,
-    "key_pinned": check_key_pinned,
-    "canonical_hash": check_canonical_hash,
-    "pith_number": check_pith_number,
-    "aliases": check_aliases,
-    "receipt_signature": check_receipt_signature,
-    "event_hash": check_event_hash,
-    "event_id": check_event_id,
-    "event_signature": check_event_signature,
-    "event_subject": check_event_subject,
-    "state_hash": check_state_hash,
-    "state_recomputed": check_state_recomputed,
-    "bundle_hash": check_bundle_hash,
-    "bundle_signature": check_bundle_signature,
-}
-assert tuple(_CHECKS) == CHECK_ORDER
+@dataclass(frozen=True)
+class Check:
+    """One check of the verifier: its name (a rejection's reason names it), the family of checks it belongs to
+    (a rejection's class in the report), what it means (the pages and README say it), and the function that
+    runs it."""
+
+    name: str
+    family: str
+    description: str
+    run: Callable[[_Context], Any]
+
+
+# The checks, in the order they run: the one definition the verifier, the report and the pages read.
+CHECKS: tuple[Check, ...] = (
+    Check("structure", "structure", "required fields and types, bundle_type, bundle_version 1.0", check_structure),
+    Check("identifiers", "identifiers", "pith ID, arXiv id, version and categories are safe, well-formed names", check_identifiers),
+    Check("key_pinned", "key", "every signature names a pinned key (id and fingerprint); embedded keys match the pins", check_key_pinned),
+    Check("canonical_hash", "hash", "sha256 of the canonical record equals canonical_sha256", check_canonical_hash),
+    Check("pith_number", "record", "pith ID and year derive from the record; short number consistent", check_pith_number),
+    Check("aliases", "record", "source and source_aliases agree with the record and the pith ID", check_aliases),
+    Check("receipt_signature", "signature", "the receipt's Ed25519 signature over the canonical digest", check_receipt_signature),
+    Check("event_hash", "hash", "each event's content_sha256 equals the digest of its content", check_event_hash),
+    Check("event_id", "events", "each event_id is sha256:<content_sha256>", check_event_id),
+    Check("event_signature", "signature", "each event's Ed25519 signature over its content digest", check_event_signature),
+    Check("event_subject", "events", "each event is about this record", check_event_subject),
+    Check("state_hash", "hash", "state_sha256 equals the digest of the state", check_state_hash),
+    Check("state_recomputed", "state", "the state rebuilt from the events by the v1 merge has the same digest", check_state_recomputed),
+    Check("bundle_hash", "hash", "bundle_sha256 equals the digest of the bundle without its signature", check_bundle_hash),
+    Check("bundle_signature", "signature", "the bundle's Ed25519 signature over bundle_sha256", check_bundle_signature),
+)
+CHECK_ORDER = tuple(check.name for check in CHECKS)
+CHECK_DESCRIPTIONS = {check.name: check.description for check in CHECKS}
+CHECK_FAMILIES = {check.name: check.family for check in CHECKS}
+
+# Every check passed: nearly every bundle's verdict, one tuple shared by all of them (``inspection.compact``)
+# instead of fifteen objects made for each record and kept.
+ALL_PASSED: tuple[CheckResult, ...] = tuple(CheckResult(name, "passed") for name in CHECK_ORDER)
+_PASSED = dict(zip(CHECK_ORDER, ALL_PASSED))
+
 
 
 def _title_warning(ctx: _Context) -> None:
@@ -512,12 +525,13 @@ def verify_bundle(bundle: Any, trust: TrustSet, holds_float: bool | None = None)
     the parser found out about floats in *bundle* (None: not known; the canonical encoder then looks)."""
     ctx = _Context(bundle=bundle, trust=trust, canon=CanonicalCache.for_document(bundle, holds_float))
     results: list[CheckResult] = []
-    for name in CHECK_ORDER:
+    for check in CHECKS:
+        name = check.name
         if results and results[0].status == "failed":
             results.append(CheckResult(name, "skipped", "structure check failed"))
             continue
         try:
-            outcome = _CHECKS[name](ctx)
+            outcome = check.run(ctx)
         except CheckFailed as exc:
             results.append(CheckResult(name, "failed", str(exc)))
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:

@@ -9,9 +9,10 @@ import pytest
 from site_builder.canonical import digest_without
 from site_builder.keys import TrustSet, key_from_document
 from site_builder.merge import recompute_state
-from site_builder.verification import CHECK_ORDER, verify_bundle
+from site_builder.verification import CHECK_ORDER, CHECKS, CheckFailed, verify_bundle
+from site_builder import verification
 
-from conftest import REAL_FILES
+from conftest import REAL_FILES, ROOT
 from signing import TestKey, sign_bundle
 
 
@@ -172,3 +173,33 @@ def test_structure_errors(mutate, real_bundle, pinned):
 def test_non_object_input_never_raises(pinned):
     for value in (None, [], "x", 1, {"events": [1, 2]}):
         assert not verify_bundle(value, pinned).accepted
+
+
+FAMILY_ERRORS = {"structure": verification.StructureError, "identifiers": verification.IdentifierError,
+                 "key": verification.KeyNotPinned, "hash": verification.HashMismatch,
+                 "record": verification.RecordMismatch, "signature": verification.SignatureInvalid,
+                 "events": verification.EventMismatch, "state": verification.StateMismatch}
+
+
+@pytest.mark.parametrize("check", [c for c in CHECKS if c.name in TAMPERS], ids=lambda c: c.name)
+def test_each_check_raises_its_familys_error(check, real_bundle, pinned):
+    """A check's failure is a typed error of its family (what the report classes a rejection by)."""
+    TAMPERS[check.name](real_bundle)
+    ctx = verification._Context(bundle=real_bundle, trust=pinned,
+                                canon=verification.CanonicalCache.for_document(real_bundle, None))
+    for earlier in CHECKS[:CHECKS.index(check)]:  # (a check may rely on what the ones before it found)
+        earlier.run(ctx)
+    with pytest.raises(FAMILY_ERRORS[check.family]) as caught:
+        check.run(ctx)
+    assert isinstance(caught.value, CheckFailed) and str(caught.value)
+
+
+def test_readmes_list_of_checks_is_the_registrys():
+    """README says the checks in the order they run; the registry is that order's one definition."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("Checks run in this order"):]
+    section = section[:section.index("\n\n", section.index("1. "))]
+    import re
+    listed = [name for line in section.splitlines() if re.match(r"\d+\. ", line)
+              for name in re.findall(r"`(\w+)`(?=[,:])", line.split(":")[0] + ":")]
+    assert listed == list(CHECK_ORDER)
