@@ -14,8 +14,25 @@ from site_builder.report import BuildReport
 from site_builder.settings import SiteConfig
 
 
+@dataclass(frozen=True)
+class ServeSession:
+    """What a long-running process (``serve``) keeps between its builds and hands each one."""
+
+    memory: BuildMemory  # planning results and the open cache, in this process only
+    listing: BundleListing | None = None  # the bundles folder as the caller already listed it; else discover()
+    # When a shard of the search index would be made again, publish with the live one and say so
+    # (``BuildReport.search_behind``): a change is on screen without waiting for Pagefind (~2.5 s a shard of 2,500
+    # records, ~13 s one of 12,500), and the caller's next build, without this, brings the index up to date.
+    defer_search: bool = False
+    on_published: Callable[[BuildReport], None] | None = None  # called as soon as the new site is live
+
+
 @dataclass
 class BuildOptions:
+    """A build: what the user asked for (inputs, output, keys, settings), how to go about it (the policy
+    fields), and, for serve, the session it belongs to."""
+
+    # What to build
     bundles: Path
     output: Path
     trust: TrustSet
@@ -23,31 +40,43 @@ class BuildOptions:
     templates: Path | None = None
     about_file: Path | None = None
     static_dir: Path | None = None  # files copied into the site as they are (when the folder exists)
+    search: bool = True
+    # The deployed mirror (an http(s) base URL or a folder): none of its newer, verifying bundles is rolled back.
+    deployed: str | None = None
+    # How to build it
     jobs: int = 0  # 0: one worker per usable core (none on one)
     max_bytes: int = DEFAULT_MAX_BYTES
     progress: Callable[[str, int, int | None], None] | None = None
-    search: bool = True
     cache_dir: Path | None = None  # default: .site-builder-cache beside the output
     use_cache: bool = True
     mp_context: str = "fork"  # "forkserver" where the caller runs threads (serve)
-    memory: BuildMemory | None = None  # kept between builds by a long-running process (serve)
     # The process ends after this build (the command line): the cache is saved by a detached process once the site
     # is live, and the build's objects are left for the exit to drop (freeing a million objects takes ~1 s).
     one_shot: bool = False
-    on_published: Callable[[BuildReport], None] | None = None  # called as soon as the new site is live
-    listing: BundleListing | None = None  # the bundles folder as the caller already listed it (serve); else discover()
-    # (serve) When a shard of the search index would be made again, publish with the live one and say so
-    # (``BuildReport.search_behind``): a change is on screen without waiting for Pagefind (~2.5 s a shard of 2,500
-    # records, ~13 s one of 12,500), and the caller's next build, without this, brings the index up to date.
-    defer_search: bool = False
     # (the command line) A build that writes the whole site afresh (a first build, a template edit) links a twin
     # of it as it goes, which the next change updates in place: that change then takes well under a second
     # instead of linking a whole tree (~5 s at 10,000 records), for 6-20 % (tmpfs) to ~18 % (disk) more full build.
     link_twin: bool = False
-    # The deployed mirror (an http(s) base URL or a folder): none of its newer, verifying bundles is rolled back.
-    deployed: str | None = None
     deployed_fetcher: object | None = None  # a pulling.Fetcher for a URL (its timeouts); a default one otherwise
+    # The state serve keeps between builds
+    session: ServeSession | None = None
 
     @property
     def workers(self) -> Workers:
         return Workers(self.jobs, self.progress, self.mp_context)
+
+    @property
+    def memory(self) -> BuildMemory | None:
+        return self.session.memory if self.session is not None else None
+
+    @property
+    def listing(self) -> BundleListing | None:
+        return self.session.listing if self.session is not None else None
+
+    @property
+    def defer_search(self) -> bool:
+        return self.session is not None and self.session.defer_search
+
+    @property
+    def on_published(self) -> Callable[[BuildReport], None] | None:
+        return self.session.on_published if self.session is not None else None

@@ -32,6 +32,7 @@ from site_builder.build import BuildOptions, WorkerLostError, build, prepare_spa
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundleListing, BundlesFolderError, list_bundles, rediscover
 from site_builder.memory import BuildMemory
+from site_builder.options import ServeSession
 from site_builder.search_index import SearchIndexError
 from site_builder.settings import SettingsError, SiteConfig, load_settings, normalize_base_url
 from site_builder.terminal import printable
@@ -126,8 +127,9 @@ class Site:
                             templates=o.templates if o.templates.is_dir() else None,
                             about_file=o.settings.parent / config.about_file,
                             static_dir=o.settings.parent / config.static_dir, search=o.search,
-                            defer_search=o.search and not self.index_next,
-                            mp_context="forkserver", memory=self.memory, on_published=self._announce)
+                            mp_context="forkserver",
+                            session=ServeSession(self.memory, defer_search=o.search and not self.index_next,
+                                                 on_published=self._announce))
 
     def _listing(self, bundles: Path, changed: set[str] | None) -> BundleListing:
         """The bundles folder now: the last listing updated by the watcher's events (only the changed files
@@ -160,7 +162,7 @@ class Site:
             try:
                 options = self._build_options()
                 listing = self._listing(options.bundles, changed)
-                report = build(replace(options, listing=listing))
+                report = build(replace(options, session=replace(options.session, listing=listing)))
             except jinja2.TemplateSyntaxError as exc:
                 return self._fail(f"template error: {exc.filename or exc.name}:{exc.lineno}: {exc.message}")
             except jinja2.TemplateError as exc:

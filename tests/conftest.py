@@ -139,3 +139,12 @@ def signed_project(tmp_path: Path) -> tuple[TestKey, TrustSet, Path, dict]:
     bundles = tmp_path / "bundles"
     bundles.mkdir()
     return key, trust, bundles, json.loads(REAL_FILES[0].read_bytes())
+
+
+def resigned_real_bundles(root: Path) -> tuple[TestKey, TrustSet, Path]:
+    """A test key (its file at ``root/k.json``), its trust set, and ``root/bundles`` holding the real bundles
+    re-signed with it."""
+    key, trust, bundles, _ = signed_project(root)
+    for p in REAL_FILES:
+        (bundles / p.name).write_bytes(to_bytes(sign_bundle(json.loads(p.read_bytes()), key)))
+    return key, trust, bundles

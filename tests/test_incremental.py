@@ -14,6 +14,7 @@ import pytest
 
 from site_builder.build import build, prepare_spare_tree
 from site_builder.memory import BuildMemory
+from site_builder.options import ServeSession
 from site_builder.parallel import PARALLEL_THRESHOLD
 from site_builder.keys import load_trust_set
 from site_builder.settings import SiteConfig
@@ -42,7 +43,7 @@ def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkey
         if mode == "separate-foreign-cache":
             monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("other-user")))
     another_user()
-    build(opts(project, inc, trust, memory=memory, link_twin=twin, **search))
+    build(opts(project, inc, trust, session=ServeSession(memory) if memory else None, link_twin=twin, **search))
     layouts = set()  # (the search index's shards, as records come and go)
     assert not list(project.rglob("*.pickle"))
     next_id = 100
@@ -80,7 +81,7 @@ def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkey
         elif action == "keys":
             trust = load_trust_set() if len(trust.keys) == 2 else both_keys()
         another_user()
-        report = build(opts(project, inc, trust, memory=memory, link_twin=twin, **search))
+        report = build(opts(project, inc, trust, session=ServeSession(memory) if memory else None, link_twin=twin, **search))
         clean = project / f"clean{step}"
         build(opts(project, clean, trust, use_cache=False, **search))
         assert tree(inc) == tree(clean), f"step {step}: {action}"

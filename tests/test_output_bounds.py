@@ -9,11 +9,10 @@ import pytest
 
 from site_builder import report as report_module
 from site_builder.build import BuildOptions, build
-from site_builder.keys import load_trust_set
 
-from conftest import REAL_FILES
+from conftest import REAL_FILES, resigned_real_bundles
 from linkcheck import broken_links
-from signing import TestKey, sign_bundle, to_bytes, with_paper
+from signing import sign_bundle, to_bytes, with_paper
 
 
 def site_bytes(root) -> int:
@@ -30,13 +29,7 @@ def site_bytes(root) -> int:
 
 @pytest.fixture
 def signed_set(tmp_path):
-    key = TestKey()
-    trust = load_trust_set([key.write(tmp_path / "k.json")])
-    bundles = tmp_path / "bundles"
-    bundles.mkdir()
-    for p in REAL_FILES:
-        (bundles / p.name).write_bytes(to_bytes(sign_bundle(json.loads(p.read_bytes()), key)))
-    return key, trust, bundles
+    return resigned_real_bundles(tmp_path)
 
 
 def hostile_record(key) -> bytes:

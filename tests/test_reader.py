@@ -12,8 +12,8 @@ from site_builder.keys import load_trust_set
 from site_builder.settings import SiteConfig
 
 from browser import chromium, serve
-from conftest import REAL_FILES
-from signing import TestKey, sign_bundle, to_bytes, with_paper
+from conftest import REAL_FILES, resigned_real_bundles
+from signing import sign_bundle, to_bytes, with_paper
 
 pytestmark = pytest.mark.slow  # (headless Chromium)
 
@@ -25,12 +25,7 @@ WIDTHS = {"desktop": 1280, "phone": 390}
 def site(tmp_path_factory):
     """The real records re-signed with a test key, and one with 3,000 authors, built with the search index."""
     root = tmp_path_factory.mktemp("reader")
-    key = TestKey()
-    trust = load_trust_set([key.write(root / "k.json")])
-    bundles = root / "bundles"
-    bundles.mkdir()
-    for p in REAL_FILES:
-        (bundles / p.name).write_bytes(to_bytes(sign_bundle(json.loads(p.read_bytes()), key)))
+    key, trust, bundles = resigned_real_bundles(root)
     many = with_paper(json.loads(REAL_FILES[0].read_bytes()),
                       authors_text=", ".join(f"Author Number{i}" for i in range(3000)))
     many["canonical_record"]["source"]["id"] = "2004.99998"
