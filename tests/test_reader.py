@@ -89,14 +89,15 @@ def test_status_headers_do_not_wrap_on_a_desktop(site):
     assert heights and all(h < 2 * line for _, h, line in heights), heights
 
 
-def test_a_long_author_list_is_folded_one_click_from_the_whole(site):
+@pytest.mark.parametrize("width", ["desktop", "phone"])
+def test_a_long_author_list_is_folded_one_click_from_the_whole(site, width):
     folder, _, many = site
     html = (folder / "pith" / many / "index.html").read_bytes()
     assert len(html) < 150_000
     with serve(folder) as url, chromium() as browser:
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page = browser.new_page(viewport={"width": WIDTHS[width], "height": 800})
         page.goto(url + f"pith/{many}/")
-        assert page.evaluate("document.scrollingElement.scrollHeight") < 6000
+        assert page.evaluate("document.scrollingElement.scrollHeight") < (6000 if width == "desktop" else 12000)
         assert page.inner_text("[data-field=authors]").count("Author Number") == 10
         assert page.inner_text("details.more-authors summary") == "et al. (2990 more)"
         assert not page.is_visible("text=Author Number2999")
@@ -107,13 +108,15 @@ def test_a_long_author_list_is_folded_one_click_from_the_whole(site):
         assert "et al. (2990 more)" in row and "Author Number10," not in row
 
 
-def test_a_paper_page_links_to_read_and_cite_the_paper(site):
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("width", ["desktop", "phone"])
+def test_a_paper_page_links_to_read_and_cite_the_paper(site, width, scheme):
     folder, ids, _ = site
     bundle = json.loads(REAL_FILES[0].read_bytes())
     source, meta = bundle["canonical_record"]["source"], bundle["canonical_record"]["metadata"]
     versioned = f"{source['id']}v{source['version']}"
     with serve(folder) as url, chromium() as browser:
-        page = browser.new_page(viewport={"width": 390, "height": 800})
+        page = browser.new_page(viewport={"width": WIDTHS[width], "height": 800}, color_scheme=scheme)
         page.goto(url + f"pith/{ids[0]}/")
         links = page.eval_on_selector_all(".read a", "els => els.map(a => [a.textContent, a.href])")
         assert [text for text, _ in links] == ["Abstract on arXiv", "PDF", "HTML", "Source"]
@@ -225,3 +228,17 @@ def test_copied_snippets_hold_full_urls(site, tmp_path):
     html = (out / "pith" / pid / "index.html").read_text()
     assert f"curl -s https://mirror.example.org/m/pith/{pid}/bundle.json" in html and "site-url" not in html
     assert f'<meta property="og:url" content="https://mirror.example.org/m/pith/{pid}/">' in html
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("width", ["desktop", "phone"])
+def test_the_in_page_check_reads_and_works_at_every_width_and_scheme(site, width, scheme):
+    folder, ids, _ = site
+    with serve(folder) as url, chromium() as browser:
+        page = browser.new_page(viewport={"width": WIDTHS[width], "height": 900}, color_scheme=scheme)
+        page.goto(url + f"pith/{ids[1]}/")
+        page.click("#verify-in-browser button")
+        page.wait_for_function("['verified', 'failed'].includes(document.getElementById('verify-in-browser').dataset.state)")
+        assert page.get_attribute("#verify-in-browser", "data-state") == "verified"
+        assert page.is_visible("#verify-in-browser dl.verified-values")
+        assert page.evaluate("document.scrollingElement.scrollWidth") <= WIDTHS[width]
