@@ -102,6 +102,7 @@ def _up(url):
         return False
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_pull_writes_the_served_bytes_and_build_mirrors_them(unusual, tmp_path):
     root, raw = unusual
     source = tmp_path / "source"

@@ -165,6 +165,7 @@ def _template_cache_names() -> list[tuple[str, str]]:
     return [(name, finder.get_cache_key(name, env.loader.get_source(env, name)[1])) for name in names]
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_planted_compiled_templates_never_run(trust_project):
     """Jinja's bytecode format starts with a pickled checksum and holds marshalled code: files planted under the
     predictable names, in Jinja's own file format and in the builder's (with a made-up tag), run nothing."""
@@ -209,6 +210,7 @@ def _patched_verifier_result(trust_project: Path) -> tuple[str, str]:
 
 @pytest.mark.parametrize("tags", ["another-users-key", *(pytest.param(t, marks=pytest.mark.slow)
                                                          for t in ("none", "made-up", "copied-from-genuine-rows"))])
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_forged_passed_rows_with_matching_stat_rows_publish_nothing(trust_project, tags, tmp_path_factory):
     """Rows saying "passed" for the forgery's digest, and a stat row pointing the file at that digest, planted
     into a genuine cache: with no tag, a made-up tag, tags taken from genuine rows, or tags made with another
@@ -327,6 +329,7 @@ def test_a_key_that_others_could_read_or_plant_is_refused(tmp_path, flaw):
         user_cache_key(env)
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_without_a_safe_key_the_build_keeps_no_cache_and_says_why(trust_project, tmp_path):
     home = tmp_path / "cache-home"
     env = {**os.environ, "XDG_CACHE_HOME": str(home)}

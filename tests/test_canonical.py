@@ -88,6 +88,7 @@ def test_fast_encoder_gives_the_reference_bytes(value, data):
 @settings(max_examples=300, deadline=None)
 @given(st.recursive(_PLAIN | st.floats(allow_nan=False, allow_infinity=False),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4), max_leaves=20))
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_a_document_with_a_float_uses_the_reference_encoder(value):
     cache = CanonicalCache.for_document(value)
     assert cache.text(value) == reference(value)

@@ -30,6 +30,7 @@ def test_build_summary_line_and_exit_codes(bundles_dir, tmp_path):
     assert "search index" not in last
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_build_summary_reports_the_search_index_apart(bundles_dir, tmp_path):
     """Search indexing is timed on its own (it is not the builder's: Pagefind's), only when the index is made."""
     r = cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site")
@@ -40,6 +41,7 @@ def test_build_summary_reports_the_search_index_apart(bundles_dir, tmp_path):
     assert r.returncode == 0 and "search index" not in r.stdout  # up to date: nothing indexed
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_usage_errors_exit_2(tmp_path):
     assert cli("build", "--bundles", tmp_path / "missing", "--output", tmp_path / "o").returncode == 2
     assert cli("build", "--no-such-flag").returncode == 2
@@ -50,6 +52,7 @@ def test_usage_errors_exit_2(tmp_path):
     assert r.returncode == 2 and "32 bytes" in r.stderr
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_verify_lines_json_and_exit_code(bundles_dir, tmp_path):
     r = cli("verify", bundles_dir)
     assert r.returncode == 0
@@ -276,6 +279,7 @@ def test_a_full_disk_is_one_line_and_the_previous_site_stays(bundles_dir, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")) == [".site.lock"]
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_a_build_without_a_full_base_url_says_once_that_a_deploy_should_set_one(bundles_dir, tmp_path):
     for base, said in [(None, True), ("https://mirror.example.org/", False)]:
         flags = ["--base-url", base] if base else []

@@ -7,6 +7,7 @@ import tarfile
 import urllib.error
 import urllib.request
 
+import pytest
 import yaml
 
 from browser import serve
@@ -44,6 +45,7 @@ def fetch(url):
         return exc.code, exc.headers.get("Content-Type"), exc.read()
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_sub_path_site_served_end_to_end(tmp_path):
     out = tmp_path / "output"
     r = subprocess.run([sys.executable, "-m", "site_builder", "build", "--strict", "--bundles", str(ROOT / "bundles"),

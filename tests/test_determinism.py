@@ -36,6 +36,7 @@ def _build_in_process(project, output, seed, *flags):
     return tree(project / output)
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_separate_processes_with_different_hash_seeds_build_the_same_tree(mixed_project):
     """Catches an order taken from a set of strings (a record's categories, say), which follows the hash seed."""
     first = _build_in_process(mixed_project, "one", 1, "--no-search", "--no-cache")

@@ -407,6 +407,7 @@ def test_no_twin_where_the_file_system_is_short_of_inodes(project, free_inodes):
     assert prepare_spare_tree(opts(project, out, trust)) and _is_twin_of(prev, out)
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_twin_that_cannot_be_linked_is_dropped_and_the_build_goes_on(project, monkeypatch, jobs):
     """A twin that runs out of inodes or links half-way is deleted before the build returns (its links share the
@@ -441,6 +442,7 @@ def test_a_twin_that_cannot_be_linked_is_dropped_and_the_build_goes_on(project, 
     assert tree(out) == tree(clean)
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_command_line_links_a_twin_unless_told_not_to(project):
     for flags, twin in [((), True), (("--no-twin",), False)]:
         out = project / f"site{len(flags)}"

@@ -142,6 +142,7 @@ def test_an_unreachable_live_site_is_a_warning_and_strict_still_exits_0(deployed
     assert published_bundle(d) == d["older"]
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_the_command_line_keeps_the_live_bundle(deployed):
     d = deployed
     with serve(d["live"]) as url:

@@ -42,6 +42,7 @@ def hostile_record(key) -> bytes:
     return to_bytes(sign_bundle(b, key))
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_a_record_built_to_blow_up_the_site_costs_at_most_four_times_its_bundle(signed_set, tmp_path):
     key, trust, bundles = signed_set
     without = tmp_path / "without"

@@ -178,6 +178,7 @@ def test_older_bundle_never_replaces_newer(tmp_path):
         assert b"Newest" in (tmp_path / "b" / f"{pid}.json").read_bytes()
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_cli_with_list_file_summary_and_exit_code(tmp_path):
     s = Server()
     s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]]})
@@ -320,6 +321,7 @@ def test_a_304_to_an_unconditional_request_is_an_error(tmp_path):
     assert report.outcomes[0].status == "failed" and "named no version" in report.outcomes[0].detail
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_something_other_than_a_file_at_the_target_is_one_line(tmp_path):
     bundles = tmp_path / "bundles"
     (bundles / f"{IDS[0]}.json").mkdir(parents=True)

@@ -51,6 +51,7 @@ def test_pagefind_reads_only_record_pages_unless_a_users_template_marks_others(t
     assert search_layout(template_dirs(user)).glob == RECORD_PAGES_GLOB
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_search_indexes_every_marked_page(bundles_dir, tmp_path):
     """Built-in templates: the record pages, read alone; a user's template that marks listing pages gets them
     indexed as well."""
@@ -243,6 +244,7 @@ def _page_counts(site: Path) -> dict[str, int]:
             for entry in sorted(site.glob("pagefind/**/pagefind-entry.json"))}
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_a_change_re_indexes_only_its_shard_and_equals_a_clean_build(bundles_dir, tmp_path):
     """Four records in three shards (one record or two a shard): removing a record re-makes the index of its own
     shard alone (the others' files are the live ones, linked), and removing a shard's only record removes that
@@ -287,6 +289,7 @@ def test_a_site_with_no_record_says_there_is_nothing_to_search_until_one_comes(b
     assert _page_counts(out) == {"pagefind": 1}
 
 
+@pytest.mark.slow  # (a second or more: left to the full suite)
 def test_another_pagefind_remakes_every_shard_and_nothing_else(bundles_dir, tmp_path, monkeypatch):
     """The search page's Pagefind (the first shard's) reads the other shards' indexes: after Pagefind is upgraded
     every shard is made again by the new one, even with nothing else changed, and no record page is."""
