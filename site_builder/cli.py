@@ -87,28 +87,47 @@ def _parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".",
                               formatter_class=_Formatter)
 
-    def keys_arg(p):
-        p.add_argument("--trusted-keys", action="append", type=Path, default=[], metavar="FILE",
-                       help="JSON key document (or list) to pin; repeatable; replaces the built-in key "
-                            "(default: the resolver's key)")
+    _build_arguments(command("build", "verify bundles and build the site"))
+    sv = command("serve", "build, serve on localhost, rebuild on changes and reload the browser")
+    _site_arguments(sv)
+    sv.add_argument("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0: every interface)")
+    sv.add_argument("--port", type=_port, default=8000, metavar="N", help="TCP port (0: any free port)")
+    sv.add_argument("--open", action="store_true", help="open the site in a web browser")
+    _pull_arguments(command("pull", "fetch bundles from a resolver or mirror, verified before they are written"))
+    v = command("verify", "check bundle files or folders without building")
+    v.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="bundle files or folders of them")
+    _keys_argument(v)
+    v.add_argument("--json", action="store_true", help="print the results as one JSON document")
+    v.add_argument("--jobs", type=_count(0), default=0, metavar="N",
+                   help="worker processes (0: one per core this process may use)")
+    return parser
 
-    def site_args(p):  # what build and serve share
-        p.add_argument("--bundles", type=Path, default=Path("bundles"), metavar="DIR",
-                       help="folder of bundle files (*.json, searched recursively)")
-        p.add_argument("--output", type=Path, default=Path("output"), metavar="DIR",
-                       help="where the site is written (replaced atomically)")
-        keys_arg(p)
-        p.add_argument("--base-url", default=None, metavar="URL",
-                       help="where the site will be served, e.g. https://user.github.io/mirror/ "
-                            "(default: base_url in the settings file, else /)")
-        p.add_argument("--templates", type=Path, default=Path("templates"), metavar="DIR",
-                       help="templates overriding the built-in ones, used when the folder exists")
-        p.add_argument("--settings", type=Path, default=Path(SETTINGS_FILE), metavar="FILE",
-                       help="site settings (TOML), used when the file exists")
-        p.add_argument("--no-search", action="store_true", help="skip the Pagefind search index")
 
-    b = command("build", "verify bundles and build the site")
-    site_args(b)
+def _keys_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trusted-keys", action="append", type=Path, default=[], metavar="FILE",
+                   help="JSON key document (or list) to pin; repeatable; replaces the built-in key "
+                        "(default: the resolver's key)")
+
+
+def _site_arguments(p: argparse.ArgumentParser) -> None:
+    """What build and serve share."""
+    p.add_argument("--bundles", type=Path, default=Path("bundles"), metavar="DIR",
+                   help="folder of bundle files (*.json, searched recursively)")
+    p.add_argument("--output", type=Path, default=Path("output"), metavar="DIR",
+                   help="where the site is written (replaced atomically)")
+    _keys_argument(p)
+    p.add_argument("--base-url", default=None, metavar="URL",
+                   help="where the site will be served, e.g. https://user.github.io/mirror/ "
+                        "(default: base_url in the settings file, else /)")
+    p.add_argument("--templates", type=Path, default=Path("templates"), metavar="DIR",
+                   help="templates overriding the built-in ones, used when the folder exists")
+    p.add_argument("--settings", type=Path, default=Path(SETTINGS_FILE), metavar="FILE",
+                   help="site settings (TOML), used when the file exists")
+    p.add_argument("--no-search", action="store_true", help="skip the Pagefind search index")
+
+
+def _build_arguments(b: argparse.ArgumentParser) -> None:
+    _site_arguments(b)
     b.add_argument("--strict", action="store_true", help="exit 1 if any bundle was rejected")
     b.add_argument("--jobs", type=_count(0), default=0, metavar="N",
                    help="worker processes (0: one per core this process may use)")
@@ -127,20 +146,15 @@ def _parser() -> argparse.ArgumentParser:
     volume.add_argument("--verbose", "-v", action="store_true",
                         help="also list every published bundle, and the time and CPU of each stage")
 
-    sv = command("serve", "build, serve on localhost, rebuild on changes and reload the browser")
-    site_args(sv)
-    sv.add_argument("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0: every interface)")
-    sv.add_argument("--port", type=_port, default=8000, metavar="N", help="TCP port (0: any free port)")
-    sv.add_argument("--open", action="store_true", help="open the site in a web browser")
 
-    pl = command("pull", "fetch bundles from a resolver or mirror, verified before they are written")
+def _pull_arguments(pl: argparse.ArgumentParser) -> None:
     pl.add_argument("targets", nargs="+", metavar="ID_OR_LIST",
                     help="pith numbers, 26-character IDs, or files listing them one per line")
     pl.add_argument("--from", dest="source", default="https://pith.science", metavar="URL",
                     help="resolver or mirror to fetch /pith/<ID>/bundle.json from")
     pl.add_argument("--bundles", type=Path, default=Path("bundles"), metavar="DIR",
                     help="folder the verified bundles are written to")
-    keys_arg(pl)
+    _keys_argument(pl)
     pl.add_argument("--concurrency", type=_count(1), default=4, metavar="N", help="downloads at once")
     pl.add_argument("--timeout", type=_seconds, default=20.0, metavar="SECONDS",
                     help="bound on each whole request, from connecting to the last byte")
@@ -150,14 +164,6 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--deadline", type=_seconds, default=None, metavar="SECONDS",
                     help="bound on the whole run: what is not fetched by then is reported as failed (default: none)")
     pl.add_argument("--quiet", "-q", action="store_true", help="only the summary line and errors")
-
-    v = command("verify", "check bundle files or folders without building")
-    v.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="bundle files or folders of them")
-    keys_arg(v)
-    v.add_argument("--json", action="store_true", help="print the results as one JSON document")
-    v.add_argument("--jobs", type=_count(0), default=0, metavar="N",
-                   help="worker processes (0: one per core this process may use)")
-    return parser
 
 
 def _progress_bar(enabled: bool):

@@ -410,6 +410,44 @@ def _rows(papers: list[PaperSummary], memo: dict[str, tuple[list, str]] | None, 
     return rows
 
 
+def _listing_units(renderer: SiteRenderer, listings: list[Listing],
+                   rows_memo: dict | None) -> tuple[list[Unit], list[str]]:
+    """A unit for each page of each listing, and the pages' URLs."""
+    units: list[Unit] = []
+    urls: list[str] = []
+    size = renderer.config.page_size
+    for listing in listings:
+        pages = pagination(listing.base, len(listing.papers), size)
+        urls += [page.url for page in pages]
+        for page in pages:
+            start = (page.number - 1) * size
+            chunk = listing.papers[start:start + size]
+            name = f"listing:{page.url}"
+            units.append(Unit(
+                name, [listing.title, len(listing.papers), len(pages), _rows(chunk, rows_memo, name)],
+                lambda listing=listing, page=page, pages=pages, chunk=chunk, start=start: [(
+                    page.url + "index.html",
+                    renderer.render("listing.html", listing=listing, page=page, pages=pages, papers=chunk,
+                                    first_index=start + 1))]))
+    return units, urls
+
+
+def _feed_units(renderer: SiteRenderer, catalog: Catalogue, updated: str, rows_memo: dict | None) -> list[Unit]:
+    """The site's feed and each category's, a unit each."""
+    title = renderer.config.title
+    feeds = [("feed.xml", title, catalog.papers[:FEED_ENTRIES], updated)]
+    feeds += [(c.base + "feed.xml", f"{title}: {c.key}", c.papers[:FEED_ENTRIES], c.updated)
+              for c in catalog.categories]
+    units = []
+    for path, feed_title, entries, stamp in feeds:
+        name = f"feed:{path}"
+        units.append(Unit(name, [feed_title, stamp, _rows(entries, rows_memo, name)],
+                          lambda path=path, feed_title=feed_title, entries=entries, stamp=stamp: [(
+                              path, renderer.render("feed.xml", feed_title=feed_title, feed_path=path,
+                                                    entries=entries, updated=stamp))]))
+    return units
+
+
 def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, trust: TrustSet,
                      generated_at: str | None, about_markdown: str | None,
                      rows_memo: dict[str, tuple[list, str]] | None = None,
@@ -424,33 +462,12 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
     config = renderer.config
     papers, everything, cats, years = catalog.papers, catalog.everything, catalog.categories, catalog.years
     updated = everything.updated if papers else generated_at or "1970-01-01T00:00:00Z"
-    units: list[Unit] = []
-    listing_urls: list[str] = []
-
-    for listing in [everything, *cats, *years]:
-        pages = pagination(listing.base, len(listing.papers), config.page_size)
-        listing_urls += [page.url for page in pages]
-        for page in pages:
-            start = (page.number - 1) * config.page_size
-            chunk = listing.papers[start:start + config.page_size]
-            name = f"listing:{page.url}"
-            units.append(Unit(
-                name, [listing.title, len(listing.papers), len(pages), _rows(chunk, rows_memo, name)],
-                lambda listing=listing, page=page, pages=pages, chunk=chunk, start=start: [(
-                    page.url + "index.html",
-                    renderer.render("listing.html", listing=listing, page=page, pages=pages, papers=chunk,
-                                    first_index=start + 1))]))
+    units, listing_urls = _listing_units(renderer, [everything, *cats, *years], rows_memo)
     units.append(Unit("groups", [[(g.key, g.base, len(g.papers)) for g in cats], [(g.key, len(g.papers)) for g in years]],
                       lambda: [("category/index.html", renderer.render("groups.html", title="Categories", groups=cats)),
                                ("year/index.html", renderer.render("groups.html", title="Years", groups=years))]))
 
-    feeds = [("feed.xml", config.title, papers[:FEED_ENTRIES], updated)]
-    feeds += [(c.base + "feed.xml", f"{config.title}: {c.key}", c.papers[:FEED_ENTRIES], c.updated) for c in cats]
-    for path, title, entries, stamp in feeds:
-        name = f"feed:{path}"
-        units.append(Unit(name, [title, stamp, _rows(entries, rows_memo, name)],
-                          lambda path=path, title=title, entries=entries, stamp=stamp: [(path, renderer.render(
-                              "feed.xml", feed_title=title, feed_path=path, entries=entries, updated=stamp))]))
+    units += _feed_units(renderer, catalog, updated, rows_memo)
 
     for folder, label, targets in shared:
         name = f"shared:{folder}"

@@ -304,6 +304,100 @@ def _write_atomically(path: Path, data: bytes) -> None:
             tmp.unlink()
 
 
+@dataclass
+class _PullRun:
+    """What every download of one ``pull`` shares: the keys, the fetcher, the URL pattern, the target folder and
+    the validators remembered for conditional requests (written back when the run ends)."""
+
+    trust: TrustSet
+    fetcher: Fetcher
+    pattern: str
+    bundles: Path
+    state: dict
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def remember(self, pith_id: str, meta: dict) -> None:
+        with self.lock:
+            self.state[pith_id] = meta
+
+
+def _read_state(path: Path) -> dict:
+    try:
+        state = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def _local_copy(target: Path, trust: TrustSet):
+    """The bundle already at *target*, inspected (None if there is none, or it cannot be read), and why the
+    target cannot be written (None if it can): something other than a file there is never replaced."""
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"{target}: cannot read: {exc.strerror}"
+    if not stat.S_ISREG(mode):
+        return None, f"{target}: is not a file (a folder or a link is never replaced)"
+    try:
+        return inspect_bytes(target.name, read_bytes(target), trust), None
+    except FileReadError:
+        return None, None
+
+
+def _validators(run: _PullRun, pith_id: str, local) -> dict[str, str]:
+    """Conditional-request headers, when the local copy is the verified one they were remembered for."""
+    remembered = run.state.get(pith_id, {}) if local is not None and local.verified else {}
+    headers = {}
+    if remembered.get("sha256") == (local.sha256 if local else None):
+        if remembered.get("etag"):
+            headers["If-None-Match"] = remembered["etag"]
+        if remembered.get("last_modified"):
+            headers["If-Modified-Since"] = remembered["last_modified"]
+    return headers
+
+
+def _pull_one(run: _PullRun, pith_id: str) -> PullOutcome:
+    target = run.bundles / f"{pith_id}.json"
+    local, unwritable = _local_copy(target, run.trust)
+    if unwritable:
+        return PullOutcome(pith_id, "failed", unwritable)
+    headers = _validators(run, pith_id, local)
+    url = run.pattern.replace("{suffix}", pith_id)
+    try:
+        status, body, response_headers = run.fetcher.get(url, headers)
+    except OSError as exc:
+        notes = "".join(f" ({note})" for note in run.fetcher.notes())
+        return PullOutcome(pith_id, "failed", f"{url}: {exc}{notes}")
+    if status == 304 and not headers:
+        return PullOutcome(pith_id, "failed", f"{url}: 304 Not Modified to a request that named no version "
+                                              f"(no If-None-Match or If-Modified-Since)")
+    if status == 304:
+        return PullOutcome(pith_id, "unchanged", "not modified")
+    if status == 404:
+        return PullOutcome(pith_id, "failed", f"{url}: not found")
+    fetched = inspect_bytes(f"{url}", body, run.trust)
+    if not fetched.verified:
+        return PullOutcome(pith_id, "rejected", f"{fetched.check}: {fetched.reason}")
+    if fetched.pith_id != pith_id:
+        return PullOutcome(pith_id, "rejected", f"pith_number: server returned pith:{fetched.pith_id}")
+    meta = {"sha256": fetched.sha256, "etag": response_headers.get("ETag") or response_headers.get("Etag"),
+            "last_modified": response_headers.get("Last-Modified")}
+    if local is not None and local.verified:
+        if local.sha256 == fetched.sha256:
+            run.remember(pith_id, meta)
+            return PullOutcome(pith_id, "unchanged", "same bytes")
+        if (local.summary.built_at, local.summary.event_count) > (fetched.summary.built_at,
+                                                                  fetched.summary.event_count):
+            return PullOutcome(pith_id, "kept", f"local built_at {local.summary.built_at} is newer than "
+                                                f"{fetched.summary.built_at}")
+    _write_atomically(target, body)
+    run.remember(pith_id, meta)
+    notes = "".join(f" ({note})" for note in run.fetcher.notes())
+    return PullOutcome(pith_id, "fetched", fetched.summary.pith_number + notes)
+
+
 def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concurrency: int = 4,
          fetcher: Fetcher | None = None, progress: Callable[[int, int], None] | None = None) -> PullReport:
     if not source.lower().startswith(("http://", "https://")):
@@ -312,78 +406,13 @@ def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concur
     report = PullReport(list(bad))
     bundles.mkdir(parents=True, exist_ok=True)
     fetcher = fetcher or Fetcher()
-    pattern = bundle_url_pattern(source, fetcher)
     state_path = bundles / STATE_FILE
-    try:
-        state = json.loads(state_path.read_text("utf-8"))
-        if not isinstance(state, dict):
-            state = {}
-    except (OSError, ValueError):
-        state = {}
-    lock = threading.Lock()
+    run = _PullRun(trust, fetcher, bundle_url_pattern(source, fetcher), bundles, _read_state(state_path))
     done = [0]
 
-    def one(pith_id: str) -> PullOutcome:
-        target = bundles / f"{pith_id}.json"
-        local = None
-        try:
-            mode = os.lstat(target).st_mode
-        except FileNotFoundError:
-            mode = None
-        except OSError as exc:
-            return PullOutcome(pith_id, "failed", f"{target}: cannot read: {exc.strerror}")
-        if mode is not None and not stat.S_ISREG(mode):
-            return PullOutcome(pith_id, "failed", f"{target}: is not a file (a folder or a link is never replaced)")
-        if mode is not None:
-            try:
-                local = inspect_bytes(target.name, read_bytes(target), trust)
-            except FileReadError:
-                local = None
-        headers = {}
-        remembered = state.get(pith_id, {}) if local is not None and local.verified else {}
-        if remembered.get("sha256") == (local.sha256 if local else None):
-            if remembered.get("etag"):
-                headers["If-None-Match"] = remembered["etag"]
-            if remembered.get("last_modified"):
-                headers["If-Modified-Since"] = remembered["last_modified"]
-        url = pattern.replace("{suffix}", pith_id)
-        try:
-            status, body, response_headers = fetcher.get(url, headers)
-        except OSError as exc:
-            notes = "".join(f" ({note})" for note in fetcher.notes())
-            return PullOutcome(pith_id, "failed", f"{url}: {exc}{notes}")
-        if status == 304 and not headers:
-            return PullOutcome(pith_id, "failed", f"{url}: 304 Not Modified to a request that named no version "
-                                                  f"(no If-None-Match or If-Modified-Since)")
-        if status == 304:
-            return PullOutcome(pith_id, "unchanged", "not modified")
-        if status == 404:
-            return PullOutcome(pith_id, "failed", f"{url}: not found")
-        fetched = inspect_bytes(f"{url}", body, trust)
-        if not fetched.verified:
-            return PullOutcome(pith_id, "rejected", f"{fetched.check}: {fetched.reason}")
-        if fetched.pith_id != pith_id:
-            return PullOutcome(pith_id, "rejected", f"pith_number: server returned pith:{fetched.pith_id}")
-        meta = {"sha256": fetched.sha256, "etag": response_headers.get("ETag") or response_headers.get("Etag"),
-                "last_modified": response_headers.get("Last-Modified")}
-        if local is not None and local.verified:
-            if local.sha256 == fetched.sha256:
-                with lock:
-                    state[pith_id] = meta
-                return PullOutcome(pith_id, "unchanged", "same bytes")
-            if (local.summary.built_at, local.summary.event_count) > (fetched.summary.built_at,
-                                                                      fetched.summary.event_count):
-                return PullOutcome(pith_id, "kept", f"local built_at {local.summary.built_at} is newer than "
-                                                    f"{fetched.summary.built_at}")
-        _write_atomically(target, body)
-        with lock:
-            state[pith_id] = meta
-        notes = "".join(f" ({note})" for note in fetcher.notes())
-        return PullOutcome(pith_id, "fetched", fetched.summary.pith_number + notes)
-
     def counted(pith_id: str) -> PullOutcome:
-        outcome = one(pith_id)
-        with lock:
+        outcome = _pull_one(run, pith_id)
+        with run.lock:
             done[0] += 1
             if progress:
                 progress(done[0], len(ids))
@@ -391,5 +420,5 @@ def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concur
 
     with ThreadPoolExecutor(max(1, concurrency)) as pool:
         report.outcomes.extend(pool.map(counted, ids))
-    _write_atomically(state_path, (json.dumps(state, indent=1, sort_keys=True) + "\n").encode())
+    _write_atomically(state_path, (json.dumps(run.state, indent=1, sort_keys=True) + "\n").encode())
     return report

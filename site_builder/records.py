@@ -343,6 +343,21 @@ _COMPLETENESS = (
 )
 
 
+def _timeline_event(e: dict) -> TimelineEvent:
+    return TimelineEvent(event_type=_text(e.get("event_type")), target=_text(e.get("target")),
+                         created_at=_text(e.get("created_at")), signer_id=_text(e["signer"].get("signer_id")),
+                         key_id=_text(e["signer"].get("key_id")), event_id=_text(e.get("event_id")),
+                         known=e.get("event_type") in KNOWN_EVENT_TYPES)
+
+
+def _receipt(created: dict) -> Receipt:
+    r = created["payload"]["receipt"]
+    return Receipt(first_computed_at=_text(r.get("first_computed_at")), signed_at=_text(r.get("signed_at")),
+                   builder_version=_text(r.get("builder_version")), receipt_version=_text(r.get("receipt_version")),
+                   key_id=_text(r.get("key_id")), fingerprint=_text(r.get("public_key_fingerprint")),
+                   signature_b64=_text(r.get("signature_b64")))
+
+
 def detail(bundle: dict, summary: PaperSummary) -> PaperDetail:
     """Everything the record page shows, from a verified bundle."""
     snapshot = _latest_snapshot(bundle)
@@ -352,29 +367,8 @@ def detail(bundle: dict, summary: PaperSummary) -> PaperDetail:
         for c in (snapshot.get("claims") or {}).get("items") or []
         if isinstance(c, dict)
     )
-    events = tuple(
-        TimelineEvent(
-            event_type=_text(e.get("event_type")),
-            target=_text(e.get("target")),
-            created_at=_text(e.get("created_at")),
-            signer_id=_text(e["signer"].get("signer_id")),
-            key_id=_text(e["signer"].get("key_id")),
-            event_id=_text(e.get("event_id")),
-            known=e.get("event_type") in KNOWN_EVENT_TYPES,
-        )
-        for e in bundle["events"]
-    )
-    created = next(e for e in bundle["events"] if e["event_type"] == "record_created")
-    r = created["payload"]["receipt"]
-    receipt = Receipt(
-        first_computed_at=_text(r.get("first_computed_at")),
-        signed_at=_text(r.get("signed_at")),
-        builder_version=_text(r.get("builder_version")),
-        receipt_version=_text(r.get("receipt_version")),
-        key_id=_text(r.get("key_id")),
-        fingerprint=_text(r.get("public_key_fingerprint")),
-        signature_b64=_text(r.get("signature_b64")),
-    )
+    events = tuple(_timeline_event(e) for e in bundle["events"])
+    receipt = _receipt(next(e for e in bundle["events"] if e["event_type"] == "record_created"))
     aliases = tuple((a["alias_kind"], a["alias_value"]) for a in bundle["source_aliases"])
     doi = next((v for k, v in aliases if k == "doi"), "") or f"10.48550/arxiv.{summary.arxiv_id}"
     current = bundle["state"].get("current") or {}

@@ -330,104 +330,129 @@ class _Watcher(FileSystemEventHandler):
         return False
 
 
-def _make_handler(options: ServeOptions, live: LiveState):
-    live_js = resources.files("site_builder").joinpath("data/live.js").read_bytes()
-    output = options.output
+class _PreviewHandler(http.server.BaseHTTPRequestHandler):
+    """Serves the output folder under the base path, with the live-reload script in every page and the event
+    stream it listens to; ``_make_handler`` binds it to one serve session."""
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    protocol_version = "HTTP/1.1"
+    live: LiveState
+    output: Path
+    live_js: bytes
 
-        def log_message(self, *args):
+    def log_message(self, *args):
+        pass
+
+    def _send(self, status: int, body: bytes, content_type: str, extra: dict | None = None):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        if content_type.startswith("application/json"):  # (as GitHub Pages does: verifiers elsewhere may fetch it)
+            self.send_header("Access-Control-Allow-Origin", "*")
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _inject(self, html: bytes) -> bytes:
+        tag = live_reload_tag(self.live.base_path)  # the event stream sends the current error (if any) on connect
+        return html.replace(b"</body>", tag + b"</body>", 1) if b"</body>" in html else html + tag
+
+    def do_HEAD(self):
+        self.do_GET()
+
+    def do_GET(self):
+        path = unquote(urlsplit(self.path).path)
+        base = self.live.base_path
+        if path == base + EVENTS_PATH:
+            return self._events()
+        if path == base + LIVE_JS_PATH:
+            return self._send(200, self.live_js, "text/javascript")
+        if not path.startswith(base):
+            if path == "/" or path + "/" == base:
+                return self._send(302, b"", "text/plain", {"Location": base})
+            return self._not_found()
+        rel = path[len(base):]
+        parts = [p for p in rel.split("/") if p]
+        if any(p in ("..", ".") or "\x00" in p for p in parts):
+            return self._not_found()
+        target = self.output.joinpath(*parts) if parts else self.output
+        if target.is_dir():
+            if not path.endswith("/"):
+                return self._send(301, b"", "text/plain", {"Location": path + "/"})
+            target = target / "index.html"
+        try:
+            data = target.read_bytes()
+        except OSError:
+            return self._not_found()
+        ctype = CONTENT_TYPES.get(target.suffix) or mimetypes.guess_type(target.name)[0] or \
+            "application/octet-stream"
+        if target.suffix == ".html":
+            data = self._inject(data)
+        self._send(200, data, ctype)
+
+    def _not_found(self):
+        try:
+            body = self._inject((self.output / "404.html").read_bytes())
+        except OSError:
+            body = b"<!DOCTYPE html><title>Not found</title><h1>Not found</h1>"
+        self._send(404, body, "text/html; charset=utf-8")
+
+    def _events(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        q: queue.Queue = queue.Queue()
+        with self.live.lock:
+            self.live.clients.append(q)
+        q.put(("status", {"error": self.live.error}))
+        try:
+            while True:
+                try:
+                    event, data = q.get(timeout=15)
+                    chunk = f"event: {event}\ndata: {json.dumps(data)}\n\n"
+                except queue.Empty:
+                    chunk = ": keep-alive\n\n"
+                self.wfile.write(chunk.encode())
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError):
             pass
+        finally:
+            with self.live.lock:
+                self.live.clients.remove(q)
+            self.close_connection = True
 
-        def _send(self, status: int, body: bytes, content_type: str, extra: dict | None = None):
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            if content_type.startswith("application/json"):  # (as GitHub Pages does: verifiers elsewhere may fetch it)
-                self.send_header("Access-Control-Allow-Origin", "*")
-            for k, v in (extra or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
 
-        def _inject(self, html: bytes) -> bytes:
-            tag = live_reload_tag(live.base_path)  # the event stream sends the current error (if any) on connect
-            return html.replace(b"</body>", tag + b"</body>", 1) if b"</body>" in html else html + tag
-
-        def do_HEAD(self):
-            self.do_GET()
-
-        def do_GET(self):
-            path = unquote(urlsplit(self.path).path)
-            base = live.base_path
-            if path == base + EVENTS_PATH:
-                return self._events()
-            if path == base + LIVE_JS_PATH:
-                return self._send(200, live_js, "text/javascript")
-            if not path.startswith(base):
-                if path == "/" or path + "/" == base:
-                    return self._send(302, b"", "text/plain", {"Location": base})
-                return self._not_found()
-            rel = path[len(base):]
-            parts = [p for p in rel.split("/") if p]
-            if any(p in ("..", ".") or "\x00" in p for p in parts):
-                return self._not_found()
-            target = output.joinpath(*parts) if parts else output
-            if target.is_dir():
-                if not path.endswith("/"):
-                    return self._send(301, b"", "text/plain", {"Location": path + "/"})
-                target = target / "index.html"
-            try:
-                data = target.read_bytes()
-            except OSError:
-                return self._not_found()
-            ctype = CONTENT_TYPES.get(target.suffix) or mimetypes.guess_type(target.name)[0] or \
-                "application/octet-stream"
-            if target.suffix == ".html":
-                data = self._inject(data)
-            self._send(200, data, ctype)
-
-        def _not_found(self):
-            try:
-                body = self._inject((output / "404.html").read_bytes())
-            except OSError:
-                body = b"<!DOCTYPE html><title>Not found</title><h1>Not found</h1>"
-            self._send(404, body, "text/html; charset=utf-8")
-
-        def _events(self):
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            q: queue.Queue = queue.Queue()
-            with live.lock:
-                live.clients.append(q)
-            q.put(("status", {"error": live.error}))
-            try:
-                while True:
-                    try:
-                        event, data = q.get(timeout=15)
-                        chunk = f"event: {event}\ndata: {json.dumps(data)}\n\n"
-                    except queue.Empty:
-                        chunk = ": keep-alive\n\n"
-                    self.wfile.write(chunk.encode())
-                    self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError, OSError):
-                pass
-            finally:
-                with live.lock:
-                    live.clients.remove(q)
-                self.close_connection = True
-
-    return Handler
+def _make_handler(options: ServeOptions, live: LiveState) -> type[_PreviewHandler]:
+    live_js = resources.files("site_builder").joinpath("data/live.js").read_bytes()
+    return type("Handler", (_PreviewHandler,), {"live": live, "output": options.output, "live_js": live_js})
 
 
 class ListenError(OSError):
     """The server cannot listen on the address asked for (port in use, no such interface, no permission)."""
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)  # a browser closing a tab is not an error
+
+
+def _watcher_for(options: ServeOptions) -> _Watcher:
+    """What the watcher follows: the bundles, templates, settings, about page and static folder."""
+    try:
+        settings = load_settings(options.settings)
+    except SettingsError:
+        settings = SiteConfig()
+    return _Watcher(options.output.resolve(), options.settings.parent.resolve(),
+                    {options.settings.name, settings.about_file}, options.bundles.resolve(),
+                    options.templates.resolve(), (options.settings.parent / settings.static_dir).resolve())
 
 
 def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[str], None] | None = None,
@@ -436,33 +461,19 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
     site = Site(options, live)
     stop = stop or threading.Event()
 
-    class Server(http.server.ThreadingHTTPServer):
-        daemon_threads = True
-        allow_reuse_address = True
-
-        def handle_error(self, request, client_address):
-            if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-                super().handle_error(request, client_address)  # a browser closing a tab is not an error
-
     spare = httpd = None
     serving = False
     observer = Observer()
     try:  # Ctrl-C may come at any point, even during the first build: always stop the same clean way
         # The port first: a busy port is said at once, not after the first build (seconds on a large mirror).
         try:
-            httpd = Server((options.host, options.port), _make_handler(options, live))
+            httpd = _Server((options.host, options.port), _make_handler(options, live))
         except OSError as exc:
             raise ListenError(f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}") from None
         site.rebuild("start")
         url = f"http://{options.host}:{httpd.server_address[1]}{live.base_path}"
 
-        try:
-            settings = load_settings(options.settings)
-        except SettingsError:
-            settings = SiteConfig()
-        watcher = _Watcher(options.output.resolve(), options.settings.parent.resolve(),
-                           {options.settings.name, settings.about_file}, options.bundles.resolve(),
-                           options.templates.resolve(), (options.settings.parent / settings.static_dir).resolve())
+        watcher = _watcher_for(options)
         site.request_rebuild = watcher.poke
         watches: dict[tuple[Path, bool], object] = {}
         _follow(observer, watcher, watches)
@@ -492,21 +503,27 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
     except KeyboardInterrupt:
         pass
     finally:
-        stop.set()
-        if observer.is_alive():
-            observer.stop()
-            observer.join(timeout=5)
-        if httpd is not None:
-            if serving:
-                httpd.shutdown()
-            httpd.server_close()
-        if spare is not None:
-            spare.join(timeout=30)
-        site.memory.close()
-        _remove_leftovers(options.output)
-        if httpd is not None:  # (nothing to say "stopped" of when the port could not be had)
-            options.log("stopped")
+        _shut_down(options, site, stop, observer, httpd, serving, spare)
     return 0
+
+
+def _shut_down(options: ServeOptions, site: Site, stop: threading.Event, observer, httpd, serving: bool,
+               spare: threading.Thread | None) -> None:
+    """Stop everything serve started, in the order that lets each part finish, and remove its leftovers."""
+    stop.set()
+    if observer.is_alive():
+        observer.stop()
+        observer.join(timeout=5)
+    if httpd is not None:
+        if serving:
+            httpd.shutdown()
+        httpd.server_close()
+    if spare is not None:
+        spare.join(timeout=30)
+    site.memory.close()
+    _remove_leftovers(options.output)
+    if httpd is not None:  # (nothing to say "stopped" of when the port could not be had)
+        options.log("stopped")
 
 
 def _follow(observer: Observer, watcher: _Watcher, watches: dict) -> None:
