@@ -28,7 +28,6 @@ from pathlib import Path
 
 from site_builder.options import BuildOptions
 from site_builder.parallel import PARALLEL_THRESHOLD, WorkerLostError, usable_cores
-from site_builder.records import text_source
 from site_builder.rendering import template_dirs
 from site_builder.report import BuildReport
 from site_builder.search_index import pagefind_version
@@ -120,13 +119,17 @@ def _run_stages(ctx: BuildContext) -> None:
         changed = render_records(ctx, site, out)
         if changed:
             site = without_changed(ctx, inputs, verified, site, changed)
-        # (feeds show the words of records, which the build holds by reference: read from the tree's bundles)
-        with text_source(words_in(out.tree, ctx.options.max_bytes)):
+        # (feeds and new list rows show the words of records, which the build holds by reference: they are read
+        # back from the verified bundles of the tree being written)
+        site.renderer.read_words = words_in(out.tree, ctx.options.max_bytes)
+        try:
             render_collection(ctx, site, out)
             renamed = index(ctx, site, out)
             if changed or renamed:  # the outcomes and unit keys differ from those planned
                 site = identified(ctx, site)
             write_report(ctx, site, out)
+        finally:
+            site.renderer.read_words = None
         swap(ctx, out)
     except BaseException:
         out.discard()

@@ -368,7 +368,8 @@ def report_files(renderer: SiteRenderer, catalog: Catalogue, report: ReportDocum
     verification.json is written by the build, in pieces: ``ReportDocument.chunks``.)"""
     papers, cats, years = catalog.papers, catalog.categories, catalog.years
     counts = _counts(papers, report.head)
-    yield "index.html", renderer.render("home.html", recent=papers[:HOME_RECENT], counts=counts, categories=cats,
+    yield "index.html", renderer.render("home.html", recent=renderer.shown(papers[:HOME_RECENT]), counts=counts,
+                                        categories=cats,
                                         years=years, has_about=has_about)
     per_year = [(y.key, len(y.papers)) for y in sorted(years, key=lambda y: y.key)]
     per_primary = sorted(Counter(p.primary_cat for p in papers).items(), key=lambda kv: (-kv[1], kv[0]))
@@ -427,7 +428,8 @@ def _listing_units(renderer: SiteRenderer, listings: list[Listing],
                 name, [listing.title, len(listing.papers), len(pages), _rows(chunk, rows_memo, name)],
                 lambda listing=listing, page=page, pages=pages, chunk=chunk, start=start: [(
                     page.url + "index.html",
-                    renderer.render("listing.html", listing=listing, page=page, pages=pages, papers=chunk,
+                    renderer.render("listing.html", listing=listing, page=page, pages=pages,
+                                    papers=renderer.shown(chunk),
                                     first_index=start + 1))]))
     return units, urls
 
@@ -444,7 +446,8 @@ def _feed_units(renderer: SiteRenderer, catalog: Catalogue, updated: str, rows_m
         units.append(Unit(name, [feed_title, stamp, _rows(entries, rows_memo, name)],
                           lambda path=path, feed_title=feed_title, entries=entries, stamp=stamp: [(
                               path, renderer.render("feed.xml", feed_title=feed_title, feed_path=path,
-                                                    entries=entries, updated=stamp))]))
+                                                    entries=renderer.shown(entries),
+                                                    updated=stamp))]))
     return units
 
 
@@ -473,7 +476,8 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
         name = f"shared:{folder}"
         units.append(Unit(name, [label, _rows(targets, rows_memo, name)],
                           lambda folder=folder, label=label, targets=targets: [(
-                              folder + "index.html", renderer.render("ambiguous.html", label=label, targets=targets))]))
+                              folder + "index.html",
+                              renderer.render("ambiguous.html", label=label, targets=renderer.shown(targets)))]))
 
     urls = ["", "papers/", "category/", "year/", "stats/", "verification/", "search/", "verify/"]
     if about_markdown is not None:

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Callable, Iterator, Sequence
+from typing import Sequence
 
 from site_builder.canonical import pretty_json
 from site_builder.merge import KNOWN_EVENT_TYPES
@@ -35,25 +34,12 @@ class TextOf:
     A build holds every published record's summary at once, but only a few of them are shown with their words
     in the build's own process (feeds; the rows of list pages are rendered with the record's pages, in the
     workers).  Holding this instead is 1.5 KB less a record (150 MB at 100,000 records); the words are read back from the bundle the output tree holds for the record,
-    and the bytes must still have this digest (``text_source``)."""
+    and the bytes must still have this digest (``SiteRenderer.full``)."""
 
     sha256: str
 
 
-# Reads a record's words again, while a build has them to read (``text_source``): (pith id, sha256) -> words.
-_text_reader: Callable[[str, str], PaperText] | None = None
 _SENTENCE_ENDS = (".", "!", "?", ".)", '."', ".”", "…")
-
-
-@contextmanager
-def text_source(reader: Callable[[str, str], PaperText]) -> Iterator[None]:
-    """Summaries whose words are held by reference (``TextOf``) read them through *reader* within this block."""
-    global _text_reader
-    before, _text_reader = _text_reader, reader
-    try:
-        yield
-    finally:
-        _text_reader = before
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +76,8 @@ class PaperSummary:
         text = self.text
         if type(text) is PaperText:
             return text
-        if _text_reader is None:
-            raise LookupError(f"pith:{self.pith_id}: its words are held by reference, and no build is reading them")
-        return _text_reader(self.pith_id, text.sha256)
+        raise LookupError(f"pith:{self.pith_id}: its words are held by reference: read them with "
+                          f"with_words() (SiteRenderer.full does, from the verified bundle)")
 
     @property
     def title(self) -> str:

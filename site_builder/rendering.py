@@ -13,13 +13,14 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import jinja2
 from markupsafe import Markup, escape
 
 from site_builder import __version__
 from site_builder.categories import category_name
+from site_builder.records import PaperText
 from site_builder.keys import TrustSet
 from site_builder.settings import SiteConfig
 from site_builder.verification import CHECK_DESCRIPTIONS
@@ -141,6 +142,31 @@ class _RenderContext(jinja2.runtime.Context):
         return super().call(__obj, *args, **kwargs)
 
 
+class _ShownPaper:
+    """A summary held by reference, handed to a template: its fields as they are, its words read back (once)
+    when the template uses them."""
+
+    __slots__ = ("_summary", "_renderer", "_full")
+
+    def __init__(self, summary, renderer: SiteRenderer):
+        self._summary, self._renderer, self._full = summary, renderer, None
+
+    def full(self):
+        if self._full is None:
+            self._full = self._renderer.full(self._summary)
+        return self._full
+
+    def __getattr__(self, name: str):
+        if name in _WORDY:
+            return getattr(self.full(), name)
+        return getattr(self._summary, name)
+
+
+# What a summary shows of its words (the rest of its fields need no reading).
+_WORDY = frozenset({"words", "title", "authors", "abstract", "abstract_cut", "display_title", "short_title",
+                    "short_abstract", "listed_authors", "cited_authors", "text"})
+
+
 class SiteRenderer:
     def __init__(self, config: SiteConfig, dirs: list[Path], trust: TrustSet, search_enabled: bool = True,
                  compiled: jinja2.BytecodeCache | None = None, rows: dict[str, bytes] | None = None):
@@ -190,6 +216,8 @@ class SiteRenderer:
                                       {"direct": frozenset(id(self.env.globals[name]) for name in helpers)})
         self.dirs = dirs
         self.rows: dict[str, bytes] = rows if rows is not None else {}
+        # (pith id, sha256) -> the record's words, read back from its verified bundle; set by the render stage
+        self.read_words: Callable[[str, str], PaperText] | None = None
         self._templates: dict[str, jinja2.Template] = {}
         self._check_rows: dict[tuple, Markup] = {}
 
@@ -226,7 +254,23 @@ class SiteRenderer:
         """The row, kept or rendered, without keeping it: a render worker renders the row of each record it
         renders (so that list pages only join rows) and hands it to the build, which keeps it (``keep_row``)."""
         row = self.rows.get(paper.row_digest)
-        return row if row is not None else self.render("_paper_row.html", p=paper)
+        return row if row is not None else self.render("_paper_row.html", p=self.full(paper))
+
+    def full(self, paper):
+        """*paper* holding its words: a summary the build holds by reference (``records.TextOf``) reads them
+        through ``read_words``, which the render stage points at the verified bundles of the tree it writes."""
+        if type(paper) is _ShownPaper:
+            return paper.full()
+        if type(paper.text) is PaperText:
+            return paper
+        if self.read_words is None:
+            raise LookupError(f"pith:{paper.pith_id}: its words are held by reference, and no tree is being written")
+        return paper.with_words(self.read_words(paper.pith_id, paper.text.sha256))
+
+    def shown(self, papers) -> list:
+        """*papers* as a template may show them: a summary held by reference reads its words only if the
+        template asks for them (list rows mostly come from the kept rows, and need none)."""
+        return [p if type(p.text) is PaperText else _ShownPaper(p, self) for p in papers]
 
     def keep_row(self, row_digest: str, row: bytes) -> None:
         if len(self.rows) >= ROW_MEMO_LIMIT and row_digest not in self.rows:
