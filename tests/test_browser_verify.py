@@ -228,6 +228,7 @@ def test_claims_in_markdown_are_compared_with_what_the_page_shows(site_with_clai
 
 
 def _verify_in_standalone(page, bundle_path=None, url=None):
+    page.eval_on_selector("#result", "e => { e.dataset.state = 'idle'; }")  # (not the last check's outcome)
     if bundle_path is not None:
         page.set_input_files("#file", str(bundle_path))
     else:
@@ -237,13 +238,14 @@ def _verify_in_standalone(page, bundle_path=None, url=None):
     return page.eval_on_selector("#result", "e => e.dataset.state"), page.inner_text("#result")
 
 
-def test_the_standalone_verifier_works_from_disk_with_no_request_but_the_bundle(site, tmp_path):
+@pytest.mark.parametrize("viewport, scheme", [((1280, 800), "light"), ((390, 800), "dark")])
+def test_the_standalone_verifier_works_from_disk_with_no_request_but_the_bundle(site, tmp_path, viewport, scheme):
     saved = tmp_path / "pith-verifier.html"
     shutil.copy(site / "verify" / "index.html", saved)
     tampered = tmp_path / "tampered.json"
     tampered.write_bytes(REAL_FILES[1].read_bytes().replace(b'"title":"', b'"title":"X', 1))
     with chromium() as browser:
-        page = browser.new_page()
+        page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]}, color_scheme=scheme)
         requests = []
         page.on("request", lambda r: requests.append(r.url))
         page.goto(saved.as_uri())

@@ -149,13 +149,15 @@ def _search(page, url, query):
         (e.querySelector('.pagefind-ui__result-excerpt') || {}).textContent || ''])""")
 
 
-def test_search_returns_the_record_meant_and_nothing_for_boilerplate(site):
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("width", ["desktop", "phone"])
+def test_search_returns_the_record_meant_and_nothing_for_boilerplate(site, width, scheme):
     folder, ids, _ = site
     bundle = json.loads(REAL_FILES[0].read_bytes())
     abstract = next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")[
         "payload"]["graph_snapshot"]["paper"]["abstract_excerpt"]
     with serve(folder) as url, chromium() as browser:
-        page = browser.new_page()
+        page = browser.new_page(viewport={"width": WIDTHS[width], "height": 800}, color_scheme=scheme)
         for query in ["xyzzyq", "completeness", "verified", "license", "bitcoin", "excerpt", "fingerprint"]:
             assert _search(page, url, query) == [], query
         results = _search(page, url, "TensorOpt")
@@ -181,10 +183,12 @@ def test_search_returns_the_record_meant_and_nothing_for_boilerplate(site):
         assert years and set(years) == {"Year: " + bundle["canonical_record"]["metadata"]["submitted_at"][:4]}
 
 
-def test_the_404_page_finds_a_pith_number_in_other_case_and_offers_a_search(site):
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("width", ["desktop", "phone"])
+def test_the_404_page_finds_a_pith_number_in_other_case_and_offers_a_search(site, width, scheme):
     folder, ids, _ = site
     with serve(folder) as url, chromium() as browser:
-        page = browser.new_page()
+        page = browser.new_page(viewport={"width": WIDTHS[width], "height": 800}, color_scheme=scheme)
         page.goto(url + f"pith/{ids[0][:8].lower()}/")
         page.wait_for_url(url + f"pith/{ids[0]}/")
         page.goto(url + f"pith/{ids[0].lower()}/")
@@ -196,11 +200,13 @@ def test_the_404_page_finds_a_pith_number_in_other_case_and_offers_a_search(site
         assert page.inner_text("#suggest-term") == "nowhere"
 
 
-def test_the_resolvers_sections_are_shown_from_the_bundle(site):
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("width", ["desktop", "phone"])
+def test_the_resolvers_sections_are_shown_from_the_bundle(site, width, scheme):
     folder, ids, _ = site
     bundle = json.loads(REAL_FILES[0].read_bytes())
     with serve(folder) as url, chromium() as browser:
-        page = browser.new_page()
+        page = browser.new_page(viewport={"width": WIDTHS[width], "height": 800}, color_scheme=scheme)
         page.goto(url + f"pith/{ids[0]}/")
         chips = page.eval_on_selector_all(".chips li", "els => els.map(e => e.textContent.trim())")
         assert chips[0] == "✓ verified by this mirror"
