@@ -37,6 +37,17 @@ def site(tmp_path_factory):
     return root / "site", ids, json.loads(raw)["pith_number"].rsplit(":", 1)[1]
 
 
+@pytest.fixture(params=[(w, c) for w in WIDTHS for c in ("light", "dark")], ids=lambda p: f"{p[0]}-{p[1]}")
+def reader(request, site):
+    """A browser page at a desktop or a phone width, in light or dark, over the served site: (page, site URL,
+    record ids, viewport width)."""
+    width, scheme = request.param
+    folder, ids, _ = site
+    with serve(folder) as url, chromium() as browser:
+        yield browser.new_page(viewport={"width": WIDTHS[width], "height": 800}, color_scheme=scheme), url, ids, \
+            WIDTHS[width]
+
+
 def page_types(ids):
     return {"home": "", "paper": f"pith/{ids[0]}/", "listing": "papers/", "category": "category/cs.DC/",
             "groups": "category/", "search": "search/", "verification": "verification/", "stats": "stats/",
@@ -108,24 +119,20 @@ def test_a_long_author_list_is_folded_one_click_from_the_whole(site, width):
         assert "et al. (2990 more)" in row and "Author Number10," not in row
 
 
-@pytest.mark.parametrize("scheme", ["light", "dark"])
-@pytest.mark.parametrize("width", ["desktop", "phone"])
-def test_a_paper_page_links_to_read_and_cite_the_paper(site, width, scheme):
-    folder, ids, _ = site
+def test_a_paper_page_links_to_read_and_cite_the_paper(reader):
+    page, url, ids, width = reader
     bundle = json.loads(REAL_FILES[0].read_bytes())
     source, meta = bundle["canonical_record"]["source"], bundle["canonical_record"]["metadata"]
     versioned = f"{source['id']}v{source['version']}"
-    with serve(folder) as url, chromium() as browser:
-        page = browser.new_page(viewport={"width": WIDTHS[width], "height": 800}, color_scheme=scheme)
-        page.goto(url + f"pith/{ids[0]}/")
-        links = page.eval_on_selector_all(".read a", "els => els.map(a => [a.textContent, a.href])")
-        assert [text for text, _ in links] == ["Abstract on arXiv", "PDF", "HTML", "Source"]
-        assert [href for _, href in links] == [f"https://arxiv.org/{kind}/{versioned}" for kind in
-                                               ("abs", "pdf", "html", "src")]
-        assert page.is_visible(".read a.primary")  # above the fold on a phone
-        assert page.eval_on_selector(".read a.primary", "a => a.getBoundingClientRect().bottom") < 800
-        assert page.inner_text(".cite-as") == f"Cite as: arXiv:{versioned} [{meta['primary_cat']}]"
-        assert "Distributed, Parallel, and Cluster Computing" in page.inner_text("[data-field=categories]")
+    page.goto(url + f"pith/{ids[0]}/")
+    links = page.eval_on_selector_all(".read a", "els => els.map(a => [a.textContent, a.href])")
+    assert [text for text, _ in links] == ["Abstract on arXiv", "PDF", "HTML", "Source"]
+    assert [href for _, href in links] == [f"https://arxiv.org/{kind}/{versioned}" for kind in
+                                           ("abs", "pdf", "html", "src")]
+    assert page.is_visible(".read a.primary")  # above the fold on a phone
+    assert page.eval_on_selector(".read a.primary", "a => a.getBoundingClientRect().bottom") < 800
+    assert page.inner_text(".cite-as") == f"Cite as: arXiv:{versioned} [{meta['primary_cat']}]"
+    assert "Distributed, Parallel, and Cluster Computing" in page.inner_text("[data-field=categories]")
 
 
 def test_dark_mode_declares_its_colour_scheme_for_form_controls(site):
@@ -149,75 +156,63 @@ def _search(page, url, query):
         (e.querySelector('.pagefind-ui__result-excerpt') || {}).textContent || ''])""")
 
 
-@pytest.mark.parametrize("scheme", ["light", "dark"])
-@pytest.mark.parametrize("width", ["desktop", "phone"])
-def test_search_returns_the_record_meant_and_nothing_for_boilerplate(site, width, scheme):
-    folder, ids, _ = site
+def test_search_returns_the_record_meant_and_nothing_for_boilerplate(reader):
+    page, url, ids, width = reader
     bundle = json.loads(REAL_FILES[0].read_bytes())
     abstract = next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")[
         "payload"]["graph_snapshot"]["paper"]["abstract_excerpt"]
-    with serve(folder) as url, chromium() as browser:
-        page = browser.new_page(viewport={"width": WIDTHS[width], "height": 800}, color_scheme=scheme)
-        for query in ["xyzzyq", "completeness", "verified", "license", "bitcoin", "excerpt", "fingerprint"]:
-            assert _search(page, url, query) == [], query
-        results = _search(page, url, "TensorOpt")
-        assert results and results[0][0].endswith(f"pith/{ids[0]}/")
-        excerpt = " ".join(results[0][1].split())
-        assert "pith:" not in excerpt and ids[0] not in excerpt
-        assert excerpt[:30] in " ".join(abstract.split()) or "TensorOpt" in excerpt
-        for query in ["cs.DC", "2004.10856", ids[0][:8]]:  # categories and ids are still found
-            assert any(href.endswith(f"pith/{ids[0]}/") for href, _ in _search(page, url, query)), query
-        everything = {href for href, _ in _search(page, url, "training")}
-        assert len(everything) >= 2
-        page.select_option("#filter-category", "stat.ML")
-        page.wait_for_timeout(200)
-        in_dc = page.eval_on_selector_all(".pagefind-ui__result", """els => els.filter(e => !e.hidden).map(e =>
-            e.querySelector('.pagefind-ui__result-link').getAttribute('href'))""")
-        assert in_dc and set(in_dc) < everything and f"/pith/{ids[0]}/" in in_dc
-        assert page.inner_text(".pagefind-ui__message").startswith(f"{len(in_dc)} result")
-        page.select_option("#filter-category", "")
-        page.select_option("#filter-year", bundle["canonical_record"]["metadata"]["submitted_at"][:4])
-        page.wait_for_timeout(200)
-        years = page.eval_on_selector_all(".pagefind-ui__result", """els => els.filter(e => !e.hidden).map(e =>
-            e.querySelector('[data-pagefind-ui-meta=year]').textContent.trim())""")
-        assert years and set(years) == {"Year: " + bundle["canonical_record"]["metadata"]["submitted_at"][:4]}
+    for query in ["xyzzyq", "completeness", "verified", "license", "bitcoin", "excerpt", "fingerprint"]:
+        assert _search(page, url, query) == [], query
+    results = _search(page, url, "TensorOpt")
+    assert results and results[0][0].endswith(f"pith/{ids[0]}/")
+    excerpt = " ".join(results[0][1].split())
+    assert "pith:" not in excerpt and ids[0] not in excerpt
+    assert excerpt[:30] in " ".join(abstract.split()) or "TensorOpt" in excerpt
+    for query in ["cs.DC", "2004.10856", ids[0][:8]]:  # categories and ids are still found
+        assert any(href.endswith(f"pith/{ids[0]}/") for href, _ in _search(page, url, query)), query
+    everything = {href for href, _ in _search(page, url, "training")}
+    assert len(everything) >= 2
+    page.select_option("#filter-category", "stat.ML")
+    page.wait_for_timeout(200)
+    in_dc = page.eval_on_selector_all(".pagefind-ui__result", """els => els.filter(e => !e.hidden).map(e =>
+        e.querySelector('.pagefind-ui__result-link').getAttribute('href'))""")
+    assert in_dc and set(in_dc) < everything and f"/pith/{ids[0]}/" in in_dc
+    assert page.inner_text(".pagefind-ui__message").startswith(f"{len(in_dc)} result")
+    page.select_option("#filter-category", "")
+    page.select_option("#filter-year", bundle["canonical_record"]["metadata"]["submitted_at"][:4])
+    page.wait_for_timeout(200)
+    years = page.eval_on_selector_all(".pagefind-ui__result", """els => els.filter(e => !e.hidden).map(e =>
+        e.querySelector('[data-pagefind-ui-meta=year]').textContent.trim())""")
+    assert years and set(years) == {"Year: " + bundle["canonical_record"]["metadata"]["submitted_at"][:4]}
 
 
-@pytest.mark.parametrize("scheme", ["light", "dark"])
-@pytest.mark.parametrize("width", ["desktop", "phone"])
-def test_the_404_page_finds_a_pith_number_in_other_case_and_offers_a_search(site, width, scheme):
-    folder, ids, _ = site
-    with serve(folder) as url, chromium() as browser:
-        page = browser.new_page(viewport={"width": WIDTHS[width], "height": 800}, color_scheme=scheme)
-        page.goto(url + f"pith/{ids[0][:8].lower()}/")
-        page.wait_for_url(url + f"pith/{ids[0]}/")
-        page.goto(url + f"pith/{ids[0].lower()}/")
-        page.wait_for_url(url + f"pith/{ids[0]}/")
-        page.goto(url + "papers/tensoropt-paper/")
-        link = page.get_attribute("#suggest-link", "href")
-        assert page.is_visible("#suggest") and link == "/search/?q=tensoropt-paper"
-        page.goto(url + "nowhere/")
-        assert page.inner_text("#suggest-term") == "nowhere"
+def test_the_404_page_finds_a_pith_number_in_other_case_and_offers_a_search(reader):
+    page, url, ids, width = reader
+    page.goto(url + f"pith/{ids[0][:8].lower()}/")
+    page.wait_for_url(url + f"pith/{ids[0]}/")
+    page.goto(url + f"pith/{ids[0].lower()}/")
+    page.wait_for_url(url + f"pith/{ids[0]}/")
+    page.goto(url + "papers/tensoropt-paper/")
+    link = page.get_attribute("#suggest-link", "href")
+    assert page.is_visible("#suggest") and link == "/search/?q=tensoropt-paper"
+    page.goto(url + "nowhere/")
+    assert page.inner_text("#suggest-term") == "nowhere"
 
 
-@pytest.mark.parametrize("scheme", ["light", "dark"])
-@pytest.mark.parametrize("width", ["desktop", "phone"])
-def test_the_resolvers_sections_are_shown_from_the_bundle(site, width, scheme):
-    folder, ids, _ = site
+def test_the_resolvers_sections_are_shown_from_the_bundle(reader):
+    page, url, ids, width = reader
     bundle = json.loads(REAL_FILES[0].read_bytes())
-    with serve(folder) as url, chromium() as browser:
-        page = browser.new_page(viewport={"width": WIDTHS[width], "height": 800}, color_scheme=scheme)
-        page.goto(url + f"pith/{ids[0]}/")
-        chips = page.eval_on_selector_all(".chips li", "els => els.map(e => e.textContent.trim())")
-        assert chips[0] == "✓ verified by this mirror"
-        assert [c.removeprefix("✓ ").removeprefix("not ") for c in chips[1:]] == [
-            "author attested", "externally anchored", "storage verified", "references resolved"]
-        integrity = page.inner_text("ul.integrity")
-        assert "Integrity scan: clean" in integrity and "References: 0 listed, 0 resolved" in integrity
-        assert bundle["canonical_sha256"] in page.inner_text("#canonical-hash")
-        assert page.inner_text("#latex") == f"\\usepackage{{pith}}\n\\pithnumber{{{ids[0]}}}"
-        assert "Add to your LaTeX paper" in page.inner_text("#cite")
-        assert page.get_attribute("#on-the-resolver a", "href") == f"https://pith.science/pith/{ids[0]}"
+    page.goto(url + f"pith/{ids[0]}/")
+    chips = page.eval_on_selector_all(".chips li", "els => els.map(e => e.textContent.trim())")
+    assert chips[0] == "✓ verified by this mirror"
+    assert [c.removeprefix("✓ ").removeprefix("not ") for c in chips[1:]] == [
+        "author attested", "externally anchored", "storage verified", "references resolved"]
+    integrity = page.inner_text("ul.integrity")
+    assert "Integrity scan: clean" in integrity and "References: 0 listed, 0 resolved" in integrity
+    assert bundle["canonical_sha256"] in page.inner_text("#canonical-hash")
+    assert page.inner_text("#latex") == f"\\usepackage{{pith}}\n\\pithnumber{{{ids[0]}}}"
+    assert "Add to your LaTeX paper" in page.inner_text("#cite")
+    assert page.get_attribute("#on-the-resolver a", "href") == f"https://pith.science/pith/{ids[0]}"
 
 
 def test_copied_snippets_hold_full_urls(site, tmp_path):
@@ -236,15 +231,11 @@ def test_copied_snippets_hold_full_urls(site, tmp_path):
     assert f'<meta property="og:url" content="https://mirror.example.org/m/pith/{pid}/">' in html
 
 
-@pytest.mark.parametrize("scheme", ["light", "dark"])
-@pytest.mark.parametrize("width", ["desktop", "phone"])
-def test_the_in_page_check_reads_and_works_at_every_width_and_scheme(site, width, scheme):
-    folder, ids, _ = site
-    with serve(folder) as url, chromium() as browser:
-        page = browser.new_page(viewport={"width": WIDTHS[width], "height": 900}, color_scheme=scheme)
-        page.goto(url + f"pith/{ids[1]}/")
-        page.click("#verify-in-browser button")
-        page.wait_for_function("['verified', 'failed'].includes(document.getElementById('verify-in-browser').dataset.state)")
-        assert page.get_attribute("#verify-in-browser", "data-state") == "verified"
-        assert page.is_visible("#verify-in-browser dl.verified-values")
-        assert page.evaluate("document.scrollingElement.scrollWidth") <= WIDTHS[width]
+def test_the_in_page_check_reads_and_works_at_every_width_and_scheme(reader):
+    page, url, ids, width = reader
+    page.goto(url + f"pith/{ids[1]}/")
+    page.click("#verify-in-browser button")
+    page.wait_for_function("['verified', 'failed'].includes(document.getElementById('verify-in-browser').dataset.state)")
+    assert page.get_attribute("#verify-in-browser", "data-state") == "verified"
+    assert page.is_visible("#verify-in-browser dl.verified-values")
+    assert page.evaluate("document.scrollingElement.scrollWidth") <= width
