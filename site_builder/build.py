@@ -35,17 +35,8 @@ from site_builder.stages.context import BuildContext, StageClock, build_key_of, 
 from site_builder.stages.gather import gather
 from site_builder.stages.index import index
 from site_builder.stages.plan import identified, plan, without_changed
-from site_builder.stages.publish import (
-    open_tree,
-    prepare_spare_tree,
-    swap,
-    write_report,
-)
-from site_builder.stages.remember import (
-    remember_build,
-    remember_unchanged,
-    unchanged_since_last_build,
-)
+from site_builder.stages.publish import open_tree, prepare_spare_tree, swap, write_report
+from site_builder.stages.remember import remember_build, remember_unchanged, unchanged_since_last_build
 from site_builder.stages.render import render_collection, render_records, words_in
 from site_builder.stages.select import choose
 from site_builder.stages.verify import inspect_files, verify

@@ -7,12 +7,7 @@ import shutil
 import time
 
 from site_builder.cache import join_files
-from site_builder.search_index import (
-    SEARCH_STAGE,
-    SearchShard,
-    files_under,
-    index_search,
-)
+from site_builder.search_index import SEARCH_STAGE, SearchShard, files_under, index_search
 from site_builder.stages.context import BuildContext
 from site_builder.stages.plan import SitePlan
 from site_builder.stages.publish import OutputTree

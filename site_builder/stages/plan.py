@@ -31,19 +31,9 @@ from site_builder.parallel import worker_state
 from site_builder.records import PaperSummary
 from site_builder.rendering import SiteRenderer
 from site_builder.report import BuildReport, ReportDocument
-from site_builder.search_index import (
-    SearchLayout,
-    SearchShard,
-    plan_shards,
-    search_layout,
-)
+from site_builder.search_index import SearchLayout, SearchShard, plan_shards, search_layout
 from site_builder.selection import PreviousSite, Selection
-from site_builder.stages.context import (
-    BuildContext,
-    digest_of,
-    source_date,
-    template_cache,
-)
+from site_builder.stages.context import BuildContext, digest_of, source_date, template_cache
 from site_builder.stages.gather import Inputs
 from site_builder.stages.select import Chosen, record_outcomes
 from site_builder.stages.verify import Verified

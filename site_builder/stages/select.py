@@ -8,32 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from site_builder.inspection import Inspection, inspect_bytes, rejected
-from site_builder.live_site import (
-    MAX_MANIFEST_BYTES,
-    LiveManifest,
-    LiveSite,
-    LiveSiteUnavailable,
-    manifest_claims,
-)
+from site_builder.live_site import MAX_MANIFEST_BYTES, LiveManifest, LiveSite, LiveSiteUnavailable, manifest_claims
 from site_builder.loading import FileReadError, read_bytes
 from site_builder.memory import BuildMemory
 from site_builder.options import BuildOptions
 from site_builder.records import PaperSummary
-from site_builder.report import (
-    PUBLISHED,
-    REJECTED,
-    SUPERSEDED,
-    BuildReport,
-    FileOutcome,
-)
-from site_builder.selection import (
-    PreviousSite,
-    Candidate,
-    PublishedBefore,
-    Selection,
-    is_rollback,
-    select,
-)
+from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome
+from site_builder.selection import Candidate, PreviousSite, PublishedBefore, Selection, is_rollback, select
 from site_builder.stages.context import BuildContext, stat_sig
 from site_builder.stages.gather import Inputs
 from site_builder.stages.verify import Verified

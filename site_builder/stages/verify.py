@@ -8,22 +8,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from site_builder.cache import BuildCache
-from site_builder.inspection import (
-    Inspection,
-    by_reference,
-    compact,
-    inspect_bytes,
-    rejected,
-)
+from site_builder.inspection import Inspection, by_reference, compact, inspect_bytes, rejected
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, read_bytes
 from site_builder.options import BuildOptions
-from site_builder.parallel import (
-    Workers,
-    in_worker_process,
-    map_in_workers,
-    worker_state,
-)
+from site_builder.parallel import Workers, in_worker_process, map_in_workers, worker_state
 from site_builder.stages.context import BuildContext
 from site_builder.stages.gather import Inputs
 
