@@ -1,5 +1,5 @@
-"""What every stage of a build shares: the stage clock, the digest helper and the build's source date.
-"""
+"""What every stage of a build shares: its context (options, output slot, templates, build key, the open
+cache, the report and the stage clock), how the cache is opened for it, the digest helper and the source date."""
 
 from __future__ import annotations
 
