@@ -15,10 +15,15 @@ def test_wheel_ships_defaults_and_builds_from_another_folder(tmp_path):
                     str(ROOT)], check=True, capture_output=True)
     [wheel] = list(wheels.glob("site_builder-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
+    # Every module of the package is in the wheel (an editable install's import hook would hide one missing from it
+    # when the installed copy runs below).
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "site_builder").rglob("*.py")}
+    assert modules <= names, sorted(modules - names)
     for required in ("site_builder/templates/base.html", "site_builder/templates/paper.html",
                      "site_builder/templates/feed.xml", "site_builder/templates/assets/style.css",
                      "site_builder/templates/assets/verify.js", "site_builder/data/pith-signing-key.json",
-                     "site_builder/data/live.js"):
+                     "site_builder/data/live.js", "site_builder/data/arxiv-categories.json",
+                     "site_builder/templates/verifier.html"):
         assert required in names, required
     target = tmp_path / "installed"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
