@@ -51,6 +51,11 @@ def _newness(inspection: Inspection) -> tuple[str, int, str]:
     return (inspection.summary.built_at, inspection.summary.event_count, inspection.sha256 or "")
 
 
+def published_record(i: Inspection) -> PublishedBefore:
+    """What a manifest says of a verified bundle it publishes."""
+    return PublishedBefore(i.summary.pith_id, i.sha256, i.summary.built_at, i.summary.event_count)
+
+
 def is_rollback(new: Inspection, before: PublishedBefore) -> bool:
     assert new.summary is not None
     return new.sha256 != before.sha256 and (

@@ -164,3 +164,20 @@ def test_a_newer_live_site_is_seen_even_when_the_inputs_did_not_change(deployed)
     assert published_bundle(d) == d["older"]
     build(BuildOptions(bundles=d["bundles"], output=out, trust=d["trust"], search=False, deployed=str(d["live"])))
     assert published_bundle(d) == d["newer"]
+
+
+def test_a_live_bundle_newer_than_the_previous_sites_copy_wins_and_says_so(deployed):
+    """Input older than the previous site's copy, which is older than the live one: the live copy is published,
+    and each refusal is reported."""
+    d = deployed
+    out = d["tmp"] / "fresh"
+    middle = make(d["base"], d["key"], "Middle", "2026-09-15T00:00:00Z")
+    (d["bundles"] / "r.json").write_bytes(middle)
+    build(BuildOptions(bundles=d["bundles"], output=out, trust=d["trust"], search=False))
+    (d["bundles"] / "r.json").write_bytes(d["older"])
+    report = build(BuildOptions(bundles=d["bundles"], output=out, trust=d["trust"], search=False,
+                                deployed=str(d["live"])))
+    assert published_bundle(d) == d["newer"]
+    refusals = [w for w in report.warnings if "rollback refused" in w]
+    assert any("the published bundle" in w for w in refusals)
+    assert any("(previous site)" in w and "the live site's verified bundle" in w for w in refusals)

@@ -14,7 +14,7 @@ from site_builder.memory import BuildMemory
 from site_builder.options import BuildOptions
 from site_builder.records import PaperSummary
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome
-from site_builder.selection import Candidate, PreviousSite, PublishedBefore, Selection, is_rollback, select
+from site_builder.selection import Candidate, PreviousSite, Selection, is_rollback, published_record, select
 from site_builder.stages.context import BuildContext, stat_sig
 from site_builder.stages.gather import Inputs
 from site_builder.stages.verify import Verified
@@ -43,13 +43,9 @@ def previous_site_of(options: BuildOptions, slot: OutputSlot) -> PreviousSite:
 
 
 def published_by(build_id: str, report: BuildReport) -> PreviousSite:
-    published = {}
-    for o in report.outcomes:
-        summary = o.inspection.summary
-        if o.status == PUBLISHED and summary is not None and o.inspection.sha256:
-            published[summary.pith_id] = PublishedBefore(summary.pith_id, o.inspection.sha256, summary.built_at,
-                                                         summary.event_count)
-    return PreviousSite(build_id, published)
+    return PreviousSite(build_id, {o.inspection.pith_id: published_record(o.inspection) for o in report.outcomes
+                                   if o.status == PUBLISHED and o.inspection.summary is not None
+                                   and o.inspection.sha256})
 
 
 def select_bundles(options: BuildOptions, inspections: list[Inspection], paths: dict) -> Selection:
@@ -113,12 +109,7 @@ def refuse_rollbacks(selection, previous: PreviousSite, slot: OutputSlot, option
             report.warnings.append(f"{chosen.inspection.rel}: older than the bundle published before, which no "
                                    f"longer verifies; publishing the input")
             continue
-        selection.published[pith_id] = Candidate(kept, kept_path, kept_from="the previous site")
-        note = (f"rollback refused: built_at {chosen.inspection.summary.built_at} with "
-                f"{chosen.inspection.summary.event_count} events is older than the published bundle "
-                f"(built_at {prior.built_at}, {prior.event_count} events), which stays published")
-        selection.superseded[chosen.inspection.rel] = note
-        report.warnings.append(f"{chosen.inspection.rel}: pith:{pith_id}: {note}")
+        _keep_newer_copy(selection, report, chosen, kept, kept_path, "the previous site", "the published bundle")
 
 
 def refuse_deployed_rollbacks(selection, site: LiveSite, manifest: LiveManifest, options: BuildOptions,
@@ -146,8 +137,7 @@ def refuse_deployed_rollbacks(selection, site: LiveSite, manifest: LiveManifest,
                 problem = f"does not verify ({live.check}: {printable(live.reason)})"
             elif live.pith_id != pith_id:
                 problem = f"is another record's (pith:{live.pith_id})"
-            elif not is_rollback(chosen.inspection, PublishedBefore(pith_id, live.sha256, live.summary.built_at,
-                                                                    live.summary.event_count)):
+            elif not is_rollback(chosen.inspection, published_record(live)):
                 problem = "is not newer than the input"
             else:
                 problem = None
@@ -158,14 +148,19 @@ def refuse_deployed_rollbacks(selection, site: LiveSite, manifest: LiveManifest,
             continue
         kept_path = scratch / f"live-{pith_id}.json"
         kept_path.write_bytes(raw)
-        selection.published[pith_id] = Candidate(live, kept_path, kept_from="the live site")
-        note = (f"rollback refused: built_at {chosen.inspection.summary.built_at} with "
-                f"{chosen.inspection.summary.event_count} events is older than the live site's verified bundle "
-                f"(built_at {live.summary.built_at}, {live.summary.event_count} events), which stays published")
-        if chosen.kept_from:  # (the previous site's copy was older still: no input file lost a place)
-            continue
+        _keep_newer_copy(selection, report, chosen, live, kept_path, "the live site", "the live site's verified bundle")
+
+
+def _keep_newer_copy(selection: Selection, report: BuildReport, chosen: Candidate, kept: Inspection,
+                     kept_path: Path, kept_from: str, described: str) -> None:
+    """Publish *kept*, a verified and newer copy of *chosen*'s record, in its place, and say why."""
+    mine, theirs = chosen.inspection.summary, kept.summary
+    selection.published[theirs.pith_id] = Candidate(kept, kept_path, kept_from=kept_from)
+    note = (f"rollback refused: built_at {mine.built_at} with {mine.event_count} events is older than {described} "
+            f"(built_at {theirs.built_at}, {theirs.event_count} events), which stays published")
+    if not chosen.kept_from:  # (an input file loses its place; a copy kept from the previous site is no input)
         selection.superseded[chosen.inspection.rel] = note
-        report.warnings.append(f"{chosen.inspection.rel}: pith:{pith_id}: {note}")
+    report.warnings.append(f"{chosen.inspection.rel}: pith:{theirs.pith_id}: {note}")
 
 
 def record_outcomes(report: BuildReport, inspections: list[Inspection], selection, changed: dict,
