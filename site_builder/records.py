@@ -33,8 +33,9 @@ class TextOf:
 
     A build holds every published record's summary at once, but only a few of them are shown with their words
     in the build's own process (feeds; the rows of list pages are rendered with the record's pages, in the
-    workers).  Holding this instead is 1.5 KB less a record (150 MB at 100,000 records); the words are read back from the bundle the output tree holds for the record,
-    and the bytes must still have this digest (``SiteRenderer.full``)."""
+    workers).  Holding this instead is 1.5 KB less a record (150 MB at 100,000 records); the words are read back
+    from the bundle the output tree holds for the record, and the bytes must still have this digest
+    (``SiteRenderer.full``)."""
 
     sha256: str
 
@@ -146,7 +147,7 @@ class PaperSummary:
 
     @property
     def listed_authors(self) -> tuple[str, ...]:
-        """The authors a list row or a feed entry names; ``authors_not_listed`` more follow as "et al."."""
+        """The authors a list row or a feed entry names; the rest are counted as "et al. (N more)"."""
         return self.authors[:LISTED_AUTHORS]
 
     @property
@@ -243,7 +244,6 @@ class PaperDetail:
     resolver_url: str
     completeness: tuple[tuple[str, int], ...]
     references_resolved: int
-    integrity_clean: bool | None
     status_chips: tuple[tuple[str, bool], ...] = ()  # the resolver's: author attested, anchored, stored, refs
     references_count: int = 0
     integrity: Integrity | None = None  # the integrity scan the graph snapshot carries, when it ran
@@ -359,10 +359,11 @@ def detail(bundle: dict, summary: PaperSummary) -> PaperDetail:
     current = bundle["state"].get("current") or {}
     completeness = tuple((label, len(current.get(key) or [])) for label, key in _COMPLETENESS)
     references = snapshot.get("references") or {}
+    resolved = _count(references.get("resolved_work"))
     have = lambda key: bool(current.get(key))  # noqa: E731
     chips = (("author attested", have("author_attestations")), ("externally anchored", have("timestamp_anchors")),
              ("storage verified", have("storage_attestations")),
-             ("references resolved", _count(references.get("resolved_work")) > 0))
+             ("references resolved", resolved > 0))
     integrity = snapshot.get("integrity") or {}
     return PaperDetail(
         summary=summary,
@@ -378,8 +379,7 @@ def detail(bundle: dict, summary: PaperSummary) -> PaperDetail:
         canonical_record_pretty=pretty_json(bundle["canonical_record"]),
         resolver_url=f"https://pith.science/pith/{summary.pith_id}",
         completeness=completeness,
-        references_resolved=references.get("resolved_work", 0) if isinstance(references.get("resolved_work"), int) else 0,
-        integrity_clean=integrity.get("clean") if isinstance(integrity.get("clean"), bool) else None,
+        references_resolved=resolved,
         status_chips=chips,
         references_count=_count(references.get("count")),
         integrity=_integrity(integrity),

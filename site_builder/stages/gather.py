@@ -87,14 +87,13 @@ class Inputs:
     edited: set[str]  # pith ids
     build_key: str
     indexer: str | None
-    static_warnings: list[str]
 
     @functools.cached_property
     def fingerprint(self) -> str:
         """The inputs by stat, for the no-op check; computed only when needed, once (10,000 entries)."""
         return digest_of(self.build_key, [(f.rel, f.sig) for f in self.found],
                          [(x.rel, x.reason) for x in self.skipped],
-                         self.static_unit.material if self.static_unit else None, self.static_warnings,
+                         self.static_unit.material if self.static_unit else None, self.warnings,
                          self.indexer, self.deployed_manifest.sha256 if self.deployed_manifest else None)
 
     @property
@@ -113,7 +112,7 @@ def gather(ctx: BuildContext) -> Inputs:
     edited = edited_mirrors(ctx.cache, ctx.slot.output)
     ctx.clock.lap("discover")
     return Inputs(found, skipped, static_unit(static) if static else None, static_warnings + deployed_lines,
-                  deployed, manifest, edited, ctx.build_key, ctx.indexer, static_warnings)
+                  deployed, manifest, edited, ctx.build_key, ctx.indexer)
 
 
 def mirror_signature(path: str) -> str | None:
