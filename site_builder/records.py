@@ -43,6 +43,10 @@ class TextOf:
 _SENTENCE_ENDS = (".", "!", "?", ".)", '."', ".”", "…")
 
 
+class WordsHeldByReference(LookupError):
+    """A summary's words were asked for where the summary holds only the digest of the bundle they are in."""
+
+
 @dataclass(frozen=True, slots=True)
 class PaperSummary:
     """Slotted, like the other classes a build keeps one of per record (result, outcome, candidate): without an
@@ -77,8 +81,8 @@ class PaperSummary:
         text = self.text
         if type(text) is PaperText:
             return text
-        raise LookupError(f"pith:{self.pith_id}: its words are held by reference: read them with "
-                          f"with_words() (SiteRenderer.full does, from the verified bundle)")
+        raise WordsHeldByReference(f"pith:{self.pith_id}: its words are held by reference: read them with "
+                                   f"with_words() (SiteRenderer.full does, from the verified bundle)")
 
     @property
     def title(self) -> str:

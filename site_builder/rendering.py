@@ -20,7 +20,7 @@ from markupsafe import Markup, escape
 
 from site_builder import __version__
 from site_builder.categories import category_name
-from site_builder.records import PaperText
+from site_builder.records import PaperText, WordsHeldByReference
 from site_builder.keys import TrustSet
 from site_builder.settings import SiteConfig
 from site_builder.verification import CHECK_DESCRIPTIONS
@@ -157,14 +157,10 @@ class _ShownPaper:
         return self._full
 
     def __getattr__(self, name: str):
-        if name in _WORDY:
+        try:
+            return getattr(self._summary, name)
+        except WordsHeldByReference:  # (a field made of the words: read them)
             return getattr(self.full(), name)
-        return getattr(self._summary, name)
-
-
-# What a summary shows of its words (the rest of its fields need no reading).
-_WORDY = frozenset({"words", "title", "authors", "abstract", "abstract_cut", "display_title", "short_title",
-                    "short_abstract", "listed_authors", "cited_authors", "text"})
 
 
 class SiteRenderer:
