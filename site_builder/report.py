@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -192,20 +191,18 @@ class ReportDocument:
     def chunks(self, lines_per_chunk: int = 2_000) -> Iterator[bytes]:
         """verification.json in pieces: one line per file (readable, diffable, fast to write for 100,000
         files), made as they are written; lines kept from an earlier build are reused, new ones not kept."""
-        yield (json.dumps(self.head, ensure_ascii=False)[:-1] + ',\n"files": [\n').encode("utf-8")
-        yield from self._lines(self.inline, lines_per_chunk)
+        return self._document(self.head, self.inline, lines_per_chunk)
 
     def pages(self) -> Iterator[tuple[str, Iterator[bytes]]]:
         """The files past verification.json's share, as (path, pieces) per page."""
-        count = len(self.head.get("more_files", {}).get("pages", []))
-        for n in range(1, count + 1):
-            part = self.paged[(n - 1) * PAGE_LINES:n * PAGE_LINES]
-            head = {"generator": "site-builder", "build_id": self.head.get("build_id"), "page": n, "pages": count}
-            yield page_path(n), itertools.chain(
-                [(json.dumps(head, ensure_ascii=False)[:-1] + ',\n"files": [\n').encode("utf-8")],
-                self._lines(part, 2_000))
+        paths = self.head.get("more_files", {}).get("pages", [])
+        for n, path in enumerate(paths, 1):
+            head = {"generator": "site-builder", "build_id": self.head.get("build_id"), "page": n, "pages": len(paths)}
+            yield path, self._document(head, self.paged[(n - 1) * PAGE_LINES:n * PAGE_LINES], 2_000)
 
-    def _lines(self, outcomes: list[FileOutcome], lines_per_chunk: int) -> Iterator[bytes]:
+    def _document(self, head: dict, outcomes: list[FileOutcome], lines_per_chunk: int) -> Iterator[bytes]:
+        """*head* with a "files" array of *outcomes*' lines, in pieces."""
+        yield (json.dumps(head, ensure_ascii=False)[:-1] + ',\n"files": [\n').encode("utf-8")
         line = self.rows.line_unkept
         for start in range(0, len(outcomes), lines_per_chunk):
             text = ",\n".join([line(o) for o in outcomes[start:start + lines_per_chunk]])
