@@ -234,7 +234,8 @@ def _verify_in_standalone(page, bundle_path=None, url=None):
     else:
         page.fill("#url", url)
         page.click("#fetch")
-    page.wait_for_function("!['idle', 'running'].includes(document.getElementById('result').dataset.state)")
+    # (a function, not an expression: the verifier's CSP forbids eval)
+    page.wait_for_function("() => !['idle', 'running'].includes(document.getElementById('result').dataset.state)")
     return page.eval_on_selector("#result", "e => e.dataset.state"), page.inner_text("#result")
 
 
