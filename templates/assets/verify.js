@@ -257,18 +257,36 @@
     return results;
   }
 
-  function showValues(root, v) {
-    var dl = root.querySelector("dl.verified-values");
-    if (!dl) { dl = document.createElement("dl"); dl.className = "verified-values"; root.appendChild(dl); }
+  function listChecks(list, checks) {
+    checks.forEach(function (c) {
+      var li = document.createElement("li");
+      li.className = c.ok ? "passed" : "failed";
+      li.dataset.check = c.name;
+      li.textContent = (c.ok ? "✓ " : "✗ ") + c.name + ": " + c.detail;
+      list.appendChild(li);
+    });
+  }
+
+  // The signed values, as a list of terms; *whole*: every author and the abstract (the standalone verifier's
+  // record), else the first authors, as the page shows them.
+  function listValues(dl, v, whole) {
+    var authors = whole || v.authors.length <= SHOWN_AUTHORS ? v.authors.join(", ") :
+      v.authors.slice(0, SHOWN_AUTHORS).join(", ") + ", et al. (" + v.authors.length + " authors)";
+    var rows = [["Title", v.title], ["Authors", authors || "not given"], ["arXiv", v.arxiv],
+                ["Submitted", v.submitted], ["Categories", v.categories.join(" ")], ["Pith number", v.pith_number]];
+    if (whole && v.abstract) rows.push(["Abstract (excerpt)", v.abstract]);
     dl.textContent = "";
-    [["Title", v.title], ["Authors", v.authors.length ? v.authors.slice(0, SHOWN_AUTHORS).join(", ") +
-      (v.authors.length > SHOWN_AUTHORS ? ", et al. (" + v.authors.length + " authors)" : "") : "not given"],
-     ["arXiv", v.arxiv], ["Submitted", v.submitted], ["Categories", v.categories.join(" ")],
-     ["Pith number", v.pith_number]].forEach(function (row) {
+    rows.forEach(function (row) {
       var dt = document.createElement("dt"), dd = document.createElement("dd");
       dt.textContent = row[0]; dd.textContent = row[1];
       dl.appendChild(dt); dl.appendChild(dd);
     });
+  }
+
+  function showValues(root, v) {
+    var dl = root.querySelector("dl.verified-values");
+    if (!dl) { dl = document.createElement("dl"); dl.className = "verified-values"; root.appendChild(dl); }
+    listValues(dl, v, false);
   }
 
   function markFailed(root) {
@@ -304,13 +322,7 @@
           values = signedValues(parseJSON(text));
           checks = checks.concat(comparePage(document, values));
         }
-        checks.forEach(function (c) {
-          var li = document.createElement("li");
-          li.className = c.ok ? "passed" : "failed";
-          li.dataset.check = c.name;
-          li.textContent = (c.ok ? "✓ " : "✗ ") + c.name + ": " + c.detail;
-          list.appendChild(li);
-        });
+        listChecks(list, checks);
         var failed = checks.filter(function (c) { return !c.ok; });
         root.dataset.state = failed.length ? "failed" : "verified";
         if (failed.length) {
@@ -334,7 +346,8 @@
   }
 
   global.PithVerify = { parseJSON: parseJSON, canonical: canonical, verifyBundle: verifyBundle, ed25519Supported: ed25519Supported,
-                       signedValues: signedValues, comparePage: comparePage };
+                       signedValues: signedValues, comparePage: comparePage, listChecks: listChecks,
+                       listValues: listValues };
   if (typeof document !== "undefined") {
     if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", attach); else attach();
   }
