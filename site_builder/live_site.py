@@ -32,7 +32,6 @@ class LiveSiteUnavailable(Exception):
 class LiveManifest:
     """What a live manifest claims was published, by pith ID, and how many entries made no sense."""
 
-    source: str
     claims: dict[str, PublishedBefore]
     malformed: int
     sha256: str  # of the manifest's bytes: an input of the build, like the bundles
@@ -105,7 +104,7 @@ class LiveSite:
             _, claims, malformed = manifest_claims(raw)
         except (StrictJSONError, ValueError) as exc:
             raise LiveSiteUnavailable(f"{MARKER} is not a manifest: {exc}") from None
-        return LiveManifest(self.source, claims, malformed, hashlib.sha256(raw).hexdigest())
+        return LiveManifest(claims, malformed, hashlib.sha256(raw).hexdigest())
 
     def bundle(self, pith_id: str, max_bytes: int) -> bytes | None:
         """The live ``pith/<ID>/bundle.json``, or None when it is missing; *pith_id* is a checked ID."""
