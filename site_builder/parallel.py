@@ -5,6 +5,7 @@ processes.
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import threading
@@ -12,7 +13,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from multiprocessing import current_process, get_context
+from multiprocessing import get_context
 from typing import Callable, Iterator, Sequence
 
 from site_builder.loading import Prefetcher
@@ -45,31 +46,39 @@ class WorkerLostError(Exception):
                          f"see dmesg)")
 
 
-worker_state: dict = {}
+# The state of this worker process, made by the stage's init function when the pool starts it (the
+# ``initializer``).  Only worker processes set it: a stage working in the build's own process keeps its state
+# in a local variable (``imap_in_workers``).
+_worker_state: object = None
 
 
-def in_worker_process() -> None:
-    """Workers render thousands of pages with short-lived cyclic garbage: they keep the collector on; and they
-    leave when the build process is gone (``leave_with_parent``)."""
-    if current_process().name != "MainProcess":
-        gc.enable()
-        leave_with_parent()
+def _start_worker(build_pid: int, init: Callable, initargs: tuple) -> None:
+    """A worker process's start: render thousands of pages with short-lived cyclic garbage, so keep the
+    collector on; leave when the build process is gone; make the stage's state."""
+    global _worker_state
+    gc.enable()
+    leave_with_parent(build_pid)
+    _worker_state = init(*initargs)
+
+
+def _in_worker(fn: Callable, item):
+    return fn(_worker_state, item)
 
 
 PARENT_CHECK_SECONDS = 0.5
 
 
-def leave_with_parent() -> None:
+def leave_with_parent(build_pid: int | None = None) -> None:
     """End this worker soon after the process that started it is gone.  A build killed outright (SIGKILL, the
     out-of-memory killer) cannot shut its pool down, and its workers would wait for work forever, holding their
     memory and the output's lock, which they inherited with the rest of the build's open files: every later
     build of that output would stop with "another site-builder build is writing this output".  A thread notes
     the parent at start and exits the process once it has another (orphans are adopted by another process).
     The parent is the build process (fork) or the forkserver, which ends with it.  A worker forked just as the
-    build was killed may start after it is gone, already adopted: it knows the build's pid from before the fork
-    (``imap_in_workers``), and leaves at once if its parent is another process."""
+    build was killed may start after it is gone, already adopted: it knows the build's pid (*build_pid*, passed
+    to forked workers only: a forkserver's children have the forkserver for parent), and leaves at once if its
+    parent is another process."""
     parent = os.getppid()
-    build_pid = worker_state.get("build_pid")  # (set before forking; absent in a forkserver's children)
     if build_pid is not None and parent != build_pid:
         os._exit(1)
 
@@ -90,29 +99,36 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def map_in_workers(fn, init, initargs, items: list, workers: Workers, stage: str, reads: Sequence = ()) -> list:
+def map_in_workers(fn, init, initargs, items: list, workers: Workers, stage: str, reads: Sequence = (),
+                   local_initargs: tuple | None = None) -> list:
     """Map in worker processes (fork) when there is enough work, else in this process; order kept.  *reads*:
     the file each item reads, in order, for the kernel to read ahead (``Prefetcher``)."""
-    return list(imap_in_workers(fn, init, initargs, items, workers, stage, reads))
+    return list(imap_in_workers(fn, init, initargs, items, workers, stage, reads, local_initargs))
 
 
-def imap_in_workers(fn, init, initargs, items: list, workers: Workers, stage: str, reads: Sequence = ()) -> Iterator:
+def imap_in_workers(fn, init, initargs, items: list, workers: Workers, stage: str, reads: Sequence = (),
+                    local_initargs: tuple | None = None) -> Iterator:
     """``map_in_workers`` yielding each result as it comes (in order), so a caller that digests results one by one does
-    not hold them all: 100,000 records' lists of written files are ~100 MB."""
+    not hold them all: 100,000 records' lists of written files are ~100 MB.
+
+    ``init(*initargs)`` makes the state each process works with, and ``fn(state, item)`` does one item; both are
+    module-level functions (a worker started by a forkserver receives them pickled).  Working in this process,
+    ``init`` gets *local_initargs* if given: objects the build already holds that need not cross to a worker
+    (the renderer with its compiled templates)."""
     pool = None
     progress = workers.progress
     processes = workers.processes
     if len(items) >= PARALLEL_THRESHOLD and processes > 1:  # (one worker would only add the hand-over)
-        worker_state["build_pid"] = os.getpid()  # (forked workers compare it with their parent: leave_with_parent)
+        build_pid = os.getpid() if workers.mp_context == "fork" else None  # (leave_with_parent)
         try:
-            pool = ProcessPoolExecutor(processes, mp_context=get_context(workers.mp_context), initializer=init,
-                                       initargs=initargs)
+            pool = ProcessPoolExecutor(processes, mp_context=get_context(workers.mp_context),
+                                       initializer=_start_worker, initargs=(build_pid, init, initargs))
         except (NotImplementedError, OSError):
             pool = None  # no usable semaphores here (some sandboxes, some users): work in this process
     if pool is None:
-        init(*initargs)
+        state = init(*(initargs if local_initargs is None else local_initargs))
         for i, item in enumerate(items):
-            yield fn(item)
+            yield fn(state, item)
             if progress:
                 progress(stage, i + 1, len(items))
         return
@@ -123,7 +139,7 @@ def imap_in_workers(fn, init, initargs, items: list, workers: Workers, stage: st
     prefetcher = None
     try:
         with pool:
-            results = pool.map(fn, items, chunksize=chunk)  # the workers are forked by now: a thread may start
+            results = pool.map(functools.partial(_in_worker, fn), items, chunksize=chunk)  # the workers are forked by now: a thread may start
             # Ahead of the results taken by what the workers may be working on (a chunk each, in order), and two
             # chunks more.
             prefetcher = Prefetcher(reads, ahead=chunk * (processes + 2)).start()

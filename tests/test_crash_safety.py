@@ -174,8 +174,7 @@ def test_a_worker_that_starts_after_its_build_was_killed_leaves_at_once():
     worker still held it 30 s later).  It knows the build's pid from before the fork, and leaves."""
     script = ("import os, time\n"
               "import site_builder.parallel as p\n"
-              "p.worker_state['build_pid'] = os.getppid() + 1  # (not this process's parent: the build is gone)\n"
-              "p.leave_with_parent()\n"
+              "p.leave_with_parent(os.getppid() + 1)  # (not this process's parent: the build is gone)\n"
               "time.sleep(30)\n")
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-c", script], timeout=60)
@@ -262,10 +261,10 @@ stage, victim = sys.argv[1], sys.argv[2]
 module, name = {"verify": (verify_stage, "inspect_file"), "render": (render_stage, "render_record")}[stage]
 real = getattr(module, name)
 
-def dying(item):  # as the out-of-memory killer ends a worker: at once, without a word
+def dying(state, item):  # as the out-of-memory killer ends a worker: at once, without a word
     if (item.rel if stage == "verify" else item.inspection.rel) == victim:
         os.kill(os.getpid(), signal.SIGKILL)
-    return real(item)
+    return real(state, item)
 
 setattr(module, name, dying)
 sys.exit(main(sys.argv[3:]))

@@ -27,7 +27,6 @@ from site_builder.pages import (
     recatalogue,
     replan_redirects,
 )
-from site_builder.parallel import worker_state
 from site_builder.records import PaperSummary
 from site_builder.rendering import SiteRenderer
 from site_builder.report import BuildReport, ReportDocument
@@ -145,8 +144,6 @@ def site_renderer(options: BuildOptions, dirs: list[Path], build_key: str, cache
                 renderer.env.get_template(name)  # compile now, not during the first edit's rebuild
             except (jinja2.TemplateError, UnicodeDecodeError, OSError):
                 pass  # reported if and when a page uses it
-    # Records rendered in this process (a few changed ones) use the same compiled templates.
-    worker_state["renderer"], worker_state["renderer_key"] = renderer, build_key
     return renderer
 
 

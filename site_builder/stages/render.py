@@ -19,7 +19,7 @@ from site_builder.inspection import Inspection
 from site_builder.keys import TrustSet
 from site_builder.loading import FileReadError, read_bytes
 from site_builder.pages import paper_dir, paper_files
-from site_builder.parallel import imap_in_workers, in_worker_process, worker_state
+from site_builder.parallel import imap_in_workers
 from site_builder.records import PaperText, paper_text
 from site_builder.rendering import SiteRenderer
 from site_builder.settings import SiteConfig
@@ -29,16 +29,26 @@ from site_builder.stages.publish import OutputTree
 from site_builder.writing import OutputError, StagingTree
 
 
-def init_render(config: SiteConfig, dirs: list[Path], trust: TrustSet, staging_root: Path, search: bool,
-                 build_key: str, compiled: CompiledTemplates | None, spare_root: Path | None = None) -> None:
-    """*spare_root*: the twin the build links (``renders_everything``), where each record's files are linked as
-    soon as they are written."""
-    in_worker_process()
-    if worker_state.get("renderer_key") != build_key:  # same key: same templates and settings, reuse the compiled ones
-        worker_state["renderer"] = SiteRenderer(config, dirs, trust, search, compiled)
-        worker_state["renderer_key"] = build_key
-    worker_state["staging"] = StagingTree(staging_root)
-    worker_state["spare"] = StagingTree(spare_root) if spare_root is not None else None
+@dataclass
+class RecordWriter:
+    """What each process rendering records works with: the renderer, the tree being written, and the twin the
+    build links (``renders_everything``), where each record's files are linked as soon as they are written
+    (None when there is none, or once a link failed)."""
+
+    renderer: SiteRenderer
+    staging: StagingTree
+    spare: StagingTree | None
+
+
+def record_writer(config: SiteConfig, dirs: list[Path], trust: TrustSet, staging_root: Path, search: bool,
+                  compiled: CompiledTemplates | None, spare_root: Path | None,
+                  renderer: SiteRenderer | None = None) -> RecordWriter:
+    """A worker makes its renderer (templates compiled once, kept in *compiled*); in the build's own process
+    the planned *renderer* is used as it is."""
+    if renderer is None:
+        renderer = SiteRenderer(config, dirs, trust, search, compiled)
+    return RecordWriter(renderer, StagingTree(staging_root),
+                        StagingTree(spare_root) if spare_root is not None else None)
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,7 @@ class RecordTask:
     addresses: int  # bit mask of the record's own short addresses (pages.own_addresses): expanded in the worker,
     # since 100,000 records' addresses as strings are ~90 MB held for the whole render stage
     versions: tuple[tuple[int, str], ...] = ()  # the other versions of the paper in the site: (version, pith id)
+    row_known: bool = False  # the build holds the record's row in lists already: the worker need not render it
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +69,11 @@ class RecordFiles:
     files: str  # as the cache keeps them (``record_unit_files``); "" if none were written
     pages: int  # how many of them are pages
     error: str | None  # why none were written: the bytes changed after they were verified
-    row: bytes | None  # the record's row in lists
+    row: bytes | None  # the record's row in lists (None: not rendered)
     twin_lost: bool = False  # the files could not be linked in the twin: the build must discard it
 
 
-def render_record(task: RecordTask) -> RecordFiles:
+def render_record(writer: RecordWriter, task: RecordTask) -> RecordFiles:
     """Write one record's files from the verified bytes, and link them in the twin if the build makes one.
     The record's row in lists is rendered here too, spread over the workers like its pages, so that list pages
     (4,428 of them at 100,000 records, rendered in the main process) only join rows.  The twin's links are made
@@ -75,12 +86,12 @@ def render_record(task: RecordTask) -> RecordFiles:
         return RecordFiles(inspection.pith_id, "", 0, f"file_changed: {exc.reason}", None)
     if hashlib.sha256(raw).hexdigest() != inspection.sha256:
         return RecordFiles(inspection.pith_id, "", 0, "file_changed: file changed after it was verified", None)
-    staging: StagingTree = worker_state["staging"]
+    staging = writer.staging
     written = []
     raw_at = None  # where the bundle's bytes were first written: its second path links to it
     bundle = orjson.loads(raw)
     summary = inspection.summary.with_words(paper_text(bundle))  # (the build holds them by reference)
-    for rel, data in paper_files(worker_state["renderer"], raw, bundle, summary, inspection.checks, inspection.warnings,
+    for rel, data in paper_files(writer.renderer, raw, bundle, summary, inspection.checks, inspection.warnings,
                                  task.addresses, task.versions):
         if data is raw and raw_at is not None:
             staging.write_twin(rel, raw_at, data)
@@ -92,14 +103,14 @@ def render_record(task: RecordTask) -> RecordFiles:
     files = record_unit_files(summary.pith_id, summary.arxiv_id, summary.version, task.addresses, written)
     pages = sum(1 for rel in written if rel.endswith(".html"))
     twin_lost = False
-    spare: StagingTree | None = worker_state["spare"]
-    if spare is not None:
+    if writer.spare is not None:
         try:
-            spare.mirror(written, staging.root)
+            writer.spare.mirror(written, staging.root)
         except OSError:
-            worker_state["spare"] = None  # (the build discards the twin once the workers are done)
+            writer.spare = None  # (the build discards the twin once the workers are done)
             twin_lost = True
-    return RecordFiles(inspection.pith_id, files, pages, None, worker_state["renderer"].row_of(summary), twin_lost)
+    row = None if task.row_known else writer.renderer.row_of(summary)
+    return RecordFiles(inspection.pith_id, files, pages, None, row, twin_lost)
 
 
 def words_in(tree: StagingTree, max_bytes: int) -> Callable[[str, str], PaperText]:
@@ -130,16 +141,17 @@ def render_records(ctx: BuildContext, site: SitePlan, out: OutputTree) -> dict[s
         reused = out.place(f"record:{pid}", site.record_keys[pid])
         if reused is None:
             to_render.append(RecordTask(chosen.source, chosen.inspection, site.addresses.per_record.get(pid, 0),
-                                        site.versions.get(pid, ())))
+                                        site.versions.get(pid, ()),
+                                        chosen.inspection.summary.row_digest in site.renderer.rows))
         else:
             units[f"record:{pid}"] = (site.record_keys[pid], reused)
             report.files_reused += file_count(reused)
     changed = {}
     twin_lost = False
-    init_args = (options.config, ctx.dirs, options.trust, out.tree.root, options.search, ctx.build_key,
-                 template_cache(ctx.cache), out.spare.root if out.spare is not None else None)
-    with closing(imap_in_workers(render_record, init_render, init_args, to_render, options.workers, "render",
-                                 [t.source for t in to_render])) as results:  # (closed, which stops the workers, on any error)
+    init_args = (options.config, ctx.dirs, options.trust, out.tree.root, options.search, template_cache(ctx.cache),
+                 out.spare.root if out.spare is not None else None)
+    with closing(imap_in_workers(render_record, record_writer, init_args, to_render, options.workers, "render",
+                                 [t.source for t in to_render], (*init_args, site.renderer))) as results:  # (closed, which stops the workers, on any error)
         for done in results:
             pid = done.pith_id
             twin_lost = twin_lost or done.twin_lost
@@ -147,7 +159,8 @@ def render_records(ctx: BuildContext, site: SitePlan, out: OutputTree) -> dict[s
                 changed[pid] = done.error
                 units.pop(f"record:{pid}", None)
                 continue
-            site.renderer.keep_row(site.selection.published[pid].inspection.summary.row_digest, done.row)
+            if done.row is not None:
+                site.renderer.keep_row(site.selection.published[pid].inspection.summary.row_digest, done.row)
             units[f"record:{pid}"] = (site.record_keys[pid], done.files)
             report.files_written += file_count(done.files)
             report.pages_written += done.pages

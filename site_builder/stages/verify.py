@@ -12,30 +12,32 @@ from site_builder.inspection import Inspection, by_reference, compact, inspect_b
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, read_bytes
 from site_builder.options import BuildOptions
-from site_builder.parallel import Workers, in_worker_process, map_in_workers, worker_state
+from site_builder.parallel import Workers, map_in_workers
 from site_builder.stages.context import BuildContext
 from site_builder.stages.gather import Inputs
 
 
-def init_inspect(trust: TrustSet, max_bytes: int) -> None:
-    in_worker_process()
-    worker_state["trust"] = trust
-    worker_state["max_bytes"] = max_bytes
+@dataclass(frozen=True)
+class Inspector:
+    """What each process verifying files works with."""
+
+    trust: TrustSet
+    max_bytes: int
 
 
-def inspect_file(item: InputFile) -> Inspection:
+def inspect_file(inspector: Inspector, item: InputFile) -> Inspection:
     try:
-        raw = read_bytes(item.path, worker_state["max_bytes"])
+        raw = read_bytes(item.path, inspector.max_bytes)
     except FileReadError as exc:
         return rejected(item.rel, exc.check, exc.reason)
-    return by_reference(inspect_bytes(item.rel, raw, worker_state["trust"]))  # the words stay out of the build
+    return by_reference(inspect_bytes(item.rel, raw, inspector.trust))  # the words stay out of the build
 
 
 def inspect_files(items: list[InputFile], trust: TrustSet, max_bytes: int = DEFAULT_MAX_BYTES, jobs: int = 0,
                   progress: Callable[[str, int, int], None] | None = None) -> list[Inspection]:
     """Verify *items* on all cores (or *jobs* processes), results in order, as a build does but without building
     (``site-builder verify``).  An inspection's words are left out, as in a build."""
-    return map_in_workers(inspect_file, init_inspect, (trust, max_bytes), items, Workers(jobs, progress), "verify",
+    return map_in_workers(inspect_file, Inspector, (trust, max_bytes), items, Workers(jobs, progress), "verify",
                 [i.path for i in items])
 
 
@@ -65,7 +67,7 @@ def inspect_all(options: BuildOptions, cache: BuildCache,
         else:
             todo.append(f)
     fresh = [compact(i) for i in
-             map_in_workers(inspect_file, init_inspect, (options.trust, options.max_bytes), todo, options.workers, "verify",
+             map_in_workers(inspect_file, Inspector, (options.trust, options.max_bytes), todo, options.workers, "verify",
                   [f.path for f in todo])]
     for inspection in fresh:
         results[inspection.rel] = inspection
