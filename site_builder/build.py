@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from site_builder.incremental import IncrementalStore
 from site_builder.options import BuildOptions
 from site_builder.parallel import PARALLEL_THRESHOLD, WorkerLostError, usable_cores
 from site_builder.rendering import template_dirs
@@ -78,12 +79,14 @@ def _build(options: BuildOptions, scratch: Path) -> BuildReport:
     indexer = pagefind_version() if options.search else None  # (the search indexes' keys name it)
     slot.acquire()
     cache = open_cache(options, report, load=False)  # waits while the last build's detached saver writes it
-    ctx = BuildContext(options, slot, dirs, about, build_key, indexer, cache, report, clock, scratch)
+    store = options.store if options.store is not None else IncrementalStore(keeps=False)
+    store.start_build()
+    ctx = BuildContext(options, slot, dirs, about, build_key, indexer, cache, store, report, clock, scratch)
     clock.lap("start")
     try:
         _run_stages(ctx)
     finally:
-        if options.memory is None:
+        if options.session is None:
             cache.close()
         else:
             cache.release_lock()  # serve keeps the cache open between builds, not locked
@@ -95,8 +98,8 @@ def _build(options: BuildOptions, scratch: Path) -> BuildReport:
 def _run_stages(ctx: BuildContext) -> None:
     inputs = gather(ctx)
     # The quick no-op check is for separate processes; serve, with everything in memory, plans anyway
-    # (and writes nothing if nothing changed), which also fills the memory on its first build.
-    if ctx.memory is None and not inputs.edited and unchanged_since_last_build(ctx.cache, inputs.fingerprint,
+    # (and writes nothing if nothing changed), which also fills its store on its first build.
+    if not ctx.serving and not inputs.edited and unchanged_since_last_build(ctx.cache, inputs.fingerprint,
                                                                                ctx.slot, ctx.report):
         return
     ctx.report.warnings.extend(inputs.warnings)

@@ -60,7 +60,6 @@ class BuildCache:
         self.db: sqlite3.Connection | None = None
         self._files: dict[str, tuple[str, str]] = {}
         self._units: dict[str, dict[str, tuple[str, str]]] = {}  # build id -> unit -> (key, files joined)
-        self._known: dict[tuple[str, str], Inspection] = {}  # (sha256, trust) -> result read or saved by this process
         self._rows: tuple[str, set[str]] = ("", set())  # build key, digests of the rows stored under it
         self._mirrored: dict[str, tuple[str, str]] | None = None  # as stored (read once: serve builds again and again)
         self._loaded = False
@@ -157,7 +156,7 @@ class BuildCache:
             except sqlite3.Error:
                 pass
         self.db = None
-        self._files, self._units, self._known, self._mirrored = {}, {}, {}, None
+        self._files, self._units, self._mirrored = {}, {}, None
         assert self.path is not None
         for suffix in ("", "-wal", "-shm"):
             try:
@@ -181,14 +180,7 @@ class BuildCache:
         found: dict[str, Inspection] = {}
         if self.db is None or not shas:
             return found
-        known = self._known
-        missing = []
-        for sha in shas:
-            hit = known.get((sha, trust))
-            if hit is None:
-                missing.append(sha)
-            else:
-                found[sha] = hit
+        missing = list(dict.fromkeys(shas))
         try:
             rows = []
             for start in range(0, len(missing), 500):
@@ -207,7 +199,7 @@ class BuildCache:
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue
             if inspection.sha256 == sha:
-                found[sha] = known[(sha, trust)] = inspection
+                found[sha] = inspection
         return found
 
     def mirrored(self) -> dict[str, tuple[str, str]]:
@@ -312,11 +304,6 @@ class BuildCache:
         gone = {sha for _, sha in old.values()} - live
         self.db.executemany("DELETE FROM inspections WHERE sha256=?", [(s,) for s in gone])
         self._files = dict(files)
-        for i in new_inspections:
-            if i.sha256:
-                self._known[(i.sha256, trust)] = i
-        if gone:
-            self._known = {k: v for k, v in self._known.items() if k[0] not in gone}
 
     def save(self, files: dict[str, tuple[str, str]], new_inspections: list[Inspection], trust: str,
              units: dict[str, tuple[str, str]], build_id: str, keep_build_id: str | None) -> None:

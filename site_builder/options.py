@@ -8,7 +8,7 @@ from typing import Callable
 
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, BundleListing
-from site_builder.memory import BuildMemory
+from site_builder.incremental import IncrementalStore
 from site_builder.parallel import Workers
 from site_builder.report import BuildReport
 from site_builder.settings import SiteConfig
@@ -18,7 +18,7 @@ from site_builder.settings import SiteConfig
 class ServeSession:
     """What a long-running process (``serve``) keeps between its builds and hands each one."""
 
-    memory: BuildMemory  # planning results and the open cache, in this process only
+    store: IncrementalStore  # what one build may reuse from the last, in this process, and the open cache
     listing: BundleListing | None = None  # the bundles folder as the caller already listed it; else discover()
     # When a shard of the search index would be made again, publish with the live one and say so
     # (``BuildReport.search_behind``): a change is on screen without waiting for Pagefind (~2.5 s a shard of 2,500
@@ -66,8 +66,8 @@ class BuildOptions:
         return Workers(self.jobs, self.progress, self.mp_context)
 
     @property
-    def memory(self) -> BuildMemory | None:
-        return self.session.memory if self.session is not None else None
+    def store(self) -> IncrementalStore | None:
+        return self.session.store if self.session is not None else None
 
     @property
     def listing(self) -> BundleListing | None:

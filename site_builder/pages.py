@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Iterator
 from markupsafe import Markup
 
 from site_builder.canonical import resolver_json
+from site_builder.incremental import IncrementalStore
 from site_builder.keys import TrustSet
 from site_builder.loading import StaticFile
 from site_builder.records import PaperSummary, detail
@@ -398,21 +399,17 @@ class Unit:
     render: Callable[[], list[tuple[str, bytes]]]
 
 
-def _rows(papers: list[PaperSummary], memo: dict[str, tuple[list, str]] | None, name: str) -> str:
-    """The row digests of a unit's records (its key material).  With a *memo* (serve), a unit that shows the
-    same record objects as last time reuses the joined string: comparing 100 references is cheaper."""
-    if memo is None:
-        return " ".join(p.row_digest for p in papers)
-    hit = memo.get(name)
-    if hit is not None and hit[0] == papers:
-        return hit[1]
-    rows = " ".join(p.row_digest for p in papers)
-    memo[name] = (list(papers), rows)
+def _rows(papers: list[PaperSummary], store: IncrementalStore, name: str) -> str:
+    """The row digests of a unit's records (its key material).  A unit that shows the same records as in the
+    store reuses the joined string: comparing 100 references is cheaper."""
+    rows = store.recall(f"unit-rows:{name}", papers)
+    if rows is None:
+        rows = store.keep(f"unit-rows:{name}", list(papers), " ".join(p.row_digest for p in papers))
     return rows
 
 
 def _listing_units(renderer: SiteRenderer, listings: list[Listing],
-                   rows_memo: dict | None) -> tuple[list[Unit], list[str]]:
+                   store: IncrementalStore) -> tuple[list[Unit], list[str]]:
     """A unit for each page of each listing, and the pages' URLs."""
     units: list[Unit] = []
     urls: list[str] = []
@@ -425,7 +422,7 @@ def _listing_units(renderer: SiteRenderer, listings: list[Listing],
             chunk = listing.papers[start:start + size]
             name = f"listing:{page.url}"
             units.append(Unit(
-                name, [listing.title, len(listing.papers), len(pages), _rows(chunk, rows_memo, name)],
+                name, [listing.title, len(listing.papers), len(pages), _rows(chunk, store, name)],
                 lambda listing=listing, page=page, pages=pages, chunk=chunk, start=start: [(
                     page.url + "index.html",
                     renderer.render("listing.html", listing=listing, page=page, pages=pages,
@@ -434,7 +431,7 @@ def _listing_units(renderer: SiteRenderer, listings: list[Listing],
     return units, urls
 
 
-def _feed_units(renderer: SiteRenderer, catalog: Catalogue, updated: str, rows_memo: dict | None) -> list[Unit]:
+def _feed_units(renderer: SiteRenderer, catalog: Catalogue, updated: str, store: IncrementalStore) -> list[Unit]:
     """The site's feed and each category's, a unit each."""
     title = renderer.config.title
     feeds = [("feed.xml", title, catalog.papers[:FEED_ENTRIES], updated)]
@@ -443,7 +440,7 @@ def _feed_units(renderer: SiteRenderer, catalog: Catalogue, updated: str, rows_m
     units = []
     for path, feed_title, entries, stamp in feeds:
         name = f"feed:{path}"
-        units.append(Unit(name, [feed_title, stamp, _rows(entries, rows_memo, name)],
+        units.append(Unit(name, [feed_title, stamp, _rows(entries, store, name)],
                           lambda path=path, feed_title=feed_title, entries=entries, stamp=stamp: [(
                               path, renderer.render("feed.xml", feed_title=feed_title, feed_path=path,
                                                     entries=renderer.shown(entries),
@@ -453,7 +450,7 @@ def _feed_units(renderer: SiteRenderer, catalog: Catalogue, updated: str, rows_m
 
 def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, trust: TrustSet,
                      generated_at: str | None, about_markdown: str | None,
-                     rows_memo: dict[str, tuple[list, str]] | None = None,
+                     store: IncrementalStore,
                      static_files: Unit | None = None, search_folders: list[str] = ()) -> list[Unit]:
     """Pages that depend on the set of published records and its order (not on rejections), as units, and the
     site's other files (*static_files*: the static folder's, made once by the build, which also keys on it).
@@ -465,16 +462,16 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
     config = renderer.config
     papers, everything, cats, years = catalog.papers, catalog.everything, catalog.categories, catalog.years
     updated = everything.updated if papers else generated_at or "1970-01-01T00:00:00Z"
-    units, listing_urls = _listing_units(renderer, [everything, *cats, *years], rows_memo)
+    units, listing_urls = _listing_units(renderer, [everything, *cats, *years], store)
     units.append(Unit("groups", [[(g.key, g.base, len(g.papers)) for g in cats], [(g.key, len(g.papers)) for g in years]],
                       lambda: [("category/index.html", renderer.render("groups.html", title="Categories", groups=cats)),
                                ("year/index.html", renderer.render("groups.html", title="Years", groups=years))]))
 
-    units += _feed_units(renderer, catalog, updated, rows_memo)
+    units += _feed_units(renderer, catalog, updated, store)
 
     for folder, label, targets in shared:
         name = f"shared:{folder}"
-        units.append(Unit(name, [label, _rows(targets, rows_memo, name)],
+        units.append(Unit(name, [label, _rows(targets, store, name)],
                           lambda folder=folder, label=label, targets=targets: [(
                               folder + "index.html",
                               renderer.render("ambiguous.html", label=label, targets=renderer.shown(targets)))]))

@@ -31,7 +31,7 @@ from watchdog.observers import Observer
 from site_builder.build import BuildOptions, WorkerLostError, build, prepare_spare_tree
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundleListing, BundlesFolderError, list_bundles, rediscover
-from site_builder.memory import BuildMemory
+from site_builder.incremental import IncrementalStore
 from site_builder.options import ServeSession
 from site_builder.search_index import SearchIndexError
 from site_builder.settings import SettingsError, SiteConfig, load_settings, normalize_base_url
@@ -112,7 +112,7 @@ class Site:
         # been built without one) and after any that wrote every file anew (a template edit).
         self.twin_wanted = False
         self.rebuild_waiting = threading.Event()
-        self.memory = BuildMemory()  # the cache and compiled templates stay loaded between rebuilds
+        self.store = IncrementalStore()  # the cache, compiled templates and planning results stay between rebuilds
         self.listing: BundleListing | None = None  # the bundles folder as listed after the last build
         self.request_rebuild: Callable[[], None] = lambda: None
         self.index_next = False  # the live site has the previous search index: the next build makes it anew
@@ -128,7 +128,7 @@ class Site:
                             about_file=o.settings.parent / config.about_file,
                             static_dir=o.settings.parent / config.static_dir, search=o.search,
                             mp_context="forkserver",
-                            session=ServeSession(self.memory, defer_search=o.search and not self.index_next,
+                            session=ServeSession(self.store, defer_search=o.search and not self.index_next,
                                                  on_published=self._announce))
 
     def _listing(self, bundles: Path, changed: set[str] | None) -> BundleListing:
@@ -520,7 +520,7 @@ def _shut_down(options: ServeOptions, site: Site, stop: threading.Event, observe
         httpd.server_close()
     if spare is not None:
         spare.join(timeout=30)
-    site.memory.close()
+    site.store.close()
     _remove_leftovers(options.output)
     if httpd is not None:  # (nothing to say "stopped" of when the port could not be had)
         options.log("stopped")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from site_builder.build import build, prepare_spare_tree
-from site_builder.memory import BuildMemory
+from site_builder.incremental import IncrementalStore
 from site_builder.options import ServeSession
 from site_builder.parallel import PARALLEL_THRESHOLD
 from site_builder.keys import load_trust_set
@@ -23,6 +23,54 @@ from conftest import REAL_FILES, ROOT, both_keys, opts, tree
 from generate import make_bundle
 
 
+def test_the_store_reuses_a_value_only_for_equal_material():
+    store = IncrementalStore()
+    made = []
+
+    def make(value):
+        return lambda: made.append(value) or value
+    assert store.reuse("a", (1, "x"), make("first")) == "first"
+    assert store.reuse("a", (1, "x"), make("again")) == "first"  # equal material: kept
+    assert store.reuse("a", [1, "x"], make("list")) == "list"  # ([1, "x"] != (1, "x")): made again
+    assert store.recall("a", (1, "x")) is None  # and the new value replaced the old
+    assert store.last("a") == ([1, "x"], "list")
+    assert made == ["first", "list"]
+
+
+def test_a_store_that_keeps_nothing_always_makes_the_value():
+    store = IncrementalStore(keeps=False)
+    assert store.keep("a", 1, "v") == "v"
+    assert store.recall("a", 1) is None and store.last("a") is None and len(store) == 0
+
+
+def test_a_finished_build_forgets_what_it_did_not_use():
+    store = IncrementalStore()
+    store.keep("gone", 1, "old")
+    store.keep("stays", 1, "value")
+    store.start_build()
+    store.recall("stays", 2)  # asked for (even with other material: the build makes and keeps it again)
+    store.keep("new", 1, "n")
+    store.forget_unused()
+    assert "gone" not in store and "stays" in store and "new" in store
+
+
+def test_serve_builds_drop_the_entries_of_records_that_are_gone(project):
+    """What serve keeps between builds holds only what the site still has: a removed bundle's result, record
+    key and report line must not stay pinned in memory."""
+    trust = both_keys()
+    store = IncrementalStore()
+    build(opts(project, project / "site", trust, session=ServeSession(store)))
+    victim = sorted((project / "bundles").iterdir())[0]
+    names = {n for n in ("inspection:" + victim.name, "outcome:" + victim.name)}
+    assert all(n in store for n in names)
+    sizes = len(store)
+    victim.unlink()
+    build(opts(project, project / "site", trust, session=ServeSession(store)))
+    assert not any(n in store for n in names)
+    assert len(store) < sizes
+    store.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["separate", "separate-foreign-cache", "separate-twin", "separate-search-shards",
                                   "serve"])
@@ -30,12 +78,12 @@ def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkey
     """As separate builds (each starting from the cache the last one saved; from a cache written under another
     user's key every time, which must count for nothing; linking a twin whenever every file is written afresh,
     as the command line does; with the search index in shards of at most 3 records, 2 to 4 of them as records
-    come and go) and as ``serve`` builds: one BuildMemory (open cache, compiled templates) across all the
+    come and go) and as ``serve`` builds: one IncrementalStore (open cache, compiled templates) across all the
     builds."""
     rng = random.Random(20261129)
     trust = both_keys()
     inc = project / "inc"
-    memory = BuildMemory() if mode == "serve" else None
+    memory = IncrementalStore() if mode == "serve" else None
     twin = mode == "separate-twin"
     search = {"search": True, "config": SiteConfig(search_shard_size=3)} if mode == "separate-search-shards" else {}
 

@@ -4,6 +4,7 @@ import json
 
 from site_builder.inspection import inspect_bytes, rejected
 from site_builder.keys import load_trust_set
+from site_builder.incremental import IncrementalStore
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportRows
 
 from conftest import REAL_FILES
@@ -62,14 +63,22 @@ def test_the_identity_changes_with_anything_a_line_shows():
 
 def test_lines_are_kept_by_the_saver_not_while_writing():
     report = _report()
-    rows = ReportRows()
+    store = IncrementalStore()
+    rows = ReportRows(store)
     doc = report.document([], None, rows)
     b"".join(doc.chunks())
-    assert rows._rows == {}  # writing the report keeps nothing
+    assert len(store) == 0  # writing the report keeps nothing
     rows.keep_lines(report.outcomes[:2])
-    assert len(rows._rows) == 2
-    kept_line = rows._rows[id(report.outcomes[0].inspection)][1]
+    assert len(store) == 2
+    kept_line = rows.line_unkept(report.outcomes[0])
     assert rows.line_unkept(report.outcomes[0]) is kept_line  # and a later build reuses them
+    assert rows.outcome(report.outcomes[0].inspection, report.outcomes[0].status,
+                        report.outcomes[0].note) is report.outcomes[0]
     assert b"".join(doc.chunks()) == b"".join(report.document([], None).chunks())
-    rows.keep_lines(report.outcomes[1:3])  # the lines of results no longer in the build are dropped
-    assert set(rows._rows) == {id(o.inspection) for o in report.outcomes[1:3]}
+    store.start_build()
+    rows.keep_lines(report.outcomes[1:3])
+    store.forget_unused()  # the lines of results no longer in the build are dropped
+    assert len(store) == 2 and rows.line_unkept(report.outcomes[0]) is not kept_line
+    # A line is kept for its result, status and note: another note is another line.
+    first = report.outcomes[1]
+    assert rows.outcome(first.inspection, first.status, first.note + " (again)") is not first

@@ -369,7 +369,7 @@ def test_a_change_the_watcher_missed_is_caught_after_the_build(served_project):
     assert asked  # ... but the listing after the build saw it and asked for another rebuild
     assert site.rebuild("change", None)
     assert "Edited unseen" in page.read_text()
-    site.memory.close()
+    site.store.close()
 
 
 @pytest.mark.parametrize("sharded", [False, True])
@@ -406,7 +406,7 @@ def test_a_change_is_live_before_the_search_index_which_follows(served_project, 
     assert site.rebuild("change", set()) and asked == [True]  # and then nothing changes
     if sharded:
         assert other.stat().st_ino == other_inode
-    site.memory.close()
+    site.store.close()
     _assert_as_a_clean_build(root, tmp_path)
 
 
@@ -421,7 +421,7 @@ def test_a_change_is_indexed_at_once_when_the_live_index_is_gone(served_project,
     _retitle(root, key, "Indexed at once")
     assert site.rebuild("change", None) and not asked and not site.index_next
     assert site.rebuild("change", set()) and not asked  # nothing behind: nothing to do
-    site.memory.close()
+    site.store.close()
     _assert_as_a_clean_build(root, tmp_path)
 
 
@@ -435,7 +435,7 @@ def test_a_build_after_serve_stopped_before_the_index_followed_makes_it(served_p
     assert site.rebuild("start")
     _retitle(root, key, "Stopped too soon")
     assert site.rebuild("change", None) and site.index_next  # live; its index still the previous one
-    site.memory.close()  # Ctrl-C
+    site.store.close()  # Ctrl-C
     options = _build_options(root, root / "output")
     assert build(options).changed
     _assert_as_a_clean_build(root, tmp_path)

@@ -15,7 +15,7 @@ from site_builder.cache import BuildCache
 from site_builder.cache_key import CacheKey, CacheKeyUnavailable, user_cache_key
 from site_builder.compiled_templates import CompiledTemplates
 from site_builder.loading import stat_signature
-from site_builder.memory import BuildMemory
+from site_builder.incremental import IncrementalStore
 from site_builder.options import BuildOptions
 from site_builder.parallel import cpu_seconds
 from site_builder.rendering import templates_identity
@@ -70,13 +70,15 @@ class BuildContext:
     build_key: str  # names everything every output file depends on but the inputs: code, keys, templates, settings
     indexer: str | None  # the Pagefind version that makes the search indexes (None: no search)
     cache: BuildCache
+    store: IncrementalStore  # serve's, kept across its builds; else one that keeps nothing
     report: BuildReport
     clock: StageClock
     scratch: Path  # a private folder removed with the build (bundles fetched from the deployed mirror)
 
     @property
-    def memory(self) -> BuildMemory | None:
-        return self.options.memory
+    def serving(self) -> bool:
+        """Whether the build is one of a long-running process's (``serve``)."""
+        return self.options.session is not None
 
 
 def build_key_of(options: BuildOptions, dirs: list[Path], about: str | None) -> str:
@@ -122,12 +124,12 @@ def user_key_or_note(options: BuildOptions, report: BuildReport) -> CacheKey | N
 def open_cache(options: BuildOptions, report: BuildReport, load: bool = True) -> BuildCache:
     folder = cache_folder(options)
     path = folder / "cache.sqlite" if folder is not None else None
-    memory = options.memory
-    if memory is not None and memory.cache is not None and memory.cache.path == path and memory.cache.db is not None:
-        memory.cache.take_lock()
-        return memory.cache
+    store = options.store
+    if store is not None and store.cache is not None and store.cache.path == path and store.cache.db is not None:
+        store.cache.take_lock()
+        return store.cache
     cache = BuildCache(path, load, user_key_or_note(options, report))
-    if memory is not None:
-        memory.close()
-        memory.cache = cache
+    if store is not None:
+        store.close()
+        store.cache = cache
     return cache

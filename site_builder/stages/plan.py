@@ -12,7 +12,7 @@ from pathlib import Path
 
 import jinja2
 
-from site_builder.cache import BuildCache
+from site_builder.incremental import IncrementalStore
 from site_builder.options import BuildOptions
 from site_builder.pages import (
     Catalogue,
@@ -29,7 +29,7 @@ from site_builder.pages import (
 )
 from site_builder.records import PaperSummary
 from site_builder.rendering import SiteRenderer
-from site_builder.report import BuildReport, ReportDocument
+from site_builder.report import BuildReport, ReportDocument, ReportRows
 from site_builder.search_index import SearchLayout, SearchShard, plan_shards, search_layout
 from site_builder.selection import PreviousSite, Selection
 from site_builder.stages.context import BuildContext, digest_of, source_date, template_cache
@@ -39,61 +39,53 @@ from site_builder.stages.verify import Verified
 from site_builder.writing import MARKER
 
 
-def plan_addresses(options: BuildOptions, published: list[PaperSummary]) -> RedirectPlan:
-    """The short-address plan; in memory it is reused while no record's id, arXiv id or version changed, and
-    re-planned only around the records that came or went when a few did."""
-    memory = options.memory
-    if memory is None:
-        return plan_redirects(published)
+def plan_addresses(store: IncrementalStore, published: list[PaperSummary]) -> RedirectPlan:
+    """The short-address plan: reused while no record's id, arXiv id or version changed, and re-planned only
+    around the records that came or went when a few did."""
     shape = [(p.pith_id, p.arxiv_id, p.version) for p in published]  # all that plan_redirects looks at
-    if memory.redirects is not None and memory.redirects[0] == shape:
-        old = memory.redirects[1]
+    last = store.last("addresses")
+    if last is not None and last[0] == shape:
+        old = last[1]
         if not old.shared:
             return old
         current = {p.pith_id: p for p in published}  # list pages show the records as they are now
         return RedirectPlan(old.per_record, [(folder, label, [current[t.pith_id] for t in targets])
                                              for folder, label, targets in old.shared])
-    touched = set(shape).symmetric_difference(memory.redirects[0]) if memory.redirects is not None else None
+    touched = set(shape).symmetric_difference(last[0]) if last is not None else None
     if touched is not None and len(touched) <= 64:  # records came or went: re-plan only their neighbourhood
-        plan = replan_redirects(memory.redirects[1], published, touched)
+        plan = replan_redirects(last[1], published, touched)
     else:
         plan = plan_redirects(published)
-    memory.redirects = (shape, plan)
-    return plan
+    return store.keep("addresses", shape, plan)
 
 
-def catalogue_of(options: BuildOptions, published: list[PaperSummary]) -> Catalogue:
-    """Listings in order; in memory the order is reused while no record's id, date or categories changed, and
-    patched when a few records came, went or moved."""
-    memory = options.memory
-    if memory is None:
-        return catalogue(published)
+def catalogue_of(store: IncrementalStore, published: list[PaperSummary]) -> Catalogue:
+    """Listings in order: reused while no record's id, date or categories changed, and patched when a few
+    records came, went or moved."""
     shape = [(p.pith_id, p.submitted_at, p.primary_cat, p.cross_cats) for p in published]
-    if memory.catalogue is not None and memory.catalogue[0] == shape:
-        old = memory.catalogue[1]
+    last = store.last("catalogue")
+    if last is not None and last[0] == shape:
+        old = last[1]
         shown = {p.pith_id: p for p in old.papers}
-        newer = [p for p in published if shown[p.pith_id] is not p]  # same record, new bundle
-        if not newer:
+        renewed = {p.pith_id: p for p in published if shown[p.pith_id] is not p}  # same record, new bundle
+        if not renewed:
             return old
-        # Entries are found by identity (dataclass == would compare every field), all in one pass per listing:
-        # a pull that renews 40,000 of 100,000 records must not search a listing once per record.
-        renewed = {id(shown[p.pith_id]): p for p in newer}
-
+        # One pass per listing: a pull that renews 40,000 of 100,000 records must not search a listing once
+        # per record.
         def patched(listing: Listing) -> Listing:
-            return replace(listing, papers=[renewed.get(id(q), q) for q in listing.papers])
+            return replace(listing, papers=[renewed.get(q.pith_id, q) for q in listing.papers])
         everything = patched(old.everything)
-        in_category, in_year = groups(newer)
+        in_category, in_year = groups(list(renewed.values()))
         categories = [patched(c) if c.key in in_category else c for c in old.categories]
         years = [patched(y) if y.key in in_year else y for y in old.years]
         result = Catalogue(everything.papers, everything, categories, years)
         if "record_paths" in old.__dict__:  # same records: same pages (a cached_property carried over)
             result.__dict__["record_paths"] = old.record_paths
-    elif memory.catalogue is not None and len(moved := moved_ids(memory.catalogue[0], shape)) <= 64:
-        result = recatalogue(memory.catalogue[1], published, moved)  # a few records came, went or moved
+    elif last is not None and len(moved := moved_ids(last[0], shape)) <= 64:
+        result = recatalogue(last[1], published, moved)  # a few records came, went or moved
     else:
         result = catalogue(published)
-    memory.catalogue = (shape, result)
-    return result
+    return store.keep("catalogue", shape, result)
 
 
 def moved_ids(before: list[tuple], now: list[tuple]) -> set[str]:
@@ -101,54 +93,42 @@ def moved_ids(before: list[tuple], now: list[tuple]) -> set[str]:
     return {entry[0] for entry in set(before).symmetric_difference(now)}
 
 
-def keys_of_records(options: BuildOptions, build_key: str, selection, plan: RedirectPlan,
+def keys_of_records(store: IncrementalStore, build_key: str, selection: Selection, plan: RedirectPlan,
                     versions: dict[str, tuple]) -> dict[str, str]:
     """A record's key covers the build key, its bytes, its short addresses and the other versions of its paper
     in the site (its page links to them)."""
-    memory = options.memory
-    memo = memory.record_keys[1] if memory is not None and memory.record_keys and \
-        memory.record_keys[0] == build_key else {}
-    keys, seen = {}, {}
+    keys = {}
     for pid, chosen in selection.published.items():
-        sha, redirects = chosen.inspection.sha256, plan.per_record.get(pid, 0)  # (the bytes give the record's ids)
-        others = versions.get(pid, ())
-        hit = memo.get(pid)
-        if hit is not None and hit[0] == sha and hit[1] == redirects and hit[2] == others:
-            key = hit[3]
-        else:
+        sha, redirects, others = chosen.inspection.sha256, plan.per_record.get(pid, 0), versions.get(pid, ())
+        material = (build_key, sha, redirects, others)  # (the bytes give the record's ids)
+        key = store.recall(f"record-key:{pid}", material)
+        if key is None:
             key = hashlib.sha256(f"{build_key}\0{sha}\0{redirects!r}\0{others!r}".encode()).hexdigest()
+            store.keep(f"record-key:{pid}", material, key)
         keys[pid] = key
-        seen[pid] = (sha, redirects, others, key)
-    if memory is not None:
-        memory.record_keys = (build_key, seen)
     return keys
 
 
-def site_renderer(options: BuildOptions, dirs: list[Path], build_key: str, cache: BuildCache) -> SiteRenderer:
-    memory = options.memory
-    if memory is not None and memory.renderer is not None and memory.renderer[0] == build_key:
-        return memory.renderer[1]
-    # List rows rendered with these templates and settings: kept in serve's memory, else in the cache.
-    if memory is not None and memory.list_rows and memory.list_rows[0] == build_key:
-        rows = memory.list_rows[1]
-    else:
-        rows = cache.list_rows(build_key)
-    renderer = SiteRenderer(options.config, dirs, options.trust, options.search, template_cache(cache),
-                            rows)
-    if memory is not None:
-        memory.renderer = (build_key, renderer)
-        memory.list_rows = (build_key, renderer.rows)
-    if memory is not None:  # (serve: compile every template now, not during the first edit's rebuild)
+def site_renderer(ctx: BuildContext) -> SiteRenderer:
+    """The renderer of these templates and settings; serve compiles every template once, not during the first
+    edit's rebuild."""
+    renderer = ctx.store.recall("renderer", ctx.build_key)
+    if renderer is not None:
+        return renderer
+    options = ctx.options
+    renderer = SiteRenderer(options.config, ctx.dirs, options.trust, options.search, template_cache(ctx.cache),
+                            ctx.cache.list_rows(ctx.build_key))  # (list rows rendered under this build key)
+    if ctx.store.keeps:
         for name in renderer.env.list_templates(extensions=["html", "xml", "txt", "svg"]):
             try:
-                renderer.env.get_template(name)  # compile now, not during the first edit's rebuild
+                renderer.env.get_template(name)
             except (jinja2.TemplateError, UnicodeDecodeError, OSError):
                 pass  # reported if and when a page uses it
-    return renderer
+    return ctx.store.keep("renderer", ctx.build_key, renderer)
 
 
 def plan_units(build_key: str, record_keys: dict[str, str], papers: list[PaperSummary], collection: list,
-                shards: list[SearchShard], indexer: str | None, options: BuildOptions) -> dict[str, tuple[str, str]]:
+               shards: list[SearchShard], indexer: str | None, store: IncrementalStore) -> dict[str, tuple[str, str]]:
     """The key of every output unit (files are filled in as units are rendered or reused).
 
     A record's key covers its bytes and short addresses; a collection unit's key covers what it shows
@@ -156,15 +136,11 @@ def plan_units(build_key: str, record_keys: dict[str, str], papers: list[PaperSu
     what it indexes and the Pagefind that makes it (*indexer*: the search page's Pagefind, the first shard's,
     reads the other shards' indexes, so all are made by one version)."""
     units: dict[str, tuple[str, str]] = {f"record:{p.pith_id}": (record_keys[p.pith_id], "") for p in papers}
-    memo = options.memory.unit_keys if options.memory is not None else {}
     for unit in collection:  # materials are nested lists and tuples of str and int: repr() is exact and fast
-        hit = memo.get(unit.name)
-        if hit is not None and hit[0] == build_key and hit[1] == unit.material:
-            key = hit[2]  # (comparing reuses the joined row strings: usually the very same objects)
-        else:
-            key = digest_of(build_key, repr(unit.material))
-            if options.memory is not None:
-                memo[unit.name] = (build_key, unit.material, key)
+        material = (build_key, unit.material)  # (compared, it reuses the joined row strings: the very same objects)
+        key = store.recall(f"unit-key:{unit.name}", material)
+        if key is None:
+            key = store.keep(f"unit-key:{unit.name}", material, digest_of(build_key, repr(unit.material)))
         units[unit.name] = (key, "")
     for shard in shards:
         if shard.glob is None:  # Pagefind reads every page: any unit may hold what it indexes
@@ -188,10 +164,10 @@ def search_shards(options: BuildOptions, layout: SearchLayout | None, published:
                        layout.merges_shards)
 
 
-def identify(build_key: str, report: BuildReport, units: dict, options: BuildOptions) -> tuple[str, ReportDocument]:
+def identify(build_key: str, report: BuildReport, units: dict, options: BuildOptions,
+             store: IncrementalStore) -> tuple[str, ReportDocument]:
     """The build id names everything the output depends on; it is stored at the top of verification.json."""
-    rows = options.memory.report_rows if options.memory is not None else None
-    doc = report.document([k.key_id for k in options.trust.keys], source_date(), rows)
+    doc = report.document([k.key_id for k in options.trust.keys], source_date(), ReportRows(store))
     # The units are in a deterministic order (records by pith id, then the collection in page order).
     build_id = digest_of(build_key, json.dumps(doc.head, sort_keys=True), doc.identity(),
                      "\n".join([f"{u}\t{k}" for u, (k, _) in units.items()]))
@@ -245,33 +221,32 @@ class SitePlan:
 def plan(ctx: BuildContext, inputs: Inputs, verified: Verified, chosen: Chosen) -> SitePlan:
     options = ctx.options
     published = chosen.published
-    addresses = plan_addresses(options, published)
+    addresses = plan_addresses(ctx.store, published)
     ctx.clock.lap("plan_addresses")
     versions = other_versions(published)
-    record_keys = keys_of_records(options, ctx.build_key, chosen.selection, addresses, versions)
+    record_keys = keys_of_records(ctx.store, ctx.build_key, chosen.selection, addresses, versions)
     ctx.clock.lap("record_keys")
-    renderer = site_renderer(options, ctx.dirs, ctx.build_key, ctx.cache)
-    catalog = catalogue_of(options, published)
+    renderer = site_renderer(ctx)
+    catalog = catalogue_of(ctx.store, published)
     layout = search_layout(ctx.dirs) if options.search else None
     shards = search_shards(options, layout, chosen.selection.published)
-    rows = ctx.memory.unit_rows if ctx.memory is not None else None
-    collection = _collection(ctx, inputs, renderer, catalog, addresses, shards, rows)
+    collection = _collection(ctx, inputs, renderer, catalog, addresses, shards)
     ctx.clock.lap("plan_collection")
-    units = plan_units(ctx.build_key, record_keys, published, collection, shards, ctx.indexer, options)
+    units = plan_units(ctx.build_key, record_keys, published, collection, shards, ctx.indexer, ctx.store)
     planned_search = {s.unit: units[s.unit][0] for s in shards}  # what the indexes would be made under
     if options.defer_search and planned_search:
         _defer_search(ctx, chosen.previous, units, planned_search)
-    record_outcomes(ctx.report, verified.inspections, chosen.selection, {}, ctx.memory)
-    build_id, report_doc = identify(ctx.build_key, ctx.report, units, options)
+    record_outcomes(ctx.report, verified.inspections, chosen.selection, {}, ctx.store)
+    build_id, report_doc = identify(ctx.build_key, ctx.report, units, options, ctx.store)
     ctx.clock.lap("identify")
     return SitePlan(chosen, published, addresses, versions, record_keys, renderer, catalog, layout, shards, collection, units,
                     planned_search, build_id, report_doc)
 
 
 def _collection(ctx: BuildContext, inputs: Inputs, renderer: SiteRenderer, catalog: Catalogue,
-                addresses: RedirectPlan, shards: list[SearchShard], rows: dict | None) -> list[Unit]:
-    return collection_units(renderer, catalog, addresses.shared, ctx.options.trust, source_date(), ctx.about, rows,
-                            inputs.static_unit, [s.folder for s in shards])
+                addresses: RedirectPlan, shards: list[SearchShard]) -> list[Unit]:
+    return collection_units(renderer, catalog, addresses.shared, ctx.options.trust, source_date(), ctx.about,
+                            ctx.store, inputs.static_unit, [s.folder for s in shards])
 
 
 def _defer_search(ctx: BuildContext, previous: PreviousSite, units: dict, planned_search: dict) -> None:
@@ -288,23 +263,23 @@ def without_changed(ctx: BuildContext, inputs: Inputs, verified: Verified, site:
                     changed: dict[str, str]) -> SitePlan:
     """The plan again without the records whose files changed after they were verified (*changed*: pith id ->
     why): their short addresses, list rows and search entries must not point at a page that is not there.
-    Planned afresh, not from serve's memory, which holds the full set."""
+    The addresses and listings are planned afresh, not patched from the store's, which hold the full set."""
     ctx.slot.assume_shared()  # (the units are planned again: the retired tree's may match them now)
     ctx.report.outcomes.clear()
-    record_outcomes(ctx.report, verified.inspections, site.selection, changed)
+    record_outcomes(ctx.report, verified.inspections, site.selection, changed, ctx.store)
     papers = [s for s in site.published if s.pith_id not in changed]
     addresses = plan_redirects(papers)
     catalog = catalogue(papers)
     shards = search_shards(ctx.options, site.layout, {p.pith_id: p for p in papers})
-    collection = _collection(ctx, inputs, site.renderer, catalog, addresses, shards, None)
+    collection = _collection(ctx, inputs, site.renderer, catalog, addresses, shards)
     units = {u: v for u, v in site.units.items() if u.startswith("record:")}
     units.update({u: v for u, v in plan_units(ctx.build_key, site.record_keys, papers, collection, shards,
-                                              ctx.indexer, ctx.options).items() if not u.startswith("record:")})
+                                              ctx.indexer, ctx.store).items() if not u.startswith("record:")})
     return replace(site, published=papers, addresses=addresses, catalog=catalog, shards=shards,
                    collection=collection, units=units, planned_search={s.unit: units[s.unit][0] for s in shards})
 
 
 def identified(ctx: BuildContext, site: SitePlan) -> SitePlan:
     """The plan named again, after its outcomes or unit keys changed while it was carried out."""
-    build_id, report_doc = identify(ctx.build_key, ctx.report, site.units, ctx.options)
+    build_id, report_doc = identify(ctx.build_key, ctx.report, site.units, ctx.options, ctx.store)
     return replace(site, build_id=build_id, report_doc=report_doc)

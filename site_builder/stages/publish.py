@@ -61,7 +61,7 @@ def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = la
             raise
         return True
     finally:
-        if cache is not None and options.memory is None:
+        if cache is not None and options.session is None:
             cache.close()
         elif cache is not None:
             cache.release_lock()

@@ -1,5 +1,5 @@
 """The remember stage: what the next build starts from (the authenticated cache, the no-op answer, serve's
-memory), saved in a detached process for a one-shot build; and the cache opened for this one.
+incremental store), saved in a detached process for a one-shot build.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Callable
 
 from site_builder.cache import BuildCache
 from site_builder.inspection import Inspection, rejected
-from site_builder.memory import BuildMemory
+from site_builder.incremental import IncrementalStore
 from site_builder.options import BuildOptions
 from site_builder.pages import Catalogue
 from site_builder.rendering import SiteRenderer
-from site_builder.report import BuildReport, FileOutcome
+from site_builder.report import BuildReport, FileOutcome, ReportRows
 from site_builder.stages.context import BuildContext, stat_sig
 from site_builder.stages.gather import Inputs, mirrored_now
 from site_builder.stages.plan import SitePlan
@@ -26,11 +26,9 @@ from site_builder.writing import MARKER, OutputSlot
 LEFT_FOR_EXIT: list = []
 
 
-
-
 def remember(write_cache: Callable[[], None], cache: BuildCache, options: BuildOptions, report: BuildReport,
               input_fingerprint: Callable[[], str], marker_sig: str | None, upkeep: Callable[[], None]) -> None:
-    """Save what the next build reads (the cache via *write_cache*, the no-op answer, and serve's memory brought
+    """Save what the next build reads (the cache via *write_cache*, the no-op answer, and serve's store brought
     up to date by *upkeep*), in a detached process for a one-shot build (``build`` on the command
     line): the new site is live already, and saving 10,000 records' worth takes longer than the rest of a
     one-file rebuild.  The saver inherits the cache's lock, so the next build waits for it before reading the
@@ -41,7 +39,7 @@ def remember(write_cache: Callable[[], None], cache: BuildCache, options: BuildO
         write_cache()
         if not report.search_behind:  # else the next build, even with these inputs, has the index to make
             cache.save_quick(input_fingerprint(), marker_sig, report)
-        if options.memory is not None:
+        if options.store is not None:
             upkeep()
 
     if options.one_shot and start_detached(save, cache):
@@ -90,34 +88,17 @@ def keep_only_fd(keep: int) -> None:
     os.closerange(keep + 1, limit)
 
 
-def tidy_memory(memory: BuildMemory, report: BuildReport, units: dict) -> None:
-    """Drop what no longer belongs to the build (it would pin old results in memory), and
-    keep this build's report lines for the next (the build wrote them without keeping them)."""
-    memory.report_rows.keep_lines(report.outcomes)
-    memory.unit_rows = {k: v for k, v in memory.unit_rows.items() if k in units}
-    memory.unit_keys = {k: v for k, v in memory.unit_keys.items() if k in units}
-
-
-
-
-
-
+def tidy_store(store: IncrementalStore, report: BuildReport) -> None:
+    """Keep this build's report lines for the next (the build wrote them without keeping them), and drop what
+    the build did not use (it would pin old results in memory)."""
+    ReportRows(store).keep_lines(report.outcomes)
+    store.forget_unused()
 
 
 def shown_rows(renderer: SiteRenderer, catalog: Catalogue) -> dict[str, bytes]:
     """The list rows of the records the site shows (those of removed or changed records are not kept)."""
     rows = renderer.rows
     return {p.row_digest: rows[p.row_digest] for p in catalog.papers if p.row_digest in rows}
-
-
-
-
-
-
-
-
-
-
 
 
 def unchanged_since_last_build(cache: BuildCache, input_fingerprint: str, slot: OutputSlot,
@@ -148,10 +129,10 @@ def remember_unchanged(ctx: BuildContext, inputs: Inputs, verified: Verified, si
     cache, options = ctx.cache, ctx.options
     remember(lambda: cache.save_inputs(verified.file_index, verified.fresh, options.trust.identity()), cache,
              options, ctx.report, lambda: inputs.fingerprint, stat_sig(ctx.slot.output / MARKER),
-             lambda: tidy_memory(options.memory, ctx.report, cache.units(site.build_id) or {}))
+             lambda: tidy_store(ctx.store, ctx.report))
     ctx.clock.lap("save_cache")
     if options.one_shot:
-        LEFT_FOR_EXIT[:] = [options.memory, cache, verified, site.units]
+        LEFT_FOR_EXIT[:] = [cache, verified, site.units]
 
 
 def remember_build(ctx: BuildContext, inputs: Inputs, verified: Verified, site: SitePlan,
@@ -161,8 +142,9 @@ def remember_build(ctx: BuildContext, inputs: Inputs, verified: Verified, site: 
     marker_sig = stat_sig(ctx.slot.output / MARKER)
 
     def upkeep() -> None:  # (the previous site is what the next build would read from verification.json)
-        options.memory.previous_site = (marker_sig, published_by(site.build_id, report))
-        tidy_memory(options.memory, report, site.units)
+        if marker_sig is not None:
+            ctx.store.keep("previous_site", marker_sig, published_by(site.build_id, report))
+        tidy_store(ctx.store, report)
 
     def write_cache() -> None:
         cache.save(verified.file_index, verified.fresh, options.trust.identity(), site.units, site.build_id,
@@ -172,4 +154,4 @@ def remember_build(ctx: BuildContext, inputs: Inputs, verified: Verified, site: 
     remember(write_cache, cache, options, report, lambda: inputs.fingerprint, marker_sig, upkeep)
     ctx.clock.lap("save_cache")
     if options.one_shot:
-        LEFT_FOR_EXIT[:] = [options.memory, cache, verified, site]
+        LEFT_FOR_EXIT[:] = [cache, verified, site]

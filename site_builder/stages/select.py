@@ -10,10 +10,10 @@ from pathlib import Path
 from site_builder.inspection import Inspection, inspect_bytes, rejected
 from site_builder.live_site import MAX_MANIFEST_BYTES, LiveManifest, LiveSite, LiveSiteUnavailable, manifest_claims
 from site_builder.loading import FileReadError, read_bytes
-from site_builder.memory import BuildMemory
+from site_builder.incremental import IncrementalStore
 from site_builder.options import BuildOptions
 from site_builder.records import PaperSummary
-from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome
+from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportRows
 from site_builder.selection import Candidate, PreviousSite, Selection, is_rollback, published_record, select
 from site_builder.stages.context import BuildContext, stat_sig
 from site_builder.stages.gather import Inputs
@@ -31,15 +31,13 @@ def read_previous_site(output: Path) -> PreviousSite:
         return PreviousSite(None, {})
 
 
-def previous_site_of(options: BuildOptions, slot: OutputSlot) -> PreviousSite:
-    memory = options.memory
+def previous_site_of(store: IncrementalStore, slot: OutputSlot) -> PreviousSite:
+    """What the site in the output published, as the store knows it while verification.json has the same
+    stat (the build that wrote it kept it there)."""
     sig = stat_sig(slot.output / MARKER)
-    if memory is not None and sig is not None and memory.previous_site is not None and memory.previous_site[0] == sig:
-        return memory.previous_site[1]
-    previous = read_previous_site(slot.output)
-    if memory is not None and sig is not None:
-        memory.previous_site = (sig, previous)
-    return previous
+    if sig is None:
+        return read_previous_site(slot.output)
+    return store.reuse("previous_site", sig, lambda: read_previous_site(slot.output))
 
 
 def published_by(build_id: str, report: BuildReport) -> PreviousSite:
@@ -48,11 +46,10 @@ def published_by(build_id: str, report: BuildReport) -> PreviousSite:
                                    and o.inspection.sha256})
 
 
-def select_bundles(options: BuildOptions, inspections: list[Inspection], paths: dict) -> Selection:
-    """select() over the verified files.  In memory, when a few files came, went or changed since the last
-    build and no record has two of them, the last selection is patched instead of recomputed."""
-    memory = options.memory
-    last = memory.selection if memory is not None else None
+def select_bundles(store: IncrementalStore, inspections: list[Inspection], paths: dict) -> Selection:
+    """select() over the verified files.  When a few files came, went or changed since the selection in the
+    store and no record has two of them, that selection is patched instead of recomputed."""
+    last = store.last("selection")
     memo = {c.inspection.rel: c for c in last[0]} if last is not None else {}
     candidates = []
     for i in inspections:
@@ -61,7 +58,7 @@ def select_bundles(options: BuildOptions, inspections: list[Inspection], paths: 
             if c is None or c.inspection is not i or c.source != paths[i.rel]:
                 c = Candidate(i, paths[i.rel])
             candidates.append(c)
-    if memory is None:
+    if not store.keeps:
         return select(candidates)
     selection = None
     if last is not None and not last[1].superseded:
@@ -69,7 +66,7 @@ def select_bundles(options: BuildOptions, inspections: list[Inspection], paths: 
     if selection is None:
         selection = select(candidates)
     # Kept as a copy: the caller goes on to refuse rollbacks, which edits the selection it gets.
-    memory.selection = (candidates, Selection(dict(selection.published), dict(selection.superseded)))
+    store.keep("selection", candidates, Selection(dict(selection.published), dict(selection.superseded)))
     return selection
 
 
@@ -164,8 +161,8 @@ def _keep_newer_copy(selection: Selection, report: BuildReport, chosen: Candidat
 
 
 def record_outcomes(report: BuildReport, inspections: list[Inspection], selection, changed: dict,
-                     memory: BuildMemory | None = None) -> None:
-    rows = memory.report_rows if memory is not None else None
+                    store: IncrementalStore) -> None:
+    rows = ReportRows(store)
     for i in inspections:
         if not i.verified:
             report.outcomes.append(FileOutcome(i, REJECTED))
@@ -176,7 +173,7 @@ def record_outcomes(report: BuildReport, inspections: list[Inspection], selectio
             report.outcomes.append(FileOutcome(rejected(i.rel, check, reason), REJECTED))
         else:
             # The same result published again keeps its outcome (and its report line).
-            report.outcomes.append(rows.outcome(i, PUBLISHED) if rows is not None else FileOutcome(i, PUBLISHED))
+            report.outcomes.append(rows.outcome(i, PUBLISHED))
     for c in selection.published.values():
         if c.kept_from and c.inspection.pith_id not in changed:
             report.outcomes.append(FileOutcome(c.inspection, PUBLISHED, f"kept from {c.kept_from}"))
@@ -198,9 +195,9 @@ class Chosen:
 def choose(ctx: BuildContext, inputs: Inputs, verified: Verified) -> Chosen:
     """One bundle per record, the newest valid one; none older than the previous site's or the deployed
     mirror's verified copy."""
-    previous = previous_site_of(ctx.options, ctx.slot)
+    previous = previous_site_of(ctx.store, ctx.slot)
     ctx.clock.lap("previous_site")
-    selection = select_bundles(ctx.options, verified.inspections, inputs.paths)
+    selection = select_bundles(ctx.store, verified.inspections, inputs.paths)
     refuse_rollbacks(selection, previous, ctx.slot, ctx.options, ctx.report)
     if inputs.deployed_manifest is not None:
         refuse_deployed_rollbacks(selection, inputs.deployed, inputs.deployed_manifest, ctx.options, ctx.report,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from site_builder.cache import BuildCache
+from site_builder.incremental import IncrementalStore
 from site_builder.inspection import Inspection, by_reference, compact, inspect_bytes, rejected
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, read_bytes
@@ -41,17 +42,17 @@ def inspect_files(items: list[InputFile], trust: TrustSet, max_bytes: int = DEFA
                 [i.path for i in items])
 
 
-def inspect_all(options: BuildOptions, cache: BuildCache,
-                 found: list[InputFile]) -> tuple[list[Inspection], list[Inspection], dict]:
-    """Inspections for every found file (cached where the bytes and keys are unchanged); also the new ones."""
+def inspect_all(options: BuildOptions, cache: BuildCache, store: IncrementalStore,
+                found: list[InputFile]) -> tuple[list[Inspection], list[Inspection], dict]:
+    """Inspections for every found file (from the store or the cache where the bytes and keys are unchanged);
+    also the new ones."""
     trust_id = options.trust.identity()
-    memo = options.memory.inputs if options.memory is not None else {}
     results: dict[str, Inspection] = {}
     rest = []
-    for f in found:  # serve: a file with the stat it had last build has the result it had
-        hit = memo.get(f.rel)
-        if hit is not None and hit[0] == f.sig and hit[1] == trust_id:
-            results[f.rel] = hit[2]
+    for f in found:  # (serve) a file with the stat it had last build has the result it had
+        hit = store.recall(f"inspection:{f.rel}", (f.sig, trust_id))
+        if hit is not None:
+            results[f.rel] = hit
         else:
             rest.append(f)
     known_sha = {f.rel: cache.file_sha(f.rel, f.sig) for f in rest}
@@ -72,8 +73,9 @@ def inspect_all(options: BuildOptions, cache: BuildCache,
     for inspection in fresh:
         results[inspection.rel] = inspection
     file_index = {f.rel: (f.sig, results[f.rel].sha256) for f in found if results[f.rel].sha256}
-    if options.memory is not None:
-        options.memory.inputs = {f.rel: (f.sig, trust_id, results[f.rel]) for f in found}
+    if store.keeps:
+        for f in found:
+            store.keep(f"inspection:{f.rel}", (f.sig, trust_id), results[f.rel])
     return [results[f.rel] for f in found], fresh, file_index
 
 
@@ -89,7 +91,7 @@ class Verified:
 
 def verify(ctx: BuildContext, inputs: Inputs) -> Verified:
     ctx.cache.load()  # (~2 million objects at 100,000 records: build() has paused the cyclic collector)
-    inspections, fresh, file_index = inspect_all(ctx.options, ctx.cache, inputs.found)
+    inspections, fresh, file_index = inspect_all(ctx.options, ctx.cache, ctx.store, inputs.found)
     inspections = sorted([rejected(s.rel, s.check, s.reason) for s in inputs.skipped] + inspections,
                          key=lambda i: i.rel)
     ctx.clock.lap("verify")
