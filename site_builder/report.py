@@ -158,8 +158,13 @@ class BuildReport:
         inline, paged = ordered, []
         if len(others) > INLINE_OTHERS:
             paged = others[INLINE_OTHERS:]
-            shown = {id(o) for o in paged}
-            inline = [o for o in ordered if id(o) not in shown]
+            inline, kept_others = [], INLINE_OTHERS  # every published line, and the first others
+            for o in ordered:
+                if o.status == PUBLISHED:
+                    inline.append(o)
+                elif kept_others:
+                    inline.append(o)
+                    kept_others -= 1
             head["more_files"] = {"count": len(paged), "pages": [
                 page_path(n) for n in range(1, (len(paged) + PAGE_LINES - 1) // PAGE_LINES + 1)]}
         attention = [o.as_json() for o in others[:INLINE_OTHERS]]

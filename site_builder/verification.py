@@ -20,7 +20,7 @@ from typing import Any, Callable, Literal
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
-from site_builder.canonical import CanonicalCache, pith_id_from_digest, title_canon_sha256
+from site_builder.canonical import CanonicalEncoder, pith_id_from_digest, title_canon_sha256
 from site_builder.keys import TrustedKey, TrustSet
 from site_builder.merge import UnmergeableEvents, recompute_state
 
@@ -152,7 +152,7 @@ class _Context:
     trust: TrustSet
     warnings: list[VerificationWarning] = field(default_factory=list)
     record_created: dict | None = None
-    canon: CanonicalCache = field(default_factory=CanonicalCache)
+    canon: CanonicalEncoder = field(default_factory=CanonicalEncoder)
 
 
 # --- small helpers -------------------------------------------------------------------------
@@ -445,7 +445,7 @@ def check_state_recomputed(ctx: _Context) -> str | None:
         return "skipped"
     except (KeyError, TypeError, ValueError) as exc:
         raise StateMismatch(f"events cannot be merged: {exc}") from None
-    if ctx.canon.text(recomputed, depth=1) != ctx.canon.text_without(ctx.bundle["state"], "state_sha256"):
+    if ctx.canon.text(recomputed) != ctx.canon.text_without(ctx.bundle["state"], "state_sha256"):
         differing = sorted(k for k in recomputed if recomputed.get(k) != ctx.bundle["state"].get(k))
         where = ", ".join(differing) or "current"
         raise StateMismatch(f"state differs from the merge of the events (in {where})")
@@ -455,7 +455,7 @@ def check_state_recomputed(ctx: _Context) -> str | None:
 def check_bundle_hash(ctx: _Context) -> None:
     signature = ctx.bundle["bundle_signature"]
     # depth 3 reaches each event's payload and the state's members, already encoded by earlier checks.
-    actual = ctx.canon.digest_without(ctx.bundle, "bundle_signature", depth=3)
+    actual = ctx.canon.digest_without(ctx.bundle, "bundle_signature")
     if actual != signature["bundle_sha256"]:
         raise HashMismatch(f"bundle hashes to {actual[:16]}…, bundle_sha256 says {signature['bundle_sha256'][:16]}…")
 
@@ -523,7 +523,7 @@ def _title_warning(ctx: _Context) -> None:
 def verify_bundle(bundle: Any, trust: TrustSet, holds_float: bool | None = None) -> Verdict:
     """Run every check on a parsed bundle. Never raises for bad input; returns a Verdict.  *holds_float*: what
     the parser found out about floats in *bundle* (None: not known; the canonical encoder then looks)."""
-    ctx = _Context(bundle=bundle, trust=trust, canon=CanonicalCache.for_document(bundle, holds_float))
+    ctx = _Context(bundle=bundle, trust=trust, canon=CanonicalEncoder.for_document(bundle, holds_float))
     results: list[CheckResult] = []
     for check in CHECKS:
         name = check.name

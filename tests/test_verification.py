@@ -186,7 +186,7 @@ def test_each_check_raises_its_familys_error(check, real_bundle, pinned):
     """A check's failure is a typed error of its family (what the report classes a rejection by)."""
     TAMPERS[check.name](real_bundle)
     ctx = verification._Context(bundle=real_bundle, trust=pinned,
-                                canon=verification.CanonicalCache.for_document(real_bundle, None))
+                                canon=verification.CanonicalEncoder.for_document(real_bundle, None))
     for earlier in CHECKS[:CHECKS.index(check)]:  # (a check may rely on what the ones before it found)
         earlier.run(ctx)
     with pytest.raises(FAMILY_ERRORS[check.family]) as caught:
