@@ -75,9 +75,8 @@ class LiveSite:
     def _read(self, rel: str, max_bytes: int) -> bytes | None:
         """The bytes at *rel*, or None when nothing is there; LiveSiteUnavailable when it cannot be read."""
         if self._base is not None:
-            self.fetcher.max_bytes = max_bytes
             try:
-                status, body, _ = self.fetcher.get(self._base + rel, {})
+                status, body, _ = self.fetcher.get(self._base + rel, {}, max_bytes)
             except OSError as exc:
                 raise LiveSiteUnavailable(str(exc)) from None
             if status == 404:

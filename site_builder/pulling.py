@@ -186,8 +186,9 @@ class Fetcher:
             raise OSError("the run's deadline passed")
         self.sleep(seconds)
 
-    def _open_and_read(self, url: str, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
-        """One request, cut off when it has taken *timeout* seconds (or the run's deadline comes first)."""
+    def _open_and_read(self, url: str, headers: dict[str, str], limit: int) -> tuple[int, bytes, dict[str, str]]:
+        """One request, cut off when it has taken *timeout* seconds (or the run's deadline comes first), or
+        has sent more than *limit* bytes."""
         budget = self.timeout
         remaining = self._remaining()
         if remaining is not None:
@@ -203,14 +204,14 @@ class Fetcher:
             request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **headers})
             with self.opener.open(request, timeout=budget) as response:
                 length = response.headers.get("Content-Length")
-                if length and length.isdigit() and int(length) > self.max_bytes:
-                    raise OSError(f"response of {length} bytes is over the {self.max_bytes}-byte limit")
+                if length and length.isdigit() and int(length) > limit:
+                    raise OSError(f"response of {length} bytes is over the {limit}-byte limit")
                 chunks, size = [], 0
-                while chunk := response.read(min(1 << 16, self.max_bytes + 1 - size)):
+                while chunk := response.read(min(1 << 16, limit + 1 - size)):
                     chunks.append(chunk)
                     size += len(chunk)
-                    if size > self.max_bytes:
-                        raise OSError(f"response is over the {self.max_bytes}-byte limit")
+                    if size > limit:
+                        raise OSError(f"response is over the {limit}-byte limit")
                 body = b"".join(chunks)
                 if length and length.isdigit() and len(body) != int(length):
                     raise http.client.IncompleteRead(body, int(length) - len(body))
@@ -241,13 +242,16 @@ class Fetcher:
             wait = self.max_wait
         return wait
 
-    def get(self, url: str, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
-        """GET with retries; returns (status, body, headers) for 200/304/404, raises OSError otherwise."""
+    def get(self, url: str, headers: dict[str, str],
+            max_bytes: int | None = None) -> tuple[int, bytes, dict[str, str]]:
+        """GET with retries; returns (status, body, headers) for 200/304/404, raises OSError otherwise.  A body
+        over *max_bytes* (default: the fetcher's ``max_bytes``) is refused."""
         last = "no attempt"
         self._notes.items = []
+        limit = self.max_bytes if max_bytes is None else max_bytes
         for attempt in range(self.retries + 1):
             try:
-                return self._open_and_read(url, headers)
+                return self._open_and_read(url, headers, limit)
             except urllib.error.HTTPError as exc:
                 if exc.code in (304, 404):
                     return exc.code, b"", dict(exc.headers or {})

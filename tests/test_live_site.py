@@ -181,3 +181,19 @@ def test_a_live_bundle_newer_than_the_previous_sites_copy_wins_and_says_so(deplo
     refusals = [w for w in report.warnings if "rollback refused" in w]
     assert any("the published bundle" in w for w in refusals)
     assert any("(previous site)" in w and "the live site's verified bundle" in w for w in refusals)
+
+
+def test_each_live_read_has_its_own_size_limit_and_the_fetcher_is_left_as_it_was(deployed):
+    """The manifest and a bundle are read with limits of their own (a bundle's is the build's max_bytes): a live
+    bundle over it is refused, and the fetcher the caller handed in keeps its own limit."""
+    from site_builder.live_site import LiveSite, LiveSiteUnavailable
+
+    d = deployed
+    fetcher = Fetcher(timeout=5, retries=0, max_bytes=123)
+    with serve(d["live"], "/mirror/") as url:
+        site = LiveSite(url, fetcher)
+        assert site.manifest() is not None  # (the manifest is far over 123 bytes: its own limit applies)
+        assert site.bundle(d["pith_id"], len(d["newer"])) == d["newer"]
+        with pytest.raises(LiveSiteUnavailable, match="limit"):
+            site.bundle(d["pith_id"], len(d["newer"]) - 1)
+    assert fetcher.max_bytes == 123
