@@ -26,9 +26,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
 
-from generate import generate, make_bundle  # noqa: E402
+from generate import generate, make_bundle  # noqa: E402  (beside this script)
 
 sys.path.insert(0, str(ROOT))  # this checkout's site_builder, as the builds it times
 from site_builder.settings import SiteConfig  # noqa: E402

@@ -39,7 +39,6 @@ from pathlib import Path
 import orjson
 from nacl.signing import SigningKey, VerifyKey
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # (--pages: this checkout's site_builder)
 from site_builder.keys import TrustedKey, TrustSet  # noqa: E402
 from site_builder.pages import ALL_ADDRESSES, paper_files  # noqa: E402

@@ -21,10 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from generate import generate, make_bundle  # noqa: E402
+from generate import generate, make_bundle  # (beside this script)
 
 
 def free_port() -> int:

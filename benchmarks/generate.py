@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from datetime import datetime, timedelta, timezone
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+from signing import TestKey, sign_bundle, to_bytes
 
-from signing import TestKey, sign_bundle, to_bytes  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CATEGORIES = ["cs.LG", "cs.AI", "cs.CL", "cs.CV", "cs.DC", "cs.PL", "stat.ML", "math.OC", "hep-th", "hep-lat",
               "astro-ph.GA", "astro-ph.HE", "quant-ph", "cond-mat.str-el", "physics.optics", "q-bio.NC", "econ.EM"]

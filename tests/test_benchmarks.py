@@ -1,6 +1,7 @@
 """The benchmark scripts anyone can run: they work from a fresh checkout and measure what they say."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -177,3 +178,15 @@ def test_build_benchmark_with_the_search_index_says_whose_figures_it_counts(tmp_
     assert '"CPU workers" and "RSS worker" include Pagefind\'s' in result.stdout
     full = json.loads(out.read_text())["steps"][0]
     assert full["timings"]["search_index"] > 0 and full["cpu"]["search_index"][1] > 0  # Pagefind's CPU, a child's
+
+
+def test_the_generator_runs_as_a_script_with_nothing_put_on_its_path(tmp_path):
+    """The benchmarks are scripts that import their helpers (the signing too) from their own folder: nothing of
+    the tests is put on the import path, and the bundles they make verify against the key they write."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "generate.py"), str(tmp_path / "b"), "3"],
+                   check=True, cwd=tmp_path, env=env, capture_output=True)
+    result = subprocess.run([sys.executable, "-m", "site_builder", "verify", str(tmp_path / "b"), "--trusted-keys",
+                             str(tmp_path / "bench-key.json")], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(list((tmp_path / "b").iterdir())) == 3

@@ -1,7 +1,8 @@
-"""Test-only signing: turn a real bundle into one validly signed by a key made in the tests.
+"""Signing for the tests and benchmarks: turn a real bundle into one validly signed by a key they make.
 
-The pinned production key's private half is unknown, so tests that need a
-*valid* bundle with chosen content sign it with a fresh key and pin that key.
+The pinned production key's private half is unknown, so tests and benchmarks that need a *valid* bundle with
+chosen content sign it with a fresh key and pin that key.  (It lives beside the benchmarks, which run as
+scripts and import it from their own folder; pytest's ``pythonpath`` gives it to the tests.)
 """
 
 from __future__ import annotations
