@@ -24,12 +24,22 @@ would otherwise hold records that are gone.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, TypeVar
-
-if TYPE_CHECKING:
-    from site_builder.cache import BuildCache
+from pathlib import Path
+from typing import Callable, Protocol, TypeVar
 
 T = TypeVar("T")
+
+
+class OpenCache(Protocol):
+    """The build cache as the store holds it open between builds (``cache.BuildCache``; named by what is used,
+    since the cache's module sits above this one)."""
+
+    path: Path | None
+    db: object
+
+    def take_lock(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class IncrementalStore:
@@ -38,7 +48,7 @@ class IncrementalStore:
 
     def __init__(self, keeps: bool = True):
         self.keeps = keeps
-        self.cache: BuildCache | None = None  # the open build cache (serve keeps it open between builds)
+        self.cache: OpenCache | None = None  # the open build cache (serve keeps it open between builds)
         self._entries: dict[str, tuple[object, object]] = {}  # name -> (material, value)
         self._used: set[str] = set()
 

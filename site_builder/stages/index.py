@@ -10,25 +10,18 @@ from site_builder.cache import join_files
 from site_builder.search_index import SEARCH_STAGE, SearchShard, files_under, index_search
 from site_builder.stages.context import BuildContext
 from site_builder.stages.plan import SitePlan
-from site_builder.stages.publish import OutputTree
+from site_builder.stages.publish import OutputTree, reuse_units
 
 
 def index(ctx: BuildContext, site: SitePlan, out: OutputTree) -> bool:
     """Returns whether a shard was made under another key than planned (the build id must then name it)."""
-    renamed = False
-    to_index = []
-    for shard in site.shards:
-        key = site.units[shard.unit][0]
-        reused = out.place(shard.unit, key)
-        if reused is None and key != site.planned_search[shard.unit]:  # behind, and the live index is not to
-            key = site.planned_search[shard.unit]  # be had: make it now, under its own key
-            renamed = True
-            reused = out.place(shard.unit, key)
-        if reused is None:
-            to_index.append(shard)
-        else:
-            site.units[shard.unit] = (key, reused)
-            out.link_in_twin(reused)
+    left = reuse_units(ctx, site, out, [shard.unit for shard in site.shards])
+    behind = [name for name in left if site.units[name][0] != site.planned_search[name]]
+    for name in behind:  # planned as the live index, which is not to be had: made now, under its own key
+        site.units[name] = (site.planned_search[name], "")
+    left = [name for name in left if name not in behind] + reuse_units(ctx, site, out, behind)
+    to_index = [shard for shard in site.shards if shard.unit in set(left)]
+    renamed = bool(behind)
     if to_index:
         _make_indexes(ctx, site, out, to_index)
     ctx.report.search_behind = any(site.units[s.unit][0] != site.planned_search[s.unit] for s in site.shards)

@@ -4,11 +4,11 @@ search shards), and the build id that names them all.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable, Iterator
 
 import jinja2
 
@@ -93,22 +93,6 @@ def moved_ids(before: list[tuple], now: list[tuple]) -> set[str]:
     return {entry[0] for entry in set(before).symmetric_difference(now)}
 
 
-def keys_of_records(store: IncrementalStore, build_key: str, selection: Selection, plan: RedirectPlan,
-                    versions: dict[str, tuple]) -> dict[str, str]:
-    """A record's key covers the build key, its bytes, its short addresses and the other versions of its paper
-    in the site (its page links to them)."""
-    keys = {}
-    for pid, chosen in selection.published.items():
-        sha, redirects, others = chosen.inspection.sha256, plan.per_record.get(pid, 0), versions.get(pid, ())
-        material = (build_key, sha, redirects, others)  # (the bytes give the record's ids)
-        key = store.recall(f"record-key:{pid}", material)
-        if key is None:
-            key = hashlib.sha256(f"{build_key}\0{sha}\0{redirects!r}\0{others!r}".encode()).hexdigest()
-            store.keep(f"record-key:{pid}", material, key)
-        keys[pid] = key
-    return keys
-
-
 def site_renderer(ctx: BuildContext) -> SiteRenderer:
     """The renderer of these templates and settings; serve compiles every template once, not during the first
     edit's rebuild."""
@@ -127,27 +111,40 @@ def site_renderer(ctx: BuildContext) -> SiteRenderer:
     return ctx.store.keep("renderer", ctx.build_key, renderer)
 
 
-def plan_units(build_key: str, record_keys: dict[str, str], papers: list[PaperSummary], collection: list,
-               shards: list[SearchShard], indexer: str | None, store: IncrementalStore) -> dict[str, tuple[str, str]]:
-    """The key of every output unit (files are filled in as units are rendered or reused).
+def unit_materials(records: list[tuple[str, str]], addresses: RedirectPlan, versions: dict[str, tuple],
+                   collection: list[Unit], shards: list[SearchShard], indexer: str | None,
+                   keys: dict[str, tuple[str, str]]) -> Iterator[tuple[str, object]]:
+    """Every output unit's name and material (what its files show besides the build key), in the plan's order:
+    records by pith id (*records*: pith id and sha256 of the bundle published), then the collection, then the search indexes, whose material is read from *keys*, the
+    keys planned so far.
 
-    A record's key covers its bytes and short addresses; a collection unit's key covers what it shows
-    (listings show summaries only, so a new event on a record does not re-render any listing); a search index's,
-    what it indexes and the Pagefind that makes it (*indexer*: the search page's Pagefind, the first shard's,
-    reads the other shards' indexes, so all are made by one version)."""
-    units: dict[str, tuple[str, str]] = {f"record:{p.pith_id}": (record_keys[p.pith_id], "") for p in papers}
-    for unit in collection:  # materials are nested lists and tuples of str and int: repr() is exact and fast
-        material = (build_key, unit.material)  # (compared, it reuses the joined row strings: the very same objects)
-        key = store.recall(f"unit-key:{unit.name}", material)
-        if key is None:
-            key = store.keep(f"unit-key:{unit.name}", material, digest_of(build_key, repr(unit.material)))
-        units[unit.name] = (key, "")
+    A record's material is its bytes (which give its ids), its short addresses and the other versions of its
+    paper in the site (its page links to them); a collection unit's is what it shows (listings show summaries
+    only, so a new event on a record does not re-render any listing); a search index's is what it indexes and
+    the Pagefind that makes it (*indexer*: the search page's Pagefind, the first shard's, reads the other
+    shards' indexes, so all are made by one version)."""
+    for pid, sha256 in records:
+        yield f"record:{pid}", ("record", sha256, addresses.per_record.get(pid, 0), versions.get(pid, ()))
+    for unit in collection:
+        yield unit.name, unit.material  # (nested lists and tuples of str and int: repr() is exact and fast)
     for shard in shards:
         if shard.glob is None:  # Pagefind reads every page: any unit may hold what it indexes
-            units[shard.unit] = (digest_of(build_key, indexer, sorted(k for k, _ in units.values())), "")
+            yield shard.unit, ("search", indexer, sorted(k for k, _ in keys.values()))
         else:  # record pages alone, whose keys cover everything they show
-            units[shard.unit] = (digest_of(build_key, indexer, shard.folder, [record_keys[pid] for pid in shard.pith_ids]),
-                                 "")
+            yield shard.unit, ("search", indexer, shard.folder, [keys[f"record:{pid}"][0] for pid in shard.pith_ids])
+
+
+def plan_units(build_key: str, materials: Callable[[dict], Iterator[tuple[str, object]]],
+               store: IncrementalStore) -> dict[str, tuple[str, str]]:
+    """Every output unit's key: the digest of the build key and the unit's material, kept in the store while the
+    material is equal.  Returns unit -> (key, files); the files are filled in as units are written or reused."""
+    units: dict[str, tuple[str, str]] = {}
+    for name, material in materials(units):
+        kept = (build_key, material)  # (compared, a listing's joined rows are usually the very same string)
+        key = store.recall(f"unit-key:{name}", kept)
+        if key is None:
+            key = store.keep(f"unit-key:{name}", kept, digest_of(build_key, repr(material)))
+        units[name] = (key, "")
     return units
 
 
@@ -197,7 +194,6 @@ class SitePlan:
     published: list[PaperSummary]  # the records the site shows, in pith-id order
     addresses: RedirectPlan
     versions: dict[str, tuple[tuple[int, str], ...]]  # pith id -> the other versions of its paper: (version, id)
-    record_keys: dict[str, str]
     renderer: SiteRenderer
     catalog: Catalogue
     layout: SearchLayout | None
@@ -224,22 +220,22 @@ def plan(ctx: BuildContext, inputs: Inputs, verified: Verified, chosen: Chosen) 
     addresses = plan_addresses(ctx.store, published)
     ctx.clock.lap("plan_addresses")
     versions = other_versions(published)
-    record_keys = keys_of_records(ctx.store, ctx.build_key, chosen.selection, addresses, versions)
-    ctx.clock.lap("record_keys")
     renderer = site_renderer(ctx)
     catalog = catalogue_of(ctx.store, published)
     layout = search_layout(ctx.dirs) if options.search else None
     shards = search_shards(options, layout, chosen.selection.published)
     collection = _collection(ctx, inputs, renderer, catalog, addresses, shards)
     ctx.clock.lap("plan_collection")
-    units = plan_units(ctx.build_key, record_keys, published, collection, shards, ctx.indexer, ctx.store)
+    records = [(pid, c.inspection.sha256) for pid, c in chosen.selection.published.items()]
+    units = plan_units(ctx.build_key, lambda keys: unit_materials(records, addresses, versions, collection, shards,
+                                                                 ctx.indexer, keys), ctx.store)
     planned_search = {s.unit: units[s.unit][0] for s in shards}  # what the indexes would be made under
     if options.defer_search and planned_search:
         _defer_search(ctx, chosen.previous, units, planned_search)
     record_outcomes(ctx.report, verified.inspections, chosen.selection, {}, ctx.store)
     build_id, report_doc = identify(ctx.build_key, ctx.report, units, options, ctx.store)
     ctx.clock.lap("identify")
-    return SitePlan(chosen, published, addresses, versions, record_keys, renderer, catalog, layout, shards, collection, units,
+    return SitePlan(chosen, published, addresses, versions, renderer, catalog, layout, shards, collection, units,
                     planned_search, build_id, report_doc)
 
 
@@ -272,9 +268,11 @@ def without_changed(ctx: BuildContext, inputs: Inputs, verified: Verified, site:
     catalog = catalogue(papers)
     shards = search_shards(ctx.options, site.layout, {p.pith_id: p for p in papers})
     collection = _collection(ctx, inputs, site.renderer, catalog, addresses, shards)
-    units = {u: v for u, v in site.units.items() if u.startswith("record:")}
-    units.update({u: v for u, v in plan_units(ctx.build_key, site.record_keys, papers, collection, shards,
-                                              ctx.indexer, ctx.store).items() if not u.startswith("record:")})
+    records = [(pid, c.inspection.sha256) for pid, c in site.selection.published.items() if pid not in changed]
+    planned = plan_units(ctx.build_key, lambda keys: unit_materials(records, addresses, site.versions, collection,
+                                                                    shards, ctx.indexer, keys), ctx.store)
+    # (the records keep their files; the versions they link to are as planned: their pages are written)
+    units = {u: site.units[u] if u in site.units and u.startswith("record:") else v for u, v in planned.items()}
     return replace(site, published=papers, addresses=addresses, catalog=catalog, shards=shards,
                    collection=collection, units=units, planned_search={s.unit: units[s.unit][0] for s in shards})
 

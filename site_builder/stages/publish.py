@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from site_builder.cache import BuildCache, file_count, join_files, split_files
 from site_builder.options import BuildOptions
@@ -258,6 +258,24 @@ class OutputTree:
         if self.tree.root != self.slot.prev:
             self.slot.discard(self.tree)
         self.drop_twin()
+
+
+def reuse_units(ctx: BuildContext, site: SitePlan, out: OutputTree, names: Iterable[str]) -> list[str]:
+    """The one reuse rule, for every kind of unit: a unit whose planned key is that of files the tree already
+    holds (the previous tree, updated in place) or the live site has (hard-linked in) keeps those files.  Returns
+    the others, in plan order, for their kind to write."""
+    units, report = site.units, ctx.report
+    to_write = []
+    for name in names:
+        key = units[name][0]
+        files = out.place(name, key)
+        if files is None:
+            to_write.append(name)
+            continue
+        units[name] = (key, files)
+        report.files_reused += file_count(files)
+        out.link_in_twin(files)
+    return to_write
 
 
 def open_tree(ctx: BuildContext, site: SitePlan, edited: set[str]) -> OutputTree:

@@ -25,7 +25,7 @@ from site_builder.rendering import SiteRenderer
 from site_builder.settings import SiteConfig
 from site_builder.stages.context import BuildContext, template_cache
 from site_builder.stages.plan import SitePlan
-from site_builder.stages.publish import OutputTree
+from site_builder.stages.publish import OutputTree, reuse_units
 from site_builder.writing import OutputError, StagingTree
 
 
@@ -130,22 +130,17 @@ def words_in(tree: StagingTree, max_bytes: int) -> Callable[[str, str], PaperTex
     return read
 
 
-
-
 def render_records(ctx: BuildContext, site: SitePlan, out: OutputTree) -> dict[str, str]:
     """Each record's unit, reused where its key is unchanged, else rendered in the workers; returns the
     records whose bytes changed after they were verified (pith id -> why), which have no files."""
     options, report, units = ctx.options, ctx.report, site.units
     to_render = []
-    for pid, chosen in site.selection.published.items():
-        reused = out.place(f"record:{pid}", site.record_keys[pid])
-        if reused is None:
-            to_render.append(RecordTask(chosen.source, chosen.inspection, site.addresses.per_record.get(pid, 0),
-                                        site.versions.get(pid, ()),
-                                        chosen.inspection.summary.row_digest in site.renderer.rows))
-        else:
-            units[f"record:{pid}"] = (site.record_keys[pid], reused)
-            report.files_reused += file_count(reused)
+    for name in reuse_units(ctx, site, out, [f"record:{pid}" for pid in site.selection.published]):
+        pid = name.removeprefix("record:")
+        chosen = site.selection.published[pid]
+        to_render.append(RecordTask(chosen.source, chosen.inspection, site.addresses.per_record.get(pid, 0),
+                                    site.versions.get(pid, ()),
+                                    chosen.inspection.summary.row_digest in site.renderer.rows))
     changed = {}
     twin_lost = False
     init_args = (options.config, ctx.dirs, options.trust, out.tree.root, options.search, template_cache(ctx.cache),
@@ -161,7 +156,7 @@ def render_records(ctx: BuildContext, site: SitePlan, out: OutputTree) -> dict[s
                 continue
             if done.row is not None:
                 site.renderer.keep_row(site.selection.published[pid].inspection.summary.row_digest, done.row)
-            units[f"record:{pid}"] = (site.record_keys[pid], done.files)
+            units[f"record:{pid}"] = (units[f"record:{pid}"][0], done.files)
             report.files_written += file_count(done.files)
             report.pages_written += done.pages
             if not report.rendered_more:  # (once its list is full, the files need not be listed)
@@ -175,20 +170,15 @@ def render_records(ctx: BuildContext, site: SitePlan, out: OutputTree) -> dict[s
 def render_collection(ctx: BuildContext, site: SitePlan, out: OutputTree) -> None:
     """Listing pages, feeds, redirects and the site's other files: each unit reused, or rendered here."""
     report = ctx.report
-    for unit in site.collection:
-        key = site.units[unit.name][0]
-        reused = out.place(unit.name, key)
-        if reused is None:
-            rendered = []
-            for rel, data in unit.render():
-                out.tree.write(rel, data)
-                rendered.append(rel)
-            report.files_written += len(rendered)
-            report.pages_written += sum(1 for rel in rendered if rel.endswith(".html"))
-            report.note_rendered(rendered)
-            reused = join_files(rendered)
-        else:
-            report.files_reused += file_count(reused)
-        site.units[unit.name] = (key, reused)
-        out.link_in_twin(reused)
+    by_name = {unit.name: unit for unit in site.collection}
+    for name in reuse_units(ctx, site, out, by_name):
+        rendered = []
+        for rel, data in by_name[name].render():
+            out.tree.write(rel, data)
+            rendered.append(rel)
+        report.files_written += len(rendered)
+        report.pages_written += sum(1 for rel in rendered if rel.endswith(".html"))
+        report.note_rendered(rendered)
+        site.units[name] = (site.units[name][0], join_files(rendered))
+        out.link_in_twin(site.units[name][1])
     ctx.clock.lap("render_collection")
