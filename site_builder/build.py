@@ -26,13 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from site_builder.incremental import IncrementalStore
 from site_builder.options import BuildOptions
 from site_builder.parallel import PARALLEL_THRESHOLD, WorkerLostError, usable_cores
-from site_builder.rendering import template_dirs
 from site_builder.report import BuildReport
 from site_builder.search_index import pagefind_version
-from site_builder.stages.context import BuildContext, StageClock, build_key_of, default_cache_dir, open_cache
+from site_builder.stages.context import BuildContext, default_cache_dir, opened_context
 from site_builder.stages.gather import gather
 from site_builder.stages.index import index
 from site_builder.stages.plan import identified, plan, without_changed
@@ -41,7 +39,6 @@ from site_builder.stages.remember import remember_build, remember_unchanged, unc
 from site_builder.stages.render import render_collection, render_records, words_in
 from site_builder.stages.select import choose
 from site_builder.stages.verify import inspect_files, verify
-from site_builder.writing import OutputError, OutputSlot
 
 __all__ = ["BuildOptions", "BuildReport", "PARALLEL_THRESHOLD", "WorkerLostError", "build", "default_cache_dir",
            "inspect_files", "prepare_spare_tree", "usable_cores"]
@@ -65,32 +62,11 @@ def build(options: BuildOptions) -> BuildReport:
 def _build(options: BuildOptions, scratch: Path) -> BuildReport:
     started = time.perf_counter()
     report = BuildReport()
-    clock = StageClock(report.timings, report.cpu)
-    slot = OutputSlot(options.output)
-    slot.check_usable()
-    bundles = options.bundles.resolve()
-    if slot.output == bundles or slot.output in bundles.parents:
-        raise OutputError(f"{slot.output}: the output folder must not contain the bundles folder")
-    dirs = template_dirs(options.templates)
-    about = None
-    if options.about_file is not None and options.about_file.is_file():
-        about = options.about_file.read_text("utf-8")
-    build_key = build_key_of(options, dirs, about)
-    indexer = pagefind_version() if options.search else None  # (the search indexes' keys name it)
-    slot.acquire()
-    cache = open_cache(options, report, load=False)  # waits while the last build's detached saver writes it
-    store = options.store if options.store is not None else IncrementalStore(keeps=False)
-    store.start_build()
-    ctx = BuildContext(options, slot, dirs, about, build_key, indexer, cache, store, report, clock, scratch)
-    clock.lap("start")
     try:
-        _run_stages(ctx)
+        with opened_context(options, scratch, report, pagefind_version) as ctx:
+            ctx.clock.lap("start")
+            _run_stages(ctx)
     finally:
-        if options.session is None:
-            cache.close()
-        else:
-            cache.release_lock()  # serve keeps the cache open between builds, not locked
-        slot.release()
         report.seconds = time.perf_counter() - started
     return report
 

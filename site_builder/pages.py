@@ -306,7 +306,7 @@ def replan_redirects(old: RedirectPlan, papers: list[PaperSummary], touched: set
     """``plan_redirects(papers)`` for a plan *old* made before the records *touched* (pith id, arXiv id,
     version) came or went: only the addresses of records sharing one with them, directly or through another
     such record, are planned again (a record added to 10,000 touches a handful).  *papers* is in pith-id order,
-    as for a full plan, and the result is the same (tests/test_site.py compares the two)."""
+    as for a full plan, and the result is the same (tests/test_pages.py compares the two)."""
     ids = [p.pith_id for p in papers]
     by_arxiv: dict[str, list[PaperSummary]] = {}
     for p in papers:

@@ -107,5 +107,8 @@ def load_settings(path: Path) -> SiteConfig:
         if type(value) is not int or not low <= value <= high:
             raise SettingsError(f"{path}: {key} must be an integer from {low:,} to {high:,}")
     if "base_url" in data:
-        data["base_url"] = normalize_base_url(data["base_url"])
+        try:
+            data["base_url"] = normalize_base_url(data["base_url"])
+        except SettingsError as exc:
+            raise SettingsError(f"{path}: {exc}") from None
     return replace(config, **data)

@@ -133,10 +133,6 @@ class Verdict:
         return tuple(c for c in self.checks if c.status == "failed")
 
     @property
-    def accepted(self) -> bool:
-        return not self.failures
-
-    @property
     def first_failure(self) -> CheckResult | None:
         failures = self.failures
         return failures[0] if failures else None

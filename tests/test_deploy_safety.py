@@ -103,14 +103,6 @@ def test_names_that_could_act_on_a_terminal_are_printed_escaped(bundles_dir, tmp
         assert not any(line.startswith("OK pith:2099") for line in printed.splitlines())
 
 
-def test_printable_escapes_controls_and_keeps_text():
-    assert printable("Gödel, Ω and 日本.json") == "Gödel, Ω and 日本.json"
-    assert printable("a\nb\r\tc") == "a\\nb\\r\\tc"
-    assert printable("\x1b[31m") == "\\x1b[31m"
-    assert printable("x\u202ey\u2066z\u2028") == "x\\u202ey\\u2066z\\u2028"
-    assert printable(os.fsdecode(b"bad\xff")) == "bad\\xff"
-
-
 @pytest.mark.parametrize("base", ['/x"><script>alert(1)</script>/', "/a b/", "/x<y/", "https://e.example/\x00/"])
 def test_a_base_url_that_could_break_out_of_an_attribute_is_refused(base):
     with pytest.raises(SettingsError, match="must not contain"):

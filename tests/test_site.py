@@ -2,7 +2,6 @@
 and headless chromium for search and redirects."""
 
 import json
-import random
 import re
 import shutil
 import subprocess
@@ -16,7 +15,6 @@ from lxml import etree
 from site_builder import pages
 from site_builder.build import BuildOptions, build
 from site_builder.keys import load_trust_set
-from site_builder.records import PaperSummary, PaperText
 from site_builder.settings import SiteConfig
 
 from browser import chromium, serve
@@ -168,148 +166,6 @@ def test_short_addresses_redirect(sites):
         assert f'<meta http-equiv="refresh" content="0; url=/mirror/pith/{ids(b)}/">' in html
         assert f'<link rel="canonical" href="{SUB}pith/{ids(b)}/">' in html
         assert f'<a href="/mirror/pith/{ids(b)}/">' in html
-
-
-def _summary(pith_id, arxiv_id, version):
-    return PaperSummary(pith_id, f"pith:2020:{pith_id}", "2020", arxiv_id, version, PaperText("T", (), ""), "cs.LG", (),
-                        "2020-01-01T00:00:00Z", "2026-01-01T00:00:00Z", 2, "")
-
-
-def test_shared_prefix_becomes_a_list_and_arxiv_goes_to_latest_version():
-    a, b = _summary("AAAAAAAABBBBBBBBCCCCCCCCDD", "2001.00001", 1), _summary("AAAAAAAAXBBBBBBBCCCCCCCCDD", "2001.00001", 2)
-    plan = pages.plan_redirects([a, b])
-    shared = {folder: [t.pith_id for t in targets] for folder, _, targets in plan.shared}
-    assert shared == {"pith/AAAAAAAA/": [a.pith_id, b.pith_id]}
-    assert ("arxiv/2001.00001/", "arXiv:2001.00001") in plan.addresses(b)
-    assert ("arxiv/2001.00001v1/", "arXiv:2001.00001v1") in plan.addresses(a)
-    assert ("pith/AAAAAAAABBBB/", "pith:AAAAAAAABBBB") in plan.addresses(a)
-
-
-def _reference_plan(papers):
-    """The short-address plan by its definition: every address, sorted; one target redirects, more list."""
-    addresses = {}
-    for p in papers:
-        for n in (8, 12, 16):
-            addresses.setdefault(f"pith/{p.pith_id[:n]}/", (f"pith:{p.pith_id[:n]}", []))[1].append(p)
-        addresses.setdefault(f"arxiv/{p.arxiv_id}v{p.version}/", (f"arXiv:{p.arxiv_id}v{p.version}", []))[1].append(p)
-    for arxiv_id in {p.arxiv_id for p in papers}:
-        top = max(p.version for p in papers if p.arxiv_id == arxiv_id)
-        addresses[f"arxiv/{arxiv_id}/"] = (f"arXiv:{arxiv_id}", [p for p in papers if p.arxiv_id == arxiv_id
-                                                                and p.version == top])
-    per_record, shared = {}, []
-    for folder in sorted(addresses):
-        label, targets = addresses[folder]
-        if len(targets) == 1:
-            per_record.setdefault(targets[0].pith_id, []).append((folder, label))
-        else:
-            shared.append((folder, label, sorted(t.pith_id for t in targets)))
-    return {k: tuple(v) for k, v in per_record.items()}, shared
-
-
-def test_short_address_plan_matches_its_definition_with_many_collisions():
-    rng = random.Random(7)
-    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
-    stems = ["".join(rng.choice(alphabet) for _ in range(20)) for _ in range(40)]
-    papers, seen = [], set()
-    for _ in range(600):  # few stems and ids: prefixes, arXiv ids and versions collide often
-        stem = rng.choice(stems)[:rng.choice([8, 12, 16, 20])]
-        pith_id = (stem + "".join(rng.choice(alphabet) for _ in range(26)))[:26]
-        if pith_id in seen:
-            continue
-        seen.add(pith_id)
-        arxiv_id = rng.choice(["2001.00001", "2001.00002", "hep-lat/0305021", f"2101.{rng.randrange(10**5):05d}"])
-        papers.append(_summary(pith_id, arxiv_id, rng.randrange(1, 4)))
-    papers.sort(key=lambda p: p.pith_id)
-    plan = pages.plan_redirects(papers)
-    per_record, shared = _reference_plan(papers)
-    assert {p.pith_id: plan.addresses(p) for p in papers if plan.addresses(p)} == per_record
-    assert [(f, label, [t.pith_id for t in targets]) for f, label, targets in plan.shared] == shared
-    assert shared and len(per_record) > 100  # both kinds occur
-
-
-def _colliding_summaries(rng, count):
-    """Summaries whose pith ids, arXiv ids and versions collide often (so short addresses are shared)."""
-    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
-    stems = ["".join(rng.choice(alphabet) for _ in range(20)) for _ in range(40)]
-    papers = {}
-    for _ in range(count):
-        stem = rng.choice(stems)[:rng.choice([8, 12, 16, 20])]
-        pith_id = (stem + "".join(rng.choice(alphabet) for _ in range(26)))[:26]
-        arxiv_id = rng.choice(["2001.00001", "2001.00002", "hep-lat/0305021", f"2101.{rng.randrange(10**5):05d}"])
-        papers[pith_id] = _summary(pith_id, arxiv_id, rng.randrange(1, 4))
-    return list(papers.values())
-
-
-def test_replanning_around_added_and_removed_records_equals_a_full_plan():
-    """An incremental build re-plans only the addresses near the records that came or went; after every step of
-    a random sequence of additions and removals the plan is the one planned from scratch."""
-    rng = random.Random(11)
-    pool = _colliding_summaries(rng, 900)
-    papers = sorted(pool[:500], key=lambda p: p.pith_id)
-    plan = pages.plan_redirects(papers)
-    waiting = pool[500:]
-    for step in range(60):
-        shown = list(papers)
-        touched = set()
-        for _ in range(rng.choice([1, 1, 2, 5])):
-            if waiting and (rng.random() < 0.5 or len(shown) < 10):
-                p = waiting.pop()
-                shown.append(p)
-            else:
-                p = shown.pop(rng.randrange(len(shown)))
-                waiting.append(p)
-            touched.add((p.pith_id, p.arxiv_id, p.version))
-        # The same records as new objects (a new bundle of each): list pages must show the current ones.
-        shown = sorted((replace(p, text=PaperText(f"T{step}", (), "")) for p in shown), key=lambda p: p.pith_id)
-        plan = pages.replan_redirects(plan, shown, touched)
-        full = pages.plan_redirects(shown)
-        assert plan.per_record == full.per_record, f"step {step}"
-        assert [(f, label, [id(t) for t in targets]) for f, label, targets in plan.shared] == \
-            [(f, label, [id(t) for t in targets]) for f, label, targets in full.shared], f"step {step}"
-        papers = shown
-    assert plan.shared and len(plan.per_record) > 100  # both kinds occurred
-
-
-def test_patching_the_listings_for_added_removed_and_moved_records_equals_a_full_catalogue():
-    """The listings (all, per category, per year) patched for a few records that came, went or changed date or
-    categories are those sorted from scratch, holding the current objects."""
-    rng = random.Random(12)
-    cats = ["cs.LG", "cs.AI", "math.PR", "hep-th", "q-bio.NC"]
-
-    def dated(p):  # rare categories and years come and go as records do
-        rare = [f"rare.{rng.randrange(40)}"] if rng.random() < 0.2 else []
-        year = rng.randrange(2007, 2026) if rng.random() < 0.95 else rng.randrange(1990, 2007)
-        return replace(p, submitted_at=f"{year}-0{rng.randrange(1, 10)}-01T00:00:00Z", primary_cat=rng.choice(cats),
-                       cross_cats=tuple(rng.sample(cats, rng.randrange(0, 3)) + rare))
-
-    pool = [dated(p) for p in _colliding_summaries(rng, 700)]
-    shown = {p.pith_id: p for p in pool[:400]}
-    waiting = pool[400:]
-    cat = pages.catalogue(sorted(shown.values(), key=lambda p: p.pith_id))
-    for step in range(60):
-        moved = set()
-        for _ in range(rng.choice([1, 2, 5])):
-            roll = rng.random()
-            if roll < 0.4 and waiting:
-                p = waiting.pop()
-                shown[p.pith_id] = p
-            elif roll < 0.8 and len(shown) > 1:
-                p = shown.pop(rng.choice(sorted(shown)))
-                waiting.append(p)
-            else:  # the same record with another date or categories
-                p = shown[rng.choice(sorted(shown))]
-                shown[p.pith_id] = dated(p)
-            moved.add(p.pith_id)
-        for pid in rng.sample(sorted(shown), 3):  # newer bundles of records that stay in place
-            shown[pid] = replace(shown[pid], text=PaperText(f"T{step}", (), ""))
-        papers = sorted(shown.values(), key=lambda p: p.pith_id)
-        cat = pages.recatalogue(cat, papers, moved)
-        full = pages.catalogue(papers)
-        for mine, theirs in zip([cat.everything, *cat.categories, *cat.years],
-                                [full.everything, *full.categories, *full.years], strict=True):
-            assert (mine.key, mine.title, mine.base) == (theirs.key, theirs.title, theirs.base), f"step {step}"
-            assert [id(p) for p in mine.papers] == [id(p) for p in theirs.papers], f"step {step}: {mine.key}"
-        assert [id(p) for p in cat.papers] == [id(p) for p in full.papers]
 
 
 def test_old_style_arxiv_id_addresses(tmp_path):

@@ -60,7 +60,7 @@ TAMPERS = {
 @pytest.mark.parametrize("path", REAL_FILES, ids=[p.stem for p in REAL_FILES])
 def test_real_bundles_pass_every_check(path, pinned):
     verdict = verify_bundle(json.loads(path.read_bytes()), pinned)
-    assert verdict.accepted
+    assert verdict.first_failure is None
     assert [c.name for c in verdict.checks] == list(CHECK_ORDER)
     assert all(c.status == "passed" for c in verdict.checks)
     assert verdict.warnings == ()
@@ -70,7 +70,7 @@ def test_real_bundles_pass_every_check(path, pinned):
 def test_each_tamper_is_rejected_by_its_check(check, real_bundle, pinned):
     TAMPERS[check](real_bundle)
     verdict = verify_bundle(real_bundle, pinned)
-    assert not verdict.accepted
+    assert verdict.first_failure is not None
     assert verdict.first_failure.name == check, verdict.failures
     assert verdict.first_failure.detail
 
@@ -121,7 +121,7 @@ def test_bundle_signed_by_trusted_test_key_passes_and_real_key_does_not_count(re
     key = TestKey()
     trust = TrustSet((key_from_document(key.document()),))
     signed = sign_bundle(real_bundle, key)
-    assert verify_bundle(signed, trust).accepted
+    assert verify_bundle(signed, trust).first_failure is None
     assert verify_bundle(signed, pinned).first_failure.name == "key_pinned"
     assert verify_bundle(json.loads(REAL_FILES[0].read_bytes()), trust).first_failure.name == "key_pinned"
 
@@ -131,7 +131,7 @@ def test_title_hash_mismatch_is_a_warning_not_a_rejection(real_bundle):
     trust = TrustSet((key_from_document(key.document()),))
     snapshot(real_bundle)["payload"]["graph_snapshot"]["paper"]["title"] = "Not the hashed title"
     verdict = verify_bundle(sign_bundle(real_bundle, key), trust)
-    assert verdict.accepted
+    assert verdict.first_failure is None
     assert [w.code for w in verdict.warnings] == ["title_hash"]
 
 
@@ -143,7 +143,7 @@ def test_unknown_event_type_skips_state_recompute_with_warning(real_bundle):
     real_bundle["events"].append(extra)
     b = sign_bundle(real_bundle, key, keep_state=True)  # a state the v1 merge cannot reproduce
     verdict = verify_bundle(b, trust)
-    assert verdict.accepted
+    assert verdict.first_failure is None
     assert not verdict.state_recomputed
     assert any(c.name == "state_recomputed" and c.status == "skipped" for c in verdict.checks)
     assert "state_not_recomputed" in [w.code for w in verdict.warnings]
@@ -154,7 +154,7 @@ def test_unknown_top_level_field_is_a_warning(real_bundle):
     trust = TrustSet((key_from_document(key.document()),))
     real_bundle["future_field"] = 1
     verdict = verify_bundle(sign_bundle(real_bundle, key), trust)
-    assert verdict.accepted and [w.code for w in verdict.warnings] == ["unknown_fields"]
+    assert verdict.first_failure is None and [w.code for w in verdict.warnings] == ["unknown_fields"]
 
 
 @pytest.mark.parametrize("mutate", [
@@ -172,7 +172,7 @@ def test_structure_errors(mutate, real_bundle, pinned):
 
 def test_non_object_input_never_raises(pinned):
     for value in (None, [], "x", 1, {"events": [1, 2]}):
-        assert not verify_bundle(value, pinned).accepted
+        assert verify_bundle(value, pinned).first_failure is not None
 
 
 FAMILY_ERRORS = {"structure": verification.StructureError, "identifiers": verification.IdentifierError,

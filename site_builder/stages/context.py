@@ -6,9 +6,11 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable, Iterator
 
 from site_builder import builder_identity
 from site_builder.cache import BuildCache
@@ -18,9 +20,9 @@ from site_builder.loading import stat_signature
 from site_builder.incremental import IncrementalStore
 from site_builder.options import BuildOptions
 from site_builder.parallel import cpu_seconds
-from site_builder.rendering import templates_identity
+from site_builder.rendering import template_dirs, templates_identity
 from site_builder.report import BuildReport
-from site_builder.writing import OutputSlot
+from site_builder.writing import OutputError, OutputSlot
 
 
 def source_date() -> str | None:
@@ -79,6 +81,40 @@ class BuildContext:
     def serving(self) -> bool:
         """Whether the build is one of a long-running process's (``serve``)."""
         return self.options.session is not None
+
+
+@contextmanager
+def opened_context(options: BuildOptions, scratch: Path, report: BuildReport,
+                   indexer: Callable[[], str]) -> Iterator[BuildContext]:
+    """The context of one build: the output checked and locked, the templates and about page read, the build
+    key made and the cache opened; the lock is released and the cache closed (serve's: left open) on leaving.
+    *indexer* names the Pagefind that makes the search indexes (asked only when the build makes them)."""
+    slot = OutputSlot(options.output)
+    slot.check_usable()
+    bundles = options.bundles.resolve()
+    if slot.output == bundles or slot.output in bundles.parents:
+        raise OutputError(f"{slot.output}: the output folder must not contain the bundles folder")
+    dirs = template_dirs(options.templates)
+    about = None
+    if options.about_file is not None and options.about_file.is_file():
+        about = options.about_file.read_text("utf-8")
+    build_key = build_key_of(options, dirs, about)
+    search_by = indexer() if options.search else None  # (the search indexes' keys name it)
+    slot.acquire()
+    try:
+        cache = open_cache(options, report, load=False)  # waits while the last build's detached saver writes it
+        try:
+            store = options.store if options.store is not None else IncrementalStore(keeps=False)
+            store.start_build()
+            clock = StageClock(report.timings, report.cpu)
+            yield BuildContext(options, slot, dirs, about, build_key, search_by, cache, store, report, clock, scratch)
+        finally:
+            if options.session is None:
+                cache.close()
+            else:
+                cache.release_lock()  # serve keeps the cache open between builds, not locked
+    finally:
+        slot.release()
 
 
 def build_key_of(options: BuildOptions, dirs: list[Path], about: str | None) -> str:

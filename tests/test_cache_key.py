@@ -1,0 +1,62 @@
+"""This user's cache key (cache_key.py): made once, private to the user, refused where others could read or plant
+it, and a tag that binds every field and its context."""
+
+from __future__ import annotations
+
+import pytest
+
+from site_builder import cache_key
+from site_builder.cache_key import CacheKeyUnavailable, key_path, user_cache_key
+
+
+def test_the_key_is_made_once_private_to_the_user(tmp_path):
+    env = {"HOME": str(tmp_path / "home")}
+    key = user_cache_key(env)
+    path = key_path(env)
+    assert path == tmp_path / "home" / ".cache" / "site-builder" / "cache-key"
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+    assert user_cache_key(env) == key  # the same key next time
+    assert user_cache_key({"HOME": str(tmp_path / "other")}) != key
+    assert repr(key) == "CacheKey(<secret>)"  # (never printed)
+
+
+def test_tags_bind_every_field_and_the_context(tmp_path):
+    key = user_cache_key({"HOME": str(tmp_path)})
+    a = key.bound_to("context one")
+    tag = a.tag("file", "a.json", "sig", "sha")
+    assert a.checks(tag, "file", "a.json", "sig", "sha")
+    assert not a.checks(tag, "file", "a.json", "sig", "shb")
+    assert not a.checks(tag, "file", "a.jso", "nsig", "sha")  # (fields are length-prefixed)
+    assert not key.bound_to("context two").checks(tag, "file", "a.json", "sig", "sha")
+    assert not a.checks(None, "file", "a.json", "sig", "sha") and not a.checks(tag, "file", "a.json", 1, "sha")
+
+
+@pytest.mark.parametrize("flaw", ["folder-writable-by-others", "key-readable-by-others", "key-is-a-link",
+                                  "key-wrong-length", "no-home"])
+def test_a_key_that_others_could_read_or_plant_is_refused(tmp_path, flaw):
+    env = {"HOME": str(tmp_path / "home")}
+    path = key_path(env)
+    if flaw != "no-home":
+        user_cache_key(env)
+    if flaw == "folder-writable-by-others":
+        path.parent.chmod(0o777)
+    elif flaw == "key-readable-by-others":
+        path.chmod(0o644)
+    elif flaw == "key-is-a-link":
+        planted = tmp_path / "planted"
+        planted.write_bytes(b"k" * 32)
+        planted.chmod(0o600)
+        path.unlink()
+        path.symlink_to(planted)
+    elif flaw == "key-wrong-length":
+        path.write_bytes(b"short")
+    else:
+        env = {}
+    with pytest.raises(CacheKeyUnavailable):
+        user_cache_key(env)
+
+
+def test_the_key_module_has_no_state(tmp_path):
+    """Each call reads the environment it is given: a test (or serve under another HOME) never sees a stale key."""
+    assert not [name for name, value in vars(cache_key).items()
+                if isinstance(value, (dict, list, set, bytes)) and not name.startswith("__")]

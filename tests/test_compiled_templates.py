@@ -1,0 +1,64 @@
+"""Compiled templates kept on disk (compiled_templates.py): loaded only when this user's builder wrote them, since
+loading one runs it."""
+
+from __future__ import annotations
+
+import os
+
+import jinja2
+import pytest
+
+from site_builder.cache_key import user_cache_key
+from site_builder.compiled_templates import CompiledTemplates
+
+SOURCE = "{{ 6 * 7 }}"
+
+
+def compiled(folder, key) -> tuple[CompiledTemplates, jinja2.Environment]:
+    cache = CompiledTemplates(folder, key)
+    return cache, jinja2.Environment(loader=jinja2.DictLoader({"t.html": SOURCE}), bytecode_cache=cache)
+
+
+def loaded(folder, key) -> bool:
+    """Whether a fresh cache with *key* hands Jinja the compiled template in *folder*."""
+    cache, env = compiled(folder, key)
+    bucket = cache.get_bucket(env, "t.html", None, SOURCE)
+    return bucket.code is not None
+
+
+@pytest.fixture
+def written(tmp_path):
+    key = user_cache_key({"HOME": str(tmp_path / "home")})
+    _, env = compiled(tmp_path / "c", key)
+    assert env.get_template("t.html").render() == "42"
+    (path,) = (tmp_path / "c").glob("*.jbc")
+    return key, path
+
+
+def test_a_template_this_user_compiled_is_loaded_again(written, tmp_path):
+    key, _ = written
+    assert loaded(tmp_path / "c", key)
+
+
+def test_a_changed_byte_or_another_users_key_loads_nothing(written, tmp_path):
+    key, path = written
+    other = user_cache_key({"HOME": str(tmp_path / "someone-else")})
+    assert not loaded(tmp_path / "c", other)
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 1
+    path.write_bytes(bytes(raw))
+    assert not loaded(tmp_path / "c", key)
+    _, env = compiled(tmp_path / "c", key)
+    assert env.get_template("t.html").render() == "42"  # compiled again, and written again
+    assert loaded(tmp_path / "c", key)
+
+
+def test_a_link_or_a_fifo_in_its_place_is_not_followed(written, tmp_path):
+    key, path = written
+    genuine = tmp_path / "genuine.jbc"
+    path.rename(genuine)
+    path.symlink_to(genuine)
+    assert not loaded(tmp_path / "c", key)
+    path.unlink()
+    os.mkfifo(path)
+    assert not loaded(tmp_path / "c", key)  # (and does not wait for a writer)

@@ -1,0 +1,65 @@
+"""Pinned keys (keys.py): the only root of trust, so every malformed or contradictory key file is refused."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from conftest import ROOT
+from signing import TestKey
+from site_builder.keys import KeyFileError, key_from_document, load_trust_set
+
+PINNED = json.loads((ROOT / "site_builder" / "data" / "pith-signing-key.json").read_text())
+
+
+def test_the_built_in_key_is_the_resolvers_and_its_encodings_agree():
+    trust = load_trust_set()
+    (key,) = trust.keys
+    assert key.key_id == PINNED["key_id"] and key.fingerprint_hex == PINNED["fingerprint_sha256_hex"]
+    assert trust.by_id(PINNED["key_id"]) is key and trust.by_id("other") is None and trust.by_id(None) is None
+
+
+def _changed(**fields) -> dict:
+    return {**PINNED, **fields}
+
+
+@pytest.mark.parametrize("doc, reason", [
+    ([], "must be a JSON object"),
+    (_changed(key_id=""), "key_id missing"),
+    (_changed(algorithm="rsa"), "unsupported algorithm"),
+    (_changed(public_key_hex="zz"), "is not hex"),
+    (_changed(public_key_b64="***"), "is not base64"),
+    (_changed(public_key_hex="00" * 32), "differ"),
+    (_changed(public_key_hex="00" * 31, public_key_b64=base64.b64encode(bytes(31)).decode()), "32 bytes"),
+    (_changed(fingerprint_sha256_hex="0" * 32), "fingerprint_sha256_hex does not match"),
+    ({"key_id": "k"}, "needs public_key_hex or public_key_b64"),
+])
+def test_a_malformed_or_contradictory_key_is_refused_with_its_reason(doc, reason):
+    with pytest.raises(KeyFileError, match=reason):
+        key_from_document(doc, "keys.json")
+
+
+def test_a_key_file_is_strict_json_and_one_id_is_never_pinned_to_two_keys(tmp_path):
+    one, other = TestKey("same-id"), TestKey("same-id")
+    (tmp_path / "a.json").write_text(json.dumps(one.document()))
+    (tmp_path / "b.json").write_text(json.dumps([other.document()]))
+    assert [k.key_id for k in load_trust_set([tmp_path / "a.json"]).keys] == ["same-id"]
+    with pytest.raises(KeyFileError, match="pinned twice"):
+        load_trust_set([tmp_path / "a.json", tmp_path / "b.json"])
+    (tmp_path / "dup.json").write_text('{"key_id": "x", "key_id": "y"}')
+    with pytest.raises(KeyFileError, match="dup.json"):
+        load_trust_set([tmp_path / "dup.json"])
+    (tmp_path / "empty.json").write_text("[]")
+    with pytest.raises(KeyFileError, match="no keys"):
+        load_trust_set([tmp_path / "empty.json"])
+
+
+def test_the_trust_sets_identity_follows_its_keys():
+    a, b = TestKey("a"), TestKey("b")
+    one = load_trust_set()
+    from site_builder.keys import TrustSet
+    two = TrustSet(tuple(sorted([key_from_document(a.document()), key_from_document(b.document())],
+                                key=lambda k: k.key_id)))
+    assert one.identity() != two.identity() and two.identity() == TrustSet(two.keys).identity()

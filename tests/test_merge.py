@@ -1,0 +1,43 @@
+"""The v1 merge (merge.py): the state the real bundles carry is the state their events make."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from site_builder.canonical import digest_without
+from site_builder.merge import UnmergeableEvents, recompute_state
+
+
+def test_the_real_bundles_states_are_recomputed_exactly(real_bundles):
+    for bundle in real_bundles:
+        state = dict(bundle["state"])
+        stated = state.pop("state_sha256")
+        assert recompute_state(bundle) == state
+        assert digest_without(bundle["state"], "state_sha256") == stated
+
+
+def test_an_unknown_event_type_cannot_be_merged_and_says_which(real_bundle):
+    bundle = copy.deepcopy(real_bundle)
+    bundle["events"].append({**bundle["events"][0], "event_type": "teleport"})
+    with pytest.raises(UnmergeableEvents) as caught:
+        recompute_state(bundle)
+    assert caught.value.event_types == ["teleport"]
+
+
+def test_a_record_needs_exactly_one_record_created_event(real_bundle):
+    bundle = copy.deepcopy(real_bundle)
+    created = next(e for e in bundle["events"] if e["event_type"] == "record_created")
+    bundle["events"].append(copy.deepcopy(created))
+    with pytest.raises(ValueError, match="one record_created"):
+        recompute_state(bundle)
+
+
+def test_the_state_follows_the_events_order_and_aliases(real_bundle):
+    bundle = copy.deepcopy(real_bundle)
+    bundle["source_aliases"] = [*bundle["source_aliases"], {"kind": "test", "value": "x"}]
+    state = recompute_state(bundle)
+    assert state["current"]["source_aliases"] == bundle["source_aliases"]
+    assert state["applied_event_ids"] == [e["event_id"] for e in bundle["events"]]
+    assert state["event_count"] == len(bundle["events"])

@@ -1,0 +1,61 @@
+"""Work over worker processes (parallel.py): results in order, each process with the state its stage's init made,
+the build's own process given what it already holds, and workers that never outlive their build."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from site_builder.parallel import PARALLEL_THRESHOLD, Workers, map_in_workers
+
+
+class Offset:
+    """A stage's state: what each process works with."""
+
+    def __init__(self, offset: int, where: str = "worker"):
+        self.offset, self.where, self.pid = offset, where, os.getpid()
+
+
+def add(state: Offset, item: int) -> tuple[int, str, int]:
+    return item + state.offset, state.where, state.pid
+
+
+@pytest.mark.parametrize("count", [3, PARALLEL_THRESHOLD * 2])
+def test_results_come_in_order_from_the_state_each_process_made(count):
+    results = map_in_workers(add, Offset, (10,), list(range(count)), Workers(jobs=2), "test",
+                             local_initargs=(10, "here"))
+    assert [r[0] for r in results] == [i + 10 for i in range(count)]
+    pids = {r[2] for r in results}
+    if count < PARALLEL_THRESHOLD:  # a little work stays in this process, with what it was handed
+        assert {r[1] for r in results} == {"here"} and pids == {os.getpid()}
+    else:
+        assert {r[1] for r in results} == {"worker"} and os.getpid() not in pids
+
+
+def test_one_job_works_in_this_process():
+    results = map_in_workers(add, Offset, (1,), list(range(PARALLEL_THRESHOLD * 2)), Workers(jobs=1), "test")
+    assert {r[2] for r in results} == {os.getpid()}
+
+
+def test_the_progress_is_reported_to_the_end():
+    seen = []
+    map_in_workers(add, Offset, (0,), list(range(PARALLEL_THRESHOLD * 2)),
+                   Workers(jobs=2, progress=lambda stage, done, total: seen.append((stage, done, total))), "test")
+    assert seen[-1] == ("test", PARALLEL_THRESHOLD * 2, PARALLEL_THRESHOLD * 2)
+
+
+def test_a_worker_that_starts_after_its_build_was_killed_leaves_at_once():
+    """A worker forked just as its build was killed starts already adopted by another process: it must not take
+    that process for its parent and wait for work forever, holding the output's lock (seen: a killed build's
+    worker still held it 30 s later).  It knows the build's pid from before the fork, and leaves."""
+    script = ("import os, time\n"
+              "import site_builder.parallel as p\n"
+              "p.leave_with_parent(os.getppid() + 1)  # (not this process's parent: the build is gone)\n"
+              "time.sleep(30)\n")
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", script], timeout=60)
+    assert result.returncode == 1 and time.monotonic() - started < 10

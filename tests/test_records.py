@@ -1,0 +1,60 @@
+"""What a page shows of a record (records.py): the verified bundle's words, and bounded views of them."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import pytest
+
+from signing import with_paper
+from site_builder import records
+from site_builder.records import PaperText, WordsHeldByReference, detail, paper_text, split_authors, summarize
+
+
+def test_a_summary_is_made_of_the_bundles_signed_values(real_bundle):
+    summary = summarize(real_bundle)
+    record = real_bundle["canonical_record"]
+    assert summary.pith_number == real_bundle["pith_number"] and summary.pith_id == summary.pith_number[-26:]
+    assert (summary.arxiv_id, summary.version) == (record["source"]["id"], record["source"]["version"])
+    assert summary.event_count == len(real_bundle["events"]) and summary.built_at == real_bundle["built_at"]
+    assert summary.title == paper_text(real_bundle).title and summary.categories[0] == summary.primary_cat
+
+
+def test_the_row_digest_follows_the_words_too(real_bundle):
+    summary = summarize(real_bundle)
+    retitled = summarize(with_paper(real_bundle, title="Another title"))
+    assert retitled.row_digest != summary.row_digest
+    assert replace(summary, event_count=summary.event_count + 1).row_digest != summary.row_digest
+    held = summary.by_reference("0" * 64)  # the words held by reference keep the digest of the words
+    assert held.row_digest == summary.row_digest
+    with pytest.raises(WordsHeldByReference):
+        held.title
+    assert held.with_words(summary.words).title == summary.title
+
+
+def test_bounded_views_cut_at_a_word_and_count_the_rest(real_bundle):
+    many = ", ".join(f"Author {i}" for i in range(250))
+    summary = summarize(with_paper(real_bundle, title="word " * 200, authors_text=many))
+    assert len(summary.short_title) <= records.SHORT_TITLE and summary.short_title.endswith("word…")
+    assert len(summary.listed_authors) == records.LISTED_AUTHORS and summary.listed_authors[0] == "Author 0"
+    assert len(summary.cited_authors) == records.CITED_AUTHORS
+    assert len(summary.authors) == 250  # (the record's own page shows them all)
+
+
+def test_authors_are_split_on_commas_and_and():
+    assert split_authors("Ada Lovelace, Alan Turing and Grace Hopper") == ("Ada Lovelace", "Alan Turing",
+                                                                         "Grace Hopper")
+    assert split_authors("") == ()
+
+
+def test_a_missing_snapshot_gives_empty_words_not_an_error(real_bundle):
+    bundle = copy.deepcopy(real_bundle)
+    bundle["events"] = [e for e in bundle["events"] if e["event_type"] != "graph_snapshot"]
+    assert paper_text(bundle) == PaperText("", (), "")
+
+
+def test_the_detail_lists_what_the_record_has_and_lacks(real_bundle):
+    info = detail(real_bundle, summarize(real_bundle))
+    assert info.summary.pith_id == summarize(real_bundle).pith_id
+    assert info.completeness and all(isinstance(label, str) for label, _ in info.completeness)

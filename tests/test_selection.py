@@ -1,0 +1,41 @@
+"""Choosing one bundle per record (selection.py): the newest valid one, by its own signed values."""
+
+from __future__ import annotations
+
+from generate import benchmark_key, make_bundle
+from site_builder.inspection import inspect_bytes
+from site_builder.keys import TrustSet, key_from_document
+from site_builder.selection import Candidate, is_rollback, published_record, select
+
+TRUST = TrustSet((key_from_document(benchmark_key().document()),))
+
+
+def candidate(rel: str, raw: bytes) -> Candidate:
+    inspection = inspect_bytes(rel, raw, TRUST)
+    assert inspection.verified
+    return Candidate(inspection, rel)
+
+
+def test_the_newest_bundle_of_a_record_is_published_and_the_others_say_by_what():
+    old, new, other = candidate("a.json", make_bundle(1)), candidate("b.json", make_bundle(1, variant=2)), \
+        candidate("c.json", make_bundle(2))
+    chosen = select([old, other, new])
+    assert list(chosen.published) == sorted([old.inspection.pith_id, other.inspection.pith_id])  # pith-id order
+    assert chosen.published[old.inspection.pith_id] is new
+    assert chosen.superseded == {"a.json": f"superseded by b.json (built_at {new.inspection.summary.built_at})"}
+
+
+def test_the_same_bytes_twice_are_published_once():
+    raw = make_bundle(1)
+    chosen = select([candidate("a.json", raw), candidate("b.json", raw)])
+    assert len(chosen.published) == 1 and chosen.superseded == {"b.json": "same bytes as a.json, published once"}
+
+
+def test_a_rollback_is_an_older_built_at_or_fewer_events_never_the_same_bytes():
+    old, new = candidate("a.json", make_bundle(1)), candidate("b.json", make_bundle(1, variant=2))
+    assert is_rollback(old.inspection, published_record(new.inspection))
+    assert not is_rollback(new.inspection, published_record(old.inspection))
+    assert not is_rollback(old.inspection, published_record(old.inspection))
+    fewer = published_record(old.inspection)
+    more_events = type(fewer)(fewer.pith_id, "another digest", fewer.built_at, fewer.event_count + 1)
+    assert is_rollback(old.inspection, more_events)

@@ -1,0 +1,44 @@
+"""site.toml (settings.py): every setting checked, typos refused, URLs made once."""
+
+from __future__ import annotations
+
+import pytest
+
+from site_builder.settings import SettingsError, SiteConfig, load_settings, normalize_base_url
+
+
+def test_no_file_gives_the_defaults(tmp_path):
+    assert load_settings(tmp_path / "site.toml") == SiteConfig()
+
+
+def test_settings_are_read_and_the_base_url_normalised(tmp_path):
+    (tmp_path / "site.toml").write_text('title = "My mirror"\nbase_url = "https://example.org/pith"\npage_size = 20\n')
+    config = load_settings(tmp_path / "site.toml")
+    assert config.title == "My mirror" and config.page_size == 20
+    assert config.base_url == "https://example.org/pith/" and config.base_path == "/pith/" and config.has_origin
+    assert config.url("/a/b.html") == "/pith/a/b.html"
+    assert config.absolute_url("feed.xml") == "https://example.org/pith/feed.xml"
+    assert SiteConfig(base_url="/sub/").absolute_url("x") == "/sub/x"  # no origin: the site-internal path
+
+
+@pytest.mark.parametrize("text, reason", [
+    ('titel = "typo"', "unknown setting"),
+    ('title = 3', "title must be a string"),
+    ('page_size = 0', "page_size must be an integer"),
+    ('page_size = true', "page_size must be an integer"),
+    ('search_max_shards = 5000', "search_max_shards must be an integer"),
+    ('title = "unclosed', "site.toml"),
+    ('base_url = "ftp://example.org/"', "only http and https"),
+])
+def test_a_bad_setting_is_refused_naming_the_file(tmp_path, text, reason):
+    (tmp_path / "site.toml").write_text(text)
+    with pytest.raises(SettingsError, match=reason) as caught:
+        load_settings(tmp_path / "site.toml")
+    assert "site.toml" in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["relative/path", "https://e.example/?q=1", "https://e.example/#top",
+                                   "/a b/", "/x\x7f/"])
+def test_a_base_url_that_is_not_a_plain_site_address_is_refused(value):
+    with pytest.raises(SettingsError):
+        normalize_base_url(value)
