@@ -43,6 +43,12 @@ def stand_in_pagefind(folder: Path, main: str) -> str:
     return str(folder)
 
 
+def search_page_counts(site: Path) -> dict[str, int]:
+    """Pages in each search index of *site*, by the index's folder."""
+    return {str(entry.parent.relative_to(site)): json.loads(entry.read_text())["languages"]["en"]["page_count"]
+            for entry in sorted(site.glob("pagefind/**/pagefind-entry.json"))}
+
+
 @pytest.fixture(autouse=True)
 def user_cache_home(tmp_path_factory, monkeypatch) -> Path:
     """Each test's own cache home, where its builds keep their cache key: the user's real one is never read or

@@ -2,7 +2,6 @@
 
 import hashlib
 import json
-import random
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -246,25 +245,6 @@ def test_worker_processes_build_what_one_process_builds_and_render_the_list_rows
     assert rows_here == []
 
 
-def test_words_are_read_back_only_from_the_verified_bundle_in_the_tree(tmp_path):
-    """The build holds records' words by reference and reads them back, for the feeds, from the bundle its own
-    tree holds; bytes that are not the verified ones (the output was edited by hand) stop the build with advice."""
-    from site_builder.stages.render import words_in
-    from site_builder.records import paper_text
-    from site_builder.writing import OutputError, StagingTree
-
-    raw = REAL_FILES[0].read_bytes()
-    tree = StagingTree(tmp_path / "tree")
-    tree.write("pith/ABC/bundle.json", raw)
-    read = words_in(tree, 1 << 20)
-    assert read("ABC", hashlib.sha256(raw).hexdigest()) == paper_text(json.loads(raw))
-    with pytest.raises(OutputError, match=r"pith/ABC/bundle.json: not the bundle that was verified \(the output "
-                                          r"was changed outside site-builder: build again with --no-cache\)"):
-        read("ABC", "0" * 64)
-    with pytest.raises(OutputError, match=r"pith/XYZ/bundle.json: .*build again with --no-cache"):
-        read("XYZ", hashlib.sha256(raw).hexdigest())
-
-
 def test_a_records_files_are_remembered_as_four_values(tmp_path, bundles_dir):
     """The cache keeps a record's ten output paths as what makes them (pith id, arXiv id, version, short
     addresses): what it expands them to are the files the build wrote for the record."""
@@ -400,21 +380,6 @@ def test_every_path_a_build_writes_is_refused_to_static_files(bundles_dir, tmp_p
     # (nor a file standing where the site has a folder, nor a name a host would not serve as it is)
     assert all(refused_static_path(rel) for rel in [".well-known/pith", "pith", "sitemap-3.xml", "a/../b", "NUL"])
     assert not any(refused_static_path(rel) for rel in [".well-known/security.txt", "CNAME", "img/sitemap.xml"])
-
-
-def test_mostly_stale_counts_as_the_whole_sum_would():
-    """``mostly_stale`` stops counting the tree's files early; its answer is the full count's, at the limit too."""
-    from site_builder.stages.publish import IN_PLACE_LIMIT, mostly_stale
-
-    rng = random.Random(5)
-    for _ in range(500):
-        units = {f"u{i}": ("k", "\t".join(["f"] * rng.randint(0, 4))) for i in range(rng.randint(0, 12))}
-        stale = [files for _, files in units.values() if rng.random() < rng.random()]
-        count = lambda files: files.count("\t") + 1 if files else 0  # noqa: E731
-        whole = sum(map(count, stale)) > IN_PLACE_LIMIT * sum(count(f) for _, f in units.values())
-        assert mostly_stale(units, stale) == whole
-    assert mostly_stale({"a": ("k", "f\tf\tf\tf\tf\tf\tf\tf\tf\tf")}, ["f\tf\tf\tf\tf\tf\tf\tf\tf"]) is False  # 9 of 10
-    assert mostly_stale({"a": ("k", "f\tf"), "b": ("k", "f")}, ["f\tf", "f"]) is True
 
 
 def test_the_collector_is_paused_while_the_cache_loads_and_left_as_it_was(bundles_dir, tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ from site_builder.search_index import (BASE32, MAX_SHARDS, RECORD_PAGES_GLOB, Se
                                        index_search, plan_shards, search_layout, shard_count, shard_glob, shard_of)
 from site_builder.settings import SiteConfig
 
-from conftest import REAL_FILES, stand_in_pagefind, tree
+from conftest import REAL_FILES, search_page_counts, stand_in_pagefind
 
 # A user's listing template that marks listing pages for the search index.
 MARKED_LISTING = ('{% extends "base.html" %}{% block main %}<div data-pagefind-body>{{ paper_rows(papers) }}</div>'
@@ -72,7 +72,7 @@ def test_search_indexes_every_marked_page(bundles_dir, tmp_path):
     sharded = tmp_path / "sharded"
     build(BuildOptions(bundles=bundles_dir, output=sharded, trust=load_trust_set(), search=True, templates=user,
                        config=SiteConfig(search_shard_size=1)))
-    assert indexed(sharded) == len(listings) and _page_counts(sharded) == {"pagefind": len(listings)}
+    assert indexed(sharded) == len(listings) and search_page_counts(sharded) == {"pagefind": len(listings)}
 
 
 @pytest.mark.slow
@@ -229,48 +229,18 @@ def test_a_search_page_written_for_one_index_keeps_one(bundles_dir, tmp_path):
     options = BuildOptions(bundles=bundles_dir, output=out, trust=load_trust_set(), templates=user,
                            config=SiteConfig(search_shard_size=1))
     build(options)
-    assert _page_counts(out) == {"pagefind": len(REAL_FILES)}  # (the built-in page would have three shards)
+    assert search_page_counts(out) == {"pagefind": len(REAL_FILES)}  # (the built-in page would have three shards)
     assert 'src="/pagefind/pagefind-ui.js"' in (out / "search/index.html").read_text()
     assert (out / "pagefind/pagefind-ui.js").is_file()
     # The user's page, made to load the shards, gets them (the search page's own template decides).
     (user / "search.html").write_text(ONE_INDEX_SEARCH_PAGE.replace("<h1>Search</h1>",
                                                                     "<h1>Search</h1>{{ search_indexes }}"))
     build(options)
-    assert _page_counts(out) == {"pagefind/1-of-4": 2, "pagefind/3-of-4": 1, "pagefind/4-of-4": 1}
+    assert search_page_counts(out) == {"pagefind/1-of-4": 2, "pagefind/3-of-4": 1, "pagefind/4-of-4": 1}
 
-
-def _page_counts(site: Path) -> dict[str, int]:
-    return {str(entry.parent.relative_to(site)): json.loads(entry.read_text())["languages"]["en"]["page_count"]
-            for entry in sorted(site.glob("pagefind/**/pagefind-entry.json"))}
 
 
 @pytest.mark.slow  # (a second or more: left to the full suite)
-def test_a_change_re_indexes_only_its_shard_and_equals_a_clean_build(bundles_dir, tmp_path):
-    """Four records in three shards (one record or two a shard): removing a record re-makes the index of its own
-    shard alone (the others' files are the live ones, linked), and removing a shard's only record removes that
-    index from the site and from the search page."""
-    config = SiteConfig(search_shard_size=1)
-    out = tmp_path / "site"
-    options = BuildOptions(bundles=bundles_dir, output=out, trust=load_trust_set(), config=config)
-    build(options)
-    assert _page_counts(out) == {"pagefind/1-of-4": 2, "pagefind/3-of-4": 1, "pagefind/4-of-4": 1}
-    inode = lambda rel: os.stat(out / rel).st_ino  # noqa: E731
-    kept = {rel: inode(rel) for rel in ("pagefind/3-of-4/pagefind-entry.json", "pagefind/4-of-4/pagefind-entry.json")}
-
-    (bundles_dir / "A2G3QVIG5OIYJVZB5MA4S6VDQP.json").unlink()  # shares 1-of-4 with AOU3...
-    report = build(options)
-    assert report.search_seconds > 0
-    assert _page_counts(out) == {"pagefind/1-of-4": 1, "pagefind/3-of-4": 1, "pagefind/4-of-4": 1}
-    assert {rel: inode(rel) for rel in kept} == kept  # the other shards' indexes were not made again
-
-    (bundles_dir / "W3PCQTV6U43ZRLRXL3ULSAQ7HW.json").unlink()  # alone in 3-of-4; now 2 records, 2 shards
-    build(options)
-    assert _page_counts(out) == {"pagefind/1-of-2": 1, "pagefind/2-of-2": 1}
-    assert '["/pagefind/1-of-2/","/pagefind/2-of-2/"]' in (out / "search/index.html").read_text()
-    clean = tmp_path / "clean"
-    build(BuildOptions(bundles=bundles_dir, output=clean, trust=load_trust_set(), config=config))
-    assert tree(out) == tree(clean)
-
 
 def test_a_site_with_no_record_says_there_is_nothing_to_search_until_one_comes(bundles_dir, tmp_path):
     """Pagefind cannot index nothing (it fails), so a site without records has no index, and its search page says
@@ -286,24 +256,4 @@ def test_a_site_with_no_record_says_there_is_nothing_to_search_until_one_comes(b
     build(BuildOptions(bundles=empty, output=out, trust=load_trust_set()))
     page = (out / "search/index.html").read_text()
     assert '["/pagefind/"]' in page and 'src="/pagefind/pagefind-ui.js"' in page
-    assert _page_counts(out) == {"pagefind": 1}
-
-
-@pytest.mark.slow  # (a second or more: left to the full suite)
-def test_another_pagefind_remakes_every_shard_and_nothing_else(bundles_dir, tmp_path, monkeypatch):
-    """The search page's Pagefind (the first shard's) reads the other shards' indexes: after Pagefind is upgraded
-    every shard is made again by the new one, even with nothing else changed, and no record page is."""
-    import site_builder.build
-
-    options = BuildOptions(bundles=bundles_dir, output=tmp_path / "site", trust=load_trust_set(),
-                           config=SiteConfig(search_shard_size=1))
-    build(options)
-    entries = sorted((tmp_path / "site").glob("pagefind/*/pagefind-entry.json"))
-    inodes = [os.stat(p).st_ino for p in entries]
-    pages = {p: os.stat(p).st_ino for p in (tmp_path / "site").glob("pith/*/index.html")}
-    assert len(entries) == 3 and not build(options).changed  # (the same Pagefind: nothing to do)
-    monkeypatch.setattr(site_builder.build, "pagefind_version", lambda: "pagefind 99.0, pagefind-bin 99.0")
-    report = build(options)
-    assert report.changed and report.search_seconds > 0
-    assert all(os.stat(p).st_ino != inode for p, inode in zip(entries, inodes))
-    assert {p: os.stat(p).st_ino for p in pages} == pages  # every record's pages reused
+    assert search_page_counts(out) == {"pagefind": 1}

@@ -1,0 +1,46 @@
+"""The gather stage (stages/gather.py): every input file by its stat, files that cannot be bundles set aside with
+a reason, and a fingerprint that changes whenever an input does."""
+
+from __future__ import annotations
+
+import os
+
+from conftest import both_keys, opts
+from site_builder.build import build
+from site_builder.report import BuildReport
+from site_builder.stages.context import opened_context
+from site_builder.stages.gather import gather
+
+
+def gathered(options, scratch):
+    with opened_context(options, scratch, BuildReport(), lambda: "pagefind 0") as ctx:
+        return gather(ctx)
+
+
+def test_every_bundle_file_is_found_in_path_order_and_what_cannot_be_one_set_aside(project, tmp_path):
+    os.mkfifo(project / "bundles" / "pipe.json")
+    (project / "bundles" / os.fsdecode(b"bad\xff.json")).write_bytes(b"{}")
+    inputs = gathered(opts(project, project / "site", both_keys()), tmp_path)
+    names = [f.rel for f in inputs.found]
+    assert names == sorted(names) and len(names) == 10
+    assert sorted((s.check, s.rel) for s in inputs.skipped) == [("file_name", "bad\\xff.json"),
+                                                                 ("file_type", "pipe.json")]
+
+
+def test_the_fingerprint_follows_every_inputs_stat(project, tmp_path):
+    options = opts(project, project / "site", both_keys())
+    first = gathered(options, tmp_path).fingerprint
+    assert gathered(options, tmp_path).fingerprint == first
+    victim = project / "bundles" / "gen0.json"
+    stat = victim.stat()
+    os.utime(victim, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert gathered(options, tmp_path).fingerprint != first
+
+
+def test_a_mirrored_bundle_edited_in_the_output_is_noticed(project, tmp_path):
+    options = opts(project, project / "site", both_keys())
+    build(options)
+    assert gathered(options, tmp_path).edited == set()
+    mirrored = sorted((project / "site" / "pith").glob("*/bundle.json"))[0]
+    mirrored.write_bytes(mirrored.read_bytes().replace(b"}", b" }", 1))
+    assert gathered(options, tmp_path).edited == {mirrored.parent.name}

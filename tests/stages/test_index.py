@@ -1,0 +1,58 @@
+"""The index stage (stages/index.py): a Pagefind index made again only for the shards whose pages changed, and
+every shard made again when Pagefind itself changed."""
+
+import os
+
+import pytest
+
+from conftest import search_page_counts, tree
+from site_builder.build import BuildOptions, build
+from site_builder.keys import load_trust_set
+from site_builder.settings import SiteConfig
+
+
+def test_a_change_re_indexes_only_its_shard_and_equals_a_clean_build(bundles_dir, tmp_path):
+    """Four records in three shards (one record or two a shard): removing a record re-makes the index of its own
+    shard alone (the others' files are the live ones, linked), and removing a shard's only record removes that
+    index from the site and from the search page."""
+    config = SiteConfig(search_shard_size=1)
+    out = tmp_path / "site"
+    options = BuildOptions(bundles=bundles_dir, output=out, trust=load_trust_set(), config=config)
+    build(options)
+    assert search_page_counts(out) == {"pagefind/1-of-4": 2, "pagefind/3-of-4": 1, "pagefind/4-of-4": 1}
+    inode = lambda rel: os.stat(out / rel).st_ino  # noqa: E731
+    kept = {rel: inode(rel) for rel in ("pagefind/3-of-4/pagefind-entry.json", "pagefind/4-of-4/pagefind-entry.json")}
+
+    (bundles_dir / "A2G3QVIG5OIYJVZB5MA4S6VDQP.json").unlink()  # shares 1-of-4 with AOU3...
+    report = build(options)
+    assert report.search_seconds > 0
+    assert search_page_counts(out) == {"pagefind/1-of-4": 1, "pagefind/3-of-4": 1, "pagefind/4-of-4": 1}
+    assert {rel: inode(rel) for rel in kept} == kept  # the other shards' indexes were not made again
+
+    (bundles_dir / "W3PCQTV6U43ZRLRXL3ULSAQ7HW.json").unlink()  # alone in 3-of-4; now 2 records, 2 shards
+    build(options)
+    assert search_page_counts(out) == {"pagefind/1-of-2": 1, "pagefind/2-of-2": 1}
+    assert '["/pagefind/1-of-2/","/pagefind/2-of-2/"]' in (out / "search/index.html").read_text()
+    clean = tmp_path / "clean"
+    build(BuildOptions(bundles=bundles_dir, output=clean, trust=load_trust_set(), config=config))
+    assert tree(out) == tree(clean)
+
+
+@pytest.mark.slow  # (a second or more: left to the full suite)
+def test_another_pagefind_remakes_every_shard_and_nothing_else(bundles_dir, tmp_path, monkeypatch):
+    """The search page's Pagefind (the first shard's) reads the other shards' indexes: after Pagefind is upgraded
+    every shard is made again by the new one, even with nothing else changed, and no record page is."""
+    import site_builder.build
+
+    options = BuildOptions(bundles=bundles_dir, output=tmp_path / "site", trust=load_trust_set(),
+                           config=SiteConfig(search_shard_size=1))
+    build(options)
+    entries = sorted((tmp_path / "site").glob("pagefind/*/pagefind-entry.json"))
+    inodes = [os.stat(p).st_ino for p in entries]
+    pages = {p: os.stat(p).st_ino for p in (tmp_path / "site").glob("pith/*/index.html")}
+    assert len(entries) == 3 and not build(options).changed  # (the same Pagefind: nothing to do)
+    monkeypatch.setattr(site_builder.build, "pagefind_version", lambda: "pagefind 99.0, pagefind-bin 99.0")
+    report = build(options)
+    assert report.changed and report.search_seconds > 0
+    assert all(os.stat(p).st_ino != inode for p, inode in zip(entries, inodes))
+    assert {p: os.stat(p).st_ino for p in pages} == pages  # every record's pages reused

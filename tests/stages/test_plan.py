@@ -1,0 +1,50 @@
+"""The plan stage (stages/plan.py): every output unit keyed by what it shows, so that one record's change
+re-keys that record and the pages that show it, and nothing else."""
+
+from __future__ import annotations
+
+from conftest import both_keys, opts
+from generate import make_bundle
+from site_builder.report import BuildReport
+from site_builder.stages.context import opened_context
+from site_builder.stages.gather import gather
+from site_builder.stages.plan import plan
+from site_builder.stages.select import choose
+from site_builder.stages.verify import verify
+
+
+def planned(options, scratch):
+    with opened_context(options, scratch, BuildReport(), lambda: "pagefind 0") as ctx:
+        inputs = gather(ctx)
+        verified = verify(ctx, inputs)
+        return plan(ctx, inputs, verified, choose(ctx, inputs, verified))
+
+
+def test_the_same_inputs_give_the_same_plan(project, tmp_path):
+    options = opts(project, project / "site", both_keys())
+    first, second = planned(options, tmp_path), planned(options, tmp_path)
+    assert first.build_id == second.build_id and first.units == second.units
+    names = list(first.units)
+    records = [n for n in names if n.startswith("record:")]
+    assert names[:len(records)] == records == sorted(records)  # records first, by pith id, then the collection
+
+
+def test_a_newer_bundle_re_keys_its_record_and_only_the_pages_that_show_it(project, tmp_path):
+    options = opts(project, project / "site", both_keys())
+    before = planned(options, tmp_path)
+    (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=2))
+    after = planned(options, tmp_path)
+    changed = {name for name in before.units if before.units[name] != after.units.get(name)}
+    record = next(n for n in changed if n.startswith("record:"))
+    assert [n for n in changed if n.startswith("record:")] == [record]
+    assert before.build_id != after.build_id
+    assert 0 < len(changed - {record}) < len(before.units) // 2  # the listings and feeds showing it
+    assert "groups" not in changed  # (the category and year counts are the same)
+
+
+def test_a_template_edit_re_keys_every_unit(project, tmp_path):
+    options = opts(project, project / "site", both_keys())
+    before = planned(options, tmp_path)
+    (project / "templates" / "paper.html").write_text("{% extends 'base.html' %}")
+    after = planned(options, tmp_path)
+    assert all(before.units[name] != after.units[name] for name in before.units)

@@ -1,0 +1,32 @@
+"""The tree a build writes into (stages/publish.py): which units the previous tree or the live site already
+holds, when updating in place beats a fresh tree, and the one rule by which any unit is reused."""
+
+from __future__ import annotations
+
+import random
+
+from site_builder.stages.publish import kept_and_stale
+
+
+def test_of_the_previous_tree_only_units_with_the_planned_key_are_kept():
+    previous = {"record:A": ("k1", "a/1"), "record:B": ("k2", "b/1\tb/2"), "report": ("", "verification.json"),
+                "feed": ("k3", "feed.xml")}
+    planned = {"record:A": ("k1", ""), "record:B": ("changed", ""), "report": ("", ""), "home": ("k4", "")}
+    kept, stale = kept_and_stale(previous, planned)
+    assert kept == {"record:A": ("k1", "a/1")}  # (the report is always written again)
+    assert sorted(stale) == sorted(["b/1\tb/2", "verification.json", "feed.xml"])
+
+
+def test_mostly_stale_counts_as_the_whole_sum_would():
+    """``mostly_stale`` stops counting the tree's files early; its answer is the full count's, at the limit too."""
+    from site_builder.stages.publish import IN_PLACE_LIMIT, mostly_stale
+
+    rng = random.Random(5)
+    for _ in range(500):
+        units = {f"u{i}": ("k", "\t".join(["f"] * rng.randint(0, 4))) for i in range(rng.randint(0, 12))}
+        stale = [files for _, files in units.values() if rng.random() < rng.random()]
+        count = lambda files: files.count("\t") + 1 if files else 0  # noqa: E731
+        whole = sum(map(count, stale)) > IN_PLACE_LIMIT * sum(count(f) for _, f in units.values())
+        assert mostly_stale(units, stale) == whole
+    assert mostly_stale({"a": ("k", "f\tf\tf\tf\tf\tf\tf\tf\tf\tf")}, ["f\tf\tf\tf\tf\tf\tf\tf\tf"]) is False  # 9 of 10
+    assert mostly_stale({"a": ("k", "f\tf"), "b": ("k", "f")}, ["f\tf", "f"]) is True

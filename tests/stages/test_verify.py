@@ -1,0 +1,44 @@
+"""The verify stage (stages/verify.py): every file checked against the pinned keys unless the store (serve) or the
+authenticated cache already holds its result for the same bytes and keys."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from conftest import both_keys, opts
+from generate import make_bundle
+from site_builder.build import build
+from site_builder.incremental import IncrementalStore
+from site_builder.keys import load_trust_set
+from site_builder.options import ServeSession
+from site_builder.report import BuildReport
+from site_builder.stages.context import opened_context
+from site_builder.stages.gather import gather
+from site_builder.stages.verify import verify
+
+
+def verified(options, scratch):
+    with opened_context(options, scratch, BuildReport(), lambda: "pagefind 0") as ctx:
+        return verify(ctx, gather(ctx))
+
+
+def test_serve_verifies_a_file_again_only_when_it_changed(project, tmp_path):
+    store = IncrementalStore()
+    options = opts(project, project / "site", both_keys(), session=ServeSession(store), use_cache=False)
+    first = verified(options, tmp_path)
+    assert len(first.fresh) == 10 and all(i.verified for i in first.inspections)
+    again = verified(options, tmp_path)
+    assert again.fresh == [] and all(a is b for a, b in zip(again.inspections, first.inspections))
+    (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=2))
+    changed = verified(options, tmp_path)
+    assert [i.rel for i in changed.fresh] == ["gen1.json"]
+    store.close()
+
+
+def test_a_separate_build_takes_results_from_the_cache_only_for_the_same_keys(project, tmp_path):
+    options = opts(project, project / "site", both_keys())
+    build(options)
+    assert verified(options, tmp_path).fresh == []  # (the cache the build left)
+    other_keys = verified(replace(options, trust=load_trust_set()), tmp_path)
+    assert len(other_keys.fresh) == 10  # other pinned keys: every file checked again
+    assert sum(i.verified for i in other_keys.inspections) == 4  # (the generated bundles' key is not pinned)
