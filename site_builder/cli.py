@@ -209,7 +209,7 @@ def _settings_file_missing(args) -> bool:
     return False
 
 
-def cmd_build(args) -> int:
+def cmd_build(args, left_for_exit: list | None = None) -> int:
     if _settings_file_missing(args):
         return EXIT_USAGE
     try:
@@ -230,7 +230,8 @@ def cmd_build(args) -> int:
                            about_file=about, static_dir=args.settings.parent / config.static_dir, jobs=args.jobs,
                            progress=update,
                            search=not args.no_search, cache_dir=args.cache_dir, use_cache=not args.no_cache,
-                           one_shot=True, link_twin=not args.no_twin, deployed=args.live)
+                           one_shot=True, left_for_exit=left_for_exit, link_twin=not args.no_twin,
+                           deployed=args.live)
     try:
         with progress or contextlib.nullcontext():
             report = build(options)
@@ -400,11 +401,12 @@ def cmd_serve(args) -> int:
         return EXIT_USAGE
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, left_for_exit: list | None = None) -> int:
+    """Run one command; *left_for_exit*: where a build leaves its objects for the process's exit to drop."""
     args = _parser().parse_args(argv)
     try:
         if args.command == "build":
-            return cmd_build(args)
+            return cmd_build(args, left_for_exit)
         if args.command == "pull":
             return cmd_pull(args)
         if args.command == "serve":
@@ -423,7 +425,8 @@ def say(text: str, err: bool = False) -> None:
 def run() -> None:
     """The console entry point: ``main()``, then exit without tearing down the build's objects one by one
     (a one-shot build leaves them, see BuildOptions.one_shot; the cache saver is a detached process)."""
-    code = main()
+    left_for_exit: list = []
+    code = main(left_for_exit=left_for_exit)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

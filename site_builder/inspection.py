@@ -83,75 +83,40 @@ def inspection_to_json(i: Inspection) -> list:
             [[w.code, w.message] for w in i.warnings], summary]
 
 
-_CHECKS_SEEN: dict[str, tuple[CheckResult, ...]] = {}
-
-
-def _checks_from_text(text: str) -> tuple[CheckResult, ...]:
-    found = _CHECKS_SEEN.get(text)
+def _checks_from_text(text: str, parsed: dict[str, tuple[CheckResult, ...]]) -> tuple[CheckResult, ...]:
+    """The check results stored as *text*, parsed once per distinct text in one read of the cache (*parsed*):
+    nearly every bundle's are the same, and parsing each row's took a tenth of a second at 10,000 records."""
+    found = parsed.get(text)
     if found is None:
         found = tuple(CheckResult(*c) for c in json.loads(text))
-        found = ALL_PASSED if found == ALL_PASSED else found
-        if len(_CHECKS_SEEN) < 10_000:
-            _CHECKS_SEEN[text] = found
-    return found
-
-
-_CHECKS_SHARED: dict[tuple[CheckResult, ...], tuple[CheckResult, ...]] = {}
-_VALUES_SHARED: dict[object, object] = {}
-_SHARED_LIMIT = 10_000  # entries; each a short value (a long one is kept as it is: the memo outlives records)
-
-
-def _shared(value):
-    if len(value) > 256:
-        return value
-    found = _VALUES_SHARED.get(value)
-    if found is None:
-        if len(_VALUES_SHARED) >= _SHARED_LIMIT:
-            return value
-        found = _VALUES_SHARED[value] = value
+        found = parsed[text] = ALL_PASSED if found == ALL_PASSED else found
     return found
 
 
 def compact(i: Inspection) -> Inspection:
-    """The same inspection holding shared copies of what many records have alike: the check results (nearly
-    every bundle's 15 are identical, and a worker process sends each its own copy: 100,000 copies are
-    ~300 MB), and the summary's few-valued fields (year, categories, license: ~0.3 KB a record as copies)."""
-    checks = ALL_PASSED if i.checks == ALL_PASSED else _CHECKS_SHARED.get(i.checks)  # (hashing 15 results: 5 µs)
-    if checks is None:
-        checks = i.checks
-        if len(_CHECKS_SHARED) < _SHARED_LIMIT:
-            _CHECKS_SHARED[checks] = checks
-    summary = i.summary
-    if summary is not None:
-        summary = _compact_summary([getattr(summary, name) for name in SUMMARY_FIELDS], summary.row_digest)
-    return Inspection(i.rel, i.sha256, i.size, i.check, i.reason, checks, i.warnings, summary)
-
-
-_FEW_VALUED = tuple(SUMMARY_FIELDS.index(name) for name in ("year", "primary_cat", "license"))
-_CROSS = SUMMARY_FIELDS.index("cross_cats")
-
-
-def _compact_summary(values: list, row_digest: str) -> PaperSummary:
-    for index in _FEW_VALUED:
-        values[index] = _shared(values[index])
-    values[_CROSS] = _shared(tuple(_shared(c) for c in values[_CROSS]))
-    return summary_from_values(values, row_digest)
+    """The same inspection holding the shared ``ALL_PASSED`` for a bundle that passed every check: each worker
+    process sends its own copy of the fifteen results, and 100,000 copies are ~300 MB."""
+    if i.checks is ALL_PASSED or i.checks != ALL_PASSED:
+        return i
+    return Inspection(i.rel, i.sha256, i.size, i.check, i.reason, ALL_PASSED, i.warnings, i.summary)
 
 
 def _summary_from_json(values: list, sha256: str) -> PaperSummary:
-    """A summary from its cache row (field values but the words, then the row digest), checked for shape and
-    compacted, holding its words by reference to the bundle with digest *sha256*."""
+    """A summary from its cache row (field values but the words, then the row digest), checked for shape,
+    holding its words by reference to the bundle with digest *sha256*."""
     if not isinstance(values, list) or len(values) != len(_STORED_FIELDS) + 1 or not isinstance(values[-1], str) \
             or not isinstance(sha256, str):
         raise ValueError("damaged summary")
     fields = [tuple(v) if isinstance(v, list) else v for v in values[:-1]]
     fields.insert(_TEXT, TextOf(sha256))
-    return _compact_summary(fields, values[-1])
+    return summary_from_values(fields, values[-1])
 
 
-def inspection_from_json(doc: list) -> Inspection:
-    """Inverse of inspection_to_json; raises KeyError/TypeError/ValueError on a damaged entry."""
+def inspection_from_json(doc: list, parsed_checks: dict | None = None) -> Inspection:
+    """Inverse of inspection_to_json; raises KeyError/TypeError/ValueError on a damaged entry.  *parsed_checks*:
+    the check texts parsed so far in this read of the cache."""
     rel, sha256, size, check, reason, checks, warnings, summary = doc
-    return Inspection(rel, sha256, size, check, reason, _checks_from_text(checks),
+    parsed = parsed_checks if parsed_checks is not None else {}
+    return Inspection(rel, sha256, size, check, reason, _checks_from_text(checks, parsed),
                       tuple(VerificationWarning(*w) for w in warnings),
                       None if summary is None else _summary_from_json(summary, sha256))

@@ -22,8 +22,6 @@ from site_builder.stages.select import published_by
 from site_builder.stages.verify import Verified
 from site_builder.writing import MARKER, OutputSlot
 
-# What a one-shot build leaves for the process exit to drop instead of freeing it on return (BuildOptions.one_shot).
-LEFT_FOR_EXIT: list = []
 
 
 def remember(write_cache: Callable[[], None], cache: BuildCache, options: BuildOptions, report: BuildReport,
@@ -131,8 +129,8 @@ def remember_unchanged(ctx: BuildContext, inputs: Inputs, verified: Verified, si
              options, ctx.report, lambda: inputs.fingerprint, stat_sig(ctx.slot.output / MARKER),
              lambda: tidy_store(ctx.store, ctx.report))
     ctx.clock.lap("save_cache")
-    if options.one_shot:
-        LEFT_FOR_EXIT[:] = [cache, verified, site.units]
+    if options.left_for_exit is not None:
+        options.left_for_exit[:] = [cache, verified, site.units]
 
 
 def remember_build(ctx: BuildContext, inputs: Inputs, verified: Verified, site: SitePlan,
@@ -153,5 +151,5 @@ def remember_build(ctx: BuildContext, inputs: Inputs, verified: Verified, site: 
         cache.save_mirrored(mirrored_now(ctx.slot.output, site.selection, changed))
     remember(write_cache, cache, options, report, lambda: inputs.fingerprint, marker_sig, upkeep)
     ctx.clock.lap("save_cache")
-    if options.one_shot:
-        LEFT_FOR_EXIT[:] = [cache, verified, site]
+    if options.left_for_exit is not None:
+        options.left_for_exit[:] = [cache, verified, site]

@@ -225,3 +225,15 @@ def test_a_planted_list_row_is_never_shown(project):
     assert "<script>alert(1)" not in (out / "papers" / "index.html").read_text()
     build(opts(project, project / "clean", trust, use_cache=False))
     assert tree(out) == tree(project / "clean")
+
+
+def test_a_one_shot_build_leaves_its_objects_only_where_the_caller_asked(project):
+    """The command line ends its process without freeing a build's million objects one by one: the build leaves
+    them in the list it is handed, and keeps no reference of its own (serve and tests build again and again)."""
+    from site_builder.stages import remember
+
+    held: list = []
+    build(opts(project, project / "site", both_keys(), one_shot=True, left_for_exit=held))
+    assert held
+    build(opts(project, project / "other", both_keys(), one_shot=True))
+    assert not [name for name, value in vars(remember).items() if isinstance(value, list) and value]
