@@ -23,6 +23,7 @@ from site_builder.categories import category_name
 from site_builder.records import PaperText, WordsHeldByReference
 from site_builder.keys import TrustSet
 from site_builder.settings import SiteConfig
+from site_builder.speedups import call_helpers_directly
 from site_builder.verification import CHECK_DESCRIPTIONS
 
 if TYPE_CHECKING:
@@ -125,23 +126,6 @@ def page_links(pages: list[Page], page: Page) -> list[Page | None]:
     return links
 
 
-class _RenderContext(jinja2.runtime.Context):
-    """Jinja routes every call a template makes through ``Context.call``, which first looks the callable over for
-    ``pass_context`` and its kin (~1.5 µs a call).  A record's pages make ~70 calls, most of them to the renderer's
-    own helpers (``url`` above all), which take no context: those (``direct``, by identity; the environment's
-    globals keep them alive) are called as they are."""
-
-    direct: frozenset[int] = frozenset()
-
-    def call(__self, __obj, *args, **kwargs):  # (Jinja's own names: a template's keyword cannot collide)
-        if id(__obj) in __self.direct:
-            if kwargs:  # what Jinja adds inside loops and blocks, for callables that take the context
-                kwargs.pop("_loop_vars", None)
-                kwargs.pop("_block_vars", None)
-            return __obj(*args, **kwargs)
-        return super().call(__obj, *args, **kwargs)
-
-
 class _ShownPaper:
     """A summary held by reference, handed to a template: its fields as they are, its words read back (once)
     when the template uses them."""
@@ -165,11 +149,12 @@ class _ShownPaper:
 
 class SiteRenderer:
     def __init__(self, config: SiteConfig, dirs: list[Path], trust: TrustSet, search_enabled: bool = True,
-                 compiled: jinja2.BytecodeCache | None = None, rows: dict[str, bytes] | None = None):
+                 compiled: jinja2.BytecodeCache | None = None, rows: dict[str, bytes] | None = None,
+                 direct_calls: bool = True):
         """*compiled*: where Jinja keeps compiled templates between processes (compiled_templates.py: keyed by
         each template's source, so an edited template is compiled again, and authenticated).
         *rows*: list rows an earlier renderer with the same templates and settings made (see ``paper_row``);
-        the dict is used, and filled, in place."""
+        the dict is used, and filled, in place.  *direct_calls*: the speed-up of ``speedups.call_helpers_directly``."""
         self.config = config
         self.trust = trust
         self.env = jinja2.Environment(
@@ -207,9 +192,9 @@ class SiteRenderer:
             category_name=category_name,
             site_url=self.site_url,
         )
-        helpers = ("url", "absolute_url", "paper_row", "paper_rows", "check_rows", "page_links")
-        self.env.context_class = type("RenderContext", (_RenderContext,),
-                                      {"direct": frozenset(id(self.env.globals[name]) for name in helpers)})
+        if direct_calls:
+            call_helpers_directly(self.env, ("url", "absolute_url", "paper_row", "paper_rows", "check_rows",
+                                             "page_links"))
         self.dirs = dirs
         self.rows: dict[str, bytes] = rows if rows is not None else {}
         # (pith id, sha256) -> the record's words, read back from its verified bundle; set by the render stage
