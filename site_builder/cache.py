@@ -56,7 +56,7 @@ class BuildCache:
             path = None
         self.path = path
         self.user_key = key if path is not None else None  # (compiled templates beside it are tagged with it too)
-        self._key = key.bound_to(cache_context()) if key is not None else None
+        self._key = key.bound_to(cache_context()).tagger() if key is not None else None
         self.db: sqlite3.Connection | None = None
         self._files: dict[str, tuple[str, str]] = {}
         self._units: dict[str, dict[str, tuple[str, str]]] = {}  # build id -> unit -> (key, files joined)

@@ -60,3 +60,15 @@ def test_the_key_module_has_no_state(tmp_path):
     """Each call reads the environment it is given: a test (or serve under another HOME) never sees a stale key."""
     assert not [name for name, value in vars(cache_key).items()
                 if isinstance(value, (dict, list, set, bytes)) and not name.startswith("__")]
+
+
+def test_a_tagger_makes_the_keys_own_tags_and_the_key_crosses_to_workers(tmp_path):
+    import pickle
+
+    key = user_cache_key({"HOME": str(tmp_path)}).bound_to("context")
+    tagger = key.tagger()
+    fields = ("row", "build key", b"<tr>\xff</tr>", "d\udcff")
+    assert tagger.tag(*fields) == key.tag(*fields) and tagger.tag(*fields) == tagger.tag(*fields)
+    assert tagger.checks(key.tag(*fields), *fields) and not tagger.checks(key.tag(*fields), *fields[:3], "other")
+    assert not tagger.checks(key.tag(*fields), "row", 3) and not tagger.checks(None, *fields)
+    assert pickle.loads(pickle.dumps(key)) == key  # (the compiled templates' key goes to forkserver workers)

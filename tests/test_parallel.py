@@ -59,3 +59,21 @@ def test_a_worker_that_starts_after_its_build_was_killed_leaves_at_once():
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-c", script], timeout=60)
     assert result.returncode == 1 and time.monotonic() - started < 10
+
+
+@pytest.mark.slow
+def test_a_build_whose_workers_start_from_a_forkserver_as_serves_do(tmp_path):
+    """``serve`` starts its workers from a forkserver, which receives what each worker's state is made of
+    pickled (the settings, the keys, the compiled templates' folder and key): all of it must cross, and the
+    records it renders are what a forked worker renders."""
+    from conftest import both_keys, real_and_generated_bundles, tree
+    from site_builder.build import BuildOptions, build
+
+    bundles = real_and_generated_bundles(tmp_path / "bundles", PARALLEL_THRESHOLD + 4)
+    made = {}
+    for method in ("forkserver", "fork"):
+        report = build(BuildOptions(bundles=bundles, output=tmp_path / method, trust=both_keys(), search=False,
+                                    jobs=2, mp_context=method))
+        assert report.count("published") == PARALLEL_THRESHOLD + 8
+        made[method] = tree(tmp_path / method)
+    assert made["forkserver"] == made["fork"]
