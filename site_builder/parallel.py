@@ -139,7 +139,8 @@ def imap_in_workers(fn, init, initargs, items: list, workers: Workers, stage: st
     prefetcher = None
     try:
         with pool:
-            results = pool.map(functools.partial(_in_worker, fn), items, chunksize=chunk)  # the workers are forked by now: a thread may start
+            # (the workers are forked by now: a thread may start)
+            results = pool.map(functools.partial(_in_worker, fn), items, chunksize=chunk)
             # Ahead of the results taken by what the workers may be working on (a chunk each, in order), and two
             # chunks more.
             prefetcher = Prefetcher(reads, ahead=chunk * (processes + 2)).start()

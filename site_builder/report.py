@@ -233,7 +233,8 @@ class ReportRows:
         """The outcome's line, kept before or made without keeping it: a build writes its report before it
         saves what the next build reads, and ``keep_lines`` keeps them then (a one-shot build never does), so
         the build itself does not hold 100,000 lines."""
-        kept = self.store.recall(f"outcome:{outcome.inspection.rel}", (outcome.inspection, outcome.status, outcome.note))
+        i = outcome.inspection
+        kept = self.store.recall(f"outcome:{i.rel}", (i, outcome.status, outcome.note))
         return kept[1] if kept is not None else json.dumps(outcome.as_json(), ensure_ascii=False)
 
     def keep_lines(self, outcomes: list[FileOutcome]) -> None:

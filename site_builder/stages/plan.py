@@ -115,8 +115,8 @@ def unit_materials(records: list[tuple[str, str]], addresses: RedirectPlan, vers
                    collection: list[Unit], shards: list[SearchShard], indexer: str | None,
                    keys: dict[str, tuple[str, str]]) -> Iterator[tuple[str, object]]:
     """Every output unit's name and material (what its files show besides the build key), in the plan's order:
-    records by pith id (*records*: pith id and sha256 of the bundle published), then the collection, then the search indexes, whose material is read from *keys*, the
-    keys planned so far.
+    records by pith id (*records*: pith id and sha256 of the bundle published), then the collection, then the
+    search indexes, whose material is read from *keys*, the keys planned so far.
 
     A record's material is its bytes (which give its ids), its short addresses and the other versions of its
     paper in the site (its page links to them); a collection unit's is what it shows (listings show summaries
