@@ -1,5 +1,6 @@
 """Property tests: the loader and verifier turn any input into a verdict and never raise."""
 
+import copy
 import json
 
 import pytest
@@ -45,12 +46,29 @@ def byte_mutations(draw):
     return bytes(raw)
 
 
+# A signature block's own metadata, which no signature covers (PITH_FORMAT.md: each block is left out of the digest
+# it signs), and which the site never shows: a change there verifies, as the resolver's own bundle would.
+UNSIGNED = ("signed_at", "signature_status")
+
+
+def signed_part(bundle: object) -> object:
+    if not isinstance(bundle, dict):
+        return bundle
+    bundle = copy.deepcopy(bundle)
+    events = bundle.get("events") if isinstance(bundle.get("events"), list) else []
+    for block in [bundle.get("bundle_signature"), *(e.get("signature") for e in events if isinstance(e, dict))]:
+        if isinstance(block, dict):
+            for name in UNSIGNED:
+                block.pop(name, None)
+    return bundle
+
+
 @FUZZ
 @given(byte_mutations())
 def test_mutated_real_bundles_never_raise_and_never_pass_changed(data):
     result = inspect_bytes("mutated.json", data, TRUST)
     if result.verified:  # only a change that leaves the signed object identical may pass (e.g. whitespace)
-        assert json.loads(data) in REAL_OBJECTS
+        assert signed_part(json.loads(data)) in [signed_part(o) for o in REAL_OBJECTS]
 
 
 JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-(2**53) + 1, 2**53 - 1),

@@ -107,3 +107,26 @@ def test_no_script_runs_and_pages_stay_readable(hostile_site):
             if page.evaluate("window.__pwned || 0"):
                 problems.append(f"script ran after navigating to paper {i}")
     assert problems == []
+
+
+def test_what_no_signature_covers_never_reaches_a_page(tmp_path):
+    """A signature block's ``signed_at`` is outside every signature, so a mirror may change it and the bundle
+    still verifies: no page may show it (only the mirrored JSON, byte for byte, carries it)."""
+    from conftest import tree
+
+    raw = REAL_FILES[0].read_bytes()
+    bundle = json.loads(raw)
+    stamp = bundle["bundle_signature"]["signed_at"]
+    forged = raw.replace(stamp.encode(), b"3026" + stamp[4:].encode())
+    assert forged != raw
+    sites = {}
+    for name, data in (("real", raw), ("forged", forged)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "b.json").write_bytes(data)
+        report = build(BuildOptions(bundles=tmp_path / name, output=tmp_path / f"site-{name}", trust=load_trust_set(),
+                                    search=False))
+        assert report.count("published") == 1
+        sites[name] = tree(tmp_path / f"site-{name}")
+    differing = {rel for rel in sites["real"] if sites["real"][rel] != sites["forged"].get(rel)}
+    assert differing and all(rel.endswith((".json")) for rel in differing)
+    assert not any(rel.endswith((".html", ".xml", ".txt")) for rel in differing)
