@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import shutil
 import socket
 import statistics
@@ -22,6 +23,8 @@ import time
 from pathlib import Path
 
 from generate import generate, make_bundle  # (beside this script)
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
@@ -47,10 +50,12 @@ def main() -> None:
         shutil.rmtree(tree, ignore_errors=True)
     port = free_port()
     log = open(work / "serve.log", "w")
+    # The code measured is this checkout's: ``python -m`` in another folder would import the installed package.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen([sys.executable, "-m", "site_builder", "serve", "--port", str(port),
                              *([] if args.search else ["--no-search"]),
                              "--trusted-keys", str(work / "bench-key.json")], cwd=work,
-                            stdout=subprocess.DEVNULL, stderr=log, text=True)
+                            stdout=subprocess.DEVNULL, stderr=log, text=True, env=env)
     try:
         deadline = time.time() + 900
         while time.time() < deadline:
