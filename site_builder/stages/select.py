@@ -102,11 +102,28 @@ def refuse_rollbacks(selection, previous: PreviousSite, slot: OutputSlot, option
             kept = inspect_bytes(f"(previous site) pith/{pith_id}/bundle.json", read_bytes(kept_path), options.trust)
         except FileReadError:
             kept = None
-        if kept is None or not kept.verified or kept.sha256 != prior.sha256:
+        problem = "is missing" if kept is None else why_not_newer(chosen.inspection, pith_id, kept)
+        if problem is None and kept.sha256 != prior.sha256:
+            problem = "is not the one its manifest names"
+        if problem is not None:
             report.warnings.append(f"{chosen.inspection.rel}: older than the bundle published before, which no "
-                                   f"longer verifies; publishing the input")
+                                   f"longer verifies as a newer copy of the record (it {problem}); publishing the "
+                                   f"input")
             continue
         _keep_newer_copy(selection, report, chosen, kept, kept_path, "the previous site", "the published bundle")
+
+
+def why_not_newer(chosen: Inspection, pith_id: str, copy: Inspection) -> str | None:
+    """Why *copy*, a bundle found where a site published record *pith_id*, cannot stand in for the input
+    *chosen*; None when it verifies, is that record's and is newer by its own signed values.  A site's manifest
+    (the previous one in the output, or the deployed one) only says where to look: nothing it claims counts."""
+    if not copy.verified:
+        return f"does not verify ({copy.check}: {printable(copy.reason)})"
+    if copy.pith_id != pith_id:
+        return f"is another record's (pith:{copy.pith_id})"
+    if not is_rollback(chosen, published_record(copy)):
+        return "is not newer than the input"
+    return None
 
 
 def refuse_deployed_rollbacks(selection, site: LiveSite, manifest: LiveManifest, options: BuildOptions,
@@ -130,14 +147,7 @@ def refuse_deployed_rollbacks(selection, site: LiveSite, manifest: LiveManifest,
             problem = "is missing"
         live = inspect_bytes(where, raw, options.trust) if raw is not None else None
         if live is not None:
-            if not live.verified:
-                problem = f"does not verify ({live.check}: {printable(live.reason)})"
-            elif live.pith_id != pith_id:
-                problem = f"is another record's (pith:{live.pith_id})"
-            elif not is_rollback(chosen.inspection, published_record(live)):
-                problem = "is not newer than the input"
-            else:
-                problem = None
+            problem = why_not_newer(chosen.inspection, pith_id, live)
         if problem is not None:
             report.warnings.append(f"{chosen.inspection.rel}: pith:{pith_id}: live site {shown} lists a newer bundle "
                                    f"(built_at {printable(claim.built_at)}), but that bundle {problem}: the claim "

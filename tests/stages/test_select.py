@@ -78,3 +78,57 @@ def test_two_bundles_one_record_newest_valid_wins_even_if_newest_is_invalid(tmp_
     (bundles / "b.json").write_bytes(to_bytes(invalid_new))
     report = build(BuildOptions(bundles=bundles, output=tmp_path / "site", trust=trust, search=False))
     assert {o.inspection.rel: o.status for o in report.outcomes} == {"a.json": "published", "b.json": "rejected"}
+
+
+def _claim_in_the_sites_manifest(out, pith_id, **claim):
+    """Edit what the site's verification.json says it published for *pith_id* (the output is untrusted input)."""
+    manifest = out / "verification.json"
+    doc = json.loads(manifest.read_text())
+    for entry in doc["files"]:
+        if entry.get("pith_number", "").endswith(pith_id):
+            entry.update(claim)
+    manifest.write_text(json.dumps(doc))
+
+
+def test_a_previous_site_claiming_its_copy_is_newer_proves_nothing_against_the_copys_own_values(tmp_path):
+    """The previous site published the older bundle; its manifest is edited to say that copy was built in 2099.
+    The copy's own signed values say it is older than the input, so the input is published."""
+    key, trust, bundles, base = setup(tmp_path)
+    older = make(base, key, "Older title", "2026-09-01T00:00:00Z")
+    newer = make(base, key, "Newer title", "2026-10-10T00:00:00Z")
+    out = tmp_path / "site"
+    build_with(bundles, out, trust, older)
+    pith_id = json.loads(older)["pith_number"].rsplit(":", 1)[1]
+    _claim_in_the_sites_manifest(out, pith_id, built_at="2099-01-01T00:00:00Z")
+    report = build_with(bundles, out, trust, newer)
+    assert (out / "pith" / pith_id / "bundle.json").read_bytes() == newer
+    assert {o.inspection.rel: o.status for o in report.outcomes}["r.json"] == "published"
+    assert not any("rollback refused" in w for w in report.warnings)
+
+
+def test_another_records_bundle_at_the_previous_sites_path_proves_nothing(tmp_path):
+    """The previous site's copy of record R is replaced by record S's verified bundle, and the manifest names it:
+    S must not stand in for R, nor R's input be dropped."""
+    key, trust, bundles, base = setup(tmp_path)
+    older = make(base, key, "Older title", "2026-09-01T00:00:00Z")
+    newer = make(base, key, "Newer title", "2026-10-10T00:00:00Z")
+    other = json.loads(make(base, key, "Other", "2026-12-01T00:00:00Z"))
+    other["canonical_record"]["source"]["version"] = 2  # (another version of the paper: another record)
+    from signing import sign_bundle, with_paper
+    other = to_bytes(sign_bundle(with_paper(other, title="Other"), key))
+    out = tmp_path / "site"
+    (bundles / "s.json").write_bytes(other)
+    build_with(bundles, out, trust, newer)
+    pith_id = json.loads(newer)["pith_number"].rsplit(":", 1)[1]
+    other_id = json.loads(other)["pith_number"].rsplit(":", 1)[1]
+    assert other_id != pith_id
+    planted = out / "pith" / pith_id / "bundle.json"
+    planted.unlink()
+    planted.write_bytes(other)
+    import hashlib
+    _claim_in_the_sites_manifest(out, pith_id, sha256=hashlib.sha256(other).hexdigest(),
+                                 built_at="2099-01-01T00:00:00Z")
+    report = build_with(bundles, out, trust, older)
+    assert {o.inspection.rel: o.status for o in report.outcomes}["r.json"] == "published"
+    assert (out / "pith" / pith_id / "bundle.json").read_bytes() == older
+    assert (out / "pith" / other_id / "bundle.json").read_bytes() == other
