@@ -424,7 +424,7 @@ def say(text: str, err: bool = False) -> None:
 
 def run() -> None:
     """The console entry point: ``main()``, then exit without tearing down the build's objects one by one
-    (a one-shot build leaves them, see BuildOptions.one_shot; the cache saver is a detached process)."""
+    (a one-shot build leaves them, see BuildOptions.left_for_exit; the cache saver is a detached process)."""
     left_for_exit: list = []
     code = main(left_for_exit=left_for_exit)
     sys.stdout.flush()

@@ -109,10 +109,7 @@ def opened_context(options: BuildOptions, scratch: Path, report: BuildReport,
             clock = StageClock(report.timings, report.cpu)
             yield BuildContext(options, slot, dirs, about, build_key, search_by, cache, store, report, clock, scratch)
         finally:
-            if options.session is None:
-                cache.close()
-            else:
-                cache.release_lock()  # serve keeps the cache open between builds, not locked
+            put_cache_back(options, cache)
     finally:
         slot.release()
 
@@ -155,6 +152,14 @@ def user_key_or_note(options: BuildOptions, report: BuildReport) -> CacheKey | N
     except CacheKeyUnavailable as e:
         report.cache_note = f"no build cache: {e}; every bundle is verified and every page rendered"
         return None
+
+
+def put_cache_back(options: BuildOptions, cache: BuildCache) -> None:
+    """Done with the cache *open_cache* gave: closed, or for serve, which keeps it open between builds, unlocked."""
+    if options.session is None:
+        cache.close()
+    else:
+        cache.release_lock()
 
 
 def open_cache(options: BuildOptions, report: BuildReport, load: bool = True) -> BuildCache:

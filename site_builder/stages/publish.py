@@ -13,7 +13,7 @@ from site_builder.cache import BuildCache, file_count, join_files, split_files
 from site_builder.options import BuildOptions
 from site_builder.pages import report_files
 from site_builder.report import BuildReport
-from site_builder.stages.context import BuildContext, open_cache
+from site_builder.stages.context import BuildContext, open_cache, put_cache_back
 from site_builder.stages.plan import SitePlan, read_build_id
 from site_builder.writing import MARKER, OutputSlot, StagingTree
 
@@ -61,10 +61,8 @@ def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = la
             raise
         return True
     finally:
-        if cache is not None and options.session is None:
-            cache.close()
-        elif cache is not None:
-            cache.release_lock()
+        if cache is not None:
+            put_cache_back(options, cache)
         slot.release()
 
 
