@@ -8,7 +8,7 @@ import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import jinja2
 
@@ -134,16 +134,17 @@ def unit_materials(records: list[tuple[str, str]], addresses: RedirectPlan, vers
             yield shard.unit, ("search", indexer, shard.folder, [keys[f"record:{pid}"][0] for pid in shard.pith_ids])
 
 
-def plan_units(build_key: str, materials: Callable[[dict], Iterator[tuple[str, object]]],
-               store: IncrementalStore) -> dict[str, tuple[str, str]]:
-    """Every output unit's key: the digest of the build key and the unit's material, kept in the store while the
-    material is equal.  Returns unit -> (key, files); the files are filled in as units are written or reused."""
+def plan_units(ctx: BuildContext, records: list[tuple[str, str]], addresses: RedirectPlan, versions: dict[str, tuple],
+               collection: list[Unit], shards: list[SearchShard]) -> dict[str, tuple[str, str]]:
+    """Every output unit's key: the digest of the build key and the unit's material (``unit_materials``), kept in
+    the store while the material is equal.  Returns unit -> (key, files); the files are filled in as units are
+    written or reused."""
     units: dict[str, tuple[str, str]] = {}
-    for name, material in materials(units):
-        kept = (build_key, material)  # (compared, a listing's joined rows are usually the very same string)
-        key = store.recall(f"unit-key:{name}", kept)
+    for name, material in unit_materials(records, addresses, versions, collection, shards, ctx.indexer, units):
+        kept = (ctx.build_key, material)  # (compared, a listing's joined rows are usually the very same string)
+        key = ctx.store.recall(f"unit-key:{name}", kept)
         if key is None:
-            key = store.keep(f"unit-key:{name}", kept, digest_of(build_key, repr(material)))
+            key = ctx.store.keep(f"unit-key:{name}", kept, digest_of(ctx.build_key, repr(material)))
         units[name] = (key, "")
     return units
 
@@ -227,8 +228,7 @@ def plan(ctx: BuildContext, inputs: Inputs, verified: Verified, chosen: Chosen) 
     collection = _collection(ctx, inputs, renderer, catalog, addresses, shards)
     ctx.clock.lap("plan_collection")
     records = [(pid, c.inspection.sha256) for pid, c in chosen.selection.published.items()]
-    units = plan_units(ctx.build_key, lambda keys: unit_materials(records, addresses, versions, collection, shards,
-                                                                 ctx.indexer, keys), ctx.store)
+    units = plan_units(ctx, records, addresses, versions, collection, shards)
     planned_search = {s.unit: units[s.unit][0] for s in shards}  # what the indexes would be made under
     if options.defer_search and planned_search:
         _defer_search(ctx, chosen.previous, units, planned_search)
@@ -269,8 +269,7 @@ def without_changed(ctx: BuildContext, inputs: Inputs, verified: Verified, site:
     shards = search_shards(ctx.options, site.layout, {p.pith_id: p for p in papers})
     collection = _collection(ctx, inputs, site.renderer, catalog, addresses, shards)
     records = [(pid, c.inspection.sha256) for pid, c in site.selection.published.items() if pid not in changed]
-    planned = plan_units(ctx.build_key, lambda keys: unit_materials(records, addresses, site.versions, collection,
-                                                                    shards, ctx.indexer, keys), ctx.store)
+    planned = plan_units(ctx, records, addresses, site.versions, collection, shards)
     # (the records keep their files; the versions they link to are as planned: their pages are written)
     units = {u: site.units[u] if u in site.units and u.startswith("record:") else v for u, v in planned.items()}
     return replace(site, published=papers, addresses=addresses, catalog=catalog, shards=shards,
