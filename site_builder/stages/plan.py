@@ -141,11 +141,9 @@ def plan_units(ctx: BuildContext, records: list[tuple[str, str]], addresses: Red
     written or reused."""
     units: dict[str, tuple[str, str]] = {}
     for name, material in unit_materials(records, addresses, versions, collection, shards, ctx.indexer, units):
-        kept = (ctx.build_key, material)  # (compared, a listing's joined rows are usually the very same string)
-        key = ctx.store.recall(f"unit-key:{name}", kept)
-        if key is None:
-            key = ctx.store.keep(f"unit-key:{name}", kept, digest_of(ctx.build_key, repr(material)))
-        units[name] = (key, "")
+        # (compared, a listing's joined rows are usually the very same string)
+        units[name] = (ctx.store.reuse(f"unit-key:{name}", (ctx.build_key, material),
+                                       lambda: digest_of(ctx.build_key, repr(material))), "")
     return units
 
 
