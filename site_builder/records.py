@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import InitVar, dataclass, field, fields
 from typing import Sequence
 
 from site_builder.canonical import pretty_json
@@ -68,13 +68,19 @@ class PaperSummary:
     license: str
     # A digest of every field above, the words included: a listing page that shows the same digests shows the
     # same thing.  Computed once per record (in the worker that verified it, and kept in the build cache), so
-    # keying 10,000 listing rows costs a string join, not 10,000 reprs.  Not an argument: ``replace()``
+    # keying 10,000 listing rows costs a string join, not 10,000 reprs.  Not a field one sets: ``replace()``
     # computes it anew.
     row_digest: str = field(init=False, repr=False)
+    # The row digest as computed before, of these same values (the build cache's copy, or the summary this one
+    # differs from only in how it holds its words); computing it again is most of what making a summary costs.
+    # Where the words are held by reference it cannot be computed, so it must be given.
+    known_digest: InitVar[str | None] = None
 
-    def __post_init__(self) -> None:
-        values = tuple(getattr(self, name) for name in DIGESTED_FIELDS)
-        object.__setattr__(self, "row_digest", hashlib.sha256(repr(values).encode("utf-8")).hexdigest()[:32])
+    def __post_init__(self, known_digest: str | None) -> None:
+        if known_digest is None:
+            values = tuple(getattr(self, name) for name in DIGESTED_FIELDS)
+            known_digest = hashlib.sha256(repr(values).encode("utf-8")).hexdigest()[:32]
+        object.__setattr__(self, "row_digest", known_digest)
 
     @property
     def words(self) -> PaperText:
@@ -112,8 +118,8 @@ class PaperSummary:
 
     def _holding(self, text: PaperText | TextOf) -> PaperSummary:
         """The same summary with *text* for its words (and the same row digest: the words are the same)."""
-        return summary_from_values([text if name == "text" else getattr(self, name) for name in SUMMARY_FIELDS],
-                                   self.row_digest)
+        return PaperSummary(*(text if name == "text" else getattr(self, name) for name in SUMMARY_FIELDS),
+                            known_digest=self.row_digest)
 
     @property
     def short_id(self) -> str:
@@ -183,7 +189,6 @@ def _shortened(text: str, limit: int) -> str:
 
 
 SUMMARY_FIELDS = tuple(f.name for f in fields(PaperSummary) if f.init)
-_ALL_SUMMARY_FIELDS = (*SUMMARY_FIELDS, "row_digest")
 # What the row digest covers (in this order): every field, the words as theirs (title, authors, abstract).
 DIGESTED_FIELDS = tuple(digested for name in SUMMARY_FIELDS
                         for digested in ((f.name for f in fields(PaperText)) if name == "text" else (name,)))
@@ -191,11 +196,8 @@ DIGESTED_FIELDS = tuple(digested for name in SUMMARY_FIELDS
 
 def summary_from_values(values: Sequence, row_digest: str) -> PaperSummary:
     """A summary from its field values (in ``SUMMARY_FIELDS`` order) and the digest computed of them before (in
-    the worker, kept in the cache): without computing it again, which is most of making one."""
-    summary = object.__new__(PaperSummary)  # (not through __init__, which would compute the digest)
-    for name, value in zip(_ALL_SUMMARY_FIELDS, (*values, row_digest)):
-        object.__setattr__(summary, name, value)
-    return summary
+    the worker, kept in the cache)."""
+    return PaperSummary(*values, known_digest=row_digest)
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,8 @@ def test_no_code_is_made_from_data_and_no_private_library_part_is_used(name):
                                         if isinstance(node, ast.ImportFrom) and node.module}
     assert not names & {"eval", "exec", "compile", "__import__"}
     assert not imported & {"pickle", "marshal", "shelve", "dill"}
+    attributes = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    assert not attributes & {"__new__", "__setstate__", "__reduce__"}  # (objects made past their constructor)
     assert not re.search(r"\b(jinja2|markupsafe)(\.\w+)*\._[a-z]", source)
     assert not re.search(r"from (jinja2|markupsafe)[\w.]* import [^\n]*\b_[a-z]", source)
 
