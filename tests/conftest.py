@@ -154,3 +154,21 @@ def resigned_real_bundles(root: Path) -> tuple[TestKey, TrustSet, Path]:
     for p in REAL_FILES:
         (bundles / p.name).write_bytes(to_bytes(sign_bundle(json.loads(p.read_bytes()), key)))
     return key, trust, bundles
+
+
+def cache_document(db, name: str) -> tuple[dict, str]:
+    """The build cache's document *name* (``files``: input file -> [stat signature, sha256]; ``mirrored``) as
+    stored, and its tag."""
+    data, tag = db.execute("SELECT data, tag FROM documents WHERE name=?", (name,)).fetchone()
+    return json.loads(data), tag
+
+
+def plant_document(db, name: str, entries: dict, tag: str | None) -> None:
+    """Store *entries* as the cache's document *name* under *tag* (as anyone who can write the file can)."""
+    data = json.dumps(entries).encode()
+    db.execute("INSERT OR REPLACE INTO documents VALUES (?, ?, ?)", (name, data, tag))
+
+
+def document_tag(key, name: str, entries: dict) -> str:
+    """The tag *key* (a cache key bound to the cache's context) makes for *entries* as document *name*."""
+    return key.tag("document", name, json.dumps(entries).encode())

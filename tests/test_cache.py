@@ -28,7 +28,7 @@ from site_builder.loading import stat_signature
 from site_builder.rendering import template_dirs
 from site_builder.verification import Verdict
 
-from conftest import REAL_FILES, ROOT, tree
+from conftest import REAL_FILES, ROOT, cache_document, document_tag, plant_document, tree
 from signing import TestKey, sign_bundle, to_bytes, with_paper
 
 PINNED = json.loads((ROOT / "site_builder" / "data" / "pith-signing-key.json").read_text())
@@ -221,15 +221,16 @@ def test_forged_passed_rows_with_matching_stat_rows_publish_nothing(trust_projec
     trust = load_trust_set().identity()
     sig = stat_signature((trust_project / "bundles" / "forged.json").stat())
     db = sqlite3.connect(cache_folder(trust_project) / "cache.sqlite")
-    genuine_file_tag, = db.execute("SELECT tag FROM files WHERE rel != 'forged.json' LIMIT 1").fetchone()
+    files, genuine_files_tag = cache_document(db, "files")
+    files["forged.json"] = [sig, sha]
     genuine_result_tag, = db.execute("SELECT tag FROM inspections LIMIT 1").fetchone()
     if tags == "another-users-key":
         other = user_cache_key({"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("other"))}).bound_to(cache_context())
-        file_tag, result_tag = other.tag("file", "forged.json", sig, sha), other.tag("inspection", sha, trust, data)
+        files_tag, result_tag = document_tag(other, "files", files), other.tag("inspection", sha, trust, data)
     else:
-        file_tag, result_tag = {"none": (None, None), "made-up": ("0" * 64, "1" * 64),
-                                "copied-from-genuine-rows": (genuine_file_tag, genuine_result_tag)}[tags]
-    db.execute("INSERT OR REPLACE INTO files VALUES ('forged.json', ?, ?, ?)", (sig, sha, file_tag))
+        files_tag, result_tag = {"none": (None, None), "made-up": ("0" * 64, "1" * 64),
+                                 "copied-from-genuine-rows": (genuine_files_tag, genuine_result_tag)}[tags]
+    plant_document(db, "files", files, files_tag)
     db.execute("INSERT OR REPLACE INTO inspections VALUES (?, ?, ?, ?)", (sha, trust, data, result_tag))
     db.execute("DELETE FROM meta WHERE key LIKE 'quick%'")  # (the last build's no-op answer would say "rejected")
     db.commit()

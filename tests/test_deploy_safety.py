@@ -5,17 +5,19 @@ printed raw, and serve's base URL cannot inject script."""
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 
 import pytest
 
 from site_builder.serving import live_reload_tag
+from site_builder.stages.context import default_cache_dir
 from site_builder.settings import SettingsError, normalize_base_url
 from site_builder.terminal import printable
 from site_builder.writing import is_builder_output
 
-from conftest import REAL_FILES, ROOT, tree
+from conftest import REAL_FILES, ROOT, cache_document, plant_document, tree
 
 ROOT_KEY = ROOT / "site_builder" / "data" / "pith-signing-key.json"
 
@@ -182,6 +184,41 @@ def test_static_files_that_shadow_the_site_or_each_other_in_another_case_are_ref
     assert "static/img/logo.png: differs from img/Logo.png only in letter case (one file on a case-insensitive " \
            "host); not copied" in report.warnings
     assert (out / "CNAME").exists()
+
+
+@pytest.mark.parametrize("forgotten", ["deleted", "edited", "another-tag"])
+def test_an_edited_live_bundle_json_is_written_again_when_the_cache_cannot_vouch_for_the_output(bundles_dir,
+                                                                                                tmp_path, forgotten):
+    """The record of what each mirrored bundle.json was is the cache's, and the cache is untrusted: where that
+    record is gone or does not check, no mirrored file in the output is proven, and every record's files are
+    written again (an edit in place, with the record deleted, survived every later build, the no-op included)."""
+    from site_builder.build import BuildOptions, build
+    from site_builder.keys import load_trust_set
+    out = tmp_path / "site"
+
+    def run(output=out, **kw):
+        return build(BuildOptions(bundles=bundles_dir, output=output, trust=load_trust_set(), search=False, **kw))
+    run()
+    pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    live = out / "pith" / pid / "bundle.json"
+    genuine = live.read_bytes()
+    with open(live, "r+b") as f:
+        f.seek(genuine.index(b'"title":"') + 9)
+        f.write(b"EVIL")
+    db = sqlite3.connect(default_cache_dir(out) / "cache.sqlite")
+    mirrored, tag = cache_document(db, "mirrored")
+    if forgotten == "deleted":
+        db.execute("DELETE FROM documents WHERE name='mirrored'")
+    else:  # the edited file's new signature, under the genuine tag or another made-up one
+        mirrored[pid][0] = ":".join(str(v) for v in (live.stat().st_size, live.stat().st_mtime_ns, live.stat().st_ino))
+        plant_document(db, "mirrored", mirrored, tag if forgotten == "edited" else "0" * 64)
+    db.commit()
+    db.close()
+    assert run().changed
+    assert live.read_bytes() == genuine
+    run(output=tmp_path / "clean", use_cache=False)
+    assert tree(out) == tree(tmp_path / "clean")
+    assert not run().changed
 
 
 @pytest.mark.parametrize("twin", [False, True])

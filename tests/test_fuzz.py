@@ -103,15 +103,6 @@ def structural_mutations(draw):
     return bundle
 
 
-def signed_part(bundle: dict) -> dict:
-    """What the signatures cover: all but the unsigned metadata of the bundle signature block itself."""
-    b = json.loads(json.dumps(bundle))
-    if isinstance(b.get("bundle_signature"), dict):
-        for unsigned in ("signed_at", "signature_status"):
-            b["bundle_signature"].pop(unsigned, None)
-    return b
-
-
 @pytest.mark.slow
 @FUZZ
 @given(structural_mutations())

@@ -19,7 +19,7 @@ from site_builder.parallel import PARALLEL_THRESHOLD
 from site_builder.keys import load_trust_set
 from site_builder.settings import SiteConfig
 
-from conftest import REAL_FILES, ROOT, both_keys, opts, tree
+from conftest import REAL_FILES, ROOT, both_keys, cache_document, document_tag, opts, plant_document, tree
 from generate import make_bundle
 
 
@@ -311,7 +311,7 @@ def test_cache_entry_tampered_to_claim_success_is_not_blindly_trusted(project):
     assert {o.inspection.rel for o in first.rejected} == {"bad.json"}
     cache = project / ".site-builder-cache" / "site" / "cache.sqlite"
     db = sqlite3.connect(cache)
-    (bad_sha,) = db.execute("SELECT sha256 FROM files WHERE rel='bad.json'").fetchone()
+    bad_sha = cache_document(db, "files")[0]["bad.json"][1]
     passed = inspection_to_json(inspect_bytes("bad.json", REAL_FILES[0].read_bytes(), trust))
     assert passed[3] is None  # (check: none failed)
     passed[1] = bad_sha
@@ -528,10 +528,9 @@ def test_a_cache_row_wrong_about_a_files_digest_is_caught_when_the_bundle_is_wri
     assert tampered != genuine and len(tampered) == len(genuine)
     victim.write_bytes(tampered)
     db = sqlite3.connect(project / ".site-builder-cache" / "site" / "cache.sqlite")
-    (sha,) = db.execute("SELECT sha256 FROM files WHERE rel=?", (victim.name,)).fetchone()
-    sig = stat_signature(victim.stat())
-    key = user_cache_key().bound_to(cache_context())
-    db.execute("UPDATE files SET sig=?, tag=? WHERE rel=?", (sig, key.tag("file", victim.name, sig, sha), victim.name))
+    files, _ = cache_document(db, "files")
+    files[victim.name][0] = stat_signature(victim.stat())  # (as if the tampered bytes were the ones hashed)
+    plant_document(db, "files", files, document_tag(user_cache_key().bound_to(cache_context()), "files", files))
     db.execute("DELETE FROM meta WHERE key LIKE 'quick%'")
     db.commit()
     db.close()

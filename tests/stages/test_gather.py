@@ -44,3 +44,22 @@ def test_a_mirrored_bundle_edited_in_the_output_is_noticed(project, tmp_path):
     mirrored = sorted((project / "site" / "pith").glob("*/bundle.json"))[0]
     mirrored.write_bytes(mirrored.read_bytes().replace(b"}", b" }", 1))
     assert gathered(options, tmp_path).edited == {mirrored.parent.name}
+
+
+def test_a_mirrored_bundle_removed_or_replaced_counts_as_edited_and_one_only_touched_does_not(project, tmp_path):
+    options = opts(project, project / "site", both_keys())
+    build(options)
+    first, second, third = sorted((project / "site" / "pith").glob("*/bundle.json"))[:3]
+    first.unlink()
+    second.unlink()
+    second.symlink_to(third)  # (the same verified bytes, but not the file the build left there)
+    os.utime(third, ns=(0, 1_000_000_000))  # changed by stat only: hashed again, and the bytes are the same
+    assert gathered(options, tmp_path).edited == {first.parent.name, second.parent.name}
+
+
+def test_without_the_pith_folder_every_mirrored_bundle_counts_as_edited(project, tmp_path):
+    options = opts(project, project / "site", both_keys())
+    build(options)
+    published = {p.parent.name for p in (project / "site" / "pith").glob("*/bundle.json")}
+    (project / "site" / "pith").rename(project / "site" / "elsewhere")
+    assert gathered(options, tmp_path).edited == published

@@ -52,9 +52,10 @@ def test_cache_waits_for_a_background_saver(tmp_path):
         fcntl.flock(fd, fcntl.LOCK_EX)
         print("locked", flush=True)
         time.sleep(0.5)
-        tag = user_cache_key().bound_to(cache_context()).tag("file", "late.json", "sig", "abc")
+        data = b'{{"late.json": ["sig", "abc"]}}'
+        tag = user_cache_key().bound_to(cache_context()).tag("document", "files", data)
         db = sqlite3.connect({str(path)!r}, isolation_level=None)
-        db.execute("INSERT INTO files VALUES ('late.json', 'sig', 'abc', ?)", (tag,))
+        db.execute("INSERT INTO documents VALUES ('files', ?, ?)", (data, tag))
         db.close()
     """)
     proc = subprocess.Popen([sys.executable, "-c", saver], stdout=subprocess.PIPE, text=True)
