@@ -82,3 +82,10 @@ def test_lines_are_kept_by_the_saver_not_while_writing():
     # A line is kept for its result, status and note: another note is another line.
     first = report.outcomes[1]
     assert rows.outcome(first.inspection, first.status, first.note + " (again)") is not first
+
+
+def test_every_line_is_its_outcome_as_json_even_holding_text_the_fast_encoder_refuses():
+    report = _report()
+    report.outcomes.append(FileOutcome(rejected("odd.json", "json_syntax", "bad \ud800 and “quotes” \u2028"), REJECTED))
+    parsed = json.loads(b"".join(report.document([], None).chunks()))
+    assert parsed["files"] == [o.as_json() for o in sorted(report.outcomes, key=lambda o: o.inspection.rel)]
