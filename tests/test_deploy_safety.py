@@ -186,6 +186,50 @@ def test_static_files_that_shadow_the_site_or_each_other_in_another_case_are_ref
     assert (out / "CNAME").exists()
 
 
+def _tamper(path, how: str) -> None:
+    genuine = path.read_bytes()
+    if how == "in-place":
+        with open(path, "r+b") as f:
+            f.seek(genuine.index(b'"title":"') + 9)
+            f.write(b"EVIL")
+    else:  # another file in its place
+        path.unlink()
+        path.write_bytes(genuine.replace(b'"title":"', b'"title":"EVIL ', 1))
+
+
+@pytest.mark.parametrize("twin", [False, True])
+@pytest.mark.parametrize("where", ["pith", ".well-known/pith"])
+@pytest.mark.parametrize("tree_beside", [False, True])
+@pytest.mark.parametrize("how", ["in-place", "replaced"])
+def test_a_mirrored_bundle_edited_at_either_path_in_either_tree_is_never_published(bundles_dir, tmp_path, twin,
+                                                                                   where, tree_beside, how):
+    """Both paths of a record's bundle.json, in the live site and in the tree beside it (which the next build
+    updates in place and swaps in), must hold the verified bytes.  A file put in place of the tree-beside's copy
+    went live with the next change, and stayed; one put in place of the live .well-known copy survived the
+    no-op build; an edit of the live file shared with the tree beside failed the build after the repair."""
+    from site_builder.build import BuildOptions, build
+    from site_builder.keys import load_trust_set
+    from site_builder.writing import OutputSlot
+    out = tmp_path / "site"
+
+    def run(output=out, **kw):
+        return build(BuildOptions(bundles=bundles_dir, output=output, trust=load_trust_set(), search=False,
+                                  link_twin=twin, **kw))
+    run()
+    (bundles_dir / REAL_FILES[3].name).unlink()
+    run()
+    pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    genuine = (out / "pith" / pid / "bundle.json").read_bytes()
+    _tamper((OutputSlot(out).prev if tree_beside else out) / where / pid / "bundle.json", how)
+    run()  # (no input changed)
+    shutil.copy(REAL_FILES[3], bundles_dir / REAL_FILES[3].name)
+    run()  # (the tree beside is updated in place and swapped in)
+    run(output=tmp_path / "clean", use_cache=False)
+    assert tree(out) == tree(tmp_path / "clean")
+    assert all((out / folder / pid / "bundle.json").read_bytes() == genuine for folder in ("pith", ".well-known/pith"))
+    assert not run().changed
+
+
 @pytest.mark.parametrize("forgotten", ["deleted", "edited", "another-tag"])
 def test_an_edited_live_bundle_json_is_written_again_when_the_cache_cannot_vouch_for_the_output(bundles_dir,
                                                                                                 tmp_path, forgotten):

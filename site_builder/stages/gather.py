@@ -4,27 +4,22 @@
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from site_builder.cache import BuildCache
 from site_builder.live_site import LiveManifest, LiveSite, LiveSiteUnavailable, is_url
 from site_builder.loading import (
-    FileReadError,
     InputFile,
     SkippedFile,
     StaticFile,
     discover,
-    read_bytes,
     read_static_files,
 )
+from site_builder.mirrors import edited_in
 from site_builder.options import BuildOptions
 from site_builder.pages import Unit, refused_static_path, static_unit
-from site_builder.selection import Selection
 from site_builder.stages.context import BuildContext, digest_of
 from site_builder.terminal import printable
 from site_builder.writing import MARKER
@@ -116,63 +111,6 @@ def gather(ctx: BuildContext) -> Inputs:
                   deployed, manifest, edited, ctx.build_key, ctx.indexer)
 
 
-def mirror_signatures(output: Path, pith_ids: Iterable[str]) -> Iterator[tuple[str, str | None]]:
-    """Each record's mirrored bundle.json in *output* and what changes when it is edited in place: size, mtime
-    and inode (not the ctime, which the twin's hard links change); None where there is no such file.
-
-    Looked up relative to the ``pith`` folder held open (10,000 lookups a build at 10,000 records: 27 ms
-    against 42 ms joining and looking up each full path)."""
-    try:
-        folder = os.open(os.path.join(output, "pith"), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        folder = None
-    lstat = os.lstat
-    try:
-        for pid in pith_ids:
-            try:
-                st = lstat(f"{pid}/bundle.json", dir_fd=folder) if folder is not None else None
-            except OSError:
-                st = None
-            yield pid, None if st is None else f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
-    finally:
-        if folder is not None:
-            os.close(folder)
-
-
 def edited_mirrors(cache: BuildCache, output: Path) -> set[str]:
-    """The records whose mirrored bundle.json in the output no longer holds the verified bytes: a file whose
-    signature differs from the one recorded is hashed, and only one whose digest differs counts.  Where the
-    cache holds no record of them that checks, every record in the output counts: nothing there is proven."""
-    edited = set()
-    recorded = cache.mirrored()
-    if recorded is None:
-        return mirrored_in(output)
-    for pid, sig in mirror_signatures(output, recorded):
-        expected_sig, sha = recorded[pid]
-        if sig == expected_sig:
-            continue
-        try:
-            data = read_bytes(os.path.join(output, "pith", pid, "bundle.json"))
-        except FileReadError:
-            data = None
-        if data is None or hashlib.sha256(data).hexdigest() != sha:
-            edited.add(pid)
-    return edited
-
-
-def mirrored_in(output: Path) -> set[str]:
-    """The names of the folders in the output's ``pith`` folder that hold a bundle.json (its records)."""
-    try:
-        with os.scandir(os.path.join(output, "pith")) as entries:
-            names = [entry.name for entry in entries]
-    except OSError:
-        return set()
-    return {name for name, sig in mirror_signatures(output, names) if sig is not None}
-
-
-def mirrored_now(output: Path, selection: Selection, changed: dict) -> dict[str, tuple[str, str]]:
-    """Each published record's mirrored bundle.json as this build left it: its signature and verified digest."""
-    published = selection.published
-    return {pid: (sig, published[pid].inspection.sha256)
-            for pid, sig in mirror_signatures(output, (pid for pid in published if pid not in changed))
-            if sig is not None}
+    """The records whose mirrored bundle in the output may not be the verified bytes any more (mirrors.py)."""
+    return edited_in(output, cache.mirrored())

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from site_builder.cache import BuildCache, file_count, join_files, split_files
+from site_builder.mirrors import unproven
 from site_builder.options import BuildOptions
 from site_builder.pages import report_files
 from site_builder.report import BuildReport
@@ -89,6 +90,9 @@ def prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict, live_units: d
     prev = slot.prev
     prev_units = twin_units(slot, cache) if trust_twin else None
     kept, stale = kept_and_stale(prev_units or {}, units)
+    if prev_units is not None:  # (a record's mirrored bundle kept there must be the live one's, proven file)
+        doubtful = unproven(prev, [name[7:] for name in kept if name.startswith("record:")], cache.mirrored())
+        stale += [kept.pop(f"record:{pid}")[1] for pid in sorted(doubtful)]
     if prev_units is None or mostly_stale(prev_units, stale):
         # Of no use: its deletion starts now, beside the build.  The new site takes old files only from the live
         # one (its units whose key did not change), and the live site shares a file with this tree only through

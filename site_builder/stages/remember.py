@@ -11,12 +11,13 @@ from typing import Callable
 from site_builder.cache import BuildCache
 from site_builder.inspection import Inspection, rejected
 from site_builder.incremental import IncrementalStore
+from site_builder.mirrors import signatures_now
 from site_builder.options import BuildOptions
 from site_builder.pages import Catalogue
 from site_builder.rendering import SiteRenderer
 from site_builder.report import BuildReport, FileOutcome, ReportRows
 from site_builder.stages.context import BuildContext, stat_sig
-from site_builder.stages.gather import Inputs, mirrored_now
+from site_builder.stages.gather import Inputs
 from site_builder.stages.plan import SitePlan
 from site_builder.stages.select import published_by
 from site_builder.stages.verify import Verified
@@ -148,7 +149,8 @@ def remember_build(ctx: BuildContext, inputs: Inputs, verified: Verified, site: 
         cache.save(verified.file_index, verified.fresh, options.trust.identity(), site.units, site.build_id,
                    keep_build_id=site.chosen.previous.build_id)
         cache.save_rows(ctx.build_key, shown_rows(site.renderer, site.catalog))
-        cache.save_mirrored(mirrored_now(ctx.slot.output, site.selection, changed))
+        cache.save_mirrored(signatures_now(ctx.slot.output, {pid: chosen.inspection.sha256 for pid, chosen
+                                                              in site.selection.published.items() if pid not in changed}))
     remember(write_cache, cache, options, report, lambda: inputs.fingerprint, marker_sig, upkeep)
     ctx.clock.lap("save_cache")
     if options.left_for_exit is not None:

@@ -1,0 +1,115 @@
+"""The mirrored bundles in a tree: each record's verified bytes, served at two paths, and the check that they
+still are those bytes.
+
+A tree in the output folder, the live one or the one beside it that the next build updates in place, is
+untrusted input like every file a build finds: anyone who can write there can edit a record's bundle.json or put
+another file in its place, and a build that takes the record's files over unchecked would publish that file as
+the verified one.  So the build cache records, for each published record, the stat signature of both its paths
+(``pith/<id>/bundle.json`` and ``.well-known/pith/<id>/bundle.json``: one file with two names, where the file
+system has hard links) as the build left them, and the next build compares: a record whose signature differs
+is hashed again (live tree) or written again (the tree beside it), and where the cache holds no record that
+checks, nothing in the tree counts as proven.
+
+A signature is size, mtime and inode of each path (not the ctime, which the hard links of a tree's twin
+change); 10,000 records are 20,000 lookups, ~55 ms.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from site_builder.loading import FileReadError, read_bytes
+
+MIRROR_FOLDERS = ("pith", ".well-known/pith")  # where a record's bundle.json is: <folder>/<pith id>/bundle.json
+
+
+def mirror_signatures(tree: Path, pith_ids: Iterable[str]) -> Iterator[tuple[str, str | None]]:
+    """Each record's mirrored bundle in *tree*: the signatures of its two paths, or None where either is
+    missing (or is not a plain file name away: a folder in the way is a symlink)."""
+    folders = [_open_folder(tree, folder) for folder in MIRROR_FOLDERS]
+    lstat = os.lstat
+    try:
+        for pid in pith_ids:
+            signatures = []
+            for folder in folders:
+                try:
+                    st = lstat(f"{pid}/bundle.json", dir_fd=folder) if folder is not None else None
+                except OSError:
+                    st = None
+                if st is None:
+                    break
+                signatures.append(f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}")
+            yield pid, " ".join(signatures) if len(signatures) == len(folders) else None
+    finally:
+        for folder in folders:
+            if folder is not None:
+                os.close(folder)
+
+
+def _open_folder(tree: Path, folder: str) -> int | None:
+    """*folder* in *tree*, held open so that each lookup is relative to it (27 ms against 42 ms for 10,000
+    full paths); None where it is missing or a link."""
+    fd = None
+    try:
+        fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
+        for part in folder.split("/"):
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        return fd
+    except OSError:
+        if fd is not None:
+            os.close(fd)
+        return None
+
+
+def holds_verified_bytes(tree: Path, pith_id: str, sha256: str) -> bool:
+    """Whether both of the record's paths in *tree* hold bytes with digest *sha256* (the slow way: read)."""
+    for folder in MIRROR_FOLDERS:
+        try:
+            data = read_bytes(os.path.join(tree, folder, pith_id, "bundle.json"))
+        except FileReadError:
+            return False
+        if hashlib.sha256(data).hexdigest() != sha256:
+            return False
+    return True
+
+
+def edited_in(tree: Path, recorded: dict[str, tuple[str, str]] | None) -> set[str]:
+    """The records of *tree* whose mirrored bundle may not be the verified bytes any more, by what the cache
+    *recorded* (pith id -> (signature, sha256)): one whose signature differs is read and hashed, and counts
+    only if a path's digest differs.  With nothing recorded, every record in the tree counts."""
+    if recorded is None:
+        return records_in(tree)
+    return {pid for pid, sig in mirror_signatures(tree, recorded)
+            if sig != recorded[pid][0] and not holds_verified_bytes(tree, pid, recorded[pid][1])}
+
+
+def unproven(tree: Path, pith_ids: Iterable[str], recorded: dict[str, tuple[str, str]] | None) -> set[str]:
+    """Of *pith_ids*, the records whose mirrored bundle in *tree* is not the very file the cache *recorded*
+    (the tree beside the output shares each unchanged record's file with the live one): a tree updated in place
+    keeps only the others' files."""
+    recorded = recorded or {}
+    return {pid for pid, sig in mirror_signatures(tree, pith_ids) if sig is None or sig != recorded.get(pid, (None,))[0]}
+
+
+def records_in(tree: Path) -> set[str]:
+    """Every name in *tree*'s folders of mirrored bundles: each record the tree may hold (and names that are
+    none, which no unit has)."""
+    names = set()
+    for folder in MIRROR_FOLDERS:
+        try:
+            with os.scandir(os.path.join(tree, folder)) as entries:
+                names.update(entry.name for entry in entries)
+        except OSError:
+            pass
+    return names
+
+
+def signatures_now(tree: Path, published: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """Each record's mirrored bundle as this build left it in *tree* (*published*: pith id -> verified sha256):
+    its signature and digest, what the next build checks against."""
+    return {pid: (sig, published[pid]) for pid, sig in mirror_signatures(tree, published) if sig is not None}

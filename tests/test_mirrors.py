@@ -1,0 +1,81 @@
+"""The mirrored bundles in a tree (mirrors.py): a record counts as proven only while both of its paths are the
+file the cache recorded, and nothing counts without a record."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from site_builder.mirrors import edited_in, mirror_signatures, records_in, signatures_now, unproven
+
+RAW = b'{"a": 1}'
+SHA = hashlib.sha256(RAW).hexdigest()
+
+
+def _tree(root, ids=("AAAA", "BBBB"), linked=True):
+    for pid in ids:
+        first = root / "pith" / pid / "bundle.json"
+        second = root / ".well-known" / "pith" / pid / "bundle.json"
+        for path in (first, second):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        first.write_bytes(RAW)
+        if linked:
+            os.link(first, second)
+        else:
+            second.write_bytes(RAW)
+    return root
+
+
+def test_a_record_is_signed_by_both_paths_and_missing_either_is_no_signature(tmp_path):
+    tree = _tree(tmp_path)
+    signatures = dict(mirror_signatures(tree, ["AAAA", "BBBB", "CCCC"]))
+    first, second = signatures["AAAA"].split(" ")
+    assert first == second  # (one file, two names)
+    assert signatures["CCCC"] is None
+    (tree / ".well-known" / "pith" / "BBBB" / "bundle.json").unlink()
+    assert dict(mirror_signatures(tree, ["BBBB"])) == {"BBBB": None}
+
+
+def test_a_folder_of_mirrors_that_is_a_link_proves_nothing(tmp_path):
+    tree = _tree(tmp_path / "site")
+    elsewhere = tmp_path / "elsewhere"
+    (tree / ".well-known" / "pith").rename(elsewhere)
+    (tree / ".well-known" / "pith").symlink_to(elsewhere)
+    assert dict(mirror_signatures(tree, ["AAAA"])) == {"AAAA": None}
+
+
+def test_edited_counts_only_a_changed_digest_and_everything_without_a_record(tmp_path):
+    tree = _tree(tmp_path)
+    recorded = signatures_now(tree, {"AAAA": SHA, "BBBB": SHA})
+    assert edited_in(tree, recorded) == set()
+    os.utime(tree / "pith" / "AAAA" / "bundle.json", ns=(0, 10**9))  # touched only: hashed, still the bytes
+    second = tree / ".well-known" / "pith" / "BBBB" / "bundle.json"
+    second.unlink()
+    second.write_bytes(b'{"a": 2}')  # another file at one path
+    assert edited_in(tree, recorded) == {"BBBB"}
+    assert edited_in(tree, None) == records_in(tree) == {"AAAA", "BBBB"}
+
+
+def test_a_tree_beside_proves_only_the_recorded_files_themselves(tmp_path):
+    live = _tree(tmp_path / "live")
+    beside = tmp_path / "beside"
+    for pid in ("AAAA", "BBBB"):  # a twin: the same files under both trees
+        for folder in ("pith", ".well-known/pith"):
+            (beside / folder / pid).mkdir(parents=True)
+            os.link(live / folder / pid / "bundle.json", beside / folder / pid / "bundle.json")
+    recorded = signatures_now(live, {"AAAA": SHA, "BBBB": SHA})
+    assert unproven(beside, ["AAAA", "BBBB"], recorded) == set()
+    copy = beside / "pith" / "BBBB" / "bundle.json"
+    copy.unlink()
+    copy.write_bytes(RAW)  # the same bytes, but not the file the cache recorded
+    assert unproven(beside, ["AAAA", "BBBB"], recorded) == {"BBBB"}
+    assert unproven(beside, ["AAAA"], None) == {"AAAA"}
+
+
+def test_without_hard_links_each_path_is_its_own_file_and_still_checked(tmp_path):
+    tree = _tree(tmp_path, linked=False)
+    recorded = signatures_now(tree, {"AAAA": SHA, "BBBB": SHA})
+    assert edited_in(tree, recorded) == set()
+    with open(tree / ".well-known" / "pith" / "AAAA" / "bundle.json", "r+b") as f:
+        f.write(b"[")
+    assert edited_in(tree, recorded) == {"AAAA"}
