@@ -49,13 +49,24 @@ def check_relative_path(rel: str) -> str:
     return rel
 
 
-class StagingTree:
-    """A fresh folder that receives the new site; files are created, never overwritten."""
+class TreeChanged(OutputError):
+    """A tree an earlier build left holds something no build makes where the build was to use a folder of it."""
 
-    def __init__(self, root: Path):
+
+class StagingTree:
+    """A folder that receives the new site; files are created, never overwritten.
+
+    *existing*: a tree an earlier build left (the one beside the output, brought up to date in place), which is
+    untrusted like every file a build finds: before the build makes or removes anything in a folder of it, each
+    part of that folder's path is checked to be a real folder, since a link there would lead the build outside
+    the output (TreeChanged otherwise).  In a fresh tree every folder is the build's own."""
+
+    def __init__(self, root: Path, existing: bool = False):
         self.root = root
+        self.existing = existing
         self._prefix = os.path.join(os.fspath(root), "")  # paths are joined as strings: a record writes ten files
         self._dirs: set[str] = set()
+        self._real_folders: set[str] = {""}  # (existing trees) folders checked to be real folders, or made
         self.files_written = 0
         self.holds_older_files = False  # whether ``reuse`` linked in a file of another tree
 
@@ -67,6 +78,8 @@ class StagingTree:
         made = self._dirs if made is None else made
         parent = rel.rpartition("/")[0]
         if parent and parent not in made:
+            if self.existing:
+                self.check_folder(parent)
             try:
                 os.mkdir(self._prefix + parent)  # one call where the parent's parent exists, as it mostly does
             except FileExistsError:
@@ -74,6 +87,42 @@ class StagingTree:
             except FileNotFoundError:
                 os.makedirs(self._prefix + parent, exist_ok=True)
             made.add(parent)
+
+    def check_folder(self, folder: str) -> None:
+        """Raise TreeChanged unless each part of *folder* (relative) is a real folder of this tree, or missing
+        (then made as one)."""
+        if folder in self._real_folders:
+            return
+        self.check_folder(folder.rpartition("/")[0])
+        try:
+            mode = os.lstat(self._prefix + folder).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and not stat.S_ISDIR(mode):
+            raise TreeChanged(f"{self._prefix + folder}: not a folder site-builder made (a link or another file): "
+                              f"the tree was changed outside site-builder")
+        self._real_folders.add(folder)
+
+    def remove(self, rel: str) -> None:
+        """Remove the file *rel* (not what a link there leads to), if it is there."""
+        self.check_folder(rel.rpartition("/")[0])
+        try:
+            os.unlink(self.path_for(rel))
+        except FileNotFoundError:
+            pass
+
+    def remove_empty_folders(self, folders: Iterable[str]) -> None:
+        """Remove those of *folders* (relative) that are empty, deepest first, and the folders above them that
+        this empties, up to the tree's root."""
+        for folder in sorted(folders, key=lambda f: f.count("/"), reverse=True):
+            while folder:
+                try:
+                    self.check_folder(folder)
+                    os.rmdir(self._prefix + folder)
+                except (OSError, TreeChanged):
+                    break
+                self._real_folders.discard(folder)
+                folder = folder.rpartition("/")[0]
 
     def write(self, rel: str, data: bytes) -> None:
         self.write_chunks(rel, (data,))

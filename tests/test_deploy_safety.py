@@ -230,6 +230,72 @@ def test_a_mirrored_bundle_edited_at_either_path_in_either_tree_is_never_publish
     assert not run().changed
 
 
+def _outside(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("index.html", "bundle.json", "state.json", "badge.svg", "precious.txt"):
+        (outside / name).write_text(f"not the site's {name}")
+    return outside
+
+
+@pytest.mark.parametrize("twin", [False, True])
+def test_a_link_planted_in_the_tree_beside_the_site_leads_nothing_outside_the_output(bundles_dir, tmp_path, twin):
+    """The tree beside the site is updated in place: a link put where a record's folder was must not make the
+    build remove (or write) the files it leads to.  It removed them, and the site then served the link."""
+    from site_builder.build import BuildOptions, build
+    from site_builder.keys import load_trust_set
+    from site_builder.writing import OutputSlot
+    out = tmp_path / "site"
+
+    def run(output=out, **kw):
+        return build(BuildOptions(bundles=bundles_dir, output=output, trust=load_trust_set(), search=False,
+                                  link_twin=twin, **kw))
+    run()
+    (bundles_dir / REAL_FILES[3].name).unlink()
+    run()  # (the tree beside still holds that record: its files are stale there)
+    pid = json.loads(REAL_FILES[3].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    folder = OutputSlot(out).prev / "pith" / pid
+    shutil.rmtree(folder)
+    outside = _outside(tmp_path)
+    folder.symlink_to(outside)
+    (bundles_dir / REAL_FILES[2].name).unlink()  # (a change: the tree beside is brought up to date)
+    assert run().changed
+    assert len(list(outside.iterdir())) == 5
+    assert not any(p.is_symlink() for p in out.rglob("*"))
+    run(output=tmp_path / "clean", use_cache=False)
+    assert tree(out) == tree(tmp_path / "clean")
+
+
+def test_a_link_planted_where_a_new_record_goes_fails_that_build_only(bundles_dir, tmp_path):
+    """A link where the tree beside will get a new record's folder: the build stops with one line naming it,
+    writes nothing through it and leaves the site as it was; the next build writes a fresh tree."""
+    from site_builder.build import BuildOptions, build
+    from site_builder.keys import load_trust_set
+    from site_builder.writing import OutputError, OutputSlot
+    out = tmp_path / "site"
+
+    def run(output=out, **kw):
+        return build(BuildOptions(bundles=bundles_dir, output=output, trust=load_trust_set(), search=False, **kw))
+    (bundles_dir / REAL_FILES[3].name).unlink()
+    run()
+    run()
+    (bundles_dir / REAL_FILES[2].name).unlink()
+    run()  # (now there is a tree beside, which the next change updates in place)
+    before = tree(out)
+    pid = json.loads(REAL_FILES[3].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    outside = _outside(tmp_path)
+    (OutputSlot(out).prev / "pith" / pid).symlink_to(outside)
+    shutil.copy(REAL_FILES[3], bundles_dir / REAL_FILES[3].name)
+    with pytest.raises(OutputError) as failed:
+        run()
+    assert f"pith/{pid}: not a folder site-builder made" in str(failed.value) and "\n" not in str(failed.value)
+    assert len(list(outside.iterdir())) == 5
+    assert tree(out) == before
+    assert run().changed
+    run(output=tmp_path / "clean", use_cache=False)
+    assert tree(out) == tree(tmp_path / "clean")
+
+
 @pytest.mark.parametrize("forgotten", ["deleted", "edited", "another-tag"])
 def test_an_edited_live_bundle_json_is_written_again_when_the_cache_cannot_vouch_for_the_output(bundles_dir,
                                                                                                 tmp_path, forgotten):

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from site_builder.writing import OutputSlot, StagingTree, check_relative_path, remove_tree
+from site_builder.writing import OutputSlot, StagingTree, TreeChanged, check_relative_path, remove_tree
 
 
 def wait_gone(path: Path, seconds: float = 10) -> bool:
@@ -180,3 +180,40 @@ def test_unsafe_output_paths_are_refused(rel):
                                  "arxiv/2401.00001v2/index.html", "console/index.html", "com10/x"])
 def test_plain_output_paths_are_accepted(rel):
     assert check_relative_path(rel) == rel
+
+
+def _tree_with_a_link(tmp_path):
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "index.html").write_text("not the site's")
+    root = tmp_path / "tree"
+    (root / "pith").mkdir(parents=True)
+    (root / "pith" / "LINKED").symlink_to(outside)
+    (root / "pith" / "REAL").mkdir()
+    (root / "pith" / "REAL" / "index.html").write_text("the site's")
+    return root, outside
+
+
+def test_a_tree_an_earlier_build_left_is_never_followed_through_a_link(tmp_path):
+    root, outside = _tree_with_a_link(tmp_path)
+    tree = StagingTree(root, existing=True)
+    for act in (lambda: tree.remove("pith/LINKED/index.html"), lambda: tree.write("pith/LINKED/new.html", b"x"),
+                lambda: tree.write("pith/LINKED/deep/new.html", b"x"),
+                lambda: tree.reuse("pith/LINKED/linked.html", root / "pith" / "REAL" / "index.html")):
+        with pytest.raises(TreeChanged, match="LINKED: not a folder site-builder made"):
+            act()
+    tree.remove_empty_folders({"pith/LINKED/deep"})
+    assert sorted(p.name for p in outside.iterdir()) == ["deep", "index.html"]
+    tree.remove("pith/REAL/index.html")  # (its own files and folders it removes as ever)
+    tree.remove_empty_folders({"pith/REAL"})
+    assert sorted(p.name for p in (root / "pith").iterdir()) == ["LINKED"]
+    tree.write("pith/NEW/index.html", b"new")  # (and a folder it makes is its own)
+    assert (root / "pith" / "NEW" / "index.html").read_bytes() == b"new"
+
+
+def test_a_file_where_a_folder_should_be_is_refused_too(tmp_path):
+    root = tmp_path / "tree"
+    root.mkdir()
+    (root / "pith").write_text("a file")
+    with pytest.raises(TreeChanged):
+        StagingTree(root, existing=True).write("pith/X/index.html", b"x")

@@ -16,7 +16,7 @@ from site_builder.pages import report_files
 from site_builder.report import BuildReport
 from site_builder.stages.context import BuildContext, open_cache, put_cache_back
 from site_builder.stages.plan import SitePlan, read_build_id
-from site_builder.writing import MARKER, OutputSlot, StagingTree
+from site_builder.writing import MARKER, OutputSlot, StagingTree, TreeChanged
 
 # Update the previous tree in place unless more than this share of its files is stale.  Unlinking a stale file
 # costs what linking an unchanged one into a fresh tree does, and a fresh tree also has the old one deleted, which
@@ -102,16 +102,17 @@ def prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict, live_units: d
         slot.retire_prev(shares_files=shares)
         return slot.new_staging(), {}, set()
     (prev / MARKER).unlink()  # from here on the previous tree counts as unknown until it is swapped in
-    root = str(prev)
+    tree = StagingTree(prev, existing=True)
     stale_dirs: set[str] = set()
-    for files in stale:
-        for rel in split_files(files):
-            try:
-                os.unlink(os.path.join(root, rel))
-            except FileNotFoundError:
-                pass
-            stale_dirs.add(rel.rpartition("/")[0])
-    return StagingTree(prev), kept, stale_dirs
+    try:
+        for files in stale:
+            for rel in split_files(files):
+                tree.remove(rel)
+                stale_dirs.add(rel.rpartition("/")[0])
+    except TreeChanged:  # (a link where a folder was: nothing of that tree is used, nothing it leads to touched)
+        slot.retire_prev(shares_files=True)
+        return slot.new_staging(), {}, set()
+    return tree, kept, stale_dirs
 
 
 def renders_everything(tree: StagingTree, slot: OutputSlot, units: dict, live_units: dict) -> bool:
@@ -218,17 +219,6 @@ def place_unit(name: str, key: str, tree: StagingTree, kept: dict, live_units: d
     return live[1]
 
 
-def prune_empty_dirs(root: Path, folders: set[str]) -> None:
-    """Remove folders emptied by removed files (deepest first), up to the tree's root."""
-    for folder in sorted(folders, key=lambda f: f.count("/"), reverse=True):
-        while folder:
-            try:
-                os.rmdir(root / folder)
-            except OSError:
-                break
-            folder = folder.rpartition("/")[0]
-
-
 @dataclass
 class OutputTree:
     """The tree a build writes into, what of it is already right, and the twin it links as it goes.
@@ -316,7 +306,7 @@ def write_report(ctx: BuildContext, site: SitePlan, out: OutputTree) -> None:
     out.link_in_twin(site.units["report"][1], copy=True)
     report.removed = sorted(f"pith/{pid}/index.html" for pid in site.chosen.previous.published
                             if pid not in site.selection.published)
-    prune_empty_dirs(tree.root, out.stale_dirs)
+    tree.remove_empty_folders(out.stale_dirs)
     ctx.clock.lap("render_collection")
 
 

@@ -40,14 +40,14 @@ class RecordWriter:
     spare: StagingTree | None
 
 
-def record_writer(config: SiteConfig, dirs: list[Path], trust: TrustSet, staging_root: Path, search: bool,
-                  compiled: CompiledTemplates | None, spare_root: Path | None,
+def record_writer(config: SiteConfig, dirs: list[Path], trust: TrustSet, staging_root: Path, existing: bool,
+                  search: bool, compiled: CompiledTemplates | None, spare_root: Path | None,
                   renderer: SiteRenderer | None = None) -> RecordWriter:
     """A worker makes its renderer (templates compiled once, kept in *compiled*); in the build's own process
-    the planned *renderer* is used as it is."""
+    the planned *renderer* is used as it is.  *existing*: the tree is one an earlier build left (``StagingTree``)."""
     if renderer is None:
         renderer = SiteRenderer(config, dirs, trust, search, compiled)
-    return RecordWriter(renderer, StagingTree(staging_root),
+    return RecordWriter(renderer, StagingTree(staging_root, existing),
                         StagingTree(spare_root) if spare_root is not None else None)
 
 
@@ -143,7 +143,8 @@ def render_records(ctx: BuildContext, site: SitePlan, out: OutputTree) -> dict[s
                                     chosen.inspection.summary.row_digest in site.renderer.rows))
     changed = {}
     twin_lost = False
-    init_args = (options.config, ctx.dirs, options.trust, out.tree.root, options.search, template_cache(ctx.cache),
+    init_args = (options.config, ctx.dirs, options.trust, out.tree.root, out.tree.existing, options.search,
+                 template_cache(ctx.cache),
                  out.spare.root if out.spare is not None else None)
     with closing(imap_in_workers(render_record, record_writer, init_args, to_render, options.workers, "render",
                                  [t.source for t in to_render], (*init_args, site.renderer))) as results:
