@@ -93,7 +93,8 @@ def unproven(tree: Path, pith_ids: Iterable[str], recorded: dict[str, tuple[str,
     (the tree beside the output shares each unchanged record's file with the live one): a tree updated in place
     keeps only the others' files."""
     recorded = recorded or {}
-    return {pid for pid, sig in mirror_signatures(tree, pith_ids) if sig is None or sig != recorded.get(pid, (None,))[0]}
+    return {pid for pid, sig in mirror_signatures(tree, pith_ids)
+            if sig is None or sig != recorded.get(pid, (None,))[0]}
 
 
 def records_in(tree: Path) -> set[str]:

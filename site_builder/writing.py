@@ -49,6 +49,33 @@ def check_relative_path(rel: str) -> str:
     return rel
 
 
+# Every folder of a site is made writable by its owner alone, whatever the umask allows: a folder another user
+# could add an entry to (a link leading out of the site, a page) is one whose contents no build could vouch for.
+# A tree beside the output is brought up to date in place only if its own folder is such a folder of this user's
+# (``owned_privately``), since its files are kept unchecked but for the mirrored bundles.
+FOLDER_MODE = 0o755
+
+
+def owned_privately(path: Path) -> bool:
+    """Whether *path* is a real folder of this user's that no other user may write to."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def make_folders(path: str) -> None:
+    """*path* and the folders above it that are missing, each with FOLDER_MODE."""
+    parent = os.path.dirname(path)
+    if parent and parent != path and not os.path.isdir(parent):
+        make_folders(parent)
+    try:
+        os.mkdir(path, FOLDER_MODE)
+    except FileExistsError:
+        pass
+
+
 class TreeChanged(OutputError):
     """A tree an earlier build left holds something no build makes where the build was to use a folder of it."""
 
@@ -81,11 +108,11 @@ class StagingTree:
             if self.existing:
                 self.check_folder(parent)
             try:
-                os.mkdir(self._prefix + parent)  # one call where the parent's parent exists, as it mostly does
+                os.mkdir(self._prefix + parent, FOLDER_MODE)  # (one call: the parent's parent mostly exists)
             except FileExistsError:
                 pass
             except FileNotFoundError:
-                os.makedirs(self._prefix + parent, exist_ok=True)
+                make_folders(self._prefix + parent)
             made.add(parent)
 
     def check_folder(self, folder: str) -> None:
@@ -370,7 +397,7 @@ class OutputSlot:
     def new_staging(self, suffix: str = "") -> StagingTree:
         path = self.staging_path(suffix)
         shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True)
+        make_folders(os.fspath(path))
         return StagingTree(path)
 
     def _swap_in(self, tree: Path) -> None:

@@ -266,6 +266,33 @@ def test_a_link_planted_in_the_tree_beside_the_site_leads_nothing_outside_the_ou
     assert tree(out) == tree(tmp_path / "clean")
 
 
+def test_a_tree_beside_the_site_that_others_may_write_to_is_not_brought_up_to_date_but_replaced(bundles_dir,
+                                                                                                 tmp_path):
+    """Files of the tree beside are kept unchecked but for the mirrored bundles, so it is used only while no other
+    user could have changed it: a page planted there in a group-writable tree went live."""
+    from site_builder.build import BuildOptions, build
+    from site_builder.keys import load_trust_set
+    from site_builder.writing import OutputSlot
+    out = tmp_path / "site"
+
+    def run(output=out, **kw):
+        return build(BuildOptions(bundles=bundles_dir, output=output, trust=load_trust_set(), search=False, **kw))
+    run()
+    (bundles_dir / REAL_FILES[3].name).unlink()
+    run()
+    prev = OutputSlot(out).prev
+    pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    page = prev / "pith" / pid / "index.html"
+    page.unlink()
+    page.write_text("planted")
+    prev.chmod(0o775)
+    (bundles_dir / REAL_FILES[2].name).unlink()
+    assert run().changed
+    assert b"planted" not in (out / "pith" / pid / "index.html").read_bytes()
+    run(output=tmp_path / "clean", use_cache=False)
+    assert tree(out) == tree(tmp_path / "clean")
+
+
 def test_a_link_planted_where_a_new_record_goes_fails_that_build_only(bundles_dir, tmp_path):
     """A link where the tree beside will get a new record's folder: the build stops with one line naming it,
     writes nothing through it and leaves the site as it was; the next build writes a fresh tree."""

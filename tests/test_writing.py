@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from site_builder.writing import OutputSlot, StagingTree, TreeChanged, check_relative_path, remove_tree
+from site_builder.writing import FOLDER_MODE, OutputSlot, StagingTree, TreeChanged, check_relative_path, owned_privately, remove_tree
 
 
 def wait_gone(path: Path, seconds: float = 10) -> bool:
@@ -217,3 +217,29 @@ def test_a_file_where_a_folder_should_be_is_refused_too(tmp_path):
     (root / "pith").write_text("a file")
     with pytest.raises(TreeChanged):
         StagingTree(root, existing=True).write("pith/X/index.html", b"x")
+
+
+def test_every_folder_of_a_tree_is_its_owners_alone_whatever_the_umask(tmp_path):
+    old = os.umask(0o002)  # (a user private group's umask: folders would be group-writable)
+    try:
+        slot = OutputSlot(tmp_path / "site")
+        tree = slot.new_staging()
+        tree.write("a/b/c/index.html", b"x")
+        tree.write("a/d/index.html", b"x")
+    finally:
+        os.umask(old)
+    for folder in (tree.root, tree.root / "a", tree.root / "a" / "b", tree.root / "a" / "b" / "c", tree.root / "a" / "d"):
+        assert folder.stat().st_mode & 0o777 == FOLDER_MODE, folder
+    assert owned_privately(tree.root)
+
+
+def test_a_folder_others_may_write_to_or_a_link_is_not_owned_privately(tmp_path):
+    folder = tmp_path / "f"
+    folder.mkdir(mode=0o755)
+    assert owned_privately(folder)
+    for mode in (0o775, 0o757):
+        folder.chmod(mode)
+        assert not owned_privately(folder)
+    folder.chmod(0o755)
+    (tmp_path / "link").symlink_to(folder)
+    assert not owned_privately(tmp_path / "link") and not owned_privately(tmp_path / "missing")

@@ -16,7 +16,7 @@ from site_builder.pages import report_files
 from site_builder.report import BuildReport
 from site_builder.stages.context import BuildContext, open_cache, put_cache_back
 from site_builder.stages.plan import SitePlan, read_build_id
-from site_builder.writing import MARKER, OutputSlot, StagingTree, TreeChanged
+from site_builder.writing import MARKER, OutputSlot, StagingTree, TreeChanged, owned_privately
 
 # Update the previous tree in place unless more than this share of its files is stale.  Unlinking a stale file
 # costs what linking an unchanged one into a fresh tree does, and a fresh tree also has the old one deleted, which
@@ -173,9 +173,9 @@ def mirror_into_twin(slot: OutputSlot, spare: StagingTree | None, tree: StagingT
 
 def twin_units(slot: OutputSlot, cache: BuildCache) -> dict | None:
     """The units the twin tree (``.<output>.prev``) holds, if the cache knows them; None for no twin, or one it
-    cannot vouch for (left half-updated by a killed build, or not made by a build)."""
+    cannot vouch for (left half-updated by a killed build, not made by a build, or one others may write to)."""
     prev = slot.prev
-    return cache.units(read_build_id(prev)) if prev.is_dir() and not prev.is_symlink() else None
+    return cache.units(read_build_id(prev)) if owned_privately(prev) else None
 
 
 def kept_and_stale(prev_units: dict, units: dict) -> tuple[dict, list[str]]:

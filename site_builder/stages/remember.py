@@ -149,8 +149,9 @@ def remember_build(ctx: BuildContext, inputs: Inputs, verified: Verified, site: 
         cache.save(verified.file_index, verified.fresh, options.trust.identity(), site.units, site.build_id,
                    keep_build_id=site.chosen.previous.build_id)
         cache.save_rows(ctx.build_key, shown_rows(site.renderer, site.catalog))
-        cache.save_mirrored(signatures_now(ctx.slot.output, {pid: chosen.inspection.sha256 for pid, chosen
-                                                              in site.selection.published.items() if pid not in changed}))
+        published = site.selection.published
+        cache.save_mirrored(signatures_now(ctx.slot.output, {pid: chosen.inspection.sha256
+                                                              for pid, chosen in published.items() if pid not in changed}))
     remember(write_cache, cache, options, report, lambda: inputs.fingerprint, marker_sig, upkeep)
     ctx.clock.lap("save_cache")
     if options.left_for_exit is not None:
