@@ -291,6 +291,15 @@ def test_a_tree_beside_the_site_that_others_may_write_to_is_not_brought_up_to_da
     assert b"planted" not in (out / "pith" / pid / "index.html").read_bytes()
     run(output=tmp_path / "clean", use_cache=False)
     assert tree(out) == tree(tmp_path / "clean")
+    # And the live site is linked from (into a fresh tree: there is none beside it) only on the same terms.
+    shutil.rmtree(prev)
+    page = out / "pith" / pid / "index.html"
+    page.unlink()
+    page.write_text("planted")
+    out.chmod(0o775)
+    shutil.copy(REAL_FILES[2], bundles_dir / REAL_FILES[2].name)
+    assert run().changed
+    assert b"planted" not in (out / "pith" / pid / "index.html").read_bytes()
 
 
 def test_a_link_planted_where_a_new_record_goes_fails_that_build_only(bundles_dir, tmp_path):

@@ -272,7 +272,8 @@ def reuse_units(ctx: BuildContext, site: SitePlan, out: OutputTree, names: Itera
 
 def open_tree(ctx: BuildContext, site: SitePlan, edited: set[str]) -> OutputTree:
     """The tree to write *site* into, and a twin when the build writes everything afresh and is asked to."""
-    live_units = ctx.cache.units(site.chosen.previous.build_id) or {}
+    # (units are linked from the live site only while no other user could have changed it: see writing.py)
+    live_units = (ctx.cache.units(site.chosen.previous.build_id) or {}) if owned_privately(ctx.slot.output) else {}
     if edited:  # those records' files are written again, into a fresh tree (the twin shares their inodes)
         live_units = {name: ("(edited in the output)", files) if name.removeprefix("record:") in edited
                       else (key, files) for name, (key, files) in live_units.items()}
