@@ -396,8 +396,10 @@ class OutputSlot:
 
     def new_staging(self, suffix: str = "") -> StagingTree:
         path = self.staging_path(suffix)
+        if path.is_symlink():  # (rmtree refuses a link, and the folder must be made here, by this build)
+            path.unlink()
         shutil.rmtree(path, ignore_errors=True)
-        make_folders(os.fspath(path))
+        os.mkdir(path, FOLDER_MODE)  # (FileExistsError: something the build could not remove is in the way)
         return StagingTree(path)
 
     def _swap_in(self, tree: Path) -> None:

@@ -243,3 +243,15 @@ def test_a_folder_others_may_write_to_or_a_link_is_not_owned_privately(tmp_path)
     folder.chmod(0o755)
     (tmp_path / "link").symlink_to(folder)
     assert not owned_privately(tmp_path / "link") and not owned_privately(tmp_path / "missing")
+
+
+def test_a_link_planted_where_a_staging_tree_goes_is_removed_not_followed(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("not the site's")
+    slot = OutputSlot(tmp_path / "site")
+    slot.staging_path().symlink_to(outside)
+    tree = slot.new_staging()
+    tree.write("index.html", b"x")
+    assert not tree.root.is_symlink() and (tree.root / "index.html").exists()
+    assert [p.name for p in outside.iterdir()] == ["keep.txt"]
