@@ -33,6 +33,7 @@ import json
 import os
 import re
 import sqlite3
+import stat
 from pathlib import Path
 
 import orjson
@@ -41,9 +42,41 @@ from site_builder import builder_identity
 from site_builder.cache_key import CacheKey
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
 from site_builder.pages import record_file_count, record_files
-from site_builder.writing import check_relative_path
+from site_builder.writing import check_relative_path, make_folders
 
 SCHEMA = "10"
+
+# What the cache keeps in its folder, by name (compiled_templates.py keeps its files in ``templates``).
+CACHE_NAMES = ("cache.sqlite", "cache.sqlite-wal", "cache.sqlite-shm", "cache.lock", "templates")
+
+
+class CacheFolderUnsafe(Exception):
+    """The cache's folder is not one this user alone can write to: the build then keeps no cache."""
+
+
+def make_private_folder(folder: Path) -> None:
+    """Make *folder* a folder of this user's that no one else may write to (made so, or tightened if it is this
+    user's already), or raise CacheFolderUnsafe saying why it cannot be; a link at one of the cache's own names
+    in it is removed.  The cache's bytes are authenticated, but where they live is not: a link planted there as
+    ``cache.sqlite`` would make the build open another database and change it, one as ``cache.lock`` create a
+    file elsewhere."""
+    try:
+        make_folders(os.fspath(folder))
+        st = os.lstat(folder)
+    except OSError as e:
+        raise CacheFolderUnsafe(f"cannot make {folder}: {e.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise CacheFolderUnsafe(f"{folder} is not a folder (a link, or another file)")
+    if st.st_uid != os.geteuid():
+        raise CacheFolderUnsafe(f"{folder} belongs to another user")
+    try:
+        if st.st_mode & 0o022:
+            os.chmod(folder, stat.S_IMODE(st.st_mode) & ~0o022)
+        for name in CACHE_NAMES:
+            if os.path.islink(folder / name):
+                os.unlink(folder / name)
+    except OSError as e:
+        raise CacheFolderUnsafe(f"cannot make {folder} private: {e.strerror}") from None
 
 
 def cache_context() -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from site_builder import builder_identity
-from site_builder.cache import BuildCache
+from site_builder.cache import BuildCache, CacheFolderUnsafe, make_private_folder
 from site_builder.cache_key import CacheKey, CacheKeyUnavailable, user_cache_key
 from site_builder.compiled_templates import CompiledTemplates
 from site_builder.loading import stat_signature
@@ -169,7 +169,14 @@ def open_cache(options: BuildOptions, report: BuildReport, load: bool = True) ->
     if store is not None and store.cache is not None and store.cache.path == path and store.cache.db is not None:
         store.cache.take_lock()
         return store.cache
-    cache = BuildCache(path, load, user_key_or_note(options, report))
+    key = user_key_or_note(options, report)
+    if key is not None and folder is not None:
+        try:
+            make_private_folder(folder)
+        except CacheFolderUnsafe as e:
+            report.cache_note = f"no build cache: {e}; every bundle is verified and every page rendered"
+            key = None
+    cache = BuildCache(path, load, key)
     if store is not None:
         store.close()
         store.cache = cache

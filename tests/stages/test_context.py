@@ -3,6 +3,7 @@ inputs, and a context that holds the output's lock for the build's length."""
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import replace
 
 import pytest
@@ -13,7 +14,7 @@ from site_builder.keys import load_trust_set
 from site_builder.rendering import template_dirs
 from site_builder.report import BuildReport
 from site_builder.settings import SiteConfig
-from site_builder.stages.context import build_key_of, digest_of, opened_context
+from site_builder.stages.context import build_key_of, cache_folder, digest_of, opened_context
 from site_builder.writing import OutputError
 
 
@@ -61,3 +62,44 @@ def test_an_output_that_holds_the_bundles_is_refused(project, tmp_path):
     with pytest.raises(OutputError, match="must not contain the bundles folder"):
         with opened_context(options, tmp_path, BuildReport(), lambda: "pagefind 0"):
             pass
+
+
+def _other_database(path):
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE meta (key TEXT, value TEXT)")
+    db.execute("INSERT INTO meta VALUES ('mine', 'not the cache''s')")
+    db.commit()
+    db.close()
+    return path.read_bytes()
+
+
+def test_a_link_planted_in_the_cache_folder_is_removed_not_opened(project, tmp_path):
+    """The cache's folder holds authenticated bytes, but its names are not: a link planted as cache.sqlite made
+    the build open the database it led to as its cache, and empty its tables."""
+    options = opts(project, project / "site", both_keys())
+    folder = cache_folder(options)
+    folder.mkdir(parents=True)
+    elsewhere = tmp_path / "other.sqlite"
+    before = _other_database(elsewhere)
+    (folder / "cache.sqlite").symlink_to(elsewhere)
+    (folder / "cache.lock").symlink_to(tmp_path / "created-elsewhere")
+    build(options)
+    assert elsewhere.read_bytes() == before and not (tmp_path / "created-elsewhere").exists()
+    assert not (folder / "cache.sqlite").is_symlink() and not build(options).changed  # (a cache of its own)
+
+
+def test_a_cache_folder_that_is_a_link_or_writable_by_others_is_not_used_as_it_is(project, tmp_path):
+    options = opts(project, project / "site", both_keys())
+    folder = cache_folder(options)
+    folder.parent.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    folder.symlink_to(elsewhere)
+    report = build(options)
+    assert "no build cache" in report.cache_note and "is not a folder" in report.cache_note
+    assert list(elsewhere.iterdir()) == []
+    folder.unlink()
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)
+    report = build(options)
+    assert report.cache_note == "" and folder.stat().st_mode & 0o777 == 0o755  # (this user's: made private)
