@@ -8,6 +8,7 @@ replaces a newer one.  Requests are polite: a concurrency limit, timeouts, retri
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import http.client
 import json
@@ -296,9 +297,14 @@ def bundle_url_pattern(base: str, fetcher: Fetcher) -> str:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
+    """Write *path* through a temporary file this call creates itself (never one found at that name, nor what a
+    link there leads to: the bundles folder is untrusted), renamed into place."""
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}"
     try:
-        with open(tmp, "wb") as f:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # (a killed run's leftover, or a link: the name itself goes, not what it leads to)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with open(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -333,3 +333,18 @@ def test_something_other_than_a_file_at_the_target_is_one_line(tmp_path):
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert any(line.startswith(f"FAILED {IDS[0]}:") and "is not a file" in line for line in result.stderr.splitlines())
     assert (bundles / f"{IDS[0]}.json").is_dir()
+
+
+def test_a_bundle_is_written_through_a_file_of_its_own_not_a_link_found_at_the_temporary_name(tmp_path):
+    """The bundles folder is untrusted: a link planted at the temporary name must not be written through."""
+    import os
+    import threading
+    from site_builder import pulling
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the bundles'")
+    target = tmp_path / f"{IDS[0]}.json"
+    (tmp_path / f".{target.name}.tmp-{os.getpid()}-{threading.get_ident()}").symlink_to(outside)
+    pulling._write_atomically(target, REAL[IDS[0]])
+    assert outside.read_text() == "not the bundles'"
+    assert target.read_bytes() == REAL[IDS[0]] and not target.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, outside.name])
