@@ -378,6 +378,8 @@ class _PreviewHandler(http.server.BaseHTTPRequestHandler):
         if any(p in ("..", ".") or "\x00" in p for p in parts):
             return self._not_found()
         target = self.output.joinpath(*parts) if parts else self.output
+        if _through_a_link(self.output, parts):  # (the builder makes none: one in the output was put there)
+            return self._not_found()
         if target.is_dir():
             if not path.endswith("/"):
                 return self._send(301, b"", "text/plain", {"Location": path + "/"})
@@ -424,6 +426,17 @@ class _PreviewHandler(http.server.BaseHTTPRequestHandler):
             with self.live.lock:
                 self.live.clients.remove(q)
             self.close_connection = True
+
+
+def _through_a_link(root: Path, parts: list[str]) -> bool:
+    """Whether the path *parts* under *root* passes through (or ends at) a link: the server shows the site's
+    files, never what a link planted in it leads to (any user of the machine may ask the server)."""
+    path = root
+    for part in parts:
+        path = path / part
+        if path.is_symlink():
+            return True
+    return False
 
 
 def _make_handler(options: ServeOptions, live: LiveState) -> type[_PreviewHandler]:

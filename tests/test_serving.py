@@ -171,6 +171,18 @@ def test_content_types_404_and_base_path(server):
     assert "__site_builder__" not in (server[0] / "output" / "index.html").read_text()
 
 
+def test_a_link_in_the_output_is_not_followed(server, tmp_path):
+    root, _, base, _, _ = server
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "key.txt").write_text("private")
+    (root / "output" / "planted").symlink_to(secret)
+    (root / "output" / "planted.txt").symlink_to(secret / "key.txt")
+    for path in ("planted/key.txt", "planted/", "planted.txt"):
+        status, _, body = get(base + path)
+        assert status == 404 and "private" not in body, path
+
+
 def test_broken_template_shows_banner_and_recovers(server):
     root, _, base, port, _ = server
     events = Events("127.0.0.1", port, "/mirror/__site_builder__/events")
