@@ -54,12 +54,13 @@ class CacheFolderUnsafe(Exception):
     """The cache's folder is not one this user alone can write to: the build then keeps no cache."""
 
 
-def make_private_folder(folder: Path) -> None:
-    """Make *folder* a folder of this user's that no one else may write to (made so, or tightened if it is this
-    user's already), or raise CacheFolderUnsafe saying why it cannot be; a link at one of the cache's own names
-    in it is removed.  The cache's bytes are authenticated, but where they live is not: a link planted there as
-    ``cache.sqlite`` would make the build open another database and change it, one as ``cache.lock`` create a
-    file elsewhere."""
+def make_private_folder(folder: Path, ours: bool) -> None:
+    """Make *folder* a folder of this user's that no one else may write to, or raise CacheFolderUnsafe saying
+    why it is not; a link at one of the cache's own names in it is removed.  *ours*: the folder is the builder's
+    own (the default one beside the output), so one others may write to is tightened; a folder the user named is
+    never changed (``--cache-dir /tmp`` must not change /tmp), only refused.  The cache's bytes are
+    authenticated, but where they live is not: a link planted there as ``cache.sqlite`` would make the build open
+    another database and change it, one as ``cache.lock`` create a file elsewhere."""
     try:
         make_folders(os.fspath(folder))
         st = os.lstat(folder)
@@ -69,6 +70,8 @@ def make_private_folder(folder: Path) -> None:
         raise CacheFolderUnsafe(f"{folder} is not a folder (a link, or another file)")
     if st.st_uid != os.geteuid():
         raise CacheFolderUnsafe(f"{folder} belongs to another user")
+    if st.st_mode & 0o022 and not ours:
+        raise CacheFolderUnsafe(f"{folder} is writable by other users (chmod go-w it, or name another)")
     try:
         if st.st_mode & 0o022:
             os.chmod(folder, stat.S_IMODE(st.st_mode) & ~0o022)

@@ -172,7 +172,7 @@ def open_cache(options: BuildOptions, report: BuildReport, load: bool = True) ->
     key = user_key_or_note(options, report)
     if key is not None and folder is not None:
         try:
-            make_private_folder(folder)
+            make_private_folder(folder, ours=options.cache_dir is None)
         except CacheFolderUnsafe as e:
             report.cache_note = f"no build cache: {e}; every bundle is verified and every page rendered"
             key = None

@@ -103,3 +103,12 @@ def test_a_cache_folder_that_is_a_link_or_writable_by_others_is_not_used_as_it_i
     folder.chmod(0o777)
     report = build(options)
     assert report.cache_note == "" and folder.stat().st_mode & 0o777 == 0o755  # (this user's: made private)
+
+
+def test_a_cache_folder_named_by_the_user_is_never_changed_only_refused_if_others_may_write_to_it(project, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # (as /tmp is)
+    report = build(opts(project, project / "site", both_keys(), cache_dir=shared))
+    assert "is writable by other users" in report.cache_note
+    assert shared.stat().st_mode & 0o7777 == 0o1777 and list(shared.iterdir()) == []
