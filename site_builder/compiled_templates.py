@@ -47,8 +47,13 @@ class CompiledTemplates(jinja2.BytecodeCache):
         path = self._path(bucket)
         temporary = path.with_name(f".{path.name}.{os.getpid()}")
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            with open(temporary, "wb") as f:
+            self.folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+            try:
+                os.unlink(temporary)  # (a killed build's leftover, or a link: the name goes, not what it leads to)
+            except FileNotFoundError:
+                pass
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with open(fd, "wb") as f:
                 f.write(tag + code)
             os.replace(temporary, path)
         except OSError:  # (not kept: compiled again next time)

@@ -62,3 +62,14 @@ def test_a_link_or_a_fifo_in_its_place_is_not_followed(written, tmp_path):
     path.unlink()
     os.mkfifo(path)
     assert not loaded(tmp_path / "c", key)  # (and does not wait for a writer)
+
+
+def test_a_link_at_the_temporary_name_is_not_written_through(written, tmp_path):
+    key, path = written
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the cache's")
+    path.unlink()
+    path.with_name(f".{path.name}.{os.getpid()}").symlink_to(outside)
+    _, env = compiled(tmp_path / "c", key)
+    assert env.get_template("t.html").render() == "42"
+    assert outside.read_text() == "not the cache's" and loaded(tmp_path / "c", key)
