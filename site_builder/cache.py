@@ -117,7 +117,7 @@ class BuildCache:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path.parent / "cache.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.path.parent / "cache.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError:
             return  # an unwritable cache folder: the cache itself falls back to nothing
         try:

@@ -344,7 +344,7 @@ class OutputSlot:
         """Take the build lock, then remove what an interrupted build left behind."""
         try:
             self.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.parent / f".{self.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.parent / f".{self.name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
             raise OutputError(f"{self.output}: cannot write beside the output folder: "
                               f"{exc.strerror or exc}") from None

@@ -255,3 +255,14 @@ def test_a_link_planted_where_a_staging_tree_goes_is_removed_not_followed(tmp_pa
     tree.write("index.html", b"x")
     assert not tree.root.is_symlink() and (tree.root / "index.html").exists()
     assert [p.name for p in outside.iterdir()] == ["keep.txt"]
+
+
+def test_a_link_planted_as_the_outputs_lock_is_refused_with_one_line_not_followed(tmp_path):
+    from site_builder.writing import OutputError
+    elsewhere = tmp_path / "elsewhere" / "created"
+    elsewhere.parent.mkdir()
+    (tmp_path / ".site.lock").symlink_to(elsewhere)
+    slot = OutputSlot(tmp_path / "site")
+    with pytest.raises(OutputError, match="cannot write beside the output folder"):
+        slot.acquire()
+    assert not elsewhere.exists()
