@@ -20,7 +20,7 @@ from site_builder.inspection import Inspection, rejected
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundlesFolderError, InputFile, discover
 from site_builder.search_index import SearchIndexError
-from site_builder.settings import SETTINGS_FILE, SettingsError, load_settings, normalize_base_url
+from site_builder.settings import SETTINGS_FILE, SettingsError, load_settings, normalize_base_url, project_paths
 from site_builder.terminal import printable
 from site_builder.writing import OutputError
 
@@ -217,6 +217,7 @@ def cmd_build(args, left_for_exit: list | None = None) -> int:
         config = load_settings(args.settings)
         if args.base_url is not None:
             config = replace(config, base_url=normalize_base_url(args.base_url))
+        about, static = project_paths(args.settings, config)
     except (KeyFileError, SettingsError) as exc:
         say(f"error: {exc}", err=True)
         return EXIT_USAGE
@@ -224,10 +225,9 @@ def cmd_build(args, left_for_exit: list | None = None) -> int:
     if templates is None and args.templates != Path("templates"):
         say(f"error: {args.templates}: templates folder does not exist", err=True)
         return EXIT_USAGE
-    about = args.settings.parent / config.about_file
     progress, update = _progress_bar(not args.quiet)
     options = BuildOptions(bundles=args.bundles, output=args.output, trust=trust, config=config, templates=templates,
-                           about_file=about, static_dir=args.settings.parent / config.static_dir, jobs=args.jobs,
+                           about_file=about, static_dir=static, jobs=args.jobs,
                            progress=update,
                            search=not args.no_search, cache_dir=args.cache_dir, use_cache=not args.no_cache,
                            one_shot=True, left_for_exit=left_for_exit, link_twin=not args.no_twin,

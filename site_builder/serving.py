@@ -34,7 +34,7 @@ from site_builder.loading import BundleListing, BundlesFolderError, list_bundles
 from site_builder.incremental import IncrementalStore
 from site_builder.options import ServeSession
 from site_builder.search_index import SearchIndexError
-from site_builder.settings import SettingsError, SiteConfig, load_settings, normalize_base_url
+from site_builder.settings import SettingsError, SiteConfig, load_settings, normalize_base_url, project_paths
 from site_builder.terminal import printable
 from site_builder.writing import OutputError, OutputSlot
 
@@ -123,10 +123,10 @@ class Site:
         if o.base_url is not None:
             config = replace(config, base_url=normalize_base_url(o.base_url))
         self.live.base_path = config.base_path
+        about, static = project_paths(o.settings, config)
         return BuildOptions(bundles=o.bundles, output=o.output, trust=load_trust_set(o.trusted_keys), config=config,
                             templates=o.templates if o.templates.is_dir() else None,
-                            about_file=o.settings.parent / config.about_file,
-                            static_dir=o.settings.parent / config.static_dir, search=o.search,
+                            about_file=about, static_dir=static, search=o.search,
                             mp_context="forkserver",
                             session=ServeSession(self.store, defer_search=o.search and not self.index_next,
                                                  on_published=self._announce))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
@@ -111,4 +112,29 @@ def load_settings(path: Path) -> SiteConfig:
             data["base_url"] = normalize_base_url(data["base_url"])
         except SettingsError as exc:
             raise SettingsError(f"{path}: {exc}") from None
-    return replace(config, **data)
+    config = replace(config, **data)
+    project_paths(path, config)  # (a path out of the project is refused as the file is read)
+    return config
+
+
+_PROJECT_PATHS = ("about_file", "static_dir")
+
+
+def project_paths(settings_file: Path, config: SiteConfig) -> tuple[Path, Path]:
+    """The about file and the static folder *config* names, under the settings file's folder; SettingsError
+    where one leads out of that folder (absolute, through "..", or by a link): site.toml is input like the
+    bundles (a fork's pull request may bring one), and the about page and the static files are published, so
+    ``about_file = "/proc/self/environ"`` or a ``static`` link to ``~/.ssh`` would publish what they lead to."""
+    folder = settings_file.parent
+    real_folder = os.path.realpath(folder)
+    found = []
+    for key in _PROJECT_PATHS:
+        value = getattr(config, key)
+        path = folder / value
+        real = os.path.realpath(path)
+        if (not value or os.path.isabs(value) or ".." in Path(value).parts
+                or os.path.commonpath([real_folder, real]) != real_folder or real == real_folder):
+            raise SettingsError(f"{settings_file}: {key} = {value!r} leads out of the folder the settings file is "
+                                f"in; name a file or folder inside it")
+        found.append(path)
+    return found[0], found[1]

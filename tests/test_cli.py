@@ -135,6 +135,8 @@ def test_settings_file_and_flag_precedence(tmp_path):
     ("search_shard_size = 2.5", "search_shard_size must be an integer from 1 to 10,000,000"),
     ("search_max_shards = 2000", "search_max_shards must be an integer from 1 to 1,024"),
     ('title = 3', "title must be a string"),
+    ('about_file = "/etc/hostname"', "about_file = '/etc/hostname' leads out of the folder the settings file is in; "
+                                     "name a file or folder inside it"),
 ])
 def test_a_bad_setting_is_one_line_naming_the_file(tmp_path, line, error):
     (tmp_path / "site.toml").write_text(line + "\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from site_builder.settings import SettingsError, SiteConfig, load_settings, normalize_base_url
+from site_builder.settings import SettingsError, SiteConfig, load_settings, normalize_base_url, project_paths
 
 
 def test_no_file_gives_the_defaults(tmp_path):
@@ -42,3 +42,28 @@ def test_a_bad_setting_is_refused_naming_the_file(tmp_path, text, reason):
 def test_a_base_url_that_is_not_a_plain_site_address_is_refused(value):
     with pytest.raises(SettingsError):
         normalize_base_url(value)
+
+
+@pytest.mark.parametrize("text", ['about_file = "/proc/self/environ"', 'static_dir = "/home"',
+                                  'about_file = "../secret.md"', 'static_dir = "site/../.."', 'static_dir = "."',
+                                  'about_file = ""'])
+def test_a_path_out_of_the_settings_folder_is_refused(tmp_path, text):
+    (tmp_path / "site.toml").write_text(text)
+    with pytest.raises(SettingsError, match="leads out of the folder") as caught:
+        load_settings(tmp_path / "site.toml")
+    assert "site.toml" in str(caught.value)
+
+
+def test_a_link_out_of_the_settings_folder_is_refused_and_one_inside_it_is_not(tmp_path):
+    project = tmp_path / "project"
+    (project / "pages").mkdir(parents=True)
+    (project / "pages" / "about.md").write_text("# About")
+    (tmp_path / "secret").mkdir()
+    (project / "static").symlink_to(tmp_path / "secret")
+    (project / "site.toml").write_text('about_file = "pages/about.md"\n')
+    with pytest.raises(SettingsError, match="static_dir = 'static' leads out"):
+        load_settings(project / "site.toml")
+    (project / "static").unlink()
+    (project / "static").symlink_to(project / "pages")
+    config = load_settings(project / "site.toml")
+    assert project_paths(project / "site.toml", config) == (project / "pages" / "about.md", project / "static")
