@@ -104,4 +104,4 @@ def _run_stages(ctx: BuildContext) -> None:
     except BaseException:
         out.discard()
         raise
-    remember_build(ctx, inputs, verified, site, changed)
+    remember_build(ctx, inputs, verified, site, changed, out.records_written)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -79,14 +80,30 @@ def holds_verified_bytes(tree: Path, pith_id: str, sha256: str) -> bool:
     return True
 
 
-def edited_in(tree: Path, recorded: dict[str, tuple[str, str]] | None) -> set[str]:
+@dataclass(frozen=True)
+class MirrorCheck:
+    """The live site's mirrored bundles against the cache's record of them (``check_live``)."""
+
+    edited: frozenset[str]  # records whose mirrored bundle may not be the verified bytes: written again
+    touched: dict[str, str]  # pith id -> the signature now, where it changed but the bytes did not
+    recorded: dict[str, tuple[str, str]]  # the record checked against: pith id -> (signature, sha256)
+
+
+def check_live(tree: Path, recorded: dict[str, tuple[str, str]] | None) -> MirrorCheck:
     """The records of *tree* whose mirrored bundle may not be the verified bytes any more, by what the cache
     *recorded* (pith id -> (signature, sha256)): one whose signature differs is read and hashed, and counts
     only if a path's digest differs.  With nothing recorded, every record in the tree counts."""
     if recorded is None:
-        return records_in(tree)
-    return {pid for pid, sig in mirror_signatures(tree, recorded)
-            if sig != recorded[pid][0] and not holds_verified_bytes(tree, pid, recorded[pid][1])}
+        return MirrorCheck(frozenset(records_in(tree)), {}, {})
+    edited, touched = set(), {}
+    for pid, sig in mirror_signatures(tree, recorded):
+        if sig == recorded[pid][0]:
+            continue
+        if sig is not None and holds_verified_bytes(tree, pid, recorded[pid][1]):
+            touched[pid] = sig
+        else:
+            edited.add(pid)
+    return MirrorCheck(frozenset(edited), touched, recorded)
 
 
 def unproven(tree: Path, pith_ids: Iterable[str], recorded: dict[str, tuple[str, str]] | None) -> set[str]:
@@ -111,7 +128,22 @@ def records_in(tree: Path) -> set[str]:
     return names
 
 
-def signatures_now(tree: Path, published: dict[str, str]) -> dict[str, tuple[str, str]]:
-    """Each record's mirrored bundle as this build left it in *tree* (*published*: pith id -> verified sha256):
-    its signature and digest, what the next build checks against."""
-    return {pid: (sig, published[pid]) for pid, sig in mirror_signatures(tree, published) if sig is not None}
+def record_after(tree: Path, check: MirrorCheck, published: dict[str, str], written: set[str]
+                 ) -> dict[str, tuple[str, str]]:
+    """What the next build checks the live site against: each record's signature and digest as this build
+    leaves *tree* (*published*: pith id -> verified sha256).  A record whose files this build took over (kept in
+    the tree beside, or linked from the live site: proven to be the recorded files, or touched only) keeps the
+    signature it was checked by; only those it wrote (*written*, or with no signature) are looked up, here in
+    the build's own process, before the build returns, so that an edit made after ``build`` returned is one the
+    next build finds (looking up every record afterwards, in the background, took such an edit for the
+    build's own)."""
+    record, look_up = {}, []
+    for pid, sha in published.items():
+        known = check.touched.get(pid) or (check.recorded[pid][0] if pid in check.recorded
+                                            and check.recorded[pid][1] == sha else None)
+        if pid in written or pid in check.edited or known is None:
+            look_up.append(pid)
+        else:
+            record[pid] = (known, sha)
+    record.update((pid, (sig, published[pid])) for pid, sig in mirror_signatures(tree, look_up) if sig is not None)
+    return dict(sorted(record.items()))

@@ -6,10 +6,20 @@ from __future__ import annotations
 import hashlib
 import os
 
-from site_builder.mirrors import edited_in, mirror_signatures, records_in, signatures_now, unproven
+from site_builder.mirrors import MirrorCheck, check_live, mirror_signatures, record_after, records_in, unproven
 
 RAW = b'{"a": 1}'
 SHA = hashlib.sha256(RAW).hexdigest()
+NOTHING_CHECKED = MirrorCheck(frozenset(), {}, {})
+
+
+def signatures_now(tree, published):
+    """Every record's signature looked up (as after a build that wrote them all)."""
+    return record_after(tree, NOTHING_CHECKED, published, set(published))
+
+
+def edited_in(tree, recorded):
+    return set(check_live(tree, recorded).edited)
 
 
 def _tree(root, ids=("AAAA", "BBBB"), linked=True):

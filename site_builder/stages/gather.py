@@ -8,7 +8,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from site_builder.cache import BuildCache
 from site_builder.live_site import LiveManifest, LiveSite, LiveSiteUnavailable, is_url
 from site_builder.loading import (
     InputFile,
@@ -17,7 +16,7 @@ from site_builder.loading import (
     discover,
     read_static_files,
 )
-from site_builder.mirrors import edited_in
+from site_builder.mirrors import MirrorCheck, check_live
 from site_builder.options import BuildOptions
 from site_builder.pages import Unit, refused_static_path, static_unit
 from site_builder.stages.context import BuildContext, digest_of
@@ -80,9 +79,14 @@ class Inputs:
     warnings: list[str]  # static files refused, the deployed mirror unreadable
     deployed: LiveSite | None
     deployed_manifest: LiveManifest | None
-    edited: set[str]  # pith ids
+    mirrors: MirrorCheck  # the live site's mirrored bundles, checked
     build_key: str
     indexer: str | None
+
+    @property
+    def edited(self) -> frozenset[str]:
+        """The records whose mirrored bundle in the output may have been edited since the last build."""
+        return self.mirrors.edited
 
     @functools.cached_property
     def fingerprint(self) -> str:
@@ -105,12 +109,9 @@ def gather(ctx: BuildContext) -> Inputs:
         found, skipped = discover(options.bundles, output=ctx.slot.output)
     static, static_warnings = allowed_static_files(options.static_dir)
     deployed, manifest, deployed_lines = read_deployed(options)
-    edited = edited_mirrors(ctx.cache, ctx.slot.output)
+    mirrors = check_live(ctx.slot.output, ctx.cache.mirrored())
     ctx.clock.lap("discover")
     return Inputs(found, skipped, static_unit(static) if static else None, static_warnings + deployed_lines,
-                  deployed, manifest, edited, ctx.build_key, ctx.indexer)
+                  deployed, manifest, mirrors, ctx.build_key, ctx.indexer)
 
 
-def edited_mirrors(cache: BuildCache, output: Path) -> set[str]:
-    """The records whose mirrored bundle in the output may not be the verified bytes any more (mirrors.py)."""
-    return edited_in(output, cache.mirrored())

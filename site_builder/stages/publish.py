@@ -5,7 +5,7 @@ fresh one), units reused from the live site by hard link, the twin the next buil
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -232,6 +232,7 @@ class OutputTree:
     live_units: dict
     stale_dirs: set[str]
     spare: StagingTree | None = None
+    records_written: set[str] = field(default_factory=set)  # pith ids of the records whose files were written
 
     def place(self, name: str, key: str) -> str | None:
         """The files of an unchanged unit (joined), in the tree now; None: it is to be rendered."""

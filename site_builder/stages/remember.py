@@ -11,7 +11,7 @@ from typing import Callable
 from site_builder.cache import BuildCache
 from site_builder.inspection import Inspection, rejected
 from site_builder.incremental import IncrementalStore
-from site_builder.mirrors import signatures_now
+from site_builder.mirrors import record_after
 from site_builder.options import BuildOptions
 from site_builder.pages import Catalogue
 from site_builder.rendering import SiteRenderer
@@ -135,10 +135,14 @@ def remember_unchanged(ctx: BuildContext, inputs: Inputs, verified: Verified, si
 
 
 def remember_build(ctx: BuildContext, inputs: Inputs, verified: Verified, site: SitePlan,
-                   changed: dict[str, str]) -> None:
-    """Everything the next build starts from, for the site just published."""
+                   changed: dict[str, str], written: set[str]) -> None:
+    """Everything the next build starts from, for the site just published (*written*: the records whose files
+    this build wrote)."""
     cache, options, report = ctx.cache, ctx.options, ctx.report
     marker_sig = stat_sig(ctx.slot.output / MARKER)
+    mirrored = record_after(ctx.slot.output, inputs.mirrors, {pid: chosen.inspection.sha256 for pid, chosen
+                                                              in site.selection.published.items()
+                                                              if pid not in changed}, written)
 
     def upkeep() -> None:  # (the previous site is what the next build would read from verification.json)
         if marker_sig is not None:
@@ -149,9 +153,7 @@ def remember_build(ctx: BuildContext, inputs: Inputs, verified: Verified, site: 
         cache.save(verified.file_index, verified.fresh, options.trust.identity(), site.units, site.build_id,
                    keep_build_id=site.chosen.previous.build_id)
         cache.save_rows(ctx.build_key, shown_rows(site.renderer, site.catalog))
-        published = site.selection.published
-        cache.save_mirrored(signatures_now(ctx.slot.output, {pid: chosen.inspection.sha256
-                                                              for pid, chosen in published.items() if pid not in changed}))
+        cache.save_mirrored(mirrored)
     remember(write_cache, cache, options, report, lambda: inputs.fingerprint, marker_sig, upkeep)
     ctx.clock.lap("save_cache")
     if options.left_for_exit is not None:

@@ -159,6 +159,7 @@ def render_records(ctx: BuildContext, site: SitePlan, out: OutputTree) -> dict[s
             if done.row is not None:
                 site.renderer.keep_row(site.selection.published[pid].inspection.summary.row_digest, done.row)
             units[f"record:{pid}"] = (units[f"record:{pid}"][0], done.files)
+            out.records_written.add(pid)
             report.files_written += file_count(done.files)
             report.pages_written += done.pages
             if not report.rendered_more:  # (once its list is full, the files need not be listed)

@@ -238,3 +238,29 @@ def test_a_one_shot_build_leaves_its_objects_only_where_the_caller_asked(project
     assert held
     build(opts(project, project / "other", both_keys(), one_shot=True))
     assert not [name for name, value in vars(remember).items() if isinstance(value, list) and value]
+
+
+@pytest.mark.parametrize("changed_first", [False, True])
+def test_a_mirrored_bundle_edited_as_soon_as_the_build_returns_is_found_by_the_next(project, changed_first):
+    """The cache is saved in the background after ``build`` returns; what it records of the mirrored bundles
+    must be the files as the build left them, not as they are by the time the saver gets to them (a
+    post-processing step run right after the build had its edits taken for the build's own)."""
+    out = project / "site"
+    options = opts(project, out, both_keys(), one_shot=True, left_for_exit=[])
+    report = build(options)
+    if changed_first:  # (a build that wrote some records and took the others over)
+        _wait_for_saver(project)
+        victim = sorted((project / "bundles").glob("gen*.json"))[1]
+        victim.write_bytes(victim.read_bytes().replace(b'"built_at"', b' "built_at"', 1))
+        report = build(options)
+    mirrored = sorted(out.glob("pith/*/bundle.json"))
+    genuine = {path: path.read_bytes() for path in mirrored}
+    for path in mirrored:  # at once, while the saver may still be at work
+        with open(path, "r+b") as f:
+            f.seek(genuine[path].index(b'"pith_number"'))
+            f.write(b" ")
+    assert report.saved_in_background
+    _wait_for_saver(project)
+    assert build(options).changed
+    _wait_for_saver(project)
+    assert {path: path.read_bytes() for path in mirrored} == genuine
