@@ -275,6 +275,8 @@ def _tell(report, args, config) -> None:
         say(f"NOTE {report.twin_note}", err=True)
     if report.cache_note and not args.quiet:
         say(f"NOTE {report.cache_note}", err=True)
+    if report.reuse_note and not args.quiet:
+        say(f"NOTE {report.reuse_note}", err=True)
     if not config.has_origin and not args.quiet:
         say(f"NOTE base_url {config.base_url} is not a full URL: feeds, the sitemap and social links hold "
             f"site-internal addresses, and copied snippets are completed in the reader's browser; build a "

@@ -93,6 +93,7 @@ class BuildReport:
     # it depends on the machine, and the same inputs make the same site).
     twin_note: str = ""
     cache_note: str = ""  # why the build kept no cache (no private place for the cache key)
+    reuse_note: str = ""  # why the build took nothing over from a tree in the output folder (others may write to it)
 
     def stage_line(self) -> str:
         """Where the time went, on one line (``build --verbose``): each stage that took 10 ms or more, in wall

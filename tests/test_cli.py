@@ -353,3 +353,13 @@ def test_a_failed_search_index_is_one_line_and_the_previous_site_stays(bundles_d
     assert [e for e in err if e.startswith("error:")] == err[-1:] and re.fullmatch(line, err[-1]), err
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert not [p.name for p in tmp_path.iterdir() if ".staging-" in p.name]
+
+
+def test_a_build_says_why_it_reused_nothing_of_an_output_others_may_write_to(bundles_dir, tmp_path):
+    out = tmp_path / "site"
+    assert cli("build", "--bundles", bundles_dir, "--output", out, "--no-search").returncode == 0
+    (bundles_dir / REAL_FILES[0].name).unlink()
+    out.chmod(0o775)
+    r = cli("build", "--bundles", bundles_dir, "--output", out, "--no-search")
+    assert r.returncode == 0
+    assert [line for line in r.stderr.splitlines() if line.startswith(f"NOTE {out}: others may write to it")]

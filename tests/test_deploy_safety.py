@@ -287,7 +287,8 @@ def test_a_tree_beside_the_site_that_others_may_write_to_is_not_brought_up_to_da
     page.write_text("planted")
     prev.chmod(0o775)
     (bundles_dir / REAL_FILES[2].name).unlink()
-    assert run().changed
+    report = run()
+    assert report.changed and report.reuse_note.startswith(f"{prev}: others may write to it")
     assert b"planted" not in (out / "pith" / pid / "index.html").read_bytes()
     run(output=tmp_path / "clean", use_cache=False)
     assert tree(out) == tree(tmp_path / "clean")
@@ -298,8 +299,11 @@ def test_a_tree_beside_the_site_that_others_may_write_to_is_not_brought_up_to_da
     page.write_text("planted")
     out.chmod(0o775)
     shutil.copy(REAL_FILES[2], bundles_dir / REAL_FILES[2].name)
-    assert run().changed
+    report = run()
+    assert report.changed and report.reuse_note.startswith(f"{out}: others may write to it")
     assert b"planted" not in (out / "pith" / pid / "index.html").read_bytes()
+    (bundles_dir / REAL_FILES[2].name).unlink()  # (the site now in its place is the build's own folder; the tree
+    assert run().reuse_note.startswith(f"{prev}: ")  # beside it is the one made writable above, and says so)
 
 
 def test_a_link_planted_where_a_new_record_goes_fails_that_build_only(bundles_dir, tmp_path):

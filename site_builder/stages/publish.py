@@ -16,6 +16,7 @@ from site_builder.pages import report_files
 from site_builder.report import BuildReport
 from site_builder.stages.context import BuildContext, open_cache, put_cache_back
 from site_builder.stages.plan import SitePlan, read_build_id
+from site_builder.terminal import printable
 from site_builder.writing import MARKER, OutputSlot, StagingTree, TreeChanged, owned_privately
 
 # Update the previous tree in place unless more than this share of its files is stale.  Unlinking a stale file
@@ -171,6 +172,11 @@ def mirror_into_twin(slot: OutputSlot, spare: StagingTree | None, tree: StagingT
     return spare
 
 
+def cache_knows(cache: BuildCache, tree: Path) -> bool:
+    """Whether *tree* is a real folder whose build id names units the cache holds (a tree a build left)."""
+    return tree.is_dir() and not tree.is_symlink() and cache.units(read_build_id(tree)) is not None
+
+
 def twin_units(slot: OutputSlot, cache: BuildCache) -> dict | None:
     """The units the twin tree (``.<output>.prev``) holds, if the cache knows them; None for no twin, or one it
     cannot vouch for (left half-updated by a killed build, not made by a build, or one others may write to)."""
@@ -274,7 +280,17 @@ def reuse_units(ctx: BuildContext, site: SitePlan, out: OutputTree, names: Itera
 def open_tree(ctx: BuildContext, site: SitePlan, edited: set[str]) -> OutputTree:
     """The tree to write *site* into, and a twin when the build writes everything afresh and is asked to."""
     # (units are linked from the live site only while no other user could have changed it: see writing.py)
-    live_units = (ctx.cache.units(site.chosen.previous.build_id) or {}) if owned_privately(ctx.slot.output) else {}
+    live_units = ctx.cache.units(site.chosen.previous.build_id) or {}
+    prev = ctx.slot.prev
+    shared = [printable(str(tree)) for tree, known in ((ctx.slot.output, bool(live_units)),
+                                                       (prev, cache_knows(ctx.cache, prev)))
+              if known and not owned_privately(tree)]
+    if shared:
+        ctx.report.reuse_note = (f"{' and '.join(shared)}: others may write to it (or it is not yours), so nothing "
+                                 f"in it is reused and every file is written again; make it yours alone "
+                                 f"(chmod go-w) for incremental builds")
+    if not owned_privately(ctx.slot.output):
+        live_units = {}
     if edited:  # those records' files are written again, into a fresh tree (the twin shares their inodes)
         live_units = {name: ("(edited in the output)", files) if name.removeprefix("record:") in edited
                       else (key, files) for name, (key, files) in live_units.items()}
