@@ -172,6 +172,19 @@ def mirror_into_twin(slot: OutputSlot, spare: StagingTree | None, tree: StagingT
     return spare
 
 
+def not_reused(ctx: BuildContext, live_known: bool) -> str:
+    """Why nothing is taken over from the live site or the tree beside it, which the cache knows (*live_known*:
+    the live one), where others may write to them (writing.py); "" where it is not so."""
+    prev = ctx.slot.prev
+    shared = [printable(str(tree)) for tree, known in ((ctx.slot.output, live_known),
+                                                       (prev, cache_knows(ctx.cache, prev)))
+              if known and not owned_privately(tree)]
+    if not shared:
+        return ""
+    return (f"{' and '.join(shared)}: others may write to it (or it is not yours), so nothing in it is reused and "
+            f"every file is written again; make it yours alone (chmod go-w) for incremental builds")
+
+
 def cache_knows(cache: BuildCache, tree: Path) -> bool:
     """Whether *tree* is a real folder whose build id names units the cache holds (a tree a build left)."""
     return tree.is_dir() and not tree.is_symlink() and cache.units(read_build_id(tree)) is not None
@@ -279,17 +292,9 @@ def reuse_units(ctx: BuildContext, site: SitePlan, out: OutputTree, names: Itera
 
 def open_tree(ctx: BuildContext, site: SitePlan, edited: set[str]) -> OutputTree:
     """The tree to write *site* into, and a twin when the build writes everything afresh and is asked to."""
-    # (units are linked from the live site only while no other user could have changed it: see writing.py)
     live_units = ctx.cache.units(site.chosen.previous.build_id) or {}
-    prev = ctx.slot.prev
-    shared = [printable(str(tree)) for tree, known in ((ctx.slot.output, bool(live_units)),
-                                                       (prev, cache_knows(ctx.cache, prev)))
-              if known and not owned_privately(tree)]
-    if shared:
-        ctx.report.reuse_note = (f"{' and '.join(shared)}: others may write to it (or it is not yours), so nothing "
-                                 f"in it is reused and every file is written again; make it yours alone "
-                                 f"(chmod go-w) for incremental builds")
-    if not owned_privately(ctx.slot.output):
+    ctx.report.reuse_note = not_reused(ctx, bool(live_units))
+    if not owned_privately(ctx.slot.output):  # (linked from only while no other user could have changed it)
         live_units = {}
     if edited:  # those records' files are written again, into a fresh tree (the twin shares their inodes)
         live_units = {name: ("(edited in the output)", files) if name.removeprefix("record:") in edited
