@@ -42,7 +42,7 @@ from site_builder import builder_identity
 from site_builder.cache_key import CacheKey
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
 from site_builder.pages import record_file_count, record_files
-from site_builder.writing import check_relative_path, make_folders
+from site_builder.writing import check_relative_path, make_folders, not_private
 
 SCHEMA = "10"
 
@@ -63,18 +63,15 @@ def make_private_folder(folder: Path, ours: bool) -> None:
     another database and change it, one as ``cache.lock`` create a file elsewhere."""
     try:
         make_folders(os.fspath(folder))
-        st = os.lstat(folder)
     except OSError as e:
         raise CacheFolderUnsafe(f"cannot make {folder}: {e.strerror}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise CacheFolderUnsafe(f"{folder} is not a folder (a link, or another file)")
-    if st.st_uid != os.geteuid():
-        raise CacheFolderUnsafe(f"{folder} belongs to another user")
-    if st.st_mode & 0o022 and not ours:
-        raise CacheFolderUnsafe(f"{folder} is writable by other users (chmod go-w it, or name another)")
+    problem = not_private(folder, others_may_write=ours)
+    if problem is not None:
+        raise CacheFolderUnsafe(f"{problem} (make it yours alone, chmod go-w, or name another)")
     try:
-        if st.st_mode & 0o022:
-            os.chmod(folder, stat.S_IMODE(st.st_mode) & ~0o022)
+        mode = stat.S_IMODE(os.lstat(folder).st_mode)
+        if mode & 0o022:
+            os.chmod(folder, mode & ~0o022)
         for name in CACHE_NAMES:
             if os.path.islink(folder / name):
                 os.unlink(folder / name)

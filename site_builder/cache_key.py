@@ -24,6 +24,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from site_builder.writing import not_private
+
 KEY_BYTES = 32
 KEY_FILE = "cache-key"
 
@@ -127,16 +129,9 @@ def user_cache_key(environ: dict[str, str] | None = None) -> CacheKey:
 
 
 def _check_private_folder(folder: Path) -> None:
-    try:
-        st = os.lstat(folder)
-    except OSError as e:
-        raise CacheKeyUnavailable(f"cannot read {folder}: {e.strerror}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise CacheKeyUnavailable(f"{folder} is not a folder")
-    if st.st_uid != os.geteuid():
-        raise CacheKeyUnavailable(f"{folder} belongs to another user")
-    if st.st_mode & 0o022:
-        raise CacheKeyUnavailable(f"{folder} is writable by other users")
+    problem = not_private(folder)
+    if problem is not None:
+        raise CacheKeyUnavailable(problem)
 
 
 def _read_secret(path: Path) -> bytes:

@@ -56,13 +56,25 @@ def check_relative_path(rel: str) -> str:
 FOLDER_MODE = 0o755
 
 
-def owned_privately(path: Path) -> bool:
-    """Whether *path* is a real folder of this user's that no other user may write to."""
+def not_private(path: Path, others_may_write: bool = False) -> str | None:
+    """Why *path* is not a real folder of this user's that no other user may write to, or None where it is;
+    *others_may_write*: the last point is not asked (of a folder the caller is about to make private)."""
     try:
         st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+    except OSError as e:
+        return f"cannot read {path}: {e.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a folder (a link, or another file)"
+    if st.st_uid != os.geteuid():
+        return f"{path} belongs to another user"
+    if st.st_mode & 0o022 and not others_may_write:
+        return f"{path} is writable by other users"
+    return None
+
+
+def owned_privately(path: Path) -> bool:
+    """Whether *path* is a real folder of this user's that no other user may write to."""
+    return not_private(path) is None
 
 
 def make_folders(path: str) -> None:
