@@ -186,6 +186,17 @@ def test_static_files_that_shadow_the_site_or_each_other_in_another_case_are_ref
     assert (out / "CNAME").exists()
 
 
+def _builds(bundles_dir, out, **fixed):
+    """Builds of *bundles_dir* into *out* (or the output named) with the pinned keys and no search index."""
+    from site_builder.build import BuildOptions, build
+    from site_builder.keys import load_trust_set
+
+    def run(output=out, **kw):
+        return build(BuildOptions(bundles=bundles_dir, output=output, trust=load_trust_set(), search=False,
+                                  **fixed, **kw))
+    return run
+
+
 def _tamper(path, how: str) -> None:
     genuine = path.read_bytes()
     if how == "in-place":
@@ -207,14 +218,10 @@ def test_a_mirrored_bundle_edited_at_either_path_in_either_tree_is_never_publish
     updates in place and swaps in), must hold the verified bytes.  A file put in place of the tree-beside's copy
     went live with the next change, and stayed; one put in place of the live .well-known copy survived the
     no-op build; an edit of the live file shared with the tree beside failed the build after the repair."""
-    from site_builder.build import BuildOptions, build
-    from site_builder.keys import load_trust_set
     from site_builder.writing import OutputSlot
     out = tmp_path / "site"
 
-    def run(output=out, **kw):
-        return build(BuildOptions(bundles=bundles_dir, output=output, trust=load_trust_set(), search=False,
-                                  link_twin=twin, **kw))
+    run = _builds(bundles_dir, out, link_twin=twin)
     run()
     (bundles_dir / REAL_FILES[3].name).unlink()
     run()
@@ -242,14 +249,10 @@ def _outside(tmp_path):
 def test_a_link_planted_in_the_tree_beside_the_site_leads_nothing_outside_the_output(bundles_dir, tmp_path, twin):
     """The tree beside the site is updated in place: a link put where a record's folder was must not make the
     build remove (or write) the files it leads to.  It removed them, and the site then served the link."""
-    from site_builder.build import BuildOptions, build
-    from site_builder.keys import load_trust_set
     from site_builder.writing import OutputSlot
     out = tmp_path / "site"
 
-    def run(output=out, **kw):
-        return build(BuildOptions(bundles=bundles_dir, output=output, trust=load_trust_set(), search=False,
-                                  link_twin=twin, **kw))
+    run = _builds(bundles_dir, out, link_twin=twin)
     run()
     (bundles_dir / REAL_FILES[3].name).unlink()
     run()  # (the tree beside still holds that record: its files are stale there)
@@ -270,13 +273,10 @@ def test_a_tree_beside_the_site_that_others_may_write_to_is_not_brought_up_to_da
                                                                                                  tmp_path):
     """Files of the tree beside are kept unchecked but for the mirrored bundles, so it is used only while no other
     user could have changed it: a page planted there in a group-writable tree went live."""
-    from site_builder.build import BuildOptions, build
-    from site_builder.keys import load_trust_set
     from site_builder.writing import OutputSlot
     out = tmp_path / "site"
 
-    def run(output=out, **kw):
-        return build(BuildOptions(bundles=bundles_dir, output=output, trust=load_trust_set(), search=False, **kw))
+    run = _builds(bundles_dir, out)
     run()
     (bundles_dir / REAL_FILES[3].name).unlink()
     run()
@@ -309,13 +309,10 @@ def test_a_tree_beside_the_site_that_others_may_write_to_is_not_brought_up_to_da
 def test_a_link_planted_where_a_new_record_goes_fails_that_build_only(bundles_dir, tmp_path):
     """A link where the tree beside will get a new record's folder: the build stops with one line naming it,
     writes nothing through it and leaves the site as it was; the next build writes a fresh tree."""
-    from site_builder.build import BuildOptions, build
-    from site_builder.keys import load_trust_set
     from site_builder.writing import OutputError, OutputSlot
     out = tmp_path / "site"
 
-    def run(output=out, **kw):
-        return build(BuildOptions(bundles=bundles_dir, output=output, trust=load_trust_set(), search=False, **kw))
+    run = _builds(bundles_dir, out)
     (bundles_dir / REAL_FILES[3].name).unlink()
     run()
     run()
@@ -342,12 +339,9 @@ def test_an_edited_live_bundle_json_is_written_again_when_the_cache_cannot_vouch
     """The record of what each mirrored bundle.json was is the cache's, and the cache is untrusted: where that
     record is gone or does not check, no mirrored file in the output is proven, and every record's files are
     written again (an edit in place, with the record deleted, survived every later build, the no-op included)."""
-    from site_builder.build import BuildOptions, build
-    from site_builder.keys import load_trust_set
     out = tmp_path / "site"
 
-    def run(output=out, **kw):
-        return build(BuildOptions(bundles=bundles_dir, output=output, trust=load_trust_set(), search=False, **kw))
+    run = _builds(bundles_dir, out)
     run()
     pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
     live = out / "pith" / pid / "bundle.json"
@@ -377,13 +371,9 @@ def test_an_edit_of_a_live_bundle_json_does_not_survive_the_next_build(bundles_d
     """The mirrored bundle.json must be the verified bytes.  An edit in place of the live file (which its
     .well-known twin and the tree beside the site may share) used to survive incremental builds, the no-op one
     included; the next build now writes that record's files again."""
-    from site_builder.build import BuildOptions, build
-    from site_builder.keys import load_trust_set
     out = tmp_path / "site"
 
-    def run(output=out, **kw):
-        return build(BuildOptions(bundles=bundles_dir, output=output, trust=load_trust_set(), search=False,
-                                  link_twin=twin, **kw))
+    run = _builds(bundles_dir, out, link_twin=twin)
     run()
     (bundles_dir / REAL_FILES[1].name).unlink()
     run()  # (now the tree beside the site is a twin, or the site before, sharing files)
