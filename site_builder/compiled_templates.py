@@ -19,6 +19,7 @@ import jinja2
 
 from site_builder import builder_identity
 from site_builder.cache_key import CacheKey
+from site_builder.writing import create_new
 
 _TAG_CHARS = 64  # a tag's hex digits, at the start of each file
 _LIMIT = 16 << 20  # a compiled template is tens of KB; anything far larger is not one of ours
@@ -48,12 +49,7 @@ class CompiledTemplates(jinja2.BytecodeCache):
         temporary = path.with_name(f".{path.name}.{os.getpid()}")
         try:
             self.folder.mkdir(mode=0o755, parents=True, exist_ok=True)
-            try:
-                os.unlink(temporary)  # (a killed build's leftover, or a link: the name goes, not what it leads to)
-            except FileNotFoundError:
-                pass
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            with open(fd, "wb") as f:
+            with open(create_new(temporary), "wb") as f:
                 f.write(tag + code)
             os.replace(temporary, path)
         except OSError:  # (not kept: compiled again next time)

@@ -8,7 +8,6 @@ replaces a newer one.  Requests are polite: a concurrency limit, timeouts, retri
 
 from __future__ import annotations
 
-import contextlib
 import email.utils
 import http.client
 import json
@@ -30,6 +29,7 @@ from site_builder import __version__
 from site_builder.inspection import inspect_bytes
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, read_bytes
+from site_builder.writing import create_new
 
 PITH_ID_RE = re.compile(r"(?:pith:[0-9]{4}:)?([A-Z2-7]{26})\Z")
 STATE_FILE = ".pull-state.json"
@@ -301,10 +301,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
     link there leads to: the bundles folder is untrusted), renamed into place."""
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}"
     try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)  # (a killed run's leftover, or a link: the name itself goes, not what it leads to)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with open(fd, "wb") as f:
+        with open(create_new(tmp), "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -77,6 +77,17 @@ def owned_privately(path: Path) -> bool:
     return not_private(path) is None
 
 
+def create_new(path: Path, mode: int = 0o644) -> int:
+    """A file descriptor for writing *path* as a new file this call creates: whatever was at that name (a killed
+    run's leftover, or a link) is removed first, the name and not what a link leads to, and the file is never
+    opened through a link."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+
+
 def make_folders(path: str) -> None:
     """*path* and the folders above it that are missing, each with FOLDER_MODE."""
     parent = os.path.dirname(path)
