@@ -177,7 +177,7 @@ def not_reused(ctx: BuildContext, live_known: bool) -> str:
     the live one), where others may write to them (writing.py); "" where it is not so."""
     prev = ctx.slot.prev
     shared = [printable(str(tree)) for tree, known in ((ctx.slot.output, live_known),
-                                                       (prev, cache_knows(ctx.cache, prev)))
+                                                       (prev, tree_units(ctx.cache, prev) is not None))
               if known and not owned_privately(tree)]
     if not shared:
         return ""
@@ -185,16 +185,16 @@ def not_reused(ctx: BuildContext, live_known: bool) -> str:
             f"every file is written again; make it yours alone (chmod go-w) for incremental builds")
 
 
-def cache_knows(cache: BuildCache, tree: Path) -> bool:
-    """Whether *tree* is a real folder whose build id names units the cache holds (a tree a build left)."""
-    return tree.is_dir() and not tree.is_symlink() and cache.units(read_build_id(tree)) is not None
+def tree_units(cache: BuildCache, tree: Path) -> dict | None:
+    """The units of the tree at *tree*, by the build id its verification.json names, if the cache knows them;
+    None for no such folder, or a tree it does not know (left half-updated by a killed build, not made by a
+    build)."""
+    return cache.units(read_build_id(tree)) if tree.is_dir() and not tree.is_symlink() else None
 
 
 def twin_units(slot: OutputSlot, cache: BuildCache) -> dict | None:
-    """The units the twin tree (``.<output>.prev``) holds, if the cache knows them; None for no twin, or one it
-    cannot vouch for (left half-updated by a killed build, not made by a build, or one others may write to)."""
-    prev = slot.prev
-    return cache.units(read_build_id(prev)) if owned_privately(prev) else None
+    """The units the twin tree (``.<output>.prev``) holds (``tree_units``), unless others may write to it."""
+    return tree_units(cache, slot.prev) if owned_privately(slot.prev) else None
 
 
 def kept_and_stale(prev_units: dict, units: dict) -> tuple[dict, list[str]]:
