@@ -140,9 +140,10 @@ def remember_build(ctx: BuildContext, inputs: Inputs, verified: Verified, site: 
     this build wrote)."""
     cache, options, report = ctx.cache, ctx.options, ctx.report
     marker_sig = stat_sig(ctx.slot.output / MARKER)
-    mirrored = record_after(ctx.slot.output, inputs.mirrors, {pid: chosen.inspection.sha256 for pid, chosen
-                                                              in site.selection.published.items()
-                                                              if pid not in changed}, written)
+    mirrored = {} if cache.db is None else record_after(  # (no cache to keep it in: nothing to look up)
+        ctx.slot.output, inputs.mirrors,
+        {pid: chosen.inspection.sha256 for pid, chosen in site.selection.published.items() if pid not in changed},
+        written)
 
     def upkeep() -> None:  # (the previous site is what the next build would read from verification.json)
         if marker_sig is not None:
