@@ -8,10 +8,11 @@ Each stage is a function in ``site_builder/stages/`` with a named input and outp
                                                             unless the cache holds an authenticated result
   plan      Inputs, Verified -> Chosen        -> SitePlan   one bundle per record (no rollback), then every output
                                                             unit keyed by what it shows, and the build id
-  render    SitePlan, OutputTree              -> changed    units whose key changed are written (records in workers),
-                                                            the others reused from the previous or live tree
-  index     SitePlan, OutputTree              -> renamed    a Pagefind index for each search shard that changed
-  publish   SitePlan, OutputTree                            the report unit, then the atomic swap into the output
+  render    SitePlan, OutputTree              -> SitePlan   records (in workers) and the collection: the units
+  index     SitePlan, OutputTree              -> SitePlan   whose key changed are written, the others reused from
+  publish   SitePlan, OutputTree              -> SitePlan   the previous or live tree, by one loop over the output
+                                                            kinds (write.py); publish writes the report unit,
+                                                            then swaps the tree into the output atomically
   remember  Inputs, Verified, SitePlan                      the authenticated cache the next build starts from
 
 If the plan's build id is the live site's, nothing is written.  A bad bundle never stops the build; a failure
@@ -32,13 +33,12 @@ from site_builder.report import BuildReport
 from site_builder.search_index import pagefind_version
 from site_builder.stages.context import BuildContext, default_cache_dir, opened_context
 from site_builder.stages.gather import gather
-from site_builder.stages.index import index
-from site_builder.stages.plan import identified, plan, without_changed
-from site_builder.stages.publish import open_tree, prepare_spare_tree, swap, write_report
+from site_builder.stages.plan import plan
+from site_builder.stages.publish import open_tree, prepare_spare_tree, swap
 from site_builder.stages.remember import remember_build, remember_unchanged, unchanged_since_last_build
-from site_builder.stages.render import render_collection, render_records, words_in
 from site_builder.stages.select import choose
 from site_builder.stages.verify import inspect_files, verify
+from site_builder.stages.write import write_units
 
 __all__ = ["BuildOptions", "BuildReport", "PARALLEL_THRESHOLD", "WorkerLostError", "build", "default_cache_dir",
            "inspect_files", "prepare_spare_tree", "usable_cores"]
@@ -86,22 +86,9 @@ def _run_stages(ctx: BuildContext) -> None:
         return
     out = open_tree(ctx, site, inputs.edited)
     try:
-        changed = render_records(ctx, site, out)
-        if changed:
-            site = without_changed(ctx, inputs, verified, site, changed)
-        # (feeds and new list rows show the words of records, which the build holds by reference: they are read
-        # back from the verified bundles of the tree being written)
-        site.renderer.read_words = words_in(out.tree, ctx.options.max_bytes)
-        try:
-            render_collection(ctx, site, out)
-            renamed = index(ctx, site, out)
-            if changed or renamed:  # the outcomes and unit keys differ from those planned
-                site = identified(ctx, site)
-            write_report(ctx, site, out)
-        finally:
-            site.renderer.read_words = None
+        site = write_units(ctx, site, out)
         swap(ctx, out)
     except BaseException:
         out.discard()
         raise
-    remember_build(ctx, inputs, verified, site, changed, out.records_written)
+    remember_build(ctx, inputs, verified, site, out.records_written)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import replace
 
 from site_builder.cache import join_files
 from site_builder.search_index import SEARCH_STAGE, SearchShard, files_under, index_search
@@ -13,21 +14,19 @@ from site_builder.stages.plan import SitePlan
 from site_builder.stages.publish import OutputTree, reuse_units
 
 
-def index(ctx: BuildContext, site: SitePlan, out: OutputTree) -> bool:
-    """Returns whether a shard was made under another key than planned (the build id must then name it)."""
-    left = reuse_units(ctx, site, out, [shard.unit for shard in site.shards])
-    behind = [name for name in left if site.units[name][0] != site.planned_search[name]]
-    for name in behind:  # planned as the live index, which is not to be had: made now, under its own key
+def index(ctx: BuildContext, site: SitePlan, out: OutputTree, names: list[str]) -> SitePlan:
+    """The search units *names* (those not reused), indexed by Pagefind.  A unit planned as the live index
+    (serve defers indexing) that is not to be had is made now, under its own key, so the plan returned is to be
+    named again (``renamed``)."""
+    behind = [name for name in names if site.units[name][0] != site.planned_search[name]]
+    for name in behind:
         site.units[name] = (site.planned_search[name], "")
-    left = [name for name in left if name not in behind] + reuse_units(ctx, site, out, behind)
+    left = [name for name in names if name not in behind] + reuse_units(ctx, site, out, behind)
     to_index = [shard for shard in site.shards if shard.unit in set(left)]
-    renamed = bool(behind)
     if to_index:
         _make_indexes(ctx, site, out, to_index)
     ctx.report.search_behind = any(site.units[s.unit][0] != site.planned_search[s.unit] for s in site.shards)
-    if site.shards:
-        ctx.clock.lap("search_index")
-    return renamed
+    return replace(site, renamed=True) if behind else site
 
 
 def _make_indexes(ctx: BuildContext, site: SitePlan, out: OutputTree, to_index: list[SearchShard]) -> None:

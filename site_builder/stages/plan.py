@@ -187,8 +187,11 @@ class SitePlan:
     """Every output unit of the site to build, named by a key that covers what it shows, and the build id.
 
     ``units`` maps a unit's name to (key, its files joined); the files are filled in as units are written or
-    reused (render, index and publish do), in the plan's order: records by pith id, then the collection."""
+    reused (``write.write_units``), in the plan's order: records by pith id, then the collection, then the search
+    shards.  The report unit, which the build id names, is added when it is written."""
 
+    inputs: Inputs  # what the plan was made from: a plan made again without some records starts from it
+    verified: Verified
     chosen: Chosen
     published: list[PaperSummary]  # the records the site shows, in pith-id order
     addresses: RedirectPlan
@@ -202,6 +205,7 @@ class SitePlan:
     planned_search: dict[str, str]  # search unit -> the key its index is made under when made now
     build_id: str
     report_doc: ReportDocument
+    renamed: bool = False  # outcomes or unit keys changed since the build id was made: ``identified`` names it
 
     @property
     def selection(self) -> Selection:
@@ -233,7 +237,7 @@ def plan(ctx: BuildContext, inputs: Inputs, verified: Verified, chosen: Chosen) 
     record_outcomes(ctx.report, verified.inspections, chosen.selection, {}, ctx.store)
     build_id, report_doc = identify(ctx.build_key, ctx.report, units, options, ctx.store)
     ctx.clock.lap("identify")
-    return SitePlan(chosen, published, addresses, versions, renderer, catalog, layout, shards, collection, units,
+    return SitePlan(inputs, verified, chosen, published, addresses, versions, renderer, catalog, layout, shards, collection, units,
                     planned_search, build_id, report_doc)
 
 
@@ -253,28 +257,28 @@ def _defer_search(ctx: BuildContext, previous: PreviousSite, units: dict, planne
         ctx.report.search_behind = True
 
 
-def without_changed(ctx: BuildContext, inputs: Inputs, verified: Verified, site: SitePlan,
-                    changed: dict[str, str]) -> SitePlan:
+def without_changed(ctx: BuildContext, site: SitePlan, changed: dict[str, str]) -> SitePlan:
     """The plan again without the records whose files changed after they were verified (*changed*: pith id ->
     why): their short addresses, list rows and search entries must not point at a page that is not there.
     The addresses and listings are planned afresh, not patched from the store's, which hold the full set."""
     ctx.slot.assume_shared()  # (the units are planned again: the retired tree's may match them now)
     ctx.report.outcomes.clear()
-    record_outcomes(ctx.report, verified.inspections, site.selection, changed, ctx.store)
+    record_outcomes(ctx.report, site.verified.inspections, site.selection, changed, ctx.store)
     papers = [s for s in site.published if s.pith_id not in changed]
     addresses = plan_redirects(papers)
     catalog = catalogue(papers)
     shards = search_shards(ctx.options, site.layout, {p.pith_id: p for p in papers})
-    collection = _collection(ctx, inputs, site.renderer, catalog, addresses, shards)
+    collection = _collection(ctx, site.inputs, site.renderer, catalog, addresses, shards)
     records = [(pid, c.inspection.sha256) for pid, c in site.selection.published.items() if pid not in changed]
     planned = plan_units(ctx, records, addresses, site.versions, collection, shards)
     # (the records keep their files; the versions they link to are as planned: their pages are written)
     units = {u: site.units[u] if u in site.units and u.startswith("record:") else v for u, v in planned.items()}
     return replace(site, published=papers, addresses=addresses, catalog=catalog, shards=shards,
-                   collection=collection, units=units, planned_search={s.unit: units[s.unit][0] for s in shards})
+                   collection=collection, units=units, planned_search={s.unit: units[s.unit][0] for s in shards},
+                   renamed=True)
 
 
 def identified(ctx: BuildContext, site: SitePlan) -> SitePlan:
     """The plan named again, after its outcomes or unit keys changed while it was carried out."""
     build_id, report_doc = identify(ctx.build_key, ctx.report, site.units, ctx.options, ctx.store)
-    return replace(site, build_id=build_id, report_doc=report_doc)
+    return replace(site, build_id=build_id, report_doc=report_doc, renamed=False)

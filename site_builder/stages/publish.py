@@ -15,7 +15,7 @@ from site_builder.options import BuildOptions
 from site_builder.pages import report_files
 from site_builder.report import BuildReport
 from site_builder.stages.context import BuildContext, open_cache, put_cache_back
-from site_builder.stages.plan import SitePlan, read_build_id
+from site_builder.stages.plan import SitePlan, identified, read_build_id
 from site_builder.terminal import printable
 from site_builder.writing import MARKER, OutputSlot, StagingTree, TreeChanged, owned_privately
 
@@ -309,8 +309,11 @@ def open_tree(ctx: BuildContext, site: SitePlan, edited: set[str]) -> OutputTree
     return out
 
 
-def write_report(ctx: BuildContext, site: SitePlan, out: OutputTree) -> None:
-    """The report unit: verification.json (and its pages) and the pages that show this build's outcome."""
+def write_report(ctx: BuildContext, site: SitePlan, out: OutputTree, names: list[str]) -> SitePlan:
+    """The report unit (*names* is ``["report"]``): verification.json (and its pages) and the pages that show
+    this build's outcome, under the build id that names the plan as it was carried out."""
+    if site.renamed:  # (records dropped out, or a search index was made under another key)
+        site = identified(ctx, site)
     report, tree = ctx.report, out.tree
     tree.write_chunks(MARKER, site.report_doc.chunks())  # (its build id differs from the live one's)
     report.note_rendered([MARKER])
@@ -330,7 +333,7 @@ def write_report(ctx: BuildContext, site: SitePlan, out: OutputTree) -> None:
     report.removed = sorted(f"pith/{pid}/index.html" for pid in site.chosen.previous.published
                             if pid not in site.selection.published)
     tree.remove_empty_folders(out.stale_dirs)
-    ctx.clock.lap("render_collection")
+    return site
 
 
 def swap(ctx: BuildContext, out: OutputTree) -> None:

@@ -135,14 +135,15 @@ def remember_unchanged(ctx: BuildContext, inputs: Inputs, verified: Verified, si
 
 
 def remember_build(ctx: BuildContext, inputs: Inputs, verified: Verified, site: SitePlan,
-                   changed: dict[str, str], written: set[str]) -> None:
+                   written: set[str]) -> None:
     """Everything the next build starts from, for the site just published (*written*: the records whose files
     this build wrote)."""
     cache, options, report = ctx.cache, ctx.options, ctx.report
     marker_sig = stat_sig(ctx.slot.output / MARKER)
     mirrored = {} if cache.db is None else record_after(  # (no cache to keep it in: nothing to look up)
         ctx.slot.output, inputs.mirrors,
-        {pid: chosen.inspection.sha256 for pid, chosen in site.selection.published.items() if pid not in changed},
+        {pid: chosen.inspection.sha256 for pid, chosen in site.selection.published.items()
+         if f"record:{pid}" in site.units},  # (not a record whose bytes changed after they were verified)
         written)
 
     def upkeep() -> None:  # (the previous site is what the next build would read from verification.json)

@@ -1,5 +1,6 @@
-"""The render stage: each record's files written from its verified bytes (in worker processes), and the
-words of records read back for the pages that show them.
+"""The render stage, the writers of two output kinds (``write.py``): each record's files written from its
+verified bytes (in worker processes), with the words of records read back for the pages that show them; and the
+collection's listing pages, feeds and other files.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from site_builder.records import PaperText, paper_text
 from site_builder.rendering import SiteRenderer
 from site_builder.settings import SiteConfig
 from site_builder.stages.context import BuildContext, template_cache
-from site_builder.stages.plan import SitePlan
-from site_builder.stages.publish import OutputTree, reuse_units
+from site_builder.stages.plan import SitePlan, without_changed
+from site_builder.stages.publish import OutputTree
 from site_builder.writing import OutputError, StagingTree
 
 
@@ -130,12 +131,13 @@ def words_in(tree: StagingTree, max_bytes: int) -> Callable[[str, str], PaperTex
     return read
 
 
-def render_records(ctx: BuildContext, site: SitePlan, out: OutputTree) -> dict[str, str]:
-    """Each record's unit, reused where its key is unchanged, else rendered in the workers; returns the
-    records whose bytes changed after they were verified (pith id -> why), which have no files."""
+def render_records(ctx: BuildContext, site: SitePlan, out: OutputTree, names: list[str]) -> SitePlan:
+    """The record units *names* (those not reused), rendered in the workers.  Returns the plan as it stands
+    after: without the records whose bytes changed after they were verified (they have no files), and with the
+    renderer reading records' words back from the bundles now in the tree, for the feeds and new list rows."""
     options, report, units = ctx.options, ctx.report, site.units
     to_render = []
-    for name in reuse_units(ctx, site, out, [f"record:{pid}" for pid in site.selection.published]):
+    for name in names:
         pid = name.removeprefix("record:")
         chosen = site.selection.published[pid]
         to_render.append(RecordTask(chosen.source, chosen.inspection, site.addresses.per_record.get(pid, 0),
@@ -166,15 +168,20 @@ def render_records(ctx: BuildContext, site: SitePlan, out: OutputTree) -> dict[s
                 report.note_rendered(split_files(done.files))
     if twin_lost:  # (deleted now that no worker links in it, before the build goes on)
         out.drop_twin()
-    ctx.clock.lap("render_records")
-    return changed
+    if changed:
+        site = without_changed(ctx, site, changed)
+    # (feeds and new list rows show the words of records, which the build holds by reference: they are read back
+    # from the verified bundles of the tree being written; the write loop unsets this when it ends)
+    site.renderer.read_words = words_in(out.tree, options.max_bytes)
+    return site
 
 
-def render_collection(ctx: BuildContext, site: SitePlan, out: OutputTree) -> None:
-    """Listing pages, feeds, redirects and the site's other files: each unit reused, or rendered here."""
+def render_collection(ctx: BuildContext, site: SitePlan, out: OutputTree, names: list[str]) -> SitePlan:
+    """Listing pages, feeds, redirects and the site's other files: the units *names* (those not reused),
+    rendered here."""
     report = ctx.report
     by_name = {unit.name: unit for unit in site.collection}
-    for name in reuse_units(ctx, site, out, by_name):
+    for name in names:
         rendered = []
         for rel, data in by_name[name].render():
             out.tree.write(rel, data)
@@ -184,4 +191,4 @@ def render_collection(ctx: BuildContext, site: SitePlan, out: OutputTree) -> Non
         report.note_rendered(rendered)
         site.units[name] = (site.units[name][0], join_files(rendered))
         out.link_in_twin(site.units[name][1])
-    ctx.clock.lap("render_collection")
+    return site
