@@ -38,12 +38,14 @@ import json, resource, sys, time
 from pathlib import Path
 from site_builder.build import BuildOptions, build
 from site_builder.keys import load_trust_set
+from site_builder.options import BuildPolicy
 from site_builder.settings import SiteConfig
 args = json.loads(sys.argv[1])
 opts = BuildOptions(bundles=Path(args["bundles"]), output=Path(args["output"]),
                     trust=load_trust_set([Path(args["key"])]), templates=Path(args["templates"]),
-                    search=args["search"], jobs=args["jobs"], one_shot=True, left_for_exit=[],  # as the CLI does
-                    link_twin=args["twin"], config=SiteConfig(search_shard_size=args["shard_size"]))
+                    search=args["search"], config=SiteConfig(search_shard_size=args["shard_size"]),
+                    policy=BuildPolicy(jobs=args["jobs"], one_shot=True, left_for_exit=[],  # as the CLI does
+                                       link_twin=args["twin"]))
 # A build hands the cache save to a detached process; the next build waits for it (the cache lock).  Wait here,
 # untimed, so each scenario measures itself; the wait is reported as "saver_wait".
 import fcntl, os

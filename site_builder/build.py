@@ -13,7 +13,7 @@ Each stage is a function in ``site_builder/stages/`` with a named input and outp
   publish   SitePlan, OutputTree              -> SitePlan   the previous or live tree, by one loop over the output
                                                             kinds (write.py); publish writes the report unit,
                                                             then swaps the tree into the output atomically
-  remember  Inputs, Verified, SitePlan                      the authenticated cache the next build starts from
+  remember  SitePlan (with its Inputs, Verified)            the authenticated cache the next build starts from
 
 If the plan's build id is the live site's, nothing is written.  A bad bundle never stops the build; a failure
 from render on (a broken template, a full disk, a kill) leaves the output untouched.  Each stage is timed in
@@ -82,7 +82,7 @@ def _run_stages(ctx: BuildContext) -> None:
     verified = verify(ctx, inputs)
     site = plan(ctx, inputs, verified, choose(ctx, inputs, verified))
     if site.is_live(ctx, inputs.edited):
-        remember_unchanged(ctx, inputs, verified, site)
+        remember_unchanged(ctx, site)
         return
     out = open_tree(ctx, site, inputs.edited)
     try:
@@ -91,4 +91,4 @@ def _run_stages(ctx: BuildContext) -> None:
     except BaseException:
         out.discard()
         raise
-    remember_build(ctx, inputs, verified, site, out.records_written)
+    remember_build(ctx, site, out.records_written)

@@ -19,6 +19,7 @@ from site_builder.build import BuildOptions, WorkerLostError, build, inspect_fil
 from site_builder.inspection import Inspection, rejected
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundlesFolderError, InputFile, discover
+from site_builder.options import BuildPolicy
 from site_builder.search_index import SearchIndexError
 from site_builder.settings import SETTINGS_FILE, SettingsError, load_settings, normalize_base_url, project_paths
 from site_builder.terminal import printable
@@ -227,11 +228,10 @@ def cmd_build(args, left_for_exit: list | None = None) -> int:
         return EXIT_USAGE
     progress, update = _progress_bar(not args.quiet)
     options = BuildOptions(bundles=args.bundles, output=args.output, trust=trust, config=config, templates=templates,
-                           about_file=about, static_dir=static, jobs=args.jobs,
-                           progress=update,
-                           search=not args.no_search, cache_dir=args.cache_dir, use_cache=not args.no_cache,
-                           one_shot=True, left_for_exit=left_for_exit, link_twin=not args.no_twin,
-                           deployed=args.live)
+                           about_file=about, static_dir=static, search=not args.no_search, deployed=args.live,
+                           policy=BuildPolicy(jobs=args.jobs, progress=update, cache_dir=args.cache_dir,
+                                              use_cache=not args.no_cache, one_shot=True,
+                                              left_for_exit=left_for_exit, link_twin=not args.no_twin))
     try:
         with progress or contextlib.nullcontext():
             report = build(options)
@@ -426,7 +426,7 @@ def say(text: str, err: bool = False) -> None:
 
 def run() -> None:
     """The console entry point: ``main()``, then exit without tearing down the build's objects one by one
-    (a one-shot build leaves them, see BuildOptions.left_for_exit; the cache saver is a detached process)."""
+    (a one-shot build leaves them, see BuildPolicy.left_for_exit; the cache saver is a detached process)."""
     left_for_exit: list = []
     code = main(left_for_exit=left_for_exit)
     sys.stdout.flush()

@@ -27,25 +27,11 @@ class ServeSession:
     on_published: Callable[[BuildReport], None] | None = None  # called as soon as the new site is live
 
 
-@dataclass
-class BuildOptions:
-    """A build: what the user asked for (inputs, output, keys, settings), how to go about it (the policy
-    fields), and, for serve, the session it belongs to."""
+@dataclass(frozen=True)
+class BuildPolicy:
+    """How to go about a build: none of it changes what the build publishes (the build key leaves it out)."""
 
-    # What to build
-    bundles: Path
-    output: Path
-    trust: TrustSet
-    config: SiteConfig = field(default_factory=SiteConfig)
-    templates: Path | None = None
-    about_file: Path | None = None
-    static_dir: Path | None = None  # files copied into the site as they are (when the folder exists)
-    search: bool = True
-    # The deployed mirror (an http(s) base URL or a folder): none of its newer, verifying bundles is rolled back.
-    deployed: str | None = None
-    # How to build it
     jobs: int = 0  # 0: one worker per usable core (none on one)
-    max_bytes: int = DEFAULT_MAX_BYTES
     progress: Callable[[str, int, int | None], None] | None = None
     cache_dir: Path | None = None  # default: .site-builder-cache beside the output
     use_cache: bool = True
@@ -61,12 +47,30 @@ class BuildOptions:
     # instead of linking a whole tree (~5 s at 10,000 records), for 6-20 % (tmpfs) to ~18 % (disk) more full build.
     link_twin: bool = False
     deployed_fetcher: object | None = None  # a pulling.Fetcher for a URL (its timeouts); a default one otherwise
-    # The state serve keeps between builds
-    session: ServeSession | None = None
 
     @property
     def workers(self) -> Workers:
         return Workers(self.jobs, self.progress, self.mp_context)
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """A build: what the user asked for (inputs, output, keys, settings: what the site holds depends on these
+    alone), how to go about it (``policy``), and, for serve, the session it belongs to."""
+
+    bundles: Path
+    output: Path
+    trust: TrustSet
+    config: SiteConfig = field(default_factory=SiteConfig)
+    templates: Path | None = None
+    about_file: Path | None = None
+    static_dir: Path | None = None  # files copied into the site as they are (when the folder exists)
+    search: bool = True
+    # The deployed mirror (an http(s) base URL or a folder): none of its newer, verifying bundles is rolled back.
+    deployed: str | None = None
+    max_bytes: int = DEFAULT_MAX_BYTES  # a bundle over this is refused unread
+    policy: BuildPolicy = field(default_factory=BuildPolicy)
+    session: ServeSession | None = None  # the state serve keeps between builds
 
     @property
     def store(self) -> IncrementalStore | None:

@@ -32,7 +32,7 @@ from site_builder.build import BuildOptions, WorkerLostError, build, prepare_spa
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundleListing, BundlesFolderError, list_bundles, rediscover
 from site_builder.incremental import IncrementalStore
-from site_builder.options import ServeSession
+from site_builder.options import BuildPolicy, ServeSession
 from site_builder.search_index import SearchIndexError
 from site_builder.settings import SettingsError, SiteConfig, load_settings, normalize_base_url, project_paths
 from site_builder.terminal import printable
@@ -127,7 +127,7 @@ class Site:
         return BuildOptions(bundles=o.bundles, output=o.output, trust=load_trust_set(o.trusted_keys), config=config,
                             templates=o.templates if o.templates.is_dir() else None,
                             about_file=about, static_dir=static, search=o.search,
-                            mp_context="forkserver",
+                            policy=BuildPolicy(mp_context="forkserver"),
                             session=ServeSession(self.store, defer_search=o.search and not self.index_next,
                                                  on_published=self._announce))
 

@@ -1,12 +1,14 @@
 import json
 import os
 import copy
+import dataclasses
 import shutil
 from pathlib import Path
 
 import pytest
 
 from site_builder.build import BuildOptions
+from site_builder.options import BuildPolicy
 from site_builder.keys import TrustSet, key_from_document, load_trust_set
 
 from generate import benchmark_key, make_bundle
@@ -119,10 +121,20 @@ def both_keys() -> TrustSet:
                                  key=lambda k: k.key_id)))
 
 
+POLICY_FIELDS = frozenset(f.name for f in dataclasses.fields(BuildPolicy))
+
+
+def build_options(bundles: Path, output: Path, trust: TrustSet, **kw) -> BuildOptions:
+    """BuildOptions, the keywords that name a ``BuildPolicy`` field (``use_cache``, ``jobs``...) handed to its
+    policy."""
+    policy = BuildPolicy(**{name: kw.pop(name) for name in list(kw) if name in POLICY_FIELDS})
+    return BuildOptions(bundles=bundles, output=output, trust=trust, policy=policy, **kw)
+
+
 def opts(project: Path, output: Path, trust: TrustSet, **kw) -> BuildOptions:
-    """Build options for *project* into *output* (no search index unless asked)."""
-    return BuildOptions(bundles=project / "bundles", output=output, trust=trust, templates=project / "templates",
-                        search=kw.pop("search", False), **kw)
+    """Build options for *project* into *output* (no search index unless asked; ``build_options``)."""
+    return build_options(project / "bundles", output, trust, templates=project / "templates",
+                         search=kw.pop("search", False), **kw)
 
 
 def signed_version(base: dict, key: TestKey, title: str, built_at: str, extra_events: int = 0) -> bytes:

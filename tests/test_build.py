@@ -14,10 +14,11 @@ from site_builder.cache import BuildCache
 from site_builder.cache_key import user_cache_key
 from site_builder.canonical import resolver_json
 from site_builder.keys import load_trust_set
+from site_builder.options import BuildPolicy
 from site_builder.serving import Site
 from site_builder.settings import SiteConfig
 
-from conftest import REAL_FILES, tree
+from conftest import REAL_FILES, build_options, tree
 from signing import TestKey, sign_bundle, to_bytes, with_paper
 
 
@@ -222,12 +223,12 @@ def test_worker_processes_build_what_one_process_builds_and_render_the_list_rows
 
     monkeypatch.setattr(SiteRenderer, "render", counting)
     pooled, single = tmp_path / "pooled", tmp_path / "single"
-    report = build(BuildOptions(bundles=bundles, output=pooled, trust=trust, search=False, jobs=2))
+    report = build(BuildOptions(bundles=bundles, output=pooled, trust=trust, search=False, policy=BuildPolicy(jobs=2)))
     assert rows_here == []
     # The report says where the CPU went (build --verbose, the benchmark): verifying and rendering ~80 records
     # takes ~0.15 s of the workers' CPU
     assert report.cpu["verify"][1] + report.cpu["render_records"][1] > 0.05
-    report = build(BuildOptions(bundles=bundles, output=single, trust=trust, search=False, jobs=1))
+    report = build(BuildOptions(bundles=bundles, output=single, trust=trust, search=False, policy=BuildPolicy(jobs=1)))
     assert len(rows_here) == PARALLEL_THRESHOLD + 16  # in one process every row is rendered here, once
     assert tree(pooled) == tree(single)
     assert report.cpu["verify"][0] + report.cpu["render_records"][0] > 0.05
@@ -339,8 +340,7 @@ def test_static_files_are_copied_as_they_are_and_never_over_the_sites_own_paths(
     out = tmp_path / "site"
 
     def build_static(output, **options):
-        return build(BuildOptions(bundles=bundles_dir, output=output, trust=load_trust_set(), search=False,
-                                  static_dir=static, **options))
+        return build(build_options(bundles_dir, output, load_trust_set(), search=False, static_dir=static, **options))
     report = build_static(out)
     for rel, data in wanted.items():
         assert (out / rel).read_bytes() == data

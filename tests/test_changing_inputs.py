@@ -12,6 +12,7 @@ import time
 import pytest
 
 from site_builder.build import BuildOptions, build
+from site_builder.options import BuildPolicy
 from site_builder.inspection import inspect_bytes
 from site_builder.keys import load_trust_set
 
@@ -41,8 +42,8 @@ def test_files_changed_between_verifying_and_rendering_are_rejected_and_the_rest
             (bundles / others[-1]).write_bytes(originals[others[0]])
 
     out = tmp_path / "site"
-    report = build(BuildOptions(bundles=bundles, output=out, trust=pinned, search=False, jobs=1,
-                                progress=change_the_rest, use_cache=False))
+    report = build(BuildOptions(bundles=bundles, output=out, trust=pinned, search=False,
+                                policy=BuildPolicy(jobs=1, progress=change_the_rest, use_cache=False)))
     statuses = {o.inspection.rel: (o.status, o.inspection.check) for o in report.outcomes}
     changed = [rel for rel, (status, check) in statuses.items() if check == "file_changed"]
     assert done and len(changed) == len(names) - 1, statuses

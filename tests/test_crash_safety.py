@@ -181,13 +181,14 @@ import sys, time
 from pathlib import Path
 from site_builder.build import BuildOptions, build
 from site_builder.keys import load_trust_set
+from site_builder.options import BuildPolicy
 
 def progress(stage, done, total):  # the workers are running: say so, and hold the build here until killed
     print("working", stage, flush=True)
     time.sleep(600)
 
 build(BuildOptions(bundles=Path(sys.argv[1]), output=Path(sys.argv[2]), trust=load_trust_set([Path(sys.argv[3])]),
-                   search=False, progress=progress, jobs=2))  # (two workers even where one core is usable)
+                   search=False, policy=BuildPolicy(progress=progress, jobs=2)))  # (two workers even where one core is usable)
 """
 
 

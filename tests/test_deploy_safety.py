@@ -17,7 +17,7 @@ from site_builder.settings import SettingsError, normalize_base_url
 from site_builder.terminal import printable
 from site_builder.writing import is_builder_output
 
-from conftest import REAL_FILES, ROOT, cache_document, plant_document, tree
+from conftest import REAL_FILES, ROOT, build_options, cache_document, plant_document, tree
 
 ROOT_KEY = ROOT / "site_builder" / "data" / "pith-signing-key.json"
 
@@ -188,12 +188,11 @@ def test_static_files_that_shadow_the_site_or_each_other_in_another_case_are_ref
 
 def _builds(bundles_dir, out, **fixed):
     """Builds of *bundles_dir* into *out* (or the output named) with the pinned keys and no search index."""
-    from site_builder.build import BuildOptions, build
+    from site_builder.build import build
     from site_builder.keys import load_trust_set
 
     def run(output=out, **kw):
-        return build(BuildOptions(bundles=bundles_dir, output=output, trust=load_trust_set(), search=False,
-                                  **fixed, **kw))
+        return build(build_options(bundles_dir, output, load_trust_set(), search=False, **fixed, **kw))
     return run
 
 

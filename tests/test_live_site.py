@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from site_builder.build import BuildOptions, build
+from site_builder.options import BuildPolicy
 from site_builder.pulling import Fetcher
 
 from browser import serve
@@ -36,7 +37,8 @@ def fresh_build(d, source, **extra):
     """A build on a machine with no previous output and no cache, checked against *source*."""
     fetcher = Fetcher(timeout=5, retries=0)
     return build(BuildOptions(bundles=d["bundles"], output=d["tmp"] / "fresh", trust=d["trust"], search=False,
-                              use_cache=False, deployed=source, deployed_fetcher=fetcher, **extra))
+                              deployed=source, policy=BuildPolicy(use_cache=False, deployed_fetcher=fetcher),
+                              **extra))
 
 
 def published_bundle(d) -> bytes:

@@ -9,6 +9,7 @@ import pytest
 
 from site_builder import report as report_module
 from site_builder.build import BuildOptions, build
+from site_builder.options import BuildPolicy
 
 from conftest import REAL_FILES, resigned_real_bundles
 from linkcheck import broken_links
@@ -46,11 +47,11 @@ def hostile_record(key) -> bytes:
 def test_a_record_built_to_blow_up_the_site_costs_at_most_four_times_its_bundle(signed_set, tmp_path):
     key, trust, bundles = signed_set
     without = tmp_path / "without"
-    build(BuildOptions(bundles=bundles, output=without, trust=trust, use_cache=False))
+    build(BuildOptions(bundles=bundles, output=without, trust=trust, policy=BuildPolicy(use_cache=False)))
     raw = hostile_record(key)
     (bundles / "hostile.json").write_bytes(raw)
     with_it = tmp_path / "with"
-    report = build(BuildOptions(bundles=bundles, output=with_it, trust=trust, use_cache=False))
+    report = build(BuildOptions(bundles=bundles, output=with_it, trust=trust, policy=BuildPolicy(use_cache=False)))
     assert report.count("published") == len(REAL_FILES) + 1
     cost = site_bytes(with_it) - site_bytes(without)
     assert cost <= 4 * len(raw) + 100_000, (cost, len(raw))

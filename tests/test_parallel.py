@@ -68,12 +68,13 @@ def test_a_build_whose_workers_start_from_a_forkserver_as_serves_do(tmp_path):
     records it renders are what a forked worker renders."""
     from conftest import both_keys, real_and_generated_bundles, tree
     from site_builder.build import BuildOptions, build
+    from site_builder.options import BuildPolicy
 
     bundles = real_and_generated_bundles(tmp_path / "bundles", PARALLEL_THRESHOLD + 4)
     made = {}
     for method in ("forkserver", "fork"):
         report = build(BuildOptions(bundles=bundles, output=tmp_path / method, trust=both_keys(), search=False,
-                                    jobs=2, mp_context=method))
+                                    policy=BuildPolicy(jobs=2, mp_context=method)))
         assert report.count("published") == PARALLEL_THRESHOLD + 8
         made[method] = tree(tmp_path / method)
     assert made["forkserver"] == made["fork"]

@@ -14,6 +14,7 @@ from lxml import etree
 
 from site_builder import pages
 from site_builder.build import BuildOptions, build
+from site_builder.options import BuildPolicy
 from site_builder.keys import load_trust_set
 from site_builder.settings import SiteConfig
 
@@ -40,7 +41,7 @@ def sites(tmp_path_factory):
                                    ("sharded", SUB, 1)):
         build(BuildOptions(bundles=ROOT / "bundles", output=root / name, trust=load_trust_set(),
                            config=SiteConfig(base_url=base, page_size=2, search_shard_size=shard_size),
-                           cache_dir=root / f"cache-{name}"))
+                           policy=BuildPolicy(cache_dir=root / f"cache-{name}")))
         made[name] = root / name
     return made
 
@@ -312,7 +313,7 @@ def test_each_page_shows_its_own_check_results(tmp_path, skipped_first):
         made[signed["pith_number"].rpartition(":")[2]] = skip
     out = tmp_path / "site"
     report = build(BuildOptions(bundles=bundles, output=out, trust=load_trust_set([key.write(tmp_path / "k.json")]),
-                                search=False, jobs=1))
+                                search=False, policy=BuildPolicy(jobs=1)))
     assert report.count("published") == len(REAL_FILES)
     for pid, skip in made.items():
         html = (out / "pith" / pid / "index.html").read_text()

@@ -133,7 +133,7 @@ def stat_sig(path: Path) -> str | None:
 
 def cache_folder(options: BuildOptions) -> Path | None:
     """Where the cache and the compiled templates live (None: no cache)."""
-    return (options.cache_dir or default_cache_dir(options.output)) if options.use_cache else None
+    return (options.policy.cache_dir or default_cache_dir(options.output)) if options.policy.use_cache else None
 
 
 def template_cache(cache: BuildCache) -> CompiledTemplates | None:
@@ -145,7 +145,7 @@ def template_cache(cache: BuildCache) -> CompiledTemplates | None:
 
 def user_key_or_note(options: BuildOptions, report: BuildReport) -> CacheKey | None:
     """This user's cache key, or None (and a note saying why) where no cache can be kept safely."""
-    if not options.use_cache:
+    if not options.policy.use_cache:
         return None
     try:
         return user_cache_key()
@@ -172,7 +172,7 @@ def open_cache(options: BuildOptions, report: BuildReport, load: bool = True) ->
     key = user_key_or_note(options, report)
     if key is not None and folder is not None:
         try:
-            make_private_folder(folder, ours=options.cache_dir is None)
+            make_private_folder(folder, ours=options.policy.cache_dir is None)
         except CacheFolderUnsafe as e:
             report.cache_note = f"no build cache: {e}; every bundle is verified and every page rendered"
             key = None

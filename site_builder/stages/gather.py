@@ -47,7 +47,7 @@ def read_deployed(options: BuildOptions) -> tuple[LiveSite | None, LiveManifest 
     """The deployed mirror and its manifest, and what to warn about; nothing there, or unreachable, is no error."""
     if options.deployed is None:
         return None, None, []
-    fetcher = options.deployed_fetcher
+    fetcher = options.policy.deployed_fetcher
     if fetcher is None and is_url(options.deployed):
         from site_builder.pulling import Fetcher  # (only here: the HTTP stack costs a no-op build ~30 ms to import)
         # Every request of the check within 20 s, and all of them within 5 minutes.

@@ -35,20 +35,20 @@ def _make_indexes(ctx: BuildContext, site: SitePlan, out: OutputTree, to_index: 
     # The progress display, refreshed while Pagefind runs: shards made of how many, or for one index, a pulsing
     # bar and the seconds it takes (~10 s at 10,000 records).
     waiting = None
-    if options.progress is not None:
+    if options.policy.progress is not None:
         total = len(to_index) if len(to_index) > 1 else None
-        waiting = lambda done: options.progress(SEARCH_STAGE, done, total)  # noqa: E731
+        waiting = lambda done: options.policy.progress(SEARCH_STAGE, done, total)  # noqa: E731
         waiting(0)
     for shard in to_index:
         shutil.rmtree(out.tree.root / shard.folder, ignore_errors=True)
     # A Pagefind on each core: it uses more than one, but not two (and a shard's memory each).
-    index_search(out.tree.root, [(shard.glob, shard.folder) for shard in to_index], options.workers.processes,
+    index_search(out.tree.root, [(shard.glob, shard.folder) for shard in to_index], options.policy.workers.processes,
                  waiting)
     for shard in to_index:
         files = join_files(files_under(out.tree.root, shard.folder))
         site.units[shard.unit] = (site.planned_search[shard.unit], files)
         out.link_in_twin(files)
-    if options.progress is not None:
-        options.progress(SEARCH_STAGE, len(to_index), len(to_index))
+    if options.policy.progress is not None:
+        options.policy.progress(SEARCH_STAGE, len(to_index), len(to_index))
     report.search_seconds = time.perf_counter() - indexing  # (the summary line names it)
     report.note_rendered(["search/index.html"])  # (the page whose results come from the index)

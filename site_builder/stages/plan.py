@@ -237,8 +237,8 @@ def plan(ctx: BuildContext, inputs: Inputs, verified: Verified, chosen: Chosen) 
     record_outcomes(ctx.report, verified.inspections, chosen.selection, {}, ctx.store)
     build_id, report_doc = identify(ctx.build_key, ctx.report, units, options, ctx.store)
     ctx.clock.lap("identify")
-    return SitePlan(inputs, verified, chosen, published, addresses, versions, renderer, catalog, layout, shards, collection, units,
-                    planned_search, build_id, report_doc)
+    return SitePlan(inputs, verified, chosen, published, addresses, versions, renderer, catalog, layout, shards,
+                    collection, units, planned_search, build_id, report_doc)
 
 
 def _collection(ctx: BuildContext, inputs: Inputs, renderer: SiteRenderer, catalog: Catalogue,

@@ -17,10 +17,8 @@ from site_builder.pages import Catalogue
 from site_builder.rendering import SiteRenderer
 from site_builder.report import BuildReport, FileOutcome, ReportRows
 from site_builder.stages.context import BuildContext, stat_sig
-from site_builder.stages.gather import Inputs
 from site_builder.stages.plan import SitePlan
 from site_builder.stages.select import published_by
-from site_builder.stages.verify import Verified
 from site_builder.writing import MARKER, OutputSlot
 
 
@@ -41,7 +39,7 @@ def remember(write_cache: Callable[[], None], cache: BuildCache, options: BuildO
         if options.store is not None:
             upkeep()
 
-    if options.one_shot and start_detached(save, cache):
+    if options.policy.one_shot and start_detached(save, cache):
         report.saved_in_background = True
         return
     save()
@@ -122,22 +120,23 @@ def unchanged_since_last_build(cache: BuildCache, input_fingerprint: str, slot: 
     return True
 
 
-def remember_unchanged(ctx: BuildContext, inputs: Inputs, verified: Verified, site: SitePlan) -> None:
+def remember_unchanged(ctx: BuildContext, site: SitePlan) -> None:
     """The site in the output is the one planned: only what this build verified anew is remembered."""
+    inputs, verified = site.inputs, site.verified
     ctx.report.changed = False
     cache, options = ctx.cache, ctx.options
     remember(lambda: cache.save_inputs(verified.file_index, verified.fresh, options.trust.identity()), cache,
              options, ctx.report, lambda: inputs.fingerprint, stat_sig(ctx.slot.output / MARKER),
              lambda: tidy_store(ctx.store, ctx.report))
     ctx.clock.lap("save_cache")
-    if options.left_for_exit is not None:
-        options.left_for_exit[:] = [cache, verified, site.units]
+    if options.policy.left_for_exit is not None:
+        options.policy.left_for_exit[:] = [cache, verified, site.units]
 
 
-def remember_build(ctx: BuildContext, inputs: Inputs, verified: Verified, site: SitePlan,
-                   written: set[str]) -> None:
+def remember_build(ctx: BuildContext, site: SitePlan, written: set[str]) -> None:
     """Everything the next build starts from, for the site just published (*written*: the records whose files
     this build wrote)."""
+    inputs, verified = site.inputs, site.verified
     cache, options, report = ctx.cache, ctx.options, ctx.report
     marker_sig = stat_sig(ctx.slot.output / MARKER)
     mirrored = {} if cache.db is None else record_after(  # (no cache to keep it in: nothing to look up)
@@ -158,5 +157,5 @@ def remember_build(ctx: BuildContext, inputs: Inputs, verified: Verified, site: 
         cache.save_mirrored(mirrored)
     remember(write_cache, cache, options, report, lambda: inputs.fingerprint, marker_sig, upkeep)
     ctx.clock.lap("save_cache")
-    if options.left_for_exit is not None:
-        options.left_for_exit[:] = [cache, verified, site]
+    if options.policy.left_for_exit is not None:
+        options.policy.left_for_exit[:] = [cache, verified, site]

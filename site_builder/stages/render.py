@@ -148,7 +148,7 @@ def render_records(ctx: BuildContext, site: SitePlan, out: OutputTree, names: li
     init_args = (options.config, ctx.dirs, options.trust, out.tree.root, out.tree.existing, options.search,
                  template_cache(ctx.cache),
                  out.spare.root if out.spare is not None else None)
-    with closing(imap_in_workers(render_record, record_writer, init_args, to_render, options.workers, "render",
+    with closing(imap_in_workers(render_record, record_writer, init_args, to_render, options.policy.workers, "render",
                                  [t.source for t in to_render], (*init_args, site.renderer))) as results:
         # (closed, which stops the workers, on any error)
         for done in results:

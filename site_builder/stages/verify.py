@@ -68,7 +68,7 @@ def inspect_all(options: BuildOptions, cache: BuildCache, store: IncrementalStor
         else:
             todo.append(f)
     fresh = [compact(i) for i in map_in_workers(inspect_file, Inspector, (options.trust, options.max_bytes), todo,
-                                                 options.workers, "verify", [f.path for f in todo])]
+                                                 options.policy.workers, "verify", [f.path for f in todo])]
     for inspection in fresh:
         results[inspection.rel] = inspection
     file_index = {f.rel: (f.sig, results[f.rel].sha256) for f in found if results[f.rel].sha256}

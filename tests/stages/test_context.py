@@ -11,6 +11,7 @@ import pytest
 from conftest import both_keys, opts
 from site_builder.build import build
 from site_builder.keys import load_trust_set
+from site_builder.options import BuildPolicy
 from site_builder.rendering import template_dirs
 from site_builder.report import BuildReport
 from site_builder.settings import SiteConfig
@@ -27,6 +28,10 @@ def test_the_build_key_names_templates_settings_keys_about_page_and_search(proje
     assert build_key_of(replace(options, trust=load_trust_set()), dirs, None) != base
     assert build_key_of(options, dirs, "# About") != base
     assert build_key_of(replace(options, search=True), dirs, None) != base
+    assert build_key_of(replace(options, max_bytes=options.max_bytes // 2), dirs, None) != base
+    # How the build goes about it never changes what it publishes, so the key leaves the policy out.
+    policy = BuildPolicy(jobs=1, cache_dir=project / "elsewhere", use_cache=False, one_shot=True, link_twin=True)
+    assert build_key_of(replace(options, policy=policy), dirs, None) == base
     (project / "templates" / "home.html").write_text("{% extends 'base.html' %}")
     assert build_key_of(options, template_dirs(options.templates), None) != base
 

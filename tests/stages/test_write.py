@@ -51,7 +51,7 @@ def test_only_the_units_the_reuse_rule_cannot_keep_reach_their_writer(project, m
     options = opts(project, out, both_keys(), search=True, left_for_exit=[])
     calls = _recording(monkeypatch)
     build(options)
-    site = options.left_for_exit[2]
+    site = options.policy.left_for_exit[2]
     assert [(kind, names) for kind, names, _ in calls] == [
         (kind.name, kind.units(site)) for kind in write.OUTPUT_KINDS]
 
@@ -67,7 +67,7 @@ def test_only_the_units_the_reuse_rule_cannot_keep_reach_their_writer(project, m
     assert [kind for kind, _, _ in calls] == [kind.name for kind in write.OUTPUT_KINDS]
     assert handed["records"] == [f"record:{renewed}"]
     assert handed["report"] == ["report"]
-    site = options.left_for_exit[2]
+    site = options.policy.left_for_exit[2]
     assert len(handed["collection"]) < len(write.collection_units(site))
     assert os.stat(other_page).st_ino == before[other_page]  # kept: the live file, linked
     assert os.stat(page).st_ino != before[page]
