@@ -301,8 +301,8 @@ def open_tree(ctx: BuildContext, site: SitePlan, edited: set[str]) -> OutputTree
                       else (key, files) for name, (key, files) in live_units.items()}
     tree, kept, stale_dirs = prepare_tree(ctx.slot, ctx.cache, site.units, live_units, trust_twin=not edited)
     out = OutputTree(ctx.slot, tree, kept, live_units, stale_dirs)
-    options = ctx.options
-    if options.policy.link_twin and options.policy.use_cache and renders_everything(tree, ctx.slot, site.units, live_units):
+    policy = ctx.options.policy
+    if policy.link_twin and policy.use_cache and renders_everything(tree, ctx.slot, site.units, live_units):
         ctx.report.twin_note = twin_shortfall(ctx.slot, len(site.selection.published), len(site.collection))
         out.spare = None if ctx.report.twin_note else new_twin(ctx.slot)
     ctx.clock.lap("prepare_tree")
