@@ -23,7 +23,7 @@ from site_builder.categories import category_name
 from site_builder.records import PaperText, WordsHeldByReference
 from site_builder.keys import TrustSet
 from site_builder.settings import SiteConfig
-from site_builder.speedups import call_helpers_directly
+from site_builder.speedups import SitewidePartials, call_helpers_directly
 from site_builder.verification import CHECK_DESCRIPTIONS
 
 if TYPE_CHECKING:
@@ -150,11 +150,12 @@ class _ShownPaper:
 class SiteRenderer:
     def __init__(self, config: SiteConfig, dirs: list[Path], trust: TrustSet, search_enabled: bool = True,
                  compiled: jinja2.BytecodeCache | None = None, rows: dict[str, bytes] | None = None,
-                 direct_calls: bool = True):
+                 direct_calls: bool = True, sitewide_once: bool = True):
         """*compiled*: where Jinja keeps compiled templates between processes (compiled_templates.py: keyed by
         each template's source, so an edited template is compiled again, and authenticated).
         *rows*: list rows an earlier renderer with the same templates and settings made (see ``paper_row``);
-        the dict is used, and filled, in place.  *direct_calls*: the speed-up of ``speedups.call_helpers_directly``."""
+        the dict is used, and filled, in place.  *direct_calls*: the speed-up of ``speedups.call_helpers_directly``;
+        *sitewide_once*: that of ``speedups.SitewidePartials``."""
         self.config = config
         self.trust = trust
         self.env = jinja2.Environment(
@@ -192,9 +193,10 @@ class SiteRenderer:
             category_name=category_name,
             site_url=self.site_url,
         )
+        self.env.globals["sitewide"] = SitewidePartials(self.env, sitewide_once)
         if direct_calls:
             call_helpers_directly(self.env, ("url", "absolute_url", "paper_row", "paper_rows", "check_rows",
-                                             "page_links"))
+                                             "page_links", "sitewide"))
         self.dirs = dirs
         self.rows: dict[str, bytes] = rows if rows is not None else {}
         # (pith id, sha256) -> the record's words, read back from its verified bundle; set by the render stage

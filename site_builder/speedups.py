@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Iterable
 
 import jinja2
+from markupsafe import Markup
 
 
 class _DirectCallContext(jinja2.runtime.Context):
@@ -35,3 +36,30 @@ def call_helpers_directly(env: jinja2.Environment, helpers: Iterable[str]) -> No
     (tests/test_rendering.py)."""
     env.context_class = type("DirectCallContext", (_DirectCallContext,),
                              {"direct": frozenset(id(env.globals[name]) for name in helpers)})
+
+
+class SitewidePartials:
+    """``sitewide(name)`` in a template: the partial *name* rendered with the site's globals alone, and, with
+    *once*, only once per renderer.  A layout's header, footer and the pinned keys' statements are the same on
+    every page of a site (its settings, keys and templates, which a renderer never outlives); rendering them once
+    saves their ~40 lookups and escapes on each of a site's ~60,000 pages.
+
+    A partial sees no page's values: one that names any fails to render (the templates' undefined is strict),
+    so it cannot show one page's data on another.
+
+    Measured: 400 records' files rendered in 646–658 µs a record with it against 714–731 µs without (five rounds
+    each, side by side), ~9 % of the render stage.  Leave it out (``SiteRenderer(sitewide_once=False)``) and
+    the pages are the same bytes (tests/test_speedups.py)."""
+
+    def __init__(self, env: jinja2.Environment, once: bool = True):
+        self._env = env
+        self._once = once
+        self._rendered: dict[str, Markup] = {}
+
+    def __call__(self, name: str) -> Markup:
+        done = self._rendered.get(name)
+        if done is None:
+            done = Markup(self._env.get_template(name).render())
+            if self._once:
+                self._rendered[name] = done
+        return done

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jinja2
 import orjson
+import pytest
 
 from generate import benchmark_key, make_bundle
 from site_builder.inspection import inspect_bytes
@@ -16,9 +17,9 @@ from site_builder.speedups import call_helpers_directly
 TRUST = TrustSet((key_from_document(benchmark_key().document()),))
 
 
-def record_files(direct_calls: bool) -> list[tuple[str, bytes]]:
+def record_files(direct_calls: bool = True, sitewide_once: bool = True) -> list[tuple[str, bytes]]:
     renderer = SiteRenderer(SiteConfig(base_url="https://m.example/sub/"), template_dirs(None), TRUST, True,
-                            direct_calls=direct_calls)
+                            direct_calls=direct_calls, sitewide_once=sitewide_once)
     files = []
     for i in range(3):
         raw = make_bundle(i)
@@ -30,7 +31,27 @@ def record_files(direct_calls: bool) -> list[tuple[str, bytes]]:
 
 
 def test_direct_helper_calls_render_the_same_bytes():
-    assert record_files(True) == record_files(False)
+    assert record_files(direct_calls=True) == record_files(direct_calls=False)
+
+
+def test_sitewide_partials_rendered_once_give_the_same_bytes_as_on_every_page():
+    assert record_files(sitewide_once=True) == record_files(sitewide_once=False)
+
+
+def test_a_sitewide_partial_sees_the_sites_globals_and_no_pages_values(tmp_path):
+    """Rendered once and shown on every page, a partial must not show one page's data on another: it sees only
+    the globals, and one naming a page's value fails to render instead of showing the first page's."""
+    (tmp_path / "_footer.html").write_text("{{ site.title }}: {{ p.title }}")
+    (tmp_path / "page.html").write_text("{{ p.title }} | {{ sitewide('_footer.html') }}")
+    renderer = SiteRenderer(SiteConfig(title="Mirror"), template_dirs(tmp_path), TRUST, True)
+    with pytest.raises(jinja2.UndefinedError, match="'p' is undefined"):
+        renderer.render_text("page.html", p={"title": "First"})
+    (tmp_path / "_header.html").write_text("{{ site.title }} {{ url('papers/') }}")
+    for once in (True, False):
+        renderer = SiteRenderer(SiteConfig(title="A & B"), template_dirs(tmp_path), TRUST, True, sitewide_once=once)
+        sitewide = renderer.env.globals["sitewide"]
+        assert sitewide("_header.html") == "A &amp; B /papers/"
+        assert (sitewide("_header.html") is sitewide("_header.html")) is once  # (kept, or rendered each time)
 
 
 def test_only_the_named_helpers_skip_jinjas_look_over():
