@@ -42,6 +42,7 @@ from site_builder import builder_identity
 from site_builder.cache_key import CacheKey
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
 from site_builder.pages import record_file_count, record_files
+from site_builder.selection import PreviousSite, PublishedBefore
 from site_builder.writing import check_relative_path, make_folders, not_private
 
 SCHEMA = "10"
@@ -208,12 +209,47 @@ class BuildCache:
     def _document(self, name: str) -> dict[str, tuple[str, str]] | None:
         """The document *name* (``files`` or ``mirrored``: a name -> (stat signature, sha256)), or None where
         there is none or its tag does not check."""
+        entries = self._read_document(name)
+        return None if entries is None else {entry: (sig, sha) for entry, (sig, sha) in entries.items()}
+
+    def _read_document(self, name: str) -> object | None:
+        """The JSON of the document *name*, or None where there is none or its tag does not check."""
         row = self.db.execute("SELECT data, tag FROM documents WHERE name=?", (name,)).fetchone()
         if row is None or type(row[0]) is not bytes or not self._key.checks(row[1], "document", name, row[0]):
             return None
-        return {entry: (sig, sha) for entry, (sig, sha) in orjson.loads(row[0]).items()}
+        return orjson.loads(row[0])
 
-    def _write_document(self, name: str, entries: dict[str, tuple[str, str]]) -> None:
+    def previous_site(self, marker_sig: str | None) -> PreviousSite | None:
+        """What the live site published, as the build that wrote its verification.json recorded it, while that
+        file has the stat *marker_sig* it had then: its claims need not be parsed again (0.06 s at 10,000
+        records, ~0.7 s at 100,000).  None where there is no such record, or the file is another one (edited,
+        replaced): that file's claims are then read from it, as from any verification.json."""
+        if self.db is None or marker_sig is None:
+            return None
+        try:
+            doc = self._read_document("previous_site")
+            if not isinstance(doc, dict) or doc.get("marker") != marker_sig:
+                return None
+            return PreviousSite(doc["build_id"], {pid: PublishedBefore(pid, sha256, built_at, events)
+                                                  for pid, (sha256, built_at, events) in doc["published"].items()})
+        except sqlite3.DatabaseError:
+            self._reset()
+        except (ValueError, TypeError, KeyError, AttributeError):
+            pass
+        return None
+
+    def save_previous_site(self, marker_sig: str, site: PreviousSite) -> None:
+        """Record what the site whose verification.json has the stat *marker_sig* published (``previous_site``)."""
+        if self.db is None:
+            return
+        published = {pid: (p.sha256, p.built_at, p.event_count) for pid, p in site.published.items()}
+        try:
+            self._write_document("previous_site", {"marker": marker_sig, "build_id": site.build_id,
+                                                   "published": published})
+        except sqlite3.DatabaseError:
+            self._reset()
+
+    def _write_document(self, name: str, entries: dict) -> None:
         data = orjson.dumps(entries)
         self.db.execute("INSERT OR REPLACE INTO documents VALUES (?, ?, ?)",
                         (name, data, self._key.tag("document", name, data)))

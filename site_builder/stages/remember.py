@@ -124,10 +124,15 @@ def remember_unchanged(ctx: BuildContext, site: SitePlan) -> None:
     """The site in the output is the one planned: only what this build verified anew is remembered."""
     inputs, verified = site.inputs, site.verified
     ctx.report.changed = False
-    cache, options = ctx.cache, ctx.options
-    remember(lambda: cache.save_inputs(verified.file_index, verified.fresh, options.trust.identity()), cache,
-             options, ctx.report, lambda: inputs.fingerprint, stat_sig(ctx.slot.output / MARKER),
-             lambda: tidy_store(ctx.store, ctx.report))
+    cache, options, report = ctx.cache, ctx.options, ctx.report
+    marker_sig = stat_sig(ctx.slot.output / MARKER)
+
+    def write_cache() -> None:
+        cache.save_inputs(verified.file_index, verified.fresh, options.trust.identity())
+        if marker_sig is not None and cache.previous_site(marker_sig) is None:  # (made from this build's own
+            cache.save_previous_site(marker_sig, published_by(site.build_id, report))  # outcomes, not the file)
+    remember(write_cache, cache, options, report, lambda: inputs.fingerprint, marker_sig,
+             lambda: tidy_store(ctx.store, report))
     ctx.clock.lap("save_cache")
     if options.policy.left_for_exit is not None:
         options.policy.left_for_exit[:] = [cache, verified, site.units]
@@ -155,6 +160,8 @@ def remember_build(ctx: BuildContext, site: SitePlan, written: set[str]) -> None
                    keep_build_id=site.chosen.previous.build_id)
         cache.save_rows(ctx.build_key, shown_rows(site.renderer, site.catalog))
         cache.save_mirrored(mirrored)
+        if marker_sig is not None:
+            cache.save_previous_site(marker_sig, published_by(site.build_id, report))
     remember(write_cache, cache, options, report, lambda: inputs.fingerprint, marker_sig, upkeep)
     ctx.clock.lap("save_cache")
     if options.policy.left_for_exit is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from site_builder.cache import BuildCache
 from site_builder.inspection import Inspection, inspect_bytes, rejected
 from site_builder.live_site import MAX_MANIFEST_BYTES, LiveManifest, LiveSite, LiveSiteUnavailable, manifest_claims
 from site_builder.loading import FileReadError, read_bytes
@@ -31,13 +32,13 @@ def read_previous_site(output: Path) -> PreviousSite:
         return PreviousSite(None, {})
 
 
-def previous_site_of(store: IncrementalStore, slot: OutputSlot) -> PreviousSite:
-    """What the site in the output published, as the store knows it while verification.json has the same
-    stat (the build that wrote it kept it there)."""
+def previous_site_of(store: IncrementalStore, cache: BuildCache, slot: OutputSlot) -> PreviousSite:
+    """What the site in the output published, as the store or the cache knows it while verification.json has
+    the same stat (the build that wrote it recorded it there), else as that file says."""
     sig = stat_sig(slot.output / MARKER)
     if sig is None:
         return read_previous_site(slot.output)
-    return store.reuse("previous_site", sig, lambda: read_previous_site(slot.output))
+    return store.reuse("previous_site", sig, lambda: cache.previous_site(sig) or read_previous_site(slot.output))
 
 
 def published_by(build_id: str, report: BuildReport) -> PreviousSite:
@@ -205,7 +206,7 @@ class Chosen:
 def choose(ctx: BuildContext, inputs: Inputs, verified: Verified) -> Chosen:
     """One bundle per record, the newest valid one; none older than the previous site's or the deployed
     mirror's verified copy."""
-    previous = previous_site_of(ctx.store, ctx.slot)
+    previous = previous_site_of(ctx.store, ctx.cache, ctx.slot)
     ctx.clock.lap("previous_site")
     selection = select_bundles(ctx.store, verified.inspections, inputs.paths)
     refuse_rollbacks(selection, previous, ctx.slot, ctx.options, ctx.report)
