@@ -10,7 +10,10 @@ These things are remembered:
   * ``rows``: each shown record's row in lists, as rendered under the build key (templates and settings), so
     that a record joining a listing does not make every later row of it render again;
   * ``mirrored``: each published record's bundle.json as the build left it in the output (stat signature and
-    sha256), so that an edit of the live site's copy is noticed without hashing every file.
+    sha256), so that an edit of the live site's copy is noticed without hashing every file;
+  * ``previous_site``: what the live site published (each record's sha256, built_at and event count), from the
+    outcomes of the build that wrote its verification.json, with that file's stat: while the file is that one,
+    the next build takes its claims from here instead of parsing it.
 A cache that is unreadable, corrupt, or from another builder version is deleted and rebuilt; a stale
 entry can only cause extra work, because every key includes what the output depends on.
 
@@ -22,7 +25,7 @@ row.  So a row planted by someone else (a fork, a clone, another user of a share
 builder version can only cost work: the file is read, hashed and verified again.
 
 ``cache.lock`` beside it is held by the build using the cache, and then by the detached process that saves
-it (build.py ``_remember``); a build opening the cache waits for that save first.  The same folder holds the
+it (``stages/remember.py``); a build opening the cache waits for that save first.  The same folder holds the
 templates Jinja compiled (compiled_templates.py, tagged the same way).
 """
 
