@@ -11,6 +11,8 @@ These things are remembered:
     that a record joining a listing does not make every later row of it render again;
   * ``mirrored``: each published record's bundle.json as the build left it in the output (stat signature and
     sha256), so that an edit of the live site's copy is noticed without hashing every file;
+  * ``addresses``: the short-address plan of the last build and the shape of the records it was made for (their
+    ids and versions), which a build with records of the same shape takes instead of planning it again;
   * ``previous_site``: what the live site published (each record's sha256, built_at and event count), from the
     outcomes of the build that wrote its verification.json, with that file's stat: while the file is that one,
     the next build takes its claims from here instead of parsing it.
@@ -103,6 +105,7 @@ class BuildCache:
         self._units: dict[str, dict[str, tuple[str, str]]] = {}  # build id -> unit -> (key, files joined)
         self._rows: tuple[str, set[str]] = ("", set())  # build key, digests of the rows stored under it
         self._mirrored: dict[str, tuple[str, str]] | None = None  # as stored (read once: serve builds again and again)
+        self._addresses_shape: str | None = None  # the shape the stored short-address plan was made for, once known
         self._loaded = False
         self.lock_fd: int | None = None
         if path is not None:
@@ -194,7 +197,7 @@ class BuildCache:
             except sqlite3.Error:
                 pass
         self.db = None
-        self._files, self._units, self._mirrored = {}, {}, None
+        self._files, self._units, self._mirrored, self._addresses_shape = {}, {}, None, None
         assert self.path is not None
         for suffix in ("", "-wal", "-shm"):
             try:
@@ -249,6 +252,37 @@ class BuildCache:
         try:
             self._write_document("previous_site", {"marker": marker_sig, "build_id": site.build_id,
                                                    "published": published})
+        except sqlite3.DatabaseError:
+            self._reset()
+
+    def addresses(self, shape: str) -> tuple[dict[str, int], list[tuple[str, str, list[str]]]] | None:
+        """The short-address plan the last build recorded for records of the *shape* (a digest of their pith ids,
+        arXiv ids and versions, all the plan is made of): each record's own addresses (bit mask) and the shared
+        ones (folder, label, pith ids); None for another shape, or none recorded."""
+        if self.db is None:
+            return None
+        try:
+            doc = self._read_document("addresses")
+            if not isinstance(doc, dict) or doc.get("shape") != shape:
+                return None
+            found = doc["per_record"], [(folder, label, pids) for folder, label, pids in doc["shared"]]
+            self._addresses_shape = shape
+            return found
+        except sqlite3.DatabaseError:
+            self._reset()
+        except (ValueError, TypeError, KeyError):
+            pass
+        return None
+
+    def save_addresses(self, shape: str, per_record: dict[str, int],
+                       shared: list[tuple[str, str, list[str]]]) -> None:
+        """Record the short-address plan made for records of the *shape* (``addresses``), unless it is the one
+        stored (the plan is made of the shape alone)."""
+        if self.db is None or shape == self._addresses_shape:
+            return
+        try:
+            self._write_document("addresses", {"shape": shape, "per_record": per_record, "shared": shared})
+            self._addresses_shape = shape
         except sqlite3.DatabaseError:
             self._reset()
 

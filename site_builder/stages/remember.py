@@ -17,7 +17,7 @@ from site_builder.pages import Catalogue
 from site_builder.rendering import SiteRenderer
 from site_builder.report import BuildReport, FileOutcome, ReportRows
 from site_builder.stages.context import BuildContext, stat_sig
-from site_builder.stages.plan import SitePlan
+from site_builder.stages.plan import SitePlan, address_shape, shape_digest
 from site_builder.stages.select import published_by
 from site_builder.writing import MARKER, OutputSlot
 
@@ -162,6 +162,9 @@ def remember_build(ctx: BuildContext, site: SitePlan, written: set[str]) -> None
         cache.save_mirrored(mirrored)
         if marker_sig is not None:
             cache.save_previous_site(marker_sig, published_by(site.build_id, report))
+        cache.save_addresses(shape_digest(address_shape(site.published)), site.addresses.per_record,
+                             [(folder, label, [p.pith_id for p in targets])
+                              for folder, label, targets in site.addresses.shared])
     remember(write_cache, cache, options, report, lambda: inputs.fingerprint, marker_sig, upkeep)
     ctx.clock.lap("save_cache")
     if options.policy.left_for_exit is not None:

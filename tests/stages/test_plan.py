@@ -3,8 +3,11 @@ re-keys that record and the pages that show it, and nothing else."""
 
 from __future__ import annotations
 
-from conftest import both_keys, opts
+import sqlite3
+
+from conftest import both_keys, cache_document, opts, plant_document, tree
 from generate import make_bundle
+from site_builder.build import build, default_cache_dir
 from site_builder.report import BuildReport
 from site_builder.stages.context import opened_context
 from site_builder.stages.gather import gather
@@ -48,3 +51,51 @@ def test_a_template_edit_re_keys_every_unit(project, tmp_path):
     (project / "templates" / "paper.html").write_text("{% extends 'base.html' %}")
     after = planned(options, tmp_path)
     assert all(before.units[name] != after.units[name] for name in before.units)
+
+
+def _count_address_plans(monkeypatch) -> list:
+    """Each planning of the short addresses from scratch, noted as it happens."""
+    from site_builder.stages import plan as plan_stage
+
+    made = []
+    real = plan_stage.plan_redirects
+
+    def noted(papers):
+        made.append(len(papers))
+        return real(papers)
+    monkeypatch.setattr(plan_stage, "plan_redirects", noted)
+    return made
+
+
+def test_the_short_addresses_come_from_the_cache_while_the_records_ids_and_versions_are_the_same(project,
+                                                                                               monkeypatch):
+    """A newer bundle of a record changes none of the ids and versions the short addresses are made of: the
+    next build takes the plan the last one recorded, and the site equals a clean build's."""
+    out, clean = project / "site", project / "clean"
+    build(opts(project, out, both_keys()))
+    (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=1))
+    build(opts(project, clean, both_keys(), use_cache=False))
+    made = _count_address_plans(monkeypatch)
+    build(opts(project, out, both_keys()))
+    assert made == []
+    assert tree(out) == tree(clean)
+
+
+def test_records_that_come_or_go_or_a_planted_record_plan_the_short_addresses_again(project, monkeypatch):
+    out = project / "site"
+    build(opts(project, out, both_keys()))
+    made = _count_address_plans(monkeypatch)
+    (project / "bundles" / "gen6.json").write_bytes(make_bundle(6))  # another record
+    build(opts(project, out, both_keys()))
+    assert made == [11]
+    db = sqlite3.connect(default_cache_dir(out) / "cache.sqlite")
+    genuine, _ = cache_document(db, "addresses")
+    plant_document(db, "addresses", {**genuine, "per_record": {}}, None)  # (every record without its addresses)
+    db.commit()
+    db.close()
+    (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=1))
+    build(opts(project, out, both_keys()))
+    assert made == [11, 11]
+    clean = project / "clean"
+    build(opts(project, clean, both_keys(), use_cache=False))
+    assert tree(out) == tree(clean)
