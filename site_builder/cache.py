@@ -225,66 +225,71 @@ class BuildCache:
             return None
         return orjson.loads(row[0])
 
+    def _document_for(self, name: str, field: str, value: str) -> dict | None:
+        """The document *name* if it was made for *value* (its *field*), else None: none, a tag that does not
+        check, one made for another value, or no cache."""
+        if self.db is None:
+            return None
+        try:
+            doc = self._read_document(name)
+        except sqlite3.DatabaseError:
+            self._reset()
+            return None
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) and doc.get(field) == value else None
+
+    def _save_document(self, name: str, doc: dict) -> bool:
+        """Store *doc* as the document *name*; False where the cache could not take it (and was reset)."""
+        try:
+            self._write_document(name, doc)
+            return True
+        except sqlite3.DatabaseError:
+            self._reset()
+            return False
+
     def previous_site(self, marker_sig: str | None) -> PreviousSite | None:
         """What the live site published, as the build that wrote its verification.json recorded it, while that
         file has the stat *marker_sig* it had then: its claims need not be parsed again (0.06 s at 10,000
         records, ~0.7 s at 100,000).  None where there is no such record, or the file is another one (edited,
         replaced): that file's claims are then read from it, as from any verification.json."""
-        if self.db is None or marker_sig is None:
+        doc = self._document_for("previous_site", "marker", marker_sig) if marker_sig is not None else None
+        if doc is None:
             return None
         try:
-            doc = self._read_document("previous_site")
-            if not isinstance(doc, dict) or doc.get("marker") != marker_sig:
-                return None
             return PreviousSite(doc["build_id"], {pid: PublishedBefore(pid, sha256, built_at, events)
                                                   for pid, (sha256, built_at, events) in doc["published"].items()})
-        except sqlite3.DatabaseError:
-            self._reset()
         except (ValueError, TypeError, KeyError, AttributeError):
-            pass
-        return None
+            return None
 
     def save_previous_site(self, marker_sig: str, site: PreviousSite) -> None:
         """Record what the site whose verification.json has the stat *marker_sig* published (``previous_site``)."""
-        if self.db is None:
-            return
-        published = {pid: (p.sha256, p.built_at, p.event_count) for pid, p in site.published.items()}
-        try:
-            self._write_document("previous_site", {"marker": marker_sig, "build_id": site.build_id,
-                                                   "published": published})
-        except sqlite3.DatabaseError:
-            self._reset()
+        if self.db is not None:
+            published = {pid: (p.sha256, p.built_at, p.event_count) for pid, p in site.published.items()}
+            self._save_document("previous_site", {"marker": marker_sig, "build_id": site.build_id,
+                                                  "published": published})
 
     def addresses(self, shape: str) -> tuple[dict[str, int], list[tuple[str, str, list[str]]]] | None:
         """The short-address plan the last build recorded for records of the *shape* (a digest of their pith ids,
         arXiv ids and versions, all the plan is made of): each record's own addresses (bit mask) and the shared
         ones (folder, label, pith ids); None for another shape, or none recorded."""
-        if self.db is None:
+        doc = self._document_for("addresses", "shape", shape)
+        if doc is None:
             return None
         try:
-            doc = self._read_document("addresses")
-            if not isinstance(doc, dict) or doc.get("shape") != shape:
-                return None
             found = doc["per_record"], [(folder, label, pids) for folder, label, pids in doc["shared"]]
-            self._addresses_shape = shape
-            return found
-        except sqlite3.DatabaseError:
-            self._reset()
         except (ValueError, TypeError, KeyError):
-            pass
-        return None
+            return None
+        self._addresses_shape = shape
+        return found
 
     def save_addresses(self, shape: str, per_record: dict[str, int],
                        shared: list[tuple[str, str, list[str]]]) -> None:
         """Record the short-address plan made for records of the *shape* (``addresses``), unless it is the one
         stored (the plan is made of the shape alone)."""
-        if self.db is None or shape == self._addresses_shape:
-            return
-        try:
-            self._write_document("addresses", {"shape": shape, "per_record": per_record, "shared": shared})
+        if self.db is not None and shape != self._addresses_shape and self._save_document(
+                "addresses", {"shape": shape, "per_record": per_record, "shared": shared}):
             self._addresses_shape = shape
-        except sqlite3.DatabaseError:
-            self._reset()
 
     def _write_document(self, name: str, entries: dict) -> None:
         data = orjson.dumps(entries)
@@ -341,13 +346,8 @@ class BuildCache:
     def save_mirrored(self, entries: dict[str, tuple[str, str]]) -> None:
         """Keep exactly *entries* (pith id -> (signature, sha256)), written only when they differ from what is
         stored (a document whose tag did not check counts as not stored, and is replaced)."""
-        if self.db is None or self.mirrored() == entries:
-            return
-        try:
-            self._write_document("mirrored", entries)
+        if self.db is not None and self.mirrored() != entries and self._save_document("mirrored", entries):
             self._mirrored = dict(entries)
-        except sqlite3.DatabaseError:
-            self._reset()
 
     def list_rows(self, build_key: str) -> dict[str, bytes]:
         """Row digest -> a record's list row (UTF-8) rendered under *build_key*, for the rows whose tag checks
