@@ -65,6 +65,12 @@ def recorded_addresses(cache: BuildCache, shape: list[tuple[str, str, int]],
         return None
 
 
+def record_addresses(cache: BuildCache, published: list[PaperSummary], plan: RedirectPlan) -> None:
+    """Keep *plan*, made for *published*, in the cache for the next build (``recorded_addresses``)."""
+    cache.save_addresses(shape_digest(address_shape(published)), plan.per_record,
+                         [(folder, label, [p.pith_id for p in targets]) for folder, label, targets in plan.shared])
+
+
 def plan_addresses(store: IncrementalStore, cache: BuildCache, published: list[PaperSummary]) -> RedirectPlan:
     """The short-address plan: reused while no record's id, arXiv id or version changed (from the store in
     serve, from the cache's record otherwise), and re-planned only around the records that came or went when a

@@ -4,6 +4,7 @@ incremental store), saved in a detached process for a one-shot build.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from typing import Callable
@@ -17,7 +18,7 @@ from site_builder.pages import Catalogue
 from site_builder.rendering import SiteRenderer
 from site_builder.report import BuildReport, FileOutcome, ReportRows
 from site_builder.stages.context import BuildContext, stat_sig
-from site_builder.stages.plan import SitePlan, address_shape, shape_digest
+from site_builder.stages.plan import SitePlan, record_addresses
 from site_builder.stages.select import published_by
 from site_builder.writing import MARKER, OutputSlot
 
@@ -150,9 +151,12 @@ def remember_build(ctx: BuildContext, site: SitePlan, written: set[str]) -> None
          if f"record:{pid}" in site.units},  # (not a record whose bytes changed after they were verified)
         written)
 
-    def upkeep() -> None:  # (the previous site is what the next build would read from verification.json)
+    # (what the next build would read from verification.json: kept in serve's store and in the cache, made once)
+    published = functools.cache(lambda: published_by(site.build_id, report))
+
+    def upkeep() -> None:
         if marker_sig is not None:
-            ctx.store.keep("previous_site", marker_sig, published_by(site.build_id, report))
+            ctx.store.keep("previous_site", marker_sig, published())
         tidy_store(ctx.store, report)
 
     def write_cache() -> None:
@@ -161,10 +165,8 @@ def remember_build(ctx: BuildContext, site: SitePlan, written: set[str]) -> None
         cache.save_rows(ctx.build_key, shown_rows(site.renderer, site.catalog))
         cache.save_mirrored(mirrored)
         if marker_sig is not None:
-            cache.save_previous_site(marker_sig, published_by(site.build_id, report))
-        cache.save_addresses(shape_digest(address_shape(site.published)), site.addresses.per_record,
-                             [(folder, label, [p.pith_id for p in targets])
-                              for folder, label, targets in site.addresses.shared])
+            cache.save_previous_site(marker_sig, published())
+        record_addresses(cache, site.published, site.addresses)
     remember(write_cache, cache, options, report, lambda: inputs.fingerprint, marker_sig, upkeep)
     ctx.clock.lap("save_cache")
     if options.policy.left_for_exit is not None:
