@@ -184,3 +184,16 @@ def plant_document(db, name: str, entries: dict, tag: str | None) -> None:
 def document_tag(key, name: str, entries: dict) -> str:
     """The tag *key* (a cache key bound to the cache's context) makes for *entries* as document *name*."""
     return key.tag("document", name, json.dumps(entries).encode())
+
+
+def calls_of(monkeypatch, module, name: str) -> list:
+    """The first argument of each call of *module*'s function *name* from now on, noted as the calls happen
+    (the function still does its work)."""
+    calls = []
+    real = getattr(module, name)
+
+    def noted(first, *args, **kwargs):
+        calls.append(first)
+        return real(first, *args, **kwargs)
+    monkeypatch.setattr(module, name, noted)
+    return calls

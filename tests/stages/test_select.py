@@ -7,7 +7,7 @@ import pytest
 
 from site_builder.build import BuildOptions, build, default_cache_dir
 
-from conftest import cache_document, plant_document, signed_project, signed_version
+from conftest import cache_document, calls_of, plant_document, signed_project, signed_version
 from signing import to_bytes
 
 
@@ -138,17 +138,10 @@ def test_another_records_bundle_at_the_previous_sites_path_proves_nothing(tmp_pa
 
 
 def _count_parses(monkeypatch) -> list:
-    """Calls of the reading of a live site's claims from its verification.json, noted as they happen."""
+    """Each reading of a live site's claims from its verification.json (the output folder read from)."""
     from site_builder.stages import select
 
-    parsed = []
-    real = select.read_previous_site
-
-    def noted(output):
-        parsed.append(output)
-        return real(output)
-    monkeypatch.setattr(select, "read_previous_site", noted)
-    return parsed
+    return calls_of(monkeypatch, select, "read_previous_site")
 
 
 def test_the_live_sites_claims_come_from_the_cache_while_its_verification_json_is_the_one_written(tmp_path,
