@@ -45,7 +45,7 @@ opts = BuildOptions(bundles=Path(args["bundles"]), output=Path(args["output"]),
                     trust=load_trust_set([Path(args["key"])]), templates=Path(args["templates"]),
                     search=args["search"], config=SiteConfig(search_shard_size=args["shard_size"]),
                     policy=BuildPolicy(jobs=args["jobs"], one_shot=True, left_for_exit=[],  # as the CLI does
-                                       link_twin=args["twin"]))
+                                       link_twin=args["twin"], look_ahead=args["look_ahead"]))
 # A build hands the cache save to a detached process; the next build waits for it (the cache lock).  Wait here,
 # untimed, so each scenario measures itself; the wait is reported as "saver_wait".
 import fcntl, os
@@ -68,10 +68,11 @@ print(json.dumps({"wall": wall, "written": r.files_written, "reused": r.files_re
 """
 
 
-def run_build(work: Path, search: bool, jobs: int, twin: bool = True, shard_size: int = SiteConfig.search_shard_size
-              ) -> dict:
+def run_build(work: Path, search: bool, jobs: int, twin: bool = True, shard_size: int = SiteConfig.search_shard_size,
+              look_ahead: bool = True) -> dict:
     args = {"bundles": str(work / "bundles"), "output": str(work / "site"), "key": str(work / "bench-key.json"),
             "templates": str(work / "templates"), "search": search, "jobs": jobs, "twin": twin,
+            "look_ahead": look_ahead,
             "shard_size": shard_size}
     # The code measured is this checkout's (``python -c`` puts the working folder first on the import path).
     out = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(args)], capture_output=True, text=True, cwd=ROOT)
@@ -127,6 +128,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=0)
     parser.add_argument("--search-shard-size", type=int, default=SiteConfig.search_shard_size,
                         help="records per search index at most (the search_shard_size setting)")
+    parser.add_argument("--no-look-ahead", action="store_true",
+                        help="builds look up the trees' mirrored bundles as they go, not ahead in a child process "
+                             "(BuildPolicy(look_ahead=False))")
     parser.add_argument("--no-twin", action="store_true",
                         help="build as `build --no-twin` does (no twin linked by builds that write every file)")
     parser.add_argument("--only", help="comma-separated scenario names to run (default: all), e.g. "
@@ -174,7 +178,8 @@ def main() -> None:
             return
         if action:
             action()
-        result = run_build(work, args.search, args.jobs, not args.no_twin, args.search_shard_size)
+        result = run_build(work, args.search, args.jobs, not args.no_twin, args.search_shard_size,
+                           not args.no_look_ahead)
         result["name"] = name
         steps.append(result)
         print(f"{name:<22} {result['wall']:8.2f}s  written {result['written']:>7}  reused {result['reused']:>7}",

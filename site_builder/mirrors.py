@@ -16,6 +16,7 @@ change); 10,000 records are 20,000 lookups, ~60 ms on a 2-core VM.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from site_builder.loading import FileReadError, read_bytes
+from site_builder.parallel import WorkAhead
 
 MIRROR_FOLDERS = ("pith", ".well-known/pith")  # where a record's bundle.json is: <folder>/<pith id>/bundle.json
 
@@ -89,16 +91,24 @@ class MirrorCheck:
     recorded: dict[str, tuple[str, str]]  # the record checked against: pith id -> (signature, sha256)
 
 
-def check_live(tree: Path, recorded: dict[str, tuple[str, str]] | None) -> MirrorCheck:
+def differing_signatures(tree: Path, recorded: dict[str, tuple[str, str]]) -> dict[str, str | None]:
+    """Of the records the cache *recorded*, those whose mirrored bundle in *tree* has another signature now:
+    pith id -> the signature now (None: missing, or behind a link).  Plain data (``MirrorLookups``)."""
+    return {pid: sig for pid, sig in mirror_signatures(tree, recorded) if sig != recorded[pid][0]}
+
+
+def check_live(tree: Path, recorded: dict[str, tuple[str, str]] | None,
+               differing: dict[str, str | None] | None = None) -> MirrorCheck:
     """The records of *tree* whose mirrored bundle may not be the verified bytes any more, by what the cache
-    *recorded* (pith id -> (signature, sha256)): one whose signature differs is read and hashed, and counts
-    only if a path's digest differs.  With nothing recorded, every record in the tree counts."""
+    *recorded* (pith id -> (signature, sha256)): one whose signature differs (*differing*, looked up here if
+    not given) is read and hashed, and counts only if a path's digest differs.  With nothing recorded, every
+    record in the tree counts."""
     if recorded is None:
         return MirrorCheck(frozenset(records_in(tree)), {}, {})
+    if differing is None:
+        differing = differing_signatures(tree, recorded)
     edited, touched = set(), {}
-    for pid, sig in mirror_signatures(tree, recorded):
-        if sig == recorded[pid][0]:
-            continue
+    for pid, sig in differing.items():
         if sig is not None and holds_verified_bytes(tree, pid, recorded[pid][1]):
             touched[pid] = sig
         else:
@@ -106,13 +116,50 @@ def check_live(tree: Path, recorded: dict[str, tuple[str, str]] | None) -> Mirro
     return MirrorCheck(frozenset(edited), touched, recorded)
 
 
-def unproven(tree: Path, pith_ids: Iterable[str], recorded: dict[str, tuple[str, str]] | None) -> set[str]:
+def unproven(tree: Path, pith_ids: Iterable[str], recorded: dict[str, tuple[str, str]] | None,
+             differing: dict[str, str | None] | None = None) -> set[str]:
     """Of *pith_ids*, the records whose mirrored bundle in *tree* is not the very file the cache *recorded*
     (the tree beside the output shares each unchanged record's file with the live one): a tree updated in place
-    keeps only the others' files."""
+    keeps only the others' files.  *differing*: ``differing_signatures(tree, recorded)``, if already looked up."""
     recorded = recorded or {}
+    if differing is not None:
+        return {pid for pid in pith_ids if pid not in recorded or pid in differing}
     return {pid for pid, sig in mirror_signatures(tree, pith_ids)
             if sig is None or sig != recorded.get(pid, (None,))[0]}
+
+
+class MirrorLookups:
+    """A build's lookups of the mirrored bundles in the output (``live``) and in the tree beside it (``twin``),
+    against what the cache recorded.  With *ahead*, a child process makes them while the build goes on (the
+    live tree's while the bundles folder is listed, the twin's while the bundles are verified and the site
+    planned), else each is made when asked for, as before.
+
+    Measured at 10,000 records (40,000 lookups; ``BuildPolicy(look_ahead=False)`` switches it off): a no-op
+    build X s against Y s, one bundle changed X s against Y s.  The lookups are made when the build starts
+    instead of when each tree is first used, a fraction of a second earlier: a file edited after them is
+    one the next build finds, as one edited after the build would be (the record keeps the signature checked)."""
+
+    def __init__(self, output: Path, twin: Path, recorded: dict[str, tuple[str, str]] | None, ahead: bool):
+        self.recorded = recorded
+        steps = {}
+        if recorded:
+            steps["live"] = functools.partial(differing_signatures, output, recorded)
+            if os.path.isdir(twin):  # (none after a first build: its lookups would only say so 10,000 times)
+                steps["twin"] = functools.partial(differing_signatures, twin, recorded)
+        self._work = WorkAhead(steps, fork=ahead)
+
+    def live(self) -> dict[str, str | None] | None:
+        """``differing_signatures`` of the output (None: nothing recorded, ``check_live`` looks at the tree)."""
+        return self._work.result("live") if self.recorded else None  # type: ignore[return-value]
+
+    def twin(self) -> dict[str, str | None] | None:
+        """``differing_signatures`` of the tree beside the output (None: nothing recorded)."""
+        if not self.recorded or "twin" not in self._work.steps:
+            return None
+        return self._work.result("twin")  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self._work.close()
 
 
 def records_in(tree: Path) -> set[str]:

@@ -211,16 +211,19 @@ def _tamper(path, how: str) -> None:
 @pytest.mark.parametrize("where", ["pith", ".well-known/pith"])
 @pytest.mark.parametrize("tree_beside", [False, True])
 @pytest.mark.parametrize("how", ["in-place", "replaced"])
+@pytest.mark.parametrize("look_ahead", [True, False])
 def test_a_mirrored_bundle_edited_at_either_path_in_either_tree_is_never_published(bundles_dir, tmp_path, twin,
-                                                                                   where, tree_beside, how):
+                                                                                   where, tree_beside, how,
+                                                                                   look_ahead):
     """Both paths of a record's bundle.json, in the live site and in the tree beside it (which the next build
     updates in place and swaps in), must hold the verified bytes.  A file put in place of the tree-beside's copy
     went live with the next change, and stayed; one put in place of the live .well-known copy survived the
-    no-op build; an edit of the live file shared with the tree beside failed the build after the repair."""
+    no-op build; an edit of the live file shared with the tree beside failed the build after the repair.  The
+    same whether the lookups are made by a child process ahead of the build or as it goes."""
     from site_builder.writing import OutputSlot
     out = tmp_path / "site"
 
-    run = _builds(bundles_dir, out, link_twin=twin)
+    run = _builds(bundles_dir, out, link_twin=twin, look_ahead=look_ahead)
     run()
     (bundles_dir / REAL_FILES[3].name).unlink()
     run()

@@ -6,7 +6,15 @@ from __future__ import annotations
 import hashlib
 import os
 
-from site_builder.mirrors import MirrorCheck, check_live, mirror_signatures, record_after, records_in, unproven
+from site_builder.mirrors import (
+    MirrorCheck,
+    MirrorLookups,
+    check_live,
+    mirror_signatures,
+    record_after,
+    records_in,
+    unproven,
+)
 
 RAW = b'{"a": 1}'
 SHA = hashlib.sha256(RAW).hexdigest()
@@ -89,3 +97,43 @@ def test_without_hard_links_each_path_is_its_own_file_and_still_checked(tmp_path
     with open(tree / ".well-known" / "pith" / "AAAA" / "bundle.json", "r+b") as f:
         f.write(b"[")
     assert edited_in(tree, recorded) == {"AAAA"}
+
+
+def test_lookups_made_ahead_by_a_child_are_those_made_here(tmp_path):
+    live = _tree(tmp_path / "live", ids=("AAAA", "BBBB", "CCCC"))
+    beside = tmp_path / "beside"
+    for pid in ("AAAA", "BBBB"):  # a twin of two records: the same files under both trees
+        for folder in ("pith", ".well-known/pith"):
+            (beside / folder / pid).mkdir(parents=True)
+            os.link(live / folder / pid / "bundle.json", beside / folder / pid / "bundle.json")
+    recorded = signatures_now(live, {"AAAA": SHA, "BBBB": SHA, "CCCC": SHA})
+    os.utime(live / "pith" / "AAAA" / "bundle.json", ns=(0, 10**9))  # (the file both trees share)
+    (live / ".well-known" / "pith" / "CCCC" / "bundle.json").unlink()
+    copy = beside / "pith" / "BBBB" / "bundle.json"
+    copy.unlink()
+    copy.write_bytes(RAW)  # the same bytes in the tree beside, but not the file recorded
+    found = []
+    for ahead in (True, False):
+        lookups = MirrorLookups(live, beside, recorded, ahead=ahead)
+        try:
+            found.append((lookups.live(), lookups.twin()))
+        finally:
+            lookups.close()
+    assert found[0] == found[1]
+    live_now, twin_now = found[0]
+    assert set(live_now) == {"AAAA", "CCCC"} and live_now["CCCC"] is None
+    assert set(check_live(live, recorded, live_now).edited) == edited_in(live, recorded) == {"CCCC"}
+    assert set(twin_now) == {"AAAA", "BBBB", "CCCC"} and twin_now["CCCC"] is None
+    assert unproven(beside, ["AAAA", "BBBB", "DDDD"], recorded, twin_now) == \
+        unproven(beside, ["AAAA", "BBBB", "DDDD"], recorded) == {"AAAA", "BBBB", "DDDD"}
+
+
+def test_lookups_with_no_tree_beside_or_no_record_leave_the_checks_to_look(tmp_path):
+    live = _tree(tmp_path / "live")
+    recorded = signatures_now(live, {"AAAA": SHA, "BBBB": SHA})
+    for lookups, made in ((MirrorLookups(live, tmp_path / "none", recorded, ahead=True), lambda m: m.twin()),
+                          (MirrorLookups(live, tmp_path / "none", None, ahead=True), lambda m: m.live())):
+        try:
+            assert made(lookups) is None
+        finally:
+            lookups.close()

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from site_builder.parallel import PARALLEL_THRESHOLD, Workers, map_in_workers
+from site_builder.parallel import PARALLEL_THRESHOLD, WorkAhead, Workers, map_in_workers
 
 
 class Offset:
@@ -78,3 +78,51 @@ def test_a_build_whose_workers_start_from_a_forkserver_as_serves_do(tmp_path):
         assert report.count("published") == PARALLEL_THRESHOLD + 8
         made[method] = tree(tmp_path / method)
     assert made["forkserver"] == made["fork"]
+
+
+def _pid_and(value):
+    return lambda: [os.getpid(), value]
+
+
+def test_work_ahead_hands_back_each_step_from_a_child_in_any_order_asked():
+    work = WorkAhead({"first": _pid_and({"a": None}), "second": _pid_and(["x", 2])}, fork=True)
+    try:
+        child, second = work.result("second")  # (asked out of order: the first is read on the way)
+        assert child != os.getpid() and second == ["x", 2]
+        assert work.result("first") == [child, {"a": None}]
+    finally:
+        work.close()
+
+
+def test_work_ahead_without_fork_works_each_step_here_when_asked():
+    asked = []
+    work = WorkAhead({"one": lambda: asked.append("one") or 1, "two": lambda: asked.append("two") or 2}, fork=False)
+    assert asked == []
+    assert work.result("two") == 2 and asked == ["two"]
+    assert work.result("two") == 2 and asked == ["two"]  # (once)
+    work.close()
+
+
+def test_work_ahead_works_a_step_here_when_the_child_hands_nothing_back():
+    parent = os.getpid()
+
+    def dies_in_the_child():
+        if os.getpid() != parent:
+            os._exit(3)
+        return "made here"
+    work = WorkAhead({"first": _pid_and(1), "second": dies_in_the_child}, fork=True)
+    try:
+        assert work.result("first")[0] != parent
+        assert work.result("second") == "made here"
+    finally:
+        work.close()
+
+
+def test_work_ahead_closed_early_stops_and_reaps_its_child():
+    work = WorkAhead({"slow": lambda: time.sleep(30)}, fork=True)
+    pid = work._pid
+    started = time.monotonic()
+    work.close()
+    assert time.monotonic() - started < 5
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, 0)  # (reaped: no zombie left)

@@ -18,6 +18,7 @@ from site_builder.cache_key import CacheKey, CacheKeyUnavailable, user_cache_key
 from site_builder.compiled_templates import CompiledTemplates
 from site_builder.loading import stat_signature
 from site_builder.incremental import IncrementalStore
+from site_builder.mirrors import MirrorLookups
 from site_builder.options import BuildOptions
 from site_builder.parallel import cpu_seconds
 from site_builder.rendering import template_dirs, templates_identity
@@ -76,6 +77,7 @@ class BuildContext:
     report: BuildReport
     clock: StageClock
     scratch: Path  # a private folder removed with the build (bundles fetched from the deployed mirror)
+    mirrors: MirrorLookups  # the mirrored bundles of the output and the tree beside it, against the cache's record
 
     @property
     def serving(self) -> bool:
@@ -107,7 +109,14 @@ def opened_context(options: BuildOptions, scratch: Path, report: BuildReport,
             store = options.store if options.store is not None else IncrementalStore(keeps=False)
             store.start_build()
             clock = StageClock(report.timings, report.cpu)
-            yield BuildContext(options, slot, dirs, about, build_key, search_by, cache, store, report, clock, scratch)
+            policy = options.policy
+            mirrors = MirrorLookups(slot.output, slot.prev, cache.mirrored(),
+                                    ahead=policy.look_ahead and policy.mp_context == "fork")
+            try:
+                yield BuildContext(options, slot, dirs, about, build_key, search_by, cache, store, report, clock,
+                                   scratch, mirrors)
+            finally:
+                mirrors.close()
         finally:
             put_cache_back(options, cache)
     finally:

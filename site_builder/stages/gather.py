@@ -109,7 +109,7 @@ def gather(ctx: BuildContext) -> Inputs:
         found, skipped = discover(options.bundles, output=ctx.slot.output)
     static, static_warnings = allowed_static_files(options.static_dir)
     deployed, manifest, deployed_lines = read_deployed(options)
-    mirrors = check_live(ctx.slot.output, ctx.cache.mirrored())
+    mirrors = check_live(ctx.slot.output, ctx.mirrors.recorded, ctx.mirrors.live())
     ctx.clock.lap("discover")
     return Inputs(found, skipped, static_unit(static) if static else None, static_warnings + deployed_lines,
                   deployed, manifest, mirrors, ctx.build_key, ctx.indexer)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from site_builder.cache import BuildCache, file_count, join_files, split_files
-from site_builder.mirrors import unproven
+from site_builder.mirrors import MirrorLookups, unproven
 from site_builder.options import BuildOptions
 from site_builder.pages import report_files
 from site_builder.report import BuildReport
@@ -83,16 +83,18 @@ def link_twin(slot: OutputSlot, units: dict, staging: StagingTree, cancelled: Ca
     return True
 
 
-def prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict, live_units: dict,
-                  trust_twin: bool = True) -> tuple[StagingTree, dict, set[str]]:
+def prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict, live_units: dict, trust_twin: bool = True,
+                 mirrors: MirrorLookups | None = None) -> tuple[StagingTree, dict, set[str]]:
     """The tree to build into: the previous tree, updated in place when the cache knows exactly what it holds
     (its stale files are removed here), else a fresh staging folder -- also when nearly every file changes, as
-    after a template edit, where writing afresh beats removing the whole tree first."""
+    after a template edit, where writing afresh beats removing the whole tree first.  *mirrors*: the build's
+    lookups of the mirrored bundles, if it made them."""
     prev = slot.prev
     prev_units = twin_units(slot, cache) if trust_twin else None
     kept, stale = kept_and_stale(prev_units or {}, units)
     if prev_units is not None:  # (a record's mirrored bundle kept there must be the live one's, proven file)
-        doubtful = unproven(prev, [name[7:] for name in kept if name.startswith("record:")], cache.mirrored())
+        doubtful = unproven(prev, [name[7:] for name in kept if name.startswith("record:")], cache.mirrored(),
+                            mirrors.twin() if mirrors is not None else None)
         stale += [kept.pop(f"record:{pid}")[1] for pid in sorted(doubtful)]
     if prev_units is None or mostly_stale(prev_units, stale):
         # Of no use: its deletion starts now, beside the build.  The new site takes old files only from the live
@@ -299,7 +301,7 @@ def open_tree(ctx: BuildContext, site: SitePlan, edited: set[str]) -> OutputTree
     if edited:  # those records' files are written again, into a fresh tree (the twin shares their inodes)
         live_units = {name: ("(edited in the output)", files) if name.removeprefix("record:") in edited
                       else (key, files) for name, (key, files) in live_units.items()}
-    tree, kept, stale_dirs = prepare_tree(ctx.slot, ctx.cache, site.units, live_units, trust_twin=not edited)
+    tree, kept, stale_dirs = prepare_tree(ctx.slot, ctx.cache, site.units, live_units, not edited, ctx.mirrors)
     out = OutputTree(ctx.slot, tree, kept, live_units, stale_dirs)
     policy = ctx.options.policy
     if policy.link_twin and policy.use_cache and renders_everything(tree, ctx.slot, site.units, live_units):
