@@ -2,13 +2,15 @@
 
 These things are remembered:
   * ``files``: each input's stat signature and sha256, so an unchanged file is not even read;
-  * ``inspections``: the verification result per (sha256 of the bytes, trusted-key set, builder version),
-    so an unchanged bundle is never verified twice;
+  * ``inspections/<0-f>``: the verification result per sha256 of the bytes, under the trusted-key set (and
+    builder version) it was made with, in sixteen parts by the digest's first hex digit: an unchanged bundle is
+    never verified twice;
   * ``units``: for each group of output files (one record's files, a listing page, the search index, ...)
     the key it was rendered with and the files it produced, per ``build_id``, for the two trees that exist
     (the output and the previous tree beside it); a tree's ``verification.json`` names its build id;
-  * ``rows``: each shown record's row in lists, as rendered under the build key (templates and settings), so
-    that a record joining a listing does not make every later row of it render again;
+  * ``rows/<0-f>``: each shown record's row in lists, as rendered under the build key (templates and settings),
+    in sixteen parts by the row's digest, so that a record joining a listing does not make every later row of it
+    render again;
   * ``mirrored``: each published record's bundle.json as the build left it in the output (stat signature and
     sha256), so that an edit of the live site's copy is noticed without hashing every file;
   * ``addresses``: the short-address plan of the last build and the shape of the records it was made for (their
@@ -20,10 +22,10 @@ A cache that is unreadable, corrupt, or from another builder version is deleted 
 entry can only cause extra work, because every key includes what the output depends on.
 
 The cache is untrusted input like any file in a project folder: every row carries a tag made with this user's
-cache key (cache_key.py), and a row whose tag does not check is ignored, as if it were not there.  The file index
-and the mirrored bundles are each one document (plain JSON) under one tag, as the unit lists are: a build reads
-all of either or none, and checking one tag over it is ~10 ms at 10,000 files against ~35-65 ms for a tag a
-row.  So a row planted by someone else (a fork, a clone, another user of a shared folder) or written by another
+cache key (cache_key.py), and a row whose tag does not check is ignored, as if it were not there.  The file index,
+the mirrored bundles and each part of the results are one document (plain JSON) under one tag, as the unit lists
+are: a build reads all of one or none, and checking one tag over it is ~10 ms at 10,000 files against ~35-65 ms
+for a tag a row.  So a row planted by someone else (a fork, a clone, another user of a shared folder) or written by another
 builder version can only cost work: the file is read, hashed and verified again.
 
 ``cache.lock`` beside it is held by the build using the cache, and then by the detached process that saves
@@ -50,7 +52,12 @@ from site_builder.pages import record_file_count, record_files
 from site_builder.selection import PreviousSite, PublishedBefore
 from site_builder.writing import check_relative_path, make_folders, not_private
 
-SCHEMA = "10"
+SCHEMA = "11"
+
+# The verification results and the list rows are each kept in sixteen documents, by the first hex digit of their
+# digest: a build reads each under one tag (a tag a row, 20,000 of them, cost ~50 ms a build at 10,000 records),
+# and a one-bundle change rewrites the parts that gain or lose an entry, not all of them.
+DIGEST_PARTS = frozenset("0123456789abcdef")
 
 # What the cache keeps in its folder, by name (compiled_templates.py keeps its files in ``templates``).
 CACHE_NAMES = ("cache.sqlite", "cache.sqlite-wal", "cache.sqlite-shm", "cache.lock", "templates")
@@ -103,7 +110,7 @@ class BuildCache:
         self.db: sqlite3.Connection | None = None
         self._files: dict[str, tuple[str, str]] = {}
         self._units: dict[str, dict[str, tuple[str, str]]] = {}  # build id -> unit -> (key, files joined)
-        self._rows: tuple[str, set[str]] = ("", set())  # build key, digests of the rows stored under it
+        self._rows: tuple[str, dict[str, set[str]]] = ("", {})  # build key, the digests stored under it, by part
         self._mirrored: dict[str, tuple[str, str]] | None = None  # as stored (read once: serve builds again and again)
         self._addresses_shape: str | None = None  # the shape the stored short-address plan was made for, once known
         self._loaded = False
@@ -184,10 +191,7 @@ class BuildCache:
             self.db.execute("DELETE FROM meta")
             self.db.execute("INSERT INTO meta VALUES ('version', ?)", (version,))
         self.db.execute("CREATE TABLE IF NOT EXISTS documents (name TEXT PRIMARY KEY, data BLOB, tag TEXT)")
-        self.db.execute("CREATE TABLE IF NOT EXISTS inspections (sha256 TEXT, trust TEXT, data TEXT, tag TEXT, "
-                        "PRIMARY KEY (sha256, trust))")
         self.db.execute("CREATE TABLE IF NOT EXISTS units (build_id TEXT PRIMARY KEY, data TEXT, tag TEXT)")
-        self.db.execute("CREATE TABLE IF NOT EXISTS rows (digest TEXT PRIMARY KEY, build_key TEXT, html BLOB, tag TEXT)")
 
     def _reset(self) -> None:
         """Throw the cache away (corrupt, truncated, foreign) and start an empty one."""
@@ -198,6 +202,7 @@ class BuildCache:
                 pass
         self.db = None
         self._files, self._units, self._mirrored, self._addresses_shape = {}, {}, None, None
+        self._rows = ("", {})
         assert self.path is not None
         for suffix in ("", "-wal", "-shm"):
             try:
@@ -301,32 +306,42 @@ class BuildCache:
         return entry[1] if entry and entry[0] == sig else None
 
     def inspections(self, shas: list[str], trust: str) -> dict[str, Inspection]:
-        """Cached verification results for these digests under this trust set (damaged rows are skipped)."""
+        """Cached verification results for these digests under this trust set (a part whose tag does not check
+        counts as none, and a damaged result is skipped: each is verified again)."""
         found: dict[str, Inspection] = {}
         if self.db is None or not shas:
             return found
-        missing = list(dict.fromkeys(shas))
-        try:
-            rows = []
-            for start in range(0, len(missing), 500):
-                chunk = missing[start:start + 500]
-                rows += self.db.execute(
-                    f"SELECT sha256, data, tag FROM inspections WHERE trust=? AND sha256 IN "
-                    f"({','.join('?' * len(chunk))})", (trust, *chunk)).fetchall()
-        except sqlite3.DatabaseError:
-            self._reset()
-            return {}
+        wanted: dict[str, list[str]] = {}
+        for sha in dict.fromkeys(shas):
+            wanted.setdefault(sha[:1], []).append(sha)
         parsed_checks: dict = {}
-        for sha, data, tag in rows:
-            if not self._key.checks(tag, "inspection", sha, trust, data):
-                continue  # not written by this user's builder: verified again
+        for part, part_shas in sorted(wanted.items()):
             try:
-                inspection = inspection_from_json(orjson.loads(data), parsed_checks)  # (tagged: ours, and orjson is 3x as fast)
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue
-            if inspection.sha256 == sha:
-                found[sha] = inspection
+                results = self._results_part(part, trust)
+            except sqlite3.DatabaseError:
+                self._reset()
+                return {}
+            for sha in part_shas:
+                try:
+                    inspection = inspection_from_json(results[sha], parsed_checks)
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    continue
+                if inspection.sha256 == sha:
+                    found[sha] = inspection
         return found
+
+    def _results_part(self, part: str, trust: str) -> dict:
+        """The stored results of the digests starting with *part* under *trust* ({} where there are none that
+        check: none stored, another trust set, a tag that does not check, a digest that is no digest)."""
+        if part not in DIGEST_PARTS:
+            return {}
+        try:
+            doc = self._read_document(f"inspections/{part}")
+        except ValueError:
+            return {}
+        if not isinstance(doc, dict) or doc.get("trust") != trust or not isinstance(doc.get("results"), dict):
+            return {}
+        return doc["results"]
 
     def mirrored(self) -> dict[str, tuple[str, str]] | None:
         """Pith id -> (stat signature, sha256) of the record's bundle.json as the last build left it in the output
@@ -350,41 +365,53 @@ class BuildCache:
             self._mirrored = dict(entries)
 
     def list_rows(self, build_key: str) -> dict[str, bytes]:
-        """Row digest -> a record's list row (UTF-8) rendered under *build_key*, for the rows whose tag checks
+        """Row digest -> a record's list row (UTF-8) rendered under *build_key*, from the parts whose tag checks
         (a row is HTML the list pages show as it is: an unchecked one could be anything)."""
         if self.db is None:
             return {}
-        checks = self._key.checks
+        rows: dict[str, bytes] = {}
+        stored: dict[str, set[str]] = {}
         try:
-            rows = {digest: html for digest, html, tag in
-                    self.db.execute("SELECT digest, html, tag FROM rows WHERE build_key=?", (build_key,))
-                    if isinstance(html, bytes) and checks(tag, "row", build_key, digest, html)}
+            for part in sorted(DIGEST_PARTS):
+                try:
+                    doc = self._read_document(f"rows/{part}")
+                except ValueError:
+                    continue
+                if isinstance(doc, dict) and doc.get("build_key") == build_key and isinstance(doc.get("rows"), dict):
+                    found = {digest: html.encode() for digest, html in doc["rows"].items()
+                             if isinstance(html, str) and digest[:1] == part}
+                    rows.update(found)
+                    stored[part] = set(found)
         except sqlite3.DatabaseError:
             self._reset()
             return {}
-        self._rows = (build_key, set(rows))
+        self._rows = (build_key, stored)
         return rows
 
     def save_rows(self, build_key: str, rows: dict[str, bytes]) -> None:
-        """Keep exactly *rows* (the shown records') under *build_key*, writing only what is not stored yet."""
+        """Keep exactly *rows* (the shown records') under *build_key*, rewriting only the parts whose rows are
+        not the ones stored (all of them where this cache did not read what is stored)."""
         if self.db is None:
             return
         kept_key, stored = self._rows
         if kept_key != build_key:
-            stored = set()
-        tag = self._key.tag
+            stored = {}
+        parts: dict[str, dict[str, bytes]] = {part: {} for part in DIGEST_PARTS}
+        for digest, html in rows.items():
+            if digest[:1] in parts:
+                parts[digest[:1]][digest] = html
         try:
             self.db.execute("BEGIN")
-            if kept_key != build_key:
-                self.db.execute("DELETE FROM rows")
-            self.db.executemany("DELETE FROM rows WHERE digest=?", [(d,) for d in stored if d not in rows])
-            self.db.executemany("INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?)",
-                                [(d, build_key, html, tag("row", build_key, d, html))
-                                 for d, html in rows.items() if d not in stored])
+            for part, part_rows in sorted(parts.items()):
+                if stored.get(part) != set(part_rows):
+                    self._write_document(f"rows/{part}", {"build_key": build_key, "rows": {
+                        digest: html.decode() for digest, html in part_rows.items()}})
             self.db.execute("COMMIT")
-            self._rows = (build_key, set(rows))
+            self._rows = (build_key, {part: set(part_rows) for part, part_rows in parts.items()})
         except sqlite3.DatabaseError:
             self._reset()
+        except (TypeError, UnicodeDecodeError):  # (a row orjson cannot write: none is kept, all made again)
+            self.db.execute("ROLLBACK")
 
     def units(self, build_id: str | None) -> dict[str, tuple[str, str]] | None:
         """unit -> (key, files joined by join_files) of the tree built with *build_id*, if this cache saw it."""
@@ -404,17 +431,27 @@ class BuildCache:
             self._reset()
 
     def _write_inputs(self, files, new_inspections, trust) -> None:
-        """Write what changed since the cache was read (a one-file change writes the file index and a result,
-        not 10,000 results)."""
+        """Write what changed since the cache was read: a one-file change writes the file index and the parts of
+        the results that gain or lose one (a sixteenth of them each), not every result."""
         old = self._files
-        tag = self._key.tag
         if files != old:
             self._write_document("files", files)
-        self.db.executemany("INSERT OR REPLACE INTO inspections VALUES (?, ?, ?, ?)",  # streamed: 100,000 rows
-                            (_inspection_row(i, trust, tag) for i in new_inspections if i.sha256))
         live = {sha for _, sha in files.values()}
-        gone = {sha for _, sha in old.values()} - live
-        self.db.executemany("DELETE FROM inspections WHERE sha256=?", [(s,) for s in gone])
+        changes: dict[str, tuple[dict, set]] = {}
+        for i in new_inspections:
+            if i.sha256:
+                changes.setdefault(i.sha256[:1], ({}, set()))[0][i.sha256] = inspection_to_json(i)
+        for sha in {sha for _, sha in old.values()} - live:
+            changes.setdefault(sha[:1], ({}, set()))[1].add(sha)
+        for part, (added, gone) in sorted(changes.items()):
+            if part not in DIGEST_PARTS:
+                continue
+            results = {sha: r for sha, r in self._results_part(part, trust).items() if sha not in gone}
+            results.update(added)
+            try:
+                self._write_document(f"inspections/{part}", {"trust": trust, "results": results})
+            except TypeError:  # (text orjson cannot write: those results are made again, as if never stored)
+                continue
         self._files = dict(files)
 
     def save(self, files: dict[str, tuple[str, str]], new_inspections: list[Inspection], trust: str,
@@ -473,11 +510,6 @@ class BuildCache:
             self.db.close()
             self.db = None
         self.release_lock()
-
-
-def _inspection_row(inspection: Inspection, trust: str, tag) -> tuple[str, str, str, str]:
-    data = json.dumps(inspection_to_json(inspection), ensure_ascii=False)
-    return inspection.sha256, trust, data, tag("inspection", inspection.sha256, trust, data)
 
 
 # A unit's files are kept as one tab-joined string (output paths never hold tabs or newlines): one object

@@ -223,15 +223,18 @@ def test_forged_passed_rows_with_matching_stat_rows_publish_nothing(trust_projec
     db = sqlite3.connect(cache_folder(trust_project) / "cache.sqlite")
     files, genuine_files_tag = cache_document(db, "files")
     files["forged.json"] = [sig, sha]
-    genuine_result_tag, = db.execute("SELECT tag FROM inspections LIMIT 1").fetchone()
+    part = f"inspections/{sha[0]}"  # (the results of the digests that start as the forgery's)
+    results, genuine_result_tag = cache_document(db, part)  # (its result of the first build: rejected)
+    results["results"][sha] = json.loads(data)
+    assert results["trust"] == trust
     if tags == "another-users-key":
         other = user_cache_key({"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("other"))}).bound_to(cache_context())
-        files_tag, result_tag = document_tag(other, "files", files), other.tag("inspection", sha, trust, data)
+        files_tag, result_tag = document_tag(other, "files", files), document_tag(other, part, results)
     else:
         files_tag, result_tag = {"none": (None, None), "made-up": ("0" * 64, "1" * 64),
                                  "copied-from-genuine-rows": (genuine_files_tag, genuine_result_tag)}[tags]
     plant_document(db, "files", files, files_tag)
-    db.execute("INSERT OR REPLACE INTO inspections VALUES (?, ?, ?, ?)", (sha, trust, data, result_tag))
+    plant_document(db, part, results, result_tag)
     db.execute("DELETE FROM meta WHERE key LIKE 'quick%'")  # (the last build's no-op answer would say "rejected")
     db.commit()
     db.close()

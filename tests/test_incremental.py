@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from site_builder.build import build, prepare_spare_tree
+from site_builder.cache import cache_context
+from site_builder.cache_key import user_cache_key
 from site_builder.incremental import IncrementalStore
 from site_builder.options import ServeSession
 from site_builder.parallel import PARALLEL_THRESHOLD
@@ -299,8 +301,8 @@ def test_a_cache_made_by_other_code_is_not_reused_even_at_the_same_version(bundl
 
 def test_cache_entry_tampered_to_claim_success_is_not_blindly_trusted(project):
     """A rejected bundle stays rejected when the cached result for its bytes is edited to say it passed (a real
-    "passed" result, relabelled with the tampered file's digest, under a tag the builder did not make), and a
-    damaged row does not crash the build either."""
+    "passed" result, relabelled with the tampered file's digest, under the tag made for the results before), and
+    damaged results, even under a tag of this user's, do not crash the build either."""
     from site_builder.inspection import inspect_bytes, inspection_to_json
     trust = both_keys()
     bad = json.loads(REAL_FILES[0].read_bytes())
@@ -315,9 +317,16 @@ def test_cache_entry_tampered_to_claim_success_is_not_blindly_trusted(project):
     passed = inspection_to_json(inspect_bytes("bad.json", REAL_FILES[0].read_bytes(), trust))
     assert passed[3] is None  # (check: none failed)
     passed[1] = bad_sha
-    (tag,) = db.execute("SELECT tag FROM inspections WHERE sha256 != ? LIMIT 1", (bad_sha,)).fetchone()
-    db.execute("UPDATE inspections SET data=?, tag=? WHERE sha256=?", (json.dumps(passed), tag, bad_sha))
-    db.execute("UPDATE inspections SET data='{\"broken\": true}' WHERE sha256 != ?", (bad_sha,))
+    part = f"inspections/{bad_sha[0]}"
+    results, tag = cache_document(db, part)
+    results["results"][bad_sha] = passed
+    plant_document(db, part, results, tag)  # (the tag made for that part as it was)
+    key = user_cache_key().bound_to(cache_context())  # this user's own: a damaged result under a good tag
+    for name, in db.execute("SELECT name FROM documents WHERE name LIKE 'inspections/%' AND name != ?",
+                            (part,)).fetchall():
+        damaged = {"trust": results["trust"], "results": {sha: {"broken": True} for sha in
+                                                          cache_document(db, name)[0]["results"]}}
+        plant_document(db, name, damaged, document_tag(key, name, damaged))
     db.execute("DELETE FROM meta WHERE key LIKE 'quick%'")
     db.commit()
     db.close()

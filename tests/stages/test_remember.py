@@ -15,7 +15,7 @@ from site_builder.cache import BuildCache
 from site_builder.cache_key import user_cache_key
 
 from conftest import ROOT
-from conftest import both_keys, opts, tree
+from conftest import both_keys, cache_document, document_tag, opts, plant_document, tree
 
 from generate import make_bundle  # noqa: E402
 
@@ -181,19 +181,21 @@ def test_the_build_waits_only_for_deletions_that_could_change_the_site(project, 
     assert tree(site) == tree(project / "clean")
 
 
-def _plant_rows(project, html: bytes, tag_with=None) -> int:
-    """Every stored list row replaced by *html*, tagged with this user's key (or *tag_with*(...) if given)."""
+def _plant_rows(project, html: bytes, made_up_tag: str | None = None) -> int:
+    """Every stored list row replaced by *html*, each part tagged with this user's key (or *made_up_tag*)."""
     import sqlite3
     from site_builder.cache import cache_context
     key = user_cache_key().bound_to(cache_context())
-    tag = tag_with or key.tag
     db = sqlite3.connect(cache_dir(project) / "cache.sqlite")
-    rows = db.execute("SELECT digest, build_key FROM rows").fetchall()
-    db.executemany("UPDATE rows SET html=?, tag=? WHERE digest=?",
-                   [(html, tag("row", build_key, digest, html), digest) for digest, build_key in rows])
+    planted = 0
+    for name, in db.execute("SELECT name FROM documents WHERE name LIKE 'rows/%'").fetchall():
+        doc = cache_document(db, name)[0]
+        doc["rows"] = {digest: html.decode() for digest in doc["rows"]}
+        plant_document(db, name, doc, made_up_tag or document_tag(key, name, doc))
+        planted += len(doc["rows"])
     db.commit()
     db.close()
-    return len(rows)
+    return planted
 
 
 def test_list_rows_come_from_the_cache_only_under_the_same_templates(project):
@@ -220,7 +222,7 @@ def test_a_planted_list_row_is_never_shown(project):
     trust = both_keys()
     out = project / "site"
     build(opts(project, out, trust))
-    assert _plant_rows(project, b"<li><script>alert(1)</script></li>\n", tag_with=lambda *fields: "0" * 64)
+    assert _plant_rows(project, b"<li><script>alert(1)</script></li>\n", made_up_tag="0" * 64)
     (project / "bundles" / "gen50.json").write_bytes(make_bundle(50))
     build(opts(project, out, trust))
     assert "<script>alert(1)" not in (out / "papers" / "index.html").read_text()

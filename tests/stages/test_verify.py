@@ -3,9 +3,10 @@ authenticated cache already holds its result for the same bytes and keys."""
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import replace
 
-from conftest import both_keys, opts
+from conftest import both_keys, cache_document, opts
 from generate import make_bundle
 from site_builder.build import build
 from site_builder.incremental import IncrementalStore
@@ -42,3 +43,20 @@ def test_a_separate_build_takes_results_from_the_cache_only_for_the_same_keys(pr
     other_keys = verified(replace(options, trust=load_trust_set()), tmp_path)
     assert len(other_keys.fresh) == 10  # other pinned keys: every file checked again
     assert sum(i.verified for i in other_keys.inspections) == 4  # (the generated bundles' key is not pinned)
+
+
+def test_a_separate_build_verifies_only_what_changed_since_the_last_build_again(project, tmp_path):
+    """The cache keeps every unchanged file's result when a build saves what changed (results of one digest
+    part rewritten, the rest left): after two changes in turn, each build verifies its changed file alone."""
+    options = opts(project, project / "site", both_keys())
+    build(options)
+    for n, variant in ((1, 2), (2, 2), (1, 3)):
+        (project / "bundles" / f"gen{n}.json").write_bytes(make_bundle(n, variant=variant))
+        assert [i.rel for i in verified(options, tmp_path).fresh] == [f"gen{n}.json"]
+        build(options)
+    assert verified(options, tmp_path).fresh == []
+    db = sqlite3.connect(project / ".site-builder-cache" / "site" / "cache.sqlite")
+    stored = [sha for name, in db.execute("SELECT name FROM documents WHERE name LIKE 'inspections/%'").fetchall()
+              for sha in cache_document(db, name)[0]["results"]]
+    assert sorted(stored) == sorted({sha for _, sha in cache_document(db, "files")[0].values()})  # (none left over)
+    db.close()
