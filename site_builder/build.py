@@ -3,7 +3,8 @@
 Each stage is a function in ``site_builder/stages/`` with a named input and output:
 
   gather    BuildContext                      -> Inputs     the bundle files by stat, static files, the deployed
-                                                            manifest, mirrored bundles edited in the output
+                                                            manifest (and the context's lookups of the mirrored
+                                                            bundles in the output start: ``ctx.mirrors``)
   verify    Inputs                            -> Verified   every file checked against the pinned keys (in workers),
                                                             unless the cache holds an authenticated result
   plan      Inputs, Verified -> Chosen        -> SitePlan   one bundle per record (no rollback), then every output
@@ -75,16 +76,17 @@ def _run_stages(ctx: BuildContext) -> None:
     inputs = gather(ctx)
     # The quick no-op check is for separate processes; serve, with everything in memory, plans anyway
     # (and writes nothing if nothing changed), which also fills its store on its first build.
-    if not ctx.serving and not inputs.edited and unchanged_since_last_build(ctx.cache, inputs.fingerprint,
-                                                                               ctx.slot, ctx.report):
+    if not ctx.serving and not ctx.mirrors.edited() and unchanged_since_last_build(ctx.cache, inputs.fingerprint,
+                                                                                      ctx.slot, ctx.report):
         return
     ctx.report.warnings.extend(inputs.warnings)
     verified = verify(ctx, inputs)
     site = plan(ctx, inputs, verified, choose(ctx, inputs, verified))
-    if site.is_live(ctx, inputs.edited):
+    edited = ctx.mirrors.edited()  # (serve: looked up while it verified and planned)
+    if site.is_live(ctx, edited):
         remember_unchanged(ctx, site)
         return
-    out = open_tree(ctx, site, inputs.edited)
+    out = open_tree(ctx, site, edited)
     try:
         site = write_units(ctx, site, out)
         swap(ctx, out)

@@ -130,33 +130,47 @@ def unproven(tree: Path, pith_ids: Iterable[str], recorded: dict[str, tuple[str,
 
 class MirrorLookups:
     """A build's lookups of the mirrored bundles in the output (``live``) and in the tree beside it (``twin``),
-    against what the cache recorded.  With *ahead*, a child process makes them while the build goes on (the
-    live tree's while the bundles folder is listed, the twin's while the bundles are verified and the site
-    planned), else each is made when asked for, as before.
+    against what the cache recorded, and the live site's check made of them (``check``).  With a
+    *start_method*, a child process makes them while the build goes on (the live tree's while the bundles
+    folder is listed and, in serve, the bundles verified and the site planned; the twin's before it is
+    updated), else each is made when first asked for.
 
     Measured at 10,000 records (40,000 lookups; ``BuildPolicy(look_ahead=False)`` switches it off): a no-op
     build X s against Y s, one bundle changed X s against Y s.  The lookups are made when the build starts
     instead of when each tree is first used, a fraction of a second earlier: a file edited after them is
     one the next build finds, as one edited after the build would be (the record keeps the signature checked)."""
 
-    def __init__(self, output: Path, twin: Path, recorded: dict[str, tuple[str, str]] | None, ahead: bool):
+    def __init__(self, output: Path, twin: Path, recorded: dict[str, tuple[str, str]] | None,
+                 start_method: str | None):
+        self.output = output
         self.recorded = recorded
         steps = {}
         if recorded:
             steps["live"] = functools.partial(differing_signatures, output, recorded)
             if os.path.isdir(twin):  # (none after a first build: its lookups would only say so 10,000 times)
                 steps["twin"] = functools.partial(differing_signatures, twin, recorded)
-        self._work = WorkAhead(steps, fork=ahead)
+        self._work = WorkAhead(steps, start_method)
+        self._check: MirrorCheck | None = None
 
     def live(self) -> dict[str, str | None] | None:
         """``differing_signatures`` of the output (None: nothing recorded, ``check_live`` looks at the tree)."""
         return self._work.result("live") if self.recorded else None  # type: ignore[return-value]
 
     def twin(self) -> dict[str, str | None] | None:
-        """``differing_signatures`` of the tree beside the output (None: nothing recorded)."""
+        """``differing_signatures`` of the tree beside the output (None: nothing recorded, or no such tree)."""
         if not self.recorded or "twin" not in self._work.steps:
             return None
         return self._work.result("twin")  # type: ignore[return-value]
+
+    def check(self) -> MirrorCheck:
+        """The live site's mirrored bundles checked against the record (``check_live``), once a build."""
+        if self._check is None:
+            self._check = check_live(self.output, self.recorded, self.live())
+        return self._check
+
+    def edited(self) -> frozenset[str]:
+        """The records whose mirrored bundle in the output may have been edited since the last build."""
+        return self.check().edited
 
     def close(self) -> None:
         self._work.close()

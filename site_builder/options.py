@@ -47,8 +47,8 @@ class BuildPolicy:
     # instead of linking a whole tree (~5 s at 10,000 records), for 6-20 % (tmpfs) to ~18 % (disk) more full build.
     link_twin: bool = False
     deployed_fetcher: object | None = None  # a pulling.Fetcher for a URL (its timeouts); a default one otherwise
-    # The trees' mirrored bundles looked up in a child process while the build goes on (mirrors.MirrorLookups;
-    # only where processes are forked: serve, which runs threads, looks them up as it goes).
+    # The trees' mirrored bundles looked up in a child process (started as the workers are) while the build goes
+    # on (mirrors.MirrorLookups), else as the build comes to each tree.
     look_ahead: bool = True
 
     @property

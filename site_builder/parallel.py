@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import gc
 import os
-import signal
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -168,51 +167,48 @@ def cpu_seconds() -> tuple[float, float]:
 
 
 class WorkAhead:
-    """Steps worked out in a forked child process while this one goes on with the build, each step's result
-    handed back over a pipe as plain JSON (never pickled: nothing but data comes back); with ``fork=False``, or
-    where no child can be forked or it ends without handing a result back, the step runs in this process when
+    """Steps worked out in a child process while this one goes on with the build, each step's result handed
+    back over a pipe as plain JSON (never pickled: nothing but data comes back).  With no *start_method*, or
+    where no child can be started or it ends without handing a result back, the step runs in this process when
     its result is asked for.  So the results are the same either way, as long as each step returns plain JSON
     data (dicts with text keys, lists, text, numbers, None).
 
-    Only for steps that wait on the system and read nothing this process changes meanwhile: the child works on
-    a copy of this process's memory as it was when forked.  A process that runs threads (serve) forks nothing
-    (``fork=False``): a child forked there could inherit a lock another thread holds."""
+    *start_method* is the build's (``Workers.mp_context``): "fork" where the process runs no threads (the
+    command line), "forkserver" where it does (serve), whose steps must then be picklable (module-level
+    functions and their arguments, as a worker's).  Only for steps that wait on the system and read nothing this
+    process changes meanwhile: the child works from the arguments as they were when it started."""
 
-    def __init__(self, steps: dict[str, Callable[[], object]], fork: bool):
+    def __init__(self, steps: dict[str, Callable[[], object]], start_method: str | None):
         self.steps = steps
         self._order = list(steps)
         self._results: dict[str, object] = {}
-        self._pid: int | None = None
-        self._pipe: int | None = None
-        if fork and steps:
-            self._fork()
+        self._process = None
+        self._reader = None
+        if start_method is not None and steps:
+            self._start(start_method)
 
-    def _fork(self) -> None:
-        read_end, write_end = os.pipe()
+    def _start(self, start_method: str) -> None:
         try:
-            pid = os.fork()
-        except OSError:
-            os.close(read_end)
-            os.close(write_end)
+            context = get_context(start_method)
+            reader, writer = context.Pipe(duplex=False)
+        except (OSError, ValueError):
             return
-        if pid == 0:  # the child: each result in order, then gone (no cleanup of the build's to run here)
-            status = 1
-            try:
-                os.close(read_end)
-                for step in self.steps.values():
-                    data = orjson.dumps(step())
-                    _write_all(write_end, len(data).to_bytes(8, "big") + data)
-                status = 0
-            finally:
-                os._exit(status)
-        os.close(write_end)
-        self._pid, self._pipe = pid, read_end
+        try:
+            process = context.Process(target=_hand_back, args=(list(self.steps.values()), writer), daemon=True)
+            process.start()
+        except Exception:  # (no process here, or a step that cannot cross to a forkserver: the steps run here)
+            reader.close()
+            return
+        finally:
+            writer.close()
+        self._process, self._reader = process, reader
 
     def result(self, name: str) -> object:
         """The result of the step *name* (from the child if it has handed it back, else worked out here)."""
-        while name not in self._results and self._pipe is not None:  # (the child hands them back in order)
-            got = self._next_message()
-            if got is None:
+        while name not in self._results and self._reader is not None:  # (the child hands them back in order)
+            try:
+                got = orjson.loads(self._reader.recv_bytes())
+            except (EOFError, OSError, orjson.JSONDecodeError):
                 self.close()
                 break
             self._results[self._order[len(self._results)]] = got
@@ -220,44 +216,24 @@ class WorkAhead:
             self._results[name] = self.steps[name]()
         return self._results[name]
 
-    def _next_message(self) -> object | None:
-        head = _read_exactly(self._pipe, 8)
-        body = _read_exactly(self._pipe, int.from_bytes(head, "big")) if head is not None else None
-        try:
-            return orjson.loads(body) if body is not None else None
-        except orjson.JSONDecodeError:
-            return None
-
     def close(self) -> None:
         """Stop the child if it still works (its results are not needed), and reap it."""
-        if self._pipe is not None:
-            os.close(self._pipe)
-            self._pipe = None
-        if self._pid is not None:
-            try:
-                os.kill(self._pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                os.waitpid(self._pid, 0)
-            except ChildProcessError:
-                pass
-            self._pid = None
+        if self._process is not None:
+            if self._process.is_alive():
+                self._process.kill()
+            self._process.join()
+            self._process = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _read_exactly(fd: int, size: int) -> bytes | None:
-    """*size* bytes from the pipe, or None if it ends first."""
-    parts, left = [], size
-    while left:
-        part = os.read(fd, min(left, 1 << 20))
-        if not part:
-            return None
-        parts.append(part)
-        left -= len(part)
-    return b"".join(parts)
+def _hand_back(steps: list[Callable[[], object]], writer) -> None:
+    """(the child of a ``WorkAhead``) Each step's result, in order, to the pipe: as much as the build waits for."""
+    try:
+        for step in steps:
+            writer.send_bytes(orjson.dumps(step()))
+    except Exception:  # (the build has gone on without: its pipe is closed; or a step failed, which the build
+        pass           # then works itself, and meets the same error where it can say it)
+    finally:
+        writer.close()

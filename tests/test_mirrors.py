@@ -113,13 +113,13 @@ def test_lookups_made_ahead_by_a_child_are_those_made_here(tmp_path):
     copy.unlink()
     copy.write_bytes(RAW)  # the same bytes in the tree beside, but not the file recorded
     found = []
-    for ahead in (True, False):
-        lookups = MirrorLookups(live, beside, recorded, ahead=ahead)
+    for start_method in ("fork", "forkserver", None):
+        lookups = MirrorLookups(live, beside, recorded, start_method)
         try:
             found.append((lookups.live(), lookups.twin()))
         finally:
             lookups.close()
-    assert found[0] == found[1]
+    assert found[0] == found[1] == found[2]
     live_now, twin_now = found[0]
     assert set(live_now) == {"AAAA", "CCCC"} and live_now["CCCC"] is None
     assert set(check_live(live, recorded, live_now).edited) == edited_in(live, recorded) == {"CCCC"}
@@ -131,8 +131,8 @@ def test_lookups_made_ahead_by_a_child_are_those_made_here(tmp_path):
 def test_lookups_with_no_tree_beside_or_no_record_leave_the_checks_to_look(tmp_path):
     live = _tree(tmp_path / "live")
     recorded = signatures_now(live, {"AAAA": SHA, "BBBB": SHA})
-    for lookups, made in ((MirrorLookups(live, tmp_path / "none", recorded, ahead=True), lambda m: m.twin()),
-                          (MirrorLookups(live, tmp_path / "none", None, ahead=True), lambda m: m.live())):
+    for lookups, made in ((MirrorLookups(live, tmp_path / "none", recorded, "fork"), lambda m: m.twin()),
+                          (MirrorLookups(live, tmp_path / "none", None, "fork"), lambda m: m.live())):
         try:
             assert made(lookups) is None
         finally:

@@ -3,6 +3,7 @@ the build's own process given what it already holds, and workers that never outl
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -80,12 +81,22 @@ def test_a_build_whose_workers_start_from_a_forkserver_as_serves_do(tmp_path):
     assert made["forkserver"] == made["fork"]
 
 
-def _pid_and(value):
-    return lambda: [os.getpid(), value]
+def pid_and(value):
+    """(a step) The process it runs in, and *value*."""
+    return [os.getpid(), value]
 
 
-def test_work_ahead_hands_back_each_step_from_a_child_in_any_order_asked():
-    work = WorkAhead({"first": _pid_and({"a": None}), "second": _pid_and(["x", 2])}, fork=True)
+def dies_outside(parent: int):
+    """(a step) Ends the process it runs in, unless that is *parent*."""
+    if os.getpid() != parent:
+        os._exit(3)
+    return "made here"
+
+
+@pytest.mark.parametrize("start_method", ["fork", "forkserver"])
+def test_work_ahead_hands_back_each_step_from_a_child_in_any_order_asked(start_method):
+    work = WorkAhead({"first": functools.partial(pid_and, {"a": None}),
+                      "second": functools.partial(pid_and, ["x", 2])}, start_method)
     try:
         child, second = work.result("second")  # (asked out of order: the first is read on the way)
         assert child != os.getpid() and second == ["x", 2]
@@ -94,35 +105,38 @@ def test_work_ahead_hands_back_each_step_from_a_child_in_any_order_asked():
         work.close()
 
 
-def test_work_ahead_without_fork_works_each_step_here_when_asked():
+def test_work_ahead_without_a_start_method_works_each_step_here_when_asked():
     asked = []
-    work = WorkAhead({"one": lambda: asked.append("one") or 1, "two": lambda: asked.append("two") or 2}, fork=False)
+    work = WorkAhead({"one": lambda: asked.append("one") or 1, "two": lambda: asked.append("two") or 2}, None)
     assert asked == []
     assert work.result("two") == 2 and asked == ["two"]
     assert work.result("two") == 2 and asked == ["two"]  # (once)
     work.close()
 
 
-def test_work_ahead_works_a_step_here_when_the_child_hands_nothing_back():
-    parent = os.getpid()
-
-    def dies_in_the_child():
-        if os.getpid() != parent:
-            os._exit(3)
-        return "made here"
-    work = WorkAhead({"first": _pid_and(1), "second": dies_in_the_child}, fork=True)
+@pytest.mark.parametrize("start_method", ["fork", "forkserver"])
+def test_work_ahead_works_a_step_here_when_the_child_hands_nothing_back(start_method):
+    work = WorkAhead({"first": functools.partial(pid_and, 1), "second": functools.partial(dies_outside, os.getpid())},
+                     start_method)
     try:
-        assert work.result("first")[0] != parent
+        assert work.result("first")[0] != os.getpid()
         assert work.result("second") == "made here"
     finally:
         work.close()
 
 
+def test_work_ahead_whose_step_cannot_cross_to_a_forkserver_works_it_here():
+    work = WorkAhead({"here": lambda: "made here"}, "forkserver")  # (a lambda cannot be pickled)
+    try:
+        assert work.result("here") == "made here"
+    finally:
+        work.close()
+
+
 def test_work_ahead_closed_early_stops_and_reaps_its_child():
-    work = WorkAhead({"slow": lambda: time.sleep(30)}, fork=True)
-    pid = work._pid
+    work = WorkAhead({"slow": functools.partial(time.sleep, 30)}, "fork")
+    process = work._process
     started = time.monotonic()
     work.close()
     assert time.monotonic() - started < 5
-    with pytest.raises(ChildProcessError):
-        os.waitpid(pid, 0)  # (reaped: no zombie left)
+    assert process.exitcode is not None  # (stopped and reaped: no zombie left)

@@ -111,7 +111,7 @@ def opened_context(options: BuildOptions, scratch: Path, report: BuildReport,
             clock = StageClock(report.timings, report.cpu)
             policy = options.policy
             mirrors = MirrorLookups(slot.output, slot.prev, cache.mirrored(),
-                                    ahead=policy.look_ahead and policy.mp_context == "fork")
+                                    policy.mp_context if policy.look_ahead else None)
             try:
                 yield BuildContext(options, slot, dirs, about, build_key, search_by, cache, store, report, clock,
                                    scratch, mirrors)

@@ -16,7 +16,6 @@ from site_builder.loading import (
     discover,
     read_static_files,
 )
-from site_builder.mirrors import MirrorCheck, check_live
 from site_builder.options import BuildOptions
 from site_builder.pages import Unit, refused_static_path, static_unit
 from site_builder.stages.context import BuildContext, digest_of
@@ -70,8 +69,9 @@ def read_deployed(options: BuildOptions) -> tuple[LiveSite | None, LiveManifest 
 
 @dataclass(frozen=True)
 class Inputs:
-    """What the build reads besides the bundles' bytes: the files found (by stat), the static files, the
-    deployed mirror's manifest, and the mirrored bundles edited in the output since the last build."""
+    """What the build reads besides the bundles' bytes: the files found (by stat), the static files and the
+    deployed mirror's manifest.  (The mirrored bundles edited in the output are the context's ``mirrors``:
+    looked up while the build goes on, and checked where first needed.)"""
 
     found: list[InputFile]
     skipped: list[SkippedFile]
@@ -79,14 +79,8 @@ class Inputs:
     warnings: list[str]  # static files refused, the deployed mirror unreadable
     deployed: LiveSite | None
     deployed_manifest: LiveManifest | None
-    mirrors: MirrorCheck  # the live site's mirrored bundles, checked
     build_key: str
     indexer: str | None
-
-    @property
-    def edited(self) -> frozenset[str]:
-        """The records whose mirrored bundle in the output may have been edited since the last build."""
-        return self.mirrors.edited
 
     @functools.cached_property
     def fingerprint(self) -> str:
@@ -109,9 +103,8 @@ def gather(ctx: BuildContext) -> Inputs:
         found, skipped = discover(options.bundles, output=ctx.slot.output)
     static, static_warnings = allowed_static_files(options.static_dir)
     deployed, manifest, deployed_lines = read_deployed(options)
-    mirrors = check_live(ctx.slot.output, ctx.mirrors.recorded, ctx.mirrors.live())
     ctx.clock.lap("discover")
     return Inputs(found, skipped, static_unit(static) if static else None, static_warnings + deployed_lines,
-                  deployed, manifest, mirrors, ctx.build_key, ctx.indexer)
+                  deployed, manifest, ctx.build_key, ctx.indexer)
 
 

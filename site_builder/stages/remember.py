@@ -146,7 +146,7 @@ def remember_build(ctx: BuildContext, site: SitePlan, written: set[str]) -> None
     cache, options, report = ctx.cache, ctx.options, ctx.report
     marker_sig = stat_sig(ctx.slot.output / MARKER)
     mirrored = {} if cache.db is None else record_after(  # (no cache to keep it in: nothing to look up)
-        ctx.slot.output, inputs.mirrors,
+        ctx.slot.output, ctx.mirrors.check(),
         {pid: chosen.inspection.sha256 for pid, chosen in site.selection.published.items()
          if f"record:{pid}" in site.units},  # (not a record whose bytes changed after they were verified)
         written)
