@@ -33,7 +33,7 @@ from site_builder.parallel import PARALLEL_THRESHOLD, WorkerLostError, usable_co
 from site_builder.report import BuildReport
 from site_builder.search_index import pagefind_version
 from site_builder.stages.context import BuildContext, default_cache_dir, opened_context
-from site_builder.stages.gather import gather
+from site_builder.stages.gather import Inputs, gather
 from site_builder.stages.plan import plan
 from site_builder.stages.publish import open_tree, prepare_spare_tree, swap
 from site_builder.stages.remember import remember_build, remember_unchanged, unchanged_since_last_build
@@ -76,8 +76,7 @@ def _run_stages(ctx: BuildContext) -> None:
     inputs = gather(ctx)
     # The quick no-op check is for separate processes; serve, with everything in memory, plans anyway
     # (and writes nothing if nothing changed), which also fills its store on its first build.
-    if not ctx.serving and not ctx.mirrors.edited() and unchanged_since_last_build(ctx.cache, inputs.fingerprint,
-                                                                                      ctx.slot, ctx.report):
+    if not ctx.serving and _unchanged(ctx, inputs):
         return
     ctx.report.warnings.extend(inputs.warnings)
     verified = verify(ctx, inputs)
@@ -94,3 +93,10 @@ def _run_stages(ctx: BuildContext) -> None:
         out.discard()
         raise
     remember_build(ctx, site, out.records_written)
+
+
+def _unchanged(ctx: BuildContext, inputs: Inputs) -> bool:
+    """Whether the output is the site the last build made of these very inputs, its mirrored bundles intact."""
+    edited = ctx.mirrors.edited()
+    ctx.clock.lap("check_live")
+    return not edited and unchanged_since_last_build(ctx.cache, inputs.fingerprint, ctx.slot, ctx.report)
