@@ -23,10 +23,11 @@ entry can only cause extra work, because every key includes what the output depe
 
 The cache is untrusted input like any file in a project folder: every row carries a tag made with this user's
 cache key (cache_key.py), and a row whose tag does not check is ignored, as if it were not there.  The file index,
-the mirrored bundles and each part of the results are one document (plain JSON) under one tag, as the unit lists
-are: a build reads all of one or none, and checking one tag over it is ~10 ms at 10,000 files against ~35-65 ms
-for a tag a row.  So a row planted by someone else (a fork, a clone, another user of a shared folder) or written by another
-builder version can only cost work: the file is read, hashed and verified again.
+the mirrored bundles and each part of the results and of the list rows are one document (plain JSON) under one
+tag, as the unit lists are: a build reads all of one or none, and checking one tag over it is ~10 ms at 10,000
+files against ~35-65 ms for a tag a row.  So a row planted by someone else (a fork, a clone, another user of a
+shared folder) or written by another builder version can only cost work: the file is read, hashed and verified
+again.
 
 ``cache.lock`` beside it is held by the build using the cache, and then by the detached process that saves
 it (``stages/remember.py``); a build opening the cache waits for that save first.  The same folder holds the
