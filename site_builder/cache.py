@@ -237,13 +237,26 @@ class BuildCache:
         if self.db is None:
             return None
         try:
-            doc = self._read_document(name)
+            return self._read_document_for(name, field, value)
         except sqlite3.DatabaseError:
             self._reset()
             return None
+
+    def _read_document_for(self, name: str, field: str, value: str) -> dict | None:
+        """``_document_for``, leaving a damaged database's error (sqlite3.DatabaseError) to the caller."""
+        try:
+            doc = self._read_document(name)
         except ValueError:
             return None
         return doc if isinstance(doc, dict) and doc.get(field) == value else None
+
+    def _part(self, kind: str, part: str, field: str, value: str, entries: str) -> dict:
+        """The *entries* of the part *part* of *kind* (``inspections``, ``rows``: sixteen documents by digest)
+        made for *value* (its *field*); {} where there are none that check: none stored, one made for another
+        value, a tag that does not check, a part that is no hex digit."""
+        doc = self._read_document_for(f"{kind}/{part}", field, value) if part in DIGEST_PARTS else None
+        found = doc.get(entries) if doc is not None else None
+        return found if isinstance(found, dict) else {}
 
     def _save_document(self, name: str, doc: dict) -> bool:
         """Store *doc* as the document *name*; False where the cache could not take it (and was reset)."""
@@ -332,17 +345,8 @@ class BuildCache:
         return found
 
     def _results_part(self, part: str, trust: str) -> dict:
-        """The stored results of the digests starting with *part* under *trust* ({} where there are none that
-        check: none stored, another trust set, a tag that does not check, a digest that is no digest)."""
-        if part not in DIGEST_PARTS:
-            return {}
-        try:
-            doc = self._read_document(f"inspections/{part}")
-        except ValueError:
-            return {}
-        if not isinstance(doc, dict) or doc.get("trust") != trust or not isinstance(doc.get("results"), dict):
-            return {}
-        return doc["results"]
+        """The stored results of the digests starting with *part* under *trust* (``_part``)."""
+        return self._part("inspections", part, "trust", trust, "results")
 
     def mirrored(self) -> dict[str, tuple[str, str]] | None:
         """Pith id -> (stat signature, sha256) of the record's bundle.json as the last build left it in the output
@@ -374,15 +378,11 @@ class BuildCache:
         stored: dict[str, set[str]] = {}
         try:
             for part in sorted(DIGEST_PARTS):
-                try:
-                    doc = self._read_document(f"rows/{part}")
-                except ValueError:
-                    continue
-                if isinstance(doc, dict) and doc.get("build_key") == build_key and isinstance(doc.get("rows"), dict):
-                    found = {digest: html.encode() for digest, html in doc["rows"].items()
-                             if isinstance(html, str) and digest[:1] == part}
-                    rows.update(found)
-                    stored[part] = set(found)
+                found = {digest: html.encode() for digest, html in
+                         self._part("rows", part, "build_key", build_key, "rows").items()
+                         if isinstance(html, str) and digest[:1] == part}
+                rows.update(found)
+                stored[part] = set(found)
         except sqlite3.DatabaseError:
             self._reset()
             return {}
