@@ -120,12 +120,12 @@ def unproven(tree: Path, pith_ids: Iterable[str], recorded: dict[str, tuple[str,
              differing: dict[str, str | None] | None = None) -> set[str]:
     """Of *pith_ids*, the records whose mirrored bundle in *tree* is not the very file the cache *recorded*
     (the tree beside the output shares each unchanged record's file with the live one): a tree updated in place
-    keeps only the others' files.  *differing*: ``differing_signatures(tree, recorded)``, if already looked up."""
+    keeps only the others' files (one the cache has no record of never counts as proven).  *differing*:
+    ``differing_signatures(tree, recorded)``, if already looked up."""
     recorded = recorded or {}
-    if differing is not None:
-        return {pid for pid in pith_ids if pid not in recorded or pid in differing}
-    return {pid for pid, sig in mirror_signatures(tree, pith_ids)
-            if sig is None or sig != recorded.get(pid, (None,))[0]}
+    if differing is None:
+        differing = differing_signatures(tree, recorded)
+    return {pid for pid in pith_ids if pid not in recorded or pid in differing}
 
 
 class MirrorLookups:
