@@ -9,10 +9,10 @@ The store has two layers:
 
 * **this process**: the entries below, for ``serve``, which builds again and again.  They are never written to
   disk: bytes read back from a file are untrusted input, and unpickling them would run code;
-* **the build cache** (``cache.py``): SQLite rows that any later build may read.  They hold the inputs' digests,
-  the verification results, the units of the trees in the output folder, the records' list rows, what the live
-  site published and the last short-address plan.  Every row is tagged with this user's cache key, and a row whose tag does not check counts as
-  absent.
+* **the build cache** (``cache.py``): SQLite rows (most of them plain-JSON documents) that any later build may
+  read.  They hold the inputs' digests, the verification results, the units of the trees in the output folder,
+  the records' list rows, what the live site published and the last short-address plan.  Every row is tagged
+  with this user's cache key, and a row whose tag does not check counts as absent.
 
 A one-shot build (``build`` on the command line) has a store that keeps nothing in the process: every recall
 misses, and the build starts from the cache alone.
