@@ -53,7 +53,7 @@ from site_builder.pages import record_file_count, record_files
 from site_builder.selection import PreviousSite, PublishedBefore
 from site_builder.writing import check_relative_path, make_folders, not_private
 
-SCHEMA = "11"
+SCHEMA = "12"
 
 # The verification results and the list rows are each kept in sixteen documents, by the first hex digit of their
 # digest: a build reads each under one tag (a tag a row, 20,000 of them, cost ~50 ms a build at 10,000 records),
@@ -488,7 +488,7 @@ class BuildCache:
             tag = self.db.execute("SELECT value FROM meta WHERE key='quick_tag'").fetchone()
             if value is None or tag is None or not self._key.checks(tag[0], "quick", key, value[0]):
                 return None  # (an answer this user's builder did not write keeps no output)
-            return json.loads(value[0])
+            return orjson.loads(value[0])  # (an answer orjson refuses, as a lone surrogate, is none: the build plans)
         except (sqlite3.DatabaseError, ValueError):
             return None
 

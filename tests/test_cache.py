@@ -242,6 +242,49 @@ def test_forged_passed_rows_with_matching_stat_rows_publish_nothing(trust_projec
     assert_as_without_cache(trust_project, result, strict=True)
 
 
+def _plant_no_op_answer(trust_project: Path, tags: str) -> None:
+    """The last build's no-op answer (its outcomes, for inputs and an output as they are now) changed to say the
+    forgery was published, tagged as *tags* says."""
+    db = sqlite3.connect(cache_folder(trust_project) / "cache.sqlite")
+    (key,), (doc,), (genuine_tag,) = (db.execute(f"SELECT value FROM meta WHERE key='{name}'").fetchone()
+                                      for name in ("quick_key", "quick", "quick_tag"))
+    answer = json.loads(doc)
+    forged = [o for o in answer["outcomes"] if o[0] == "forged.json"]
+    assert forged and forged[0][2] == "rejected"
+    forged[0][2:5] = ["published", None, ""]
+    doc = json.dumps(answer)
+    tag = {"none": None, "copied-from-genuine": genuine_tag,
+           "another-users-key": lambda other: other.tag("quick", key, doc),
+           "own-key": lambda _: user_cache_key().bound_to(cache_context()).tag("quick", key, doc)}[tags]
+    if callable(tag):
+        other_home = trust_project / "other-home"
+        tag = tag(user_cache_key({"XDG_CACHE_HOME": str(other_home)}).bound_to(cache_context()))
+    db.execute("UPDATE meta SET value=? WHERE key='quick'", (doc,))
+    db.execute("UPDATE meta SET value=? WHERE key='quick_tag'", (tag,))
+    db.commit()
+    db.close()
+
+
+@pytest.mark.parametrize("tags", ["another-users-key", "copied-from-genuine", "none"])
+def test_a_changed_no_op_answer_is_not_taken(trust_project, tags):
+    """The no-op answer is the one part of the cache a build takes without planning: one that says the
+    forgery was published, without this user's tag on it, is no answer (the build plans, and rejects it)."""
+    assert cli_build(trust_project, "--strict").returncode == 1
+    wait_for_saver(trust_project)
+    _plant_no_op_answer(trust_project, tags)
+    result = cli_build(trust_project, "--strict")
+    assert_as_without_cache(trust_project, result, strict=True)
+
+
+def test_the_no_op_answer_is_taken_under_the_users_own_tag(trust_project):
+    """(What the test above rests on: the changed answer, tagged with this user's key, is taken as it stands.)"""
+    assert cli_build(trust_project, "--strict").returncode == 1
+    wait_for_saver(trust_project)
+    _plant_no_op_answer(trust_project, "own-key")
+    result = cli_build(trust_project, "--strict")
+    assert result.returncode == 0 and "REJECTED" not in result.stderr, result.stderr
+
+
 PATCHED_BUILDER = "import site_builder.verification as v; v._verify_ed25519 = lambda *args: None"
 
 

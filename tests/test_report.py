@@ -89,3 +89,23 @@ def test_every_line_is_its_outcome_as_json_even_holding_text_the_fast_encoder_re
     report.outcomes.append(FileOutcome(rejected("odd.json", "json_syntax", "bad \ud800 and “quotes” \u2028"), REJECTED))
     parsed = json.loads(b"".join(report.document([], None).chunks()))
     assert parsed["files"] == [o.as_json() for o in sorted(report.outcomes, key=lambda o: o.inspection.rel)]
+
+
+def test_an_outcome_comes_back_from_its_brief_as_the_no_op_answer_shows_it():
+    published = FileOutcome(inspect_bytes(REAL_FILES[0].name, REAL_FILES[0].read_bytes(), load_trust_set()),
+                            PUBLISHED, "a note")
+    refused = FileOutcome(rejected("bad.json", "json_syntax", "not JSON", b"{"), REJECTED)
+    for outcome in (published, refused):
+        brief = json.loads(json.dumps(outcome.brief()))  # (as the cache keeps it)
+        back = FileOutcome.from_brief(brief)
+        assert (back.status, back.note, back.pith_number) == (outcome.status, outcome.note, outcome.pith_number)
+        i, j = back.inspection, outcome.inspection
+        assert (i.rel, i.check, i.reason, i.verified) == (j.rel, j.check, j.reason, j.verified)
+        assert back.brief() == brief
+    assert published.pith_number is not None
+    for damaged in (brief[:-1], [*brief, "more"], {"rel": "x.json"}):
+        try:
+            FileOutcome.from_brief(damaged)
+        except (TypeError, ValueError):
+            continue
+        raise AssertionError(f"{damaged!r} was taken")

@@ -10,7 +10,6 @@ import threading
 from typing import Callable
 
 from site_builder.cache import BuildCache
-from site_builder.inspection import Inspection, rejected
 from site_builder.incremental import IncrementalStore
 from site_builder.mirrors import record_after
 from site_builder.options import BuildOptions
@@ -110,11 +109,9 @@ def unchanged_since_last_build(cache: BuildCache, input_fingerprint: str, slot: 
     if quick is None:
         return False
     try:
-        report.outcomes = [FileOutcome(rejected(o["rel"], o["check"], o["reason"]) if o["check"] else
-                                       Inspection(o["rel"], o["sha256"], 0, None, ""), o["status"], o["note"],
-                                       o["pith_number"]) for o in quick["outcomes"]]
+        report.outcomes = [FileOutcome.from_brief(o) for o in quick["outcomes"]]
         report.warnings = list(quick["warnings"])
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, ValueError):
         report.outcomes, report.warnings = [], []
         return False
     report.changed = False
