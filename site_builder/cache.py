@@ -13,8 +13,9 @@ These things are remembered:
     render again;
   * ``mirrored``: each published record's bundle.json as the build left it in the output (stat signature and
     sha256), so that an edit of the live site's copy is noticed without hashing every file;
-  * ``addresses``: the short-address plan of the last build and the shape of the records it was made for (their
-    ids and versions), which a build with records of the same shape takes instead of planning it again;
+  * ``addresses``: the short-address plan of the last build and the records it was made for (their ids and
+    versions), which a build with the same records takes as it is, and one with a few records more or fewer
+    re-plans around them;
   * ``previous_site``: what the live site published (each record's sha256, built_at and event count), from the
     outcomes of the build that wrote its verification.json, with that file's stat: while the file is that one,
     the next build takes its claims from here instead of parsing it.
@@ -42,6 +43,7 @@ import os
 import re
 import sqlite3
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -93,6 +95,15 @@ def make_private_folder(folder: Path, ours: bool) -> None:
         raise CacheFolderUnsafe(f"cannot make {folder} private: {e.strerror}") from None
 
 
+@dataclass(frozen=True)
+class RecordedAddresses:
+    """The short-address plan a build recorded (``BuildCache.addresses``)."""
+
+    records: list[tuple[str, str, int]]  # what it was made for: (pith id, arXiv id, version), in pith-id order
+    per_record: dict[str, int]  # pith id -> bit mask of its own addresses
+    shared: list[tuple[str, str, list[str]]]  # (folder, label, pith ids), in folder order
+
+
 def cache_context() -> str:
     """What a cache entry's tag is bound to: entries of another builder or schema never check."""
     return f"site-builder cache {builder_identity()}/{SCHEMA}"
@@ -113,7 +124,7 @@ class BuildCache:
         self._units: dict[str, dict[str, tuple[str, str]]] = {}  # build id -> unit -> (key, files joined)
         self._rows: tuple[str, dict[str, set[str]]] = ("", {})  # build key, the digests stored under it, by part
         self._mirrored: dict[str, tuple[str, str]] | None = None  # as stored (read once: serve builds again and again)
-        self._addresses_shape: str | None = None  # the shape the stored short-address plan was made for, once known
+        self._addresses_records: list | None = None  # the records the stored short-address plan was made for
         self._loaded = False
         self.lock_fd: int | None = None
         if path is not None:
@@ -202,7 +213,7 @@ class BuildCache:
             except sqlite3.Error:
                 pass
         self.db = None
-        self._files, self._units, self._mirrored, self._addresses_shape = {}, {}, None, None
+        self._files, self._units, self._mirrored, self._addresses_records = {}, {}, None, None
         self._rows = ("", {})
         assert self.path is not None
         for suffix in ("", "-wal", "-shm"):
@@ -288,27 +299,33 @@ class BuildCache:
             self._save_document("previous_site", {"marker": marker_sig, "build_id": site.build_id,
                                                   "published": published})
 
-    def addresses(self, shape: str) -> tuple[dict[str, int], list[tuple[str, str, list[str]]]] | None:
-        """The short-address plan the last build recorded for records of the *shape* (a digest of their pith ids,
-        arXiv ids and versions, all the plan is made of): each record's own addresses (bit mask) and the shared
-        ones (folder, label, pith ids); None for another shape, or none recorded."""
-        doc = self._document_for("addresses", "shape", shape)
-        if doc is None:
+    def addresses(self) -> RecordedAddresses | None:
+        """The short-address plan the last build recorded, with the records it was made for; None where none is
+        recorded, or it does not check."""
+        if self.db is None:
             return None
         try:
-            found = doc["per_record"], [(folder, label, pids) for folder, label, pids in doc["shared"]]
+            doc = self._read_document("addresses")
+            found = RecordedAddresses([(pid, arxiv_id, version) for pid, arxiv_id, version in doc["records"]],
+                                      doc["per_record"],
+                                      [(folder, label, pids) for folder, label, pids in doc["shared"]])
+        except sqlite3.DatabaseError:
+            self._reset()
+            return None
         except (ValueError, TypeError, KeyError):
             return None
-        self._addresses_shape = shape
+        if not isinstance(found.per_record, dict):
+            return None
+        self._addresses_records = found.records
         return found
 
-    def save_addresses(self, shape: str, per_record: dict[str, int],
+    def save_addresses(self, records: list[tuple[str, str, int]], per_record: dict[str, int],
                        shared: list[tuple[str, str, list[str]]]) -> None:
-        """Record the short-address plan made for records of the *shape* (``addresses``), unless it is the one
-        stored (the plan is made of the shape alone)."""
-        if self.db is not None and shape != self._addresses_shape and self._save_document(
-                "addresses", {"shape": shape, "per_record": per_record, "shared": shared}):
-            self._addresses_shape = shape
+        """Record the short-address plan made for *records* (``addresses``), unless it is the one stored (the
+        plan is made of the records' ids and versions alone)."""
+        if self.db is not None and records != self._addresses_records and self._save_document(
+                "addresses", {"records": records, "per_record": per_record, "shared": shared}):
+            self._addresses_records = records
 
     def _write_document(self, name: str, entries: dict) -> None:
         data = orjson.dumps(entries)

@@ -11,6 +11,7 @@ from site_builder.build import build, default_cache_dir
 from site_builder.report import BuildReport
 from site_builder.stages.context import opened_context
 from site_builder.stages.gather import gather
+from site_builder.stages import plan as plan_stage
 from site_builder.stages.plan import plan
 from site_builder.stages.select import choose
 from site_builder.stages.verify import verify
@@ -55,8 +56,6 @@ def test_a_template_edit_re_keys_every_unit(project, tmp_path):
 
 def _count_address_plans(monkeypatch) -> list:
     """Each planning of the short addresses from scratch: the records it planned for, noted as it happens."""
-    from site_builder.stages import plan as plan_stage
-
     return calls_of(monkeypatch, plan_stage, "plan_redirects")
 
 
@@ -74,21 +73,44 @@ def test_the_short_addresses_come_from_the_cache_while_the_records_ids_and_versi
     assert tree(out) == tree(clean)
 
 
-def test_records_that_come_or_go_or_a_planted_record_plan_the_short_addresses_again(project, monkeypatch):
+def test_records_that_come_or_go_re_plan_the_short_addresses_around_them(project, monkeypatch, tmp_path):
+    """A record added or removed: the next build takes the plan the last one recorded and plans again only the
+    addresses near the records that came or went, and the site equals a clean build's."""
+    out, clean = project / "site", project / "clean"
+    for name, record in (("same-a.json", None), ("same-b.json", 77)):  # two records of one arXiv id and version:
+        (project / "bundles" / name).write_bytes(make_bundle(40, record=record, version=1))  # a shared address
+    build(opts(project, out, both_keys()))
+    shared = planned(opts(project, out, both_keys()), tmp_path).addresses.shared
+    assert any(len(targets) == 2 for _, _, targets in shared)  # (kept as recorded unless near a change)
+    made = _count_address_plans(monkeypatch)
+    replanned = calls_of(monkeypatch, plan_stage, "replan_redirects")
+    for change in ("add", "remove"):
+        if change == "add":
+            (project / "bundles" / "gen6.json").write_bytes(make_bundle(6))  # another record
+        else:
+            (project / "bundles" / "gen3.json").unlink()
+        build(opts(project, out, both_keys()))
+        assert made == [] and len(replanned) == 1, change
+        build(opts(project, clean, both_keys(), use_cache=False))  # (planned afresh: no cache)
+        assert tree(out) == tree(clean), change
+        made.clear()
+        replanned.clear()
+
+
+def test_a_planted_address_plan_is_planned_again(project, monkeypatch):
+    """A recorded plan without this user's tag (every record without its addresses) is no plan: the build
+    plans the addresses afresh."""
     out = project / "site"
     build(opts(project, out, both_keys()))
     made = _count_address_plans(monkeypatch)
-    (project / "bundles" / "gen6.json").write_bytes(make_bundle(6))  # another record
-    build(opts(project, out, both_keys()))
-    assert [len(papers) for papers in made] == [11]
     db = sqlite3.connect(default_cache_dir(out) / "cache.sqlite")
     genuine, _ = cache_document(db, "addresses")
-    plant_document(db, "addresses", {**genuine, "per_record": {}}, None)  # (every record without its addresses)
+    plant_document(db, "addresses", {**genuine, "per_record": {}}, None)
     db.commit()
     db.close()
     (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=1))
     build(opts(project, out, both_keys()))
-    assert [len(papers) for papers in made] == [11, 11]
+    assert [len(papers) for papers in made] == [10]  # (every record of the project)
     clean = project / "clean"
     build(opts(project, clean, both_keys(), use_cache=False))
     assert tree(out) == tree(clean)
