@@ -11,7 +11,7 @@ import orjson
 from site_builder import __version__
 from site_builder.incremental import IncrementalStore
 from site_builder.inspection import Inspection
-from site_builder.verification import CHECK_FAMILIES, CHECK_ORDER
+from site_builder.verification import ALL_PASSED, CHECK_FAMILIES, CHECK_ORDER
 
 PUBLISHED, REJECTED, SUPERSEDED = "published", "rejected", "superseded"
 
@@ -56,13 +56,17 @@ class FileOutcome:
         if i.summary:
             doc["built_at"] = i.summary.built_at
             doc["event_count"] = i.summary.event_count
-        doc["failed_checks"] = [{"check": c.name, "reason": c.detail} for c in i.checks if c.status == "failed"]
+        # Nearly every file passed every check (the shared ALL_PASSED): not looking through its fifteen results
+        # makes a line in 0.7 µs instead of 2.5 (18 ms a build at 10,000 files); any other results are looked at.
+        every_check_passed = i.checks is ALL_PASSED
+        doc["failed_checks"] = [] if every_check_passed else [{"check": c.name, "reason": c.detail}
+                                                              for c in i.checks if c.status == "failed"]
         if i.check and not doc["failed_checks"]:
             doc["failed_checks"] = [{"check": i.check, "reason": i.reason}]
         if i.check:
             doc["rejected_by"] = i.check
             doc["class"] = CHECK_CLASSES.get(i.check, "other")
-        skipped = [c.name for c in i.checks if c.status == "skipped"]
+        skipped = [] if every_check_passed else [c.name for c in i.checks if c.status == "skipped"]
         if skipped:
             doc["skipped_checks"] = skipped
         doc["warnings"] = [{"code": w.code, "message": w.message} for w in i.warnings]

@@ -1,6 +1,7 @@
 """verification.json: written in pieces, named by what its lines are made of, its lines kept only for the next build."""
 
 import json
+from dataclasses import replace
 
 from site_builder.inspection import inspect_bytes, rejected
 from site_builder.keys import load_trust_set
@@ -109,3 +110,19 @@ def test_an_outcome_comes_back_from_its_brief_as_the_no_op_answer_shows_it():
         except (TypeError, ValueError):
             continue
         raise AssertionError(f"{damaged!r} was taken")
+
+
+def test_a_line_lists_every_failed_and_skipped_check_and_a_passed_file_none():
+    raw = REAL_FILES[0].read_bytes()
+    passed = inspect_bytes("a.json", raw, load_trust_set())
+    bad = bytearray(raw)
+    bad[bad.index(b'"signature_b64":"') + 20] ^= 1  # one flipped bit: several checks fail
+    failed = inspect_bytes("b.json", bytes(bad), load_trust_set())
+    line = FileOutcome(failed, REJECTED).as_json()
+    assert [c["check"] for c in line["failed_checks"]] == [c.name for c in failed.checks if c.status == "failed"]
+    assert len(line["failed_checks"]) > 1 and line["rejected_by"] == failed.check
+    skipped = replace(failed, checks=tuple(replace(c, status="skipped") if c.name == "bundle_signature" else c
+                                           for c in failed.checks))
+    assert FileOutcome(skipped, REJECTED).as_json()["skipped_checks"] == ["bundle_signature"]
+    clean = FileOutcome(passed, PUBLISHED).as_json()
+    assert clean["failed_checks"] == [] and "skipped_checks" not in clean and "rejected_by" not in clean
