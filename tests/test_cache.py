@@ -253,12 +253,11 @@ def _plant_no_op_answer(trust_project: Path, tags: str) -> None:
     assert forged and forged[0][2] == "rejected"
     forged[0][2:5] = ["published", None, ""]
     doc = json.dumps(answer)
-    tag = {"none": None, "copied-from-genuine": genuine_tag,
-           "another-users-key": lambda other: other.tag("quick", key, doc),
-           "own-key": lambda _: user_cache_key().bound_to(cache_context()).tag("quick", key, doc)}[tags]
-    if callable(tag):
-        other_home = trust_project / "other-home"
-        tag = tag(user_cache_key({"XDG_CACHE_HOME": str(other_home)}).bound_to(cache_context()))
+    if tags in ("none", "copied-from-genuine"):
+        tag = None if tags == "none" else genuine_tag
+    else:  # made with a key: this user's ("own-key"), or another user's
+        environ = {"XDG_CACHE_HOME": str(trust_project / "other-home")} if tags == "another-users-key" else None
+        tag = user_cache_key(environ).bound_to(cache_context()).tag("quick", key, doc)
     db.execute("UPDATE meta SET value=? WHERE key='quick'", (doc,))
     db.execute("UPDATE meta SET value=? WHERE key='quick_tag'", (tag,))
     db.commit()
