@@ -98,24 +98,20 @@ def shown_rows(renderer: SiteRenderer, catalog: Catalogue) -> dict[str, bytes]:
     return {p.row_digest: rows[p.row_digest] for p in catalog.papers if p.row_digest in rows}
 
 
-def unchanged_since_last_build(cache: BuildCache, input_fingerprint: str, slot: OutputSlot,
-                                report: BuildReport) -> bool:
-    """True when the inputs (by stat), settings, templates and keys are those of the site in the output.
+def last_outcomes(cache: BuildCache, input_fingerprint: str, slot: OutputSlot) -> tuple[list, list] | None:
+    """The outcomes and warnings of the last build when the inputs (by stat), settings, templates and keys are
+    those of the site in the output; else None.
 
-    Then the build reports the previous outcomes and writes nothing; this is what makes a no-op rebuild
-    of a large mirror take a fraction of a second.
+    Then the build reports them and writes nothing; this is what makes a no-op rebuild of a large mirror take a
+    fraction of a second.
     """
     quick = cache.quick(input_fingerprint, stat_sig(slot.output / MARKER))
     if quick is None:
-        return False
+        return None
     try:
-        report.outcomes = [FileOutcome.from_brief(o) for o in quick["outcomes"]]
-        report.warnings = list(quick["warnings"])
+        return [FileOutcome.from_brief(o) for o in quick["outcomes"]], list(quick["warnings"])
     except (KeyError, TypeError, ValueError):
-        report.outcomes, report.warnings = [], []
-        return False
-    report.changed = False
-    return True
+        return None
 
 
 def remember_unchanged(ctx: BuildContext, site: SitePlan) -> None:
