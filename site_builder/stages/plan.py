@@ -73,10 +73,11 @@ def plan_addresses(store: IncrementalStore, cache: BuildCache, published: list[P
     reused while no record's id, arXiv id or version changed, and re-planned only around the records that came
     or went when a few did (0.045 s to plan afresh at 10,000 records, ~1 s at 100,000)."""
     shape = address_shape(published)
-    last = store.last("addresses") or recorded_addresses(cache, published)
+    kept = store.last("addresses")
+    last = kept or recorded_addresses(cache, published)
     if last is not None and last[0] == shape:
         old = last[1]
-        if not old.shared:
+        if kept is None or not old.shared:  # (the cache's record holds the records as they are now already)
             return store.keep("addresses", shape, old)
         current = {p.pith_id: p for p in published}  # list pages show the records as they are now
         return store.keep("addresses", shape, RedirectPlan(old.per_record, [

@@ -8,6 +8,8 @@ import sqlite3
 from conftest import both_keys, cache_document, calls_of, opts, plant_document, tree
 from generate import make_bundle
 from site_builder.build import build, default_cache_dir
+from site_builder.incremental import IncrementalStore
+from site_builder.options import ServeSession
 from site_builder.report import BuildReport
 from site_builder.stages.context import opened_context
 from site_builder.stages.gather import gather
@@ -95,6 +97,20 @@ def test_records_that_come_or_go_re_plan_the_short_addresses_around_them(project
         assert tree(out) == tree(clean), change
         made.clear()
         replanned.clear()
+
+
+def test_a_record_renewed_at_a_shared_address_is_listed_as_it_is_now_in_serve(project):
+    """serve takes the last short-address plan from its store while no record's ids or version changed; the
+    page of an address two records share lists each as it is now (a newer bundle of one of them: its row)."""
+    out, clean = project / "site", project / "clean"
+    store = IncrementalStore()
+    for name, record in (("same-a.json", None), ("same-b.json", 77)):  # two records of one arXiv id and version
+        (project / "bundles" / name).write_bytes(make_bundle(40, record=record, version=1))
+    build(opts(project, out, both_keys(), session=ServeSession(store)))
+    (project / "bundles" / "same-b.json").write_bytes(make_bundle(40, record=77, version=1, variant=3))
+    build(opts(project, out, both_keys(), session=ServeSession(store)))
+    build(opts(project, clean, both_keys(), use_cache=False))
+    assert tree(out) == tree(clean)
 
 
 def test_a_planted_address_plan_is_planned_again(project, monkeypatch):
