@@ -167,14 +167,21 @@ def unit_materials(records: list[tuple[str, str]], addresses: RedirectPlan, vers
 
 def plan_units(ctx: BuildContext, records: list[tuple[str, str]], addresses: RedirectPlan, versions: dict[str, tuple],
                collection: list[Unit], shards: list[SearchShard]) -> dict[str, tuple[str, str]]:
-    """Every output unit's key: the digest of the build key and the unit's material (``unit_materials``), kept in
-    the store while the material is equal.  Returns unit -> (key, files); the files are filled in as units are
-    written or reused."""
+    """Every output unit's key: the digest of the build key and the unit's material (``unit_materials``), the last
+    build's key where the material is equal (serve's store keeps them all as one entry, ``unit-keys``, made
+    under one build key).  Returns unit -> (key, files); the files are filled in as units are written or
+    reused."""
+    build_key = ctx.build_key
+    kept = ctx.store.recall("unit-keys", build_key) or {}
     units: dict[str, tuple[str, str]] = {}
+    keys: dict[str, tuple[object, str]] = {}
     for name, material in unit_materials(records, addresses, versions, collection, shards, ctx.indexer, units):
+        last = kept.get(name)
         # (compared, a listing's joined rows are usually the very same string)
-        units[name] = (ctx.store.reuse(f"unit-key:{name}", (ctx.build_key, material),
-                                       lambda: digest_of(ctx.build_key, repr(material))), "")
+        key = last[1] if last is not None and last[0] == material else digest_of(build_key, repr(material))
+        keys[name] = (material, key)
+        units[name] = (key, "")
+    ctx.store.keep("unit-keys", build_key, keys)
     return units
 
 
