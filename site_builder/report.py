@@ -202,12 +202,9 @@ class ReportDocument:
     paged: list[FileOutcome]  # the other files past INLINE_OTHERS, in the pages head["more_files"] names
 
     def identity(self) -> str:
-        """What the "files" arrays are made of, one short line per file, for the build id.  A file's line is a
-        function of these: a result is a function of the file's bytes (``sha256``) under the build key (trusted
-        keys, builder version), and a result made without bytes (a file that could not be read) is its check
-        and reason.  Hashing this instead of the lines spares the build serialising 100,000 lines to name it."""
-        return "\n".join([f"{o.inspection.rel!r}\t{o.inspection.sha256}\t{o.inspection.size}\t{o.status}\t{o.note!r}"
-                          f"\t{o.inspection.check}\t{o.inspection.reason!r}" for o in self.ordered])  # (free text quoted)
+        """What the "files" arrays are made of, one short line per file (``identity_line``), for the build id.
+        Hashing this instead of the lines spares the build serialising 100,000 lines to name it."""
+        return "\n".join([self.rows.identity_line(o) for o in self.ordered])
 
     def chunks(self, lines_per_chunk: int = 2_000) -> Iterator[bytes]:
         """verification.json in pieces: one line per file (readable, diffable, fast to write for 100,000
@@ -231,31 +228,54 @@ class ReportDocument:
         yield b"\n]}\n"
 
 
+def identity_line(o: FileOutcome) -> str:
+    """What a file's line in verification.json is a function of: a result is a function of the file's bytes
+    (``sha256``) under the build key (trusted keys, builder version), and a result made without bytes (a file
+    that could not be read) is its check and reason."""
+    i = o.inspection
+    return f"{i.rel!r}\t{i.sha256}\t{i.size}\t{o.status}\t{o.note!r}\t{i.check}\t{i.reason!r}"  # (free text quoted)
+
+
 class ReportRows:
-    """Each file's outcome and its verification.json line, made once per (result, status, note) and kept in the
-    incremental store: serialising 10,000 lines takes a tenth of a second, and ``serve`` builds again and again
-    with mostly the same results."""
+    """Each file's outcome, its verification.json line and its ``identity_line``, made once per (result, status,
+    note) and kept in the incremental store, all files' as one entry (``report-lines``: file -> them):
+    serialising 10,000 lines takes a tenth of a second, and ``serve`` builds again and again with mostly the
+    same results."""
 
     def __init__(self, store: IncrementalStore) -> None:
         self.store = store
+        last = store.last("report-lines")
+        self._kept: dict[str, tuple[tuple, tuple[FileOutcome, str, str]]] = last[1] if last is not None else {}
+
+    def _recall(self, inspection: Inspection, status: str, note: str) -> tuple[FileOutcome, str, str] | None:
+        entry = self._kept.get(inspection.rel)
+        return entry[1] if entry is not None and entry[0] == (inspection, status, note) else None
 
     def outcome(self, inspection: Inspection, status: str, note: str = "") -> FileOutcome:
         """The outcome made before for this result, status and note, or a new one."""
-        kept = self.store.recall(f"outcome:{inspection.rel}", (inspection, status, note))
+        kept = self._recall(inspection, status, note)
         return kept[0] if kept is not None else FileOutcome(inspection, status, note)
 
     def line_unkept(self, outcome: FileOutcome) -> str:
         """The outcome's line, kept before or made without keeping it: a build writes its report before it
         saves what the next build reads, and ``keep_lines`` keeps them then (a one-shot build never does), so
         the build itself does not hold 100,000 lines."""
-        i = outcome.inspection
-        kept = self.store.recall(f"outcome:{i.rel}", (i, outcome.status, outcome.note))
+        kept = self._recall(outcome.inspection, outcome.status, outcome.note)
         return kept[1] if kept is not None else _line(outcome.as_json())
 
+    def identity_line(self, outcome: FileOutcome) -> str:
+        kept = self._recall(outcome.inspection, outcome.status, outcome.note)
+        return kept[2] if kept is not None else identity_line(outcome)
+
     def keep_lines(self, outcomes: list[FileOutcome]) -> None:
-        """Keep the lines of *outcomes* for the next build."""
+        """Keep the lines of *outcomes* for the next build (and no others: those of files gone are dropped)."""
+        kept = {}
         for o in outcomes:
-            self.store.keep(f"outcome:{o.inspection.rel}", (o.inspection, o.status, o.note), (o, self.line_unkept(o)))
+            known = self._recall(o.inspection, o.status, o.note)
+            kept[o.inspection.rel] = ((o.inspection, o.status, o.note),
+                                      (o, known[1], known[2]) if known is not None
+                                      else (o, _line(o.as_json()), identity_line(o)))
+        self._kept = self.store.keep("report-lines", None, kept)
 
 
 def _line(doc: dict) -> str:

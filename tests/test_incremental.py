@@ -61,15 +61,18 @@ def test_serve_builds_drop_the_entries_of_records_that_are_gone(project):
     key and report line must not stay pinned in memory."""
     trust = both_keys()
     store = IncrementalStore()
-    build(opts(project, project / "site", trust, session=ServeSession(store)))
+    report = build(opts(project, project / "site", trust, session=ServeSession(store)))
     victim = sorted((project / "bundles").iterdir())[0]
-    names = {n for n in ("inspection:" + victim.name, "outcome:" + victim.name)}
-    assert all(n in store for n in names)
-    sizes = len(store)
+    pith_id = next(o.inspection.pith_id for o in report.outcomes if o.inspection.rel == victim.name)
+
+    def held() -> tuple[bool, bool, bool]:
+        return ("inspection:" + victim.name in store, victim.name in store.last("report-lines")[1],
+                f"record:{pith_id}" in store.last("unit-keys")[1])
+
+    assert held() == (True, True, True)
     victim.unlink()
     build(opts(project, project / "site", trust, session=ServeSession(store)))
-    assert not any(n in store for n in names)
-    assert len(store) < sizes
+    assert held() == (False, False, False)
     store.close()
 
 

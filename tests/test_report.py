@@ -67,22 +67,24 @@ def test_lines_are_kept_by_the_saver_not_while_writing():
     store = IncrementalStore()
     rows = ReportRows(store)
     doc = report.document([], None, rows)
-    b"".join(doc.chunks())
-    assert len(store) == 0  # writing the report keeps nothing
+    written, identity = b"".join(doc.chunks()), doc.identity()
+    first = report.outcomes[0]
+    assert ReportRows(store).line_unkept(first) is not ReportRows(store).line_unkept(first)  # nothing kept
     rows.keep_lines(report.outcomes[:2])
-    assert len(store) == 2
-    kept_line = rows.line_unkept(report.outcomes[0])
-    assert rows.line_unkept(report.outcomes[0]) is kept_line  # and a later build reuses them
-    assert rows.outcome(report.outcomes[0].inspection, report.outcomes[0].status,
-                        report.outcomes[0].note) is report.outcomes[0]
-    assert b"".join(doc.chunks()) == b"".join(report.document([], None).chunks())
+    kept_line = ReportRows(store).line_unkept(first)
+    assert ReportRows(store).line_unkept(first) is kept_line  # and a later build reuses them
+    assert ReportRows(store).identity_line(first) is ReportRows(store).identity_line(first)
+    assert ReportRows(store).outcome(first.inspection, first.status, first.note) is first
+    later = report.document([], None, ReportRows(store))
+    assert b"".join(later.chunks()) == written and later.identity() == identity  # (kept or made: the same)
     store.start_build()
-    rows.keep_lines(report.outcomes[1:3])
+    ReportRows(store).keep_lines(report.outcomes[1:3])
     store.forget_unused()  # the lines of results no longer in the build are dropped
-    assert len(store) == 2 and rows.line_unkept(report.outcomes[0]) is not kept_line
+    assert ReportRows(store).line_unkept(first) is not ReportRows(store).line_unkept(first)
+    second = report.outcomes[1]
+    assert ReportRows(store).line_unkept(second) is ReportRows(store).line_unkept(second)
     # A line is kept for its result, status and note: another note is another line.
-    first = report.outcomes[1]
-    assert rows.outcome(first.inspection, first.status, first.note + " (again)") is not first
+    assert ReportRows(store).outcome(second.inspection, second.status, second.note + " (again)") is not second
 
 
 def test_every_line_is_its_outcome_as_json_even_holding_text_the_fast_encoder_refuses():
