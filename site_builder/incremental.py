@@ -18,10 +18,11 @@ A one-shot build (``build`` on the command line) has a store that keeps nothing 
 misses, and the build starts from the cache alone.
 
 Entry names say what the value is: ``addresses``, ``catalogue``, ``selection``, ``previous_site``,
-``renderer``, ``unit-keys`` (every unit's key and material, under one build key), ``report-lines`` (every input
-file's outcome and report lines), and one entry each for ``inspection:<input file>`` and ``unit-rows:<unit>``.
-A build that finishes drops the entries it did not use (``forget_unused``), which would otherwise hold records
-that are gone; the two entries of every unit or file hold this build's alone.
+``renderer``, ``inspections`` (every input file's stat and result, under one trust set), ``unit-keys`` (every
+unit's key and material, under one build key), ``report-lines`` (every input file's outcome and report lines),
+and one entry each for ``unit-rows:<unit>``.  A build that finishes drops the entries it did not use
+(``forget_unused``), which would otherwise hold records that are gone; the entries of every file or unit hold
+this build's alone.
 """
 
 from __future__ import annotations

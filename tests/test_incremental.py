@@ -66,7 +66,7 @@ def test_serve_builds_drop_the_entries_of_records_that_are_gone(project):
     pith_id = next(o.inspection.pith_id for o in report.outcomes if o.inspection.rel == victim.name)
 
     def held() -> tuple[bool, bool, bool]:
-        return ("inspection:" + victim.name in store, victim.name in store.last("report-lines")[1],
+        return (victim.name in store.last("inspections")[1], victim.name in store.last("report-lines")[1],
                 f"record:{pith_id}" in store.last("unit-keys")[1])
 
     assert held() == (True, True, True)

@@ -47,12 +47,13 @@ def inspect_all(options: BuildOptions, cache: BuildCache, store: IncrementalStor
     """Inspections for every found file (from the store or the cache where the bytes and keys are unchanged);
     also the new ones."""
     trust_id = options.trust.identity()
+    kept: dict[str, tuple[str, Inspection]] = store.recall("inspections", trust_id) or {}  # rel -> (stat, result)
     results: dict[str, Inspection] = {}
     rest = []
     for f in found:  # (serve) a file with the stat it had last build has the result it had
-        hit = store.recall(f"inspection:{f.rel}", (f.sig, trust_id))
-        if hit is not None:
-            results[f.rel] = hit
+        hit = kept.get(f.rel)
+        if hit is not None and hit[0] == f.sig:
+            results[f.rel] = hit[1]
         else:
             rest.append(f)
     known_sha = {f.rel: cache.file_sha(f.rel, f.sig) for f in rest}
@@ -73,8 +74,7 @@ def inspect_all(options: BuildOptions, cache: BuildCache, store: IncrementalStor
         results[inspection.rel] = inspection
     file_index = {f.rel: (f.sig, results[f.rel].sha256) for f in found if results[f.rel].sha256}
     if store.keeps:
-        for f in found:
-            store.keep(f"inspection:{f.rel}", (f.sig, trust_id), results[f.rel])
+        store.keep("inspections", trust_id, {f.rel: (f.sig, results[f.rel]) for f in found})
     return [results[f.rel] for f in found], fresh, file_index
 
 

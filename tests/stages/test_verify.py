@@ -36,6 +36,17 @@ def test_serve_verifies_a_file_again_only_when_it_changed(project, tmp_path):
     store.close()
 
 
+def test_serve_takes_results_from_its_store_only_for_the_same_keys(project, tmp_path):
+    """A key no longer pinned (serve's keys file edited) is no key: every file is checked again, and the
+    generated bundles, signed by it, are rejected."""
+    store = IncrementalStore()
+    options = opts(project, project / "site", both_keys(), session=ServeSession(store), use_cache=False)
+    assert all(i.verified for i in verified(options, tmp_path).inspections)
+    other_keys = verified(replace(options, trust=load_trust_set()), tmp_path)
+    assert len(other_keys.fresh) == 10 and sum(i.verified for i in other_keys.inspections) == 4
+    store.close()
+
+
 def test_a_separate_build_takes_results_from_the_cache_only_for_the_same_keys(project, tmp_path):
     options = opts(project, project / "site", both_keys())
     build(options)
