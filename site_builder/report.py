@@ -271,9 +271,9 @@ class ReportRows:
         """Keep the lines of *outcomes* for the next build (and no others: those of files gone are dropped)."""
         kept = {}
         for o in outcomes:
-            known = self._recall(o.inspection, o.status, o.note)
-            kept[o.inspection.rel] = ((o.inspection, o.status, o.note),
-                                      (o, known[1], known[2]) if known is not None
+            material = (o.inspection, o.status, o.note)
+            known = self._recall(*material)
+            kept[o.inspection.rel] = (material, known if known is not None
                                       else (o, _line(o.as_json()), identity_line(o)))
         self._kept = self.store.keep("report-lines", None, kept)
 
