@@ -174,13 +174,14 @@ def mirror_into_twin(slot: OutputSlot, spare: StagingTree | None, tree: StagingT
     return spare
 
 
-def not_reused(ctx: BuildContext, live_known: bool) -> str:
+def not_reused(ctx: BuildContext, live_known: bool, live_private: bool) -> str:
     """Why nothing is taken over from the live site or the tree beside it, which the cache knows (*live_known*:
-    the live one), where others may write to them (writing.py); "" where it is not so."""
+    the live one; *live_private*: whether it is ``owned_privately``, as the caller found it), where others may
+    write to them (writing.py); "" where it is not so."""
     prev = ctx.slot.prev
-    shared = [printable(str(tree)) for tree, known in ((ctx.slot.output, live_known),
-                                                       (prev, tree_units(ctx.cache, prev) is not None))
-              if known and not owned_privately(tree)]
+    shared = [printable(str(ctx.slot.output))] if live_known and not live_private else []
+    if tree_units(ctx.cache, prev) is not None and not owned_privately(prev):
+        shared.append(printable(str(prev)))
     if not shared:
         return ""
     return (f"{' and '.join(shared)}: others may write to it (or it is not yours), so nothing in it is reused and "
@@ -295,8 +296,9 @@ def reuse_units(ctx: BuildContext, site: SitePlan, out: OutputTree, names: Itera
 def open_tree(ctx: BuildContext, site: SitePlan, edited: set[str]) -> OutputTree:
     """The tree to write *site* into, and a twin when the build writes everything afresh and is asked to."""
     live_units = ctx.cache.units(site.chosen.previous.build_id) or {}
-    ctx.report.reuse_note = not_reused(ctx, bool(live_units))
-    if not owned_privately(ctx.slot.output):  # (linked from only while no other user could have changed it)
+    live_private = owned_privately(ctx.slot.output)  # (linked from only while no other user could change it)
+    ctx.report.reuse_note = not_reused(ctx, bool(live_units), live_private)
+    if not live_private:
         live_units = {}
     if edited:  # those records' files are written again, into a fresh tree (the twin shares their inodes)
         live_units = {name: ("(edited in the output)", files) if name.removeprefix("record:") in edited
