@@ -13,6 +13,7 @@ import json
 import mimetypes
 import os
 import queue
+import stat
 import sys
 import threading
 import time
@@ -377,27 +378,27 @@ class _PreviewHandler(http.server.BaseHTTPRequestHandler):
         parts = [p for p in rel.split("/") if p]
         if any(p in ("..", ".") or "\x00" in p for p in parts):
             return self._not_found()
-        target = self.output.joinpath(*parts) if parts else self.output
-        if _through_a_link(self.output, parts):  # (the builder makes none: one in the output was put there)
+        found = site_file(self.output, parts)
+        if found is None:  # (missing, or through a link: the builder makes none, so one in the output was put there)
             return self._not_found()
-        if target.is_dir():
+        name, data = found
+        if name == "":  # a folder: its index.html
             if not path.endswith("/"):
                 return self._send(301, b"", "text/plain", {"Location": path + "/"})
-            target = target / "index.html"
-        try:
-            data = target.read_bytes()
-        except OSError:
-            return self._not_found()
-        ctype = CONTENT_TYPES.get(target.suffix) or mimetypes.guess_type(target.name)[0] or \
-            "application/octet-stream"
-        if target.suffix == ".html":
+            if data is None:
+                return self._not_found()
+            name = "index.html"
+        suffix = os.path.splitext(name)[1]
+        ctype = CONTENT_TYPES.get(suffix) or mimetypes.guess_type(name)[0] or "application/octet-stream"
+        if suffix == ".html":
             data = self._inject(data)
         self._send(200, data, ctype)
 
     def _not_found(self):
-        try:
-            body = self._inject((self.output / "404.html").read_bytes())
-        except OSError:
+        found = site_file(self.output, ["404.html"])
+        if found is not None and found[0] and found[1] is not None:
+            body = self._inject(found[1])
+        else:
             body = b"<!DOCTYPE html><title>Not found</title><h1>Not found</h1>"
         self._send(404, body, "text/html; charset=utf-8")
 
@@ -428,15 +429,48 @@ class _PreviewHandler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
 
 
-def _through_a_link(root: Path, parts: list[str]) -> bool:
-    """Whether the path *parts* under *root* passes through (or ends at) a link: the server shows the site's
-    files, never what a link planted in it leads to (any user of the machine may ask the server)."""
-    path = root
-    for part in parts:
-        path = path / part
-        if path.is_symlink():
-            return True
-    return False
+def site_file(root: Path, parts: list[str]) -> tuple[str, bytes | None] | None:
+    """What the site at *root* holds at the path *parts*: (its name, its bytes) for a file, ("", the bytes of its
+    index.html or None) for a folder; None for nothing there, or something else.  Each part is opened in the
+    folder before it and never through a link, a folder's index.html included: the server shows the site's
+    files, never what a link planted in it leads to (any user of the machine may ask), even one swapped in."""
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        for i, part in enumerate(parts):
+            inner = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+            if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                if i != len(parts) - 1:  # a file where a folder was asked for
+                    return None
+                data = _regular_file(fd, None)
+                return None if data is None else (part, data)
+        return "", _regular_file(fd, "index.html")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _regular_file(fd: int, name: str | None) -> bytes | None:
+    """The bytes of the regular file *name* in the folder *fd* (not through a link), or of *fd* itself (*name*
+    None); None where it is no regular file."""
+    inner = None
+    try:
+        if name is not None:
+            inner = fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+    finally:
+        if inner is not None:
+            os.close(inner)
 
 
 def _make_handler(options: ServeOptions, live: LiveState) -> type[_PreviewHandler]:

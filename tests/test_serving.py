@@ -178,9 +178,15 @@ def test_a_link_in_the_output_is_not_followed(server, tmp_path):
     (secret / "key.txt").write_text("private")
     (root / "output" / "planted").symlink_to(secret)
     (root / "output" / "planted.txt").symlink_to(secret / "key.txt")
-    for path in ("planted/key.txt", "planted/", "planted.txt"):
+    (root / "output" / "planted-folder").mkdir()
+    (root / "output" / "planted-folder" / "index.html").symlink_to(secret / "key.txt")  # (a folder's page)
+    for path in ("planted/key.txt", "planted/", "planted.txt", "planted-folder/"):
         status, _, body = get(base + path)
         assert status == 404 and "private" not in body, path
+    (root / "output" / "404.html").unlink()
+    (root / "output" / "404.html").symlink_to(secret / "key.txt")  # (what every missing path is answered with)
+    status, _, body = get(base + "no/such/page/")
+    assert status == 404 and "private" not in body and "Not found" in body
 
 
 def test_broken_template_shows_banner_and_recovers(server):
