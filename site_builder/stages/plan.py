@@ -5,7 +5,9 @@ search shards), and the build id that names them all.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
@@ -210,12 +212,18 @@ def identify(build_key: str, report: BuildReport, units: dict, options: BuildOpt
 
 
 def read_build_id(tree: Path) -> str | None:
-    """The build id at the top of a tree's verification.json (read without parsing the whole report)."""
+    """The build id at the top of a tree's verification.json (read without parsing the whole report); None
+    where it is not a file of the tree's own (a link is not followed, a FIFO put there not waited on)."""
     try:
-        with open(tree / MARKER, "rb") as f:
-            head = f.read(300)
+        fd = os.open(tree / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
+    try:
+        head = os.read(fd, 300) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     match = re.search(rb'"build_id":\s*"([0-9a-f]{64})"', head)
     return match.group(1).decode() if match else None
 

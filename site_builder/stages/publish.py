@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from site_builder.cache import BuildCache, file_count, join_files, split_files
+from site_builder.loading import FileReadError, read_bytes
 from site_builder.mirrors import MirrorLookups, unproven
 from site_builder.options import BuildOptions
 from site_builder.pages import report_files
@@ -357,7 +358,9 @@ def swap(ctx: BuildContext, out: OutputTree) -> None:
 
 
 def differs(path: Path, data: bytes) -> bool:
+    """Whether the live site's file at *path* is not *data*: read as any input is (``read_bytes``: a link is not
+    followed, a FIFO put there not waited on; either differs)."""
     try:
-        return path.read_bytes() != data
-    except OSError:
+        return read_bytes(path, len(data)) != data
+    except FileReadError:
         return True

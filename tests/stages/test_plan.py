@@ -130,3 +130,29 @@ def test_a_planted_address_plan_is_planned_again(project, monkeypatch):
     clean = project / "clean"
     build(opts(project, clean, both_keys(), use_cache=False))
     assert tree(out) == tree(clean)
+
+
+def test_a_trees_build_id_is_read_from_its_own_file_only(tmp_path):
+    """A tree's verification.json names the build id its units are looked up by; one replaced by a FIFO must not
+    stop the build (opening one to read waits for a writer), and one that is a link names nothing."""
+    import os
+    import threading
+
+    from site_builder.stages.plan import read_build_id
+
+    marker = '{"build_id": "' + "a" * 64 + '", "generator": "site-builder"}'
+    own, linked, piped = (tmp_path / name for name in ("own", "linked", "piped"))
+    for folder in (own, linked, piped):
+        folder.mkdir()
+    (own / "verification.json").write_text(marker)
+    (linked / "verification.json").symlink_to(own / "verification.json")
+    os.mkfifo(piped / "verification.json")
+    assert read_build_id(own) == "a" * 64 and read_build_id(linked) is None
+    found = []
+    reader = threading.Thread(target=lambda: found.append(read_build_id(piped)), daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():  # (let it go: a writer that closes at once ends its wait)
+        os.close(os.open(piped / "verification.json", os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(10)
+    assert found == [None], "reading the build id waited on a FIFO"

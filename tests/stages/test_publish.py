@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+from conftest import both_keys, opts
+
 from site_builder.stages.publish import kept_and_stale
 
 
@@ -30,3 +32,38 @@ def test_mostly_stale_counts_as_the_whole_sum_would():
         assert mostly_stale(units, stale) == whole
     assert mostly_stale({"a": ("k", "f\tf\tf\tf\tf\tf\tf\tf\tf\tf")}, ["f\tf\tf\tf\tf\tf\tf\tf\tf"]) is False  # 9 of 10
     assert mostly_stale({"a": ("k", "f\tf"), "b": ("k", "f")}, ["f\tf", "f"]) is True
+
+
+def test_a_fifo_or_a_link_planted_in_the_live_site_neither_stalls_the_next_build_nor_is_followed(project, tmp_path):
+    """The build compares the pages it writes with the live site's, to tell open pages which changed: a FIFO
+    put in the live site in a page's place must not stop it (opening one to read waits for a writer), nor may
+    a link there be followed (here to a FIFO outside the site)."""
+    import os
+    import threading
+
+    from site_builder.build import build
+
+    out = tmp_path / "out"
+    build(opts(project, out, both_keys()))
+    outside = tmp_path / "outside"
+    os.mkfifo(outside)
+    fifos = [out / "stats" / "index.html", outside]
+    fifos[0].unlink()
+    os.mkfifo(fifos[0])
+    (out / "verification" / "index.html").unlink()
+    (out / "verification" / "index.html").symlink_to(outside)
+    sorted((project / "bundles").glob("*.json"))[-1].unlink()  # (a change: the pages are written again)
+    done = []
+    builder = threading.Thread(target=lambda: done.append(build(opts(project, out, both_keys()))), daemon=True)
+    builder.start()
+    builder.join(30)
+    for fifo in fifos:  # (let a stalled build go: a writer that closes at once ends its wait)
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+    builder.join(10)
+    assert done, "the build waited on a FIFO in the live site"
+    assert {"stats/index.html", "verification/index.html"} <= set(done[0].rendered)
+    for page in ("stats/index.html", "verification/index.html"):
+        assert (out / page).is_file() and not (out / page).is_symlink()
