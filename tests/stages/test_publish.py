@@ -35,9 +35,9 @@ def test_mostly_stale_counts_as_the_whole_sum_would():
 
 
 def test_a_fifo_or_a_link_planted_in_the_live_site_neither_stalls_the_next_build_nor_is_followed(project, tmp_path):
-    """The build compares the pages it writes with the live site's, to tell open pages which changed: a FIFO
-    put in the live site in a page's place must not stop it (opening one to read waits for a writer), nor may
-    a link there be followed (here to a FIFO outside the site)."""
+    """The build reads the build id of the tree beside the output, and compares the pages it writes with the live
+    site's (to tell open pages which changed): a FIFO put in either tree in a file's place must not stop it
+    (opening one to read waits for a writer), nor may a link there be followed (here to a FIFO outside)."""
     import os
     import threading
 
@@ -45,11 +45,14 @@ def test_a_fifo_or_a_link_planted_in_the_live_site_neither_stalls_the_next_build
 
     out = tmp_path / "out"
     build(opts(project, out, both_keys()))
+    sorted((project / "bundles").glob("*.json"))[-1].unlink()  # (a change: the tree beside the output is made)
+    build(opts(project, out, both_keys()))
     outside = tmp_path / "outside"
     os.mkfifo(outside)
-    fifos = [out / "stats" / "index.html", outside]
-    fifos[0].unlink()
-    os.mkfifo(fifos[0])
+    fifos = [out / "stats" / "index.html", tmp_path / ".out.prev" / "verification.json", outside]
+    for fifo in fifos[:2]:  # (in the live site, and in the tree beside it that the build updates)
+        fifo.unlink()
+        os.mkfifo(fifo)
     (out / "verification" / "index.html").unlink()
     (out / "verification" / "index.html").symlink_to(outside)
     sorted((project / "bundles").glob("*.json"))[-1].unlink()  # (a change: the pages are written again)
@@ -63,7 +66,7 @@ def test_a_fifo_or_a_link_planted_in_the_live_site_neither_stalls_the_next_build
         except OSError:
             pass
     builder.join(10)
-    assert done, "the build waited on a FIFO in the live site"
+    assert done, "the build waited on a FIFO in a tree of the output"
     assert {"stats/index.html", "verification/index.html"} <= set(done[0].rendered)
     for page in ("stats/index.html", "verification/index.html"):
         assert (out / page).is_file() and not (out / page).is_symlink()
