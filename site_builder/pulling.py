@@ -29,6 +29,7 @@ from site_builder import __version__
 from site_builder.inspection import inspect_bytes
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, read_bytes
+from site_builder.strict_json import parse_strict
 from site_builder.writing import create_new
 
 PITH_ID_RE = re.compile(r"(?:pith:[0-9]{4}:)?([A-Z2-7]{26})\Z")
@@ -328,12 +329,26 @@ class _PullRun:
             self.state[pith_id] = meta
 
 
-def _read_state(path: Path) -> dict:
+def _read_state(path: Path) -> dict[str, dict[str, str | None]]:
+    """The validators an earlier pull remembered (pith id -> sha256, etag, last_modified), read as the untrusted
+    input it is: strict JSON from a file of its own (no link followed, no FIFO waited on), and only entries whose
+    values are each one header value (no line break in them) or null."""
     try:
-        state = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
+        state = parse_strict(read_bytes(path, STATE_MAX_BYTES))
+    except (FileReadError, ValueError):
         return {}
-    return state if isinstance(state, dict) else {}
+    if not isinstance(state, dict):
+        return {}
+    return {pid: meta for pid, meta in state.items()
+            if isinstance(meta, dict) and all(value is None or _header_value(value) for value in meta.values())}
+
+
+STATE_MAX_BYTES = 64 << 20  # ~150 bytes a bundle remembered
+
+
+def _header_value(value: object) -> bool:
+    """Whether *value* can be sent as it is as one HTTP header value: visible ASCII, spaces and tabs."""
+    return isinstance(value, str) and len(value) <= 1024 and all(" " <= c <= "~" or c == "\t" for c in value)
 
 
 def _local_copy(target: Path, trust: TrustSet):

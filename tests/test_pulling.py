@@ -348,3 +348,44 @@ def test_a_bundle_is_written_through_a_file_of_its_own_not_a_link_found_at_the_t
     assert outside.read_text() == "not the bundles'"
     assert target.read_bytes() == REAL[IDS[0]] and not target.is_symlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, outside.name])
+
+
+def test_a_tampered_pull_state_is_ignored_not_sent_or_waited_on(tmp_path):
+    """``.pull-state.json`` is the builder's own earlier output, so untrusted input: entries of the wrong shape, a
+    validator that would split the request's headers, a FIFO or a link in its place are ignored (each bundle is
+    fetched in full and found unchanged), and never stop the run."""
+    import os
+
+    s = Server()
+    for pid in IDS:
+        s.add(f"/pith/{pid}/bundle.json", {"body": REAL[pid], "etag": f'"{pid[:6]}"'})
+    bundles = tmp_path / "b"
+    state = bundles / ".pull-state.json"
+    with running(s) as url:
+        assert pull(IDS, url, bundles, load_trust_set(), fetcher=Fetcher(**FAST)).count("fetched") == 4
+        good = json.loads(state.read_text())
+        tampered = {IDS[0]: "not an entry", IDS[1]: [1, 2],
+                    IDS[2]: {**good[IDS[2]], "etag": f'"{IDS[2][:6]}"\r\nX-Injected: 1'},
+                    IDS[3]: {**good[IDS[3]], "etag": 5, "last_modified": ["Mon"]}}
+        plants = [lambda: state.write_text(json.dumps(tampered)),
+                  lambda: state.write_text('{"a": 1, "a": 2}'),  # (not strict JSON: a key twice)
+                  lambda: os.mkfifo(state),
+                  lambda: state.symlink_to(tmp_path / "elsewhere.json")]
+        (tmp_path / "elsewhere.json").write_text(json.dumps(good))
+        for plant in plants:
+            state.unlink()
+            plant()
+            s.requests.clear()
+            outcome = {}
+            runner = threading.Thread(target=lambda: outcome.update(
+                report=pull(IDS, url, bundles, load_trust_set(), fetcher=Fetcher(**FAST))), daemon=True)
+            runner.start()
+            runner.join(30)
+            if runner.is_alive() and state.is_fifo():  # (let it go: a writer that closes at once ends its wait)
+                os.close(os.open(state, os.O_WRONLY | os.O_NONBLOCK))
+                runner.join(10)
+            assert "report" in outcome, "the pull stopped on its state file"
+            assert outcome["report"].count("unchanged") == 4, outcome["report"].outcomes
+            sent = [h for p, h in s.requests if p.endswith("bundle.json")]
+            assert len(sent) == 4 and not any("If-None-Match" in h or "X-Injected" in h for h in sent)
+            assert state.is_file() and not state.is_symlink()  # (written anew, as a file of its own)
