@@ -96,6 +96,11 @@ def opened_context(options: BuildOptions, scratch: Path, report: BuildReport,
     bundles = options.bundles.resolve()
     if slot.output == bundles or slot.output in bundles.parents:
         raise OutputError(f"{slot.output}: the output folder must not contain the bundles folder")
+    cache_at = cache_folder(options)
+    cache_at = Path(os.path.abspath(cache_at)) if cache_at is not None else None
+    if cache_at is not None and any(cache_at == tree or tree in cache_at.parents for tree in (slot.output, slot.prev)):
+        raise OutputError(f"{cache_at}: the cache folder must not be inside the output folder, which every build "
+                          f"replaces; choose another --cache-dir")
     dirs = template_dirs(options.templates)
     about = None
     if options.about_file is not None and options.about_file.is_file():

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import both_keys, opts
+from conftest import both_keys, opts, tree
 from site_builder.build import build
 from site_builder.keys import load_trust_set
 from site_builder.options import BuildPolicy
@@ -67,6 +67,20 @@ def test_an_output_that_holds_the_bundles_is_refused(project, tmp_path):
     with pytest.raises(OutputError, match="must not contain the bundles folder"):
         with opened_context(options, tmp_path, BuildReport(), lambda: "pagefind 0"):
             pass
+
+
+def test_a_cache_folder_inside_the_output_is_refused_before_anything_is_written(project):
+    """Each build replaces the output folder (and the tree beside it), so a cache kept in either would be lost
+    every time, silently making every build a full one."""
+    site = project / "site"
+    build(opts(project, site, both_keys()))
+    before = tree(site)
+    for folder in (site / "cache", site, project / ".site.prev" / "cache"):
+        with pytest.raises(OutputError, match="the cache folder must not be inside the output folder"):
+            build(opts(project, site, both_keys(), cache_dir=folder))
+        assert tree(site) == before and not (site / "cache").exists()
+    build(opts(project, site, both_keys(), cache_dir=project / "elsewhere"))  # (beside it: used)
+    assert (project / "elsewhere" / "cache.sqlite").is_file()
 
 
 def _other_database(path):
