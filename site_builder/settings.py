@@ -74,6 +74,13 @@ def normalize_base_url(value: str) -> str:
         raise SettingsError(f"base URL {value!r}: must not have a query or fragment")
     if not parts.scheme and not value.startswith("/"):
         raise SettingsError(f"base URL {value!r}: must be a full URL or start with '/'")
+    if not parts.scheme and parts.netloc:
+        raise SettingsError(f"base URL {value!r}: names a host but no scheme; write https://{parts.netloc}/...")
+    if parts.scheme and not parts.hostname:
+        raise SettingsError(f"base URL {value!r}: a full URL with no host")
+    if parts.username is not None or parts.password is not None:
+        raise SettingsError(f"base URL of {parts.hostname!r}: must not hold a user name or password (every "
+                            f"absolute link would publish them)")  # (nor is the password printed here)
     bad = sorted({c for c in value if c in _NOT_IN_A_BASE_URL or ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0})
     if bad:
         raise SettingsError(f"base URL {value!r}: must not contain {', '.join(repr(c) for c in bad)} "

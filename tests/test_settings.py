@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from site_builder.settings import SettingsError, SiteConfig, load_settings, normalize_base_url, project_paths
@@ -37,11 +39,17 @@ def test_a_bad_setting_is_refused_naming_the_file(tmp_path, text, reason):
     assert "site.toml" in str(caught.value)
 
 
-@pytest.mark.parametrize("value", ["relative/path", "https://e.example/?q=1", "https://e.example/#top",
-                                   "/a b/", "/x\x7f/"])
-def test_a_base_url_that_is_not_a_plain_site_address_is_refused(value):
-    with pytest.raises(SettingsError):
+@pytest.mark.parametrize("value, reason", [
+    ("relative/path", "start with '/'"), ("https://e.example/?q=1", "query"), ("https://e.example/#top", "fragment"),
+    ("/a b/", "' '"), ("/x\x7f/", "'\\x7f'"),
+    ("//e.example/mirror/", "a host but no scheme"),  # (it named no host the links could use: they left it out)
+    ("https:///mirror/", "no host"),
+    ("https://me:secret@e.example/", "user name or password"),  # (every absolute link would publish them)
+])
+def test_a_base_url_that_is_not_a_plain_site_address_is_refused(value, reason):
+    with pytest.raises(SettingsError, match=re.escape(reason)) as caught:
         normalize_base_url(value)
+    assert "secret" not in str(caught.value)  # (a password is not printed to a CI log)
 
 
 @pytest.mark.parametrize("text", ['about_file = "/proc/self/environ"', 'static_dir = "/home"',
