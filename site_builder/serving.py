@@ -383,8 +383,8 @@ class _PreviewHandler(http.server.BaseHTTPRequestHandler):
             return self._not_found()
         name, data = found
         if name == "":  # a folder: its index.html
-            if not path.endswith("/"):
-                return self._send(301, b"", "text/plain", {"Location": path + "/"})
+            if not path.endswith("/"):  # (the path as asked, still quoted: a header holds ASCII only)
+                return self._send(301, b"", "text/plain", {"Location": urlsplit(self.path).path + "/"})
             if data is None:
                 return self._not_found()
             name = "index.html"

@@ -189,6 +189,22 @@ def test_a_link_in_the_output_is_not_followed(server, tmp_path):
     assert status == 404 and "private" not in body and "Not found" in body
 
 
+def test_a_folder_is_redirected_to_its_slash_as_the_browser_asked_for_it(server):
+    """A folder asked for without its slash is redirected to the very path asked, with the slash: quoted as it
+    came (a folder of the static files may be named in any script), never the decoded name."""
+    root, _, base, port, _ = server
+    (root / "output" / "日本").mkdir()
+    (root / "output" / "日本" / "index.html").write_text("<p>folder page</p>")
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/mirror/%E6%97%A5%E6%9C%AC")
+    response = conn.getresponse()
+    response.read()
+    assert response.status == 301 and response.getheader("Location") == "/mirror/%E6%97%A5%E6%9C%AC/"
+    conn.close()
+    status, _, body = get(f"http://127.0.0.1:{port}" + response.getheader("Location"))
+    assert status == 200 and "folder page" in body
+
+
 def test_broken_template_shows_banner_and_recovers(server):
     root, _, base, port, _ = server
     events = Events("127.0.0.1", port, "/mirror/__site_builder__/events")
