@@ -68,6 +68,9 @@ _NOT_IN_A_BASE_URL = set(' "<>\\^`{|}')
 def normalize_base_url(value: str) -> str:
     value = value.strip()
     parts = urlsplit(value)
+    if parts.username is not None or parts.password is not None:  # (first: the messages below show the value)
+        raise SettingsError(f"base URL of {parts.hostname!r}: must not hold a user name or password (every "
+                            f"absolute link would publish them)")
     if parts.scheme and parts.scheme not in ("http", "https"):
         raise SettingsError(f"base URL {value!r}: only http and https are supported")
     if parts.query or parts.fragment:
@@ -75,12 +78,9 @@ def normalize_base_url(value: str) -> str:
     if not parts.scheme and not value.startswith("/"):
         raise SettingsError(f"base URL {value!r}: must be a full URL or start with '/'")
     if not parts.scheme and parts.netloc:
-        raise SettingsError(f"base URL {value!r}: names a host but no scheme; write https://{parts.netloc}/...")
+        raise SettingsError(f"base URL {value!r}: names a host but no scheme; write https://{parts.hostname}/...")
     if parts.scheme and not parts.hostname:
         raise SettingsError(f"base URL {value!r}: a full URL with no host")
-    if parts.username is not None or parts.password is not None:
-        raise SettingsError(f"base URL of {parts.hostname!r}: must not hold a user name or password (every "
-                            f"absolute link would publish them)")  # (nor is the password printed here)
     bad = sorted({c for c in value if c in _NOT_IN_A_BASE_URL or ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0})
     if bad:
         raise SettingsError(f"base URL {value!r}: must not contain {', '.join(repr(c) for c in bad)} "

@@ -45,6 +45,7 @@ def test_a_bad_setting_is_refused_naming_the_file(tmp_path, text, reason):
     ("//e.example/mirror/", "a host but no scheme"),  # (it named no host the links could use: they left it out)
     ("https:///mirror/", "no host"),
     ("https://me:secret@e.example/", "user name or password"),  # (every absolute link would publish them)
+    ("//me:secret@e.example/", "user name or password"), ("https://me:secret@e.example/?q", "user name or password"),
 ])
 def test_a_base_url_that_is_not_a_plain_site_address_is_refused(value, reason):
     with pytest.raises(SettingsError, match=re.escape(reason)) as caught:
