@@ -299,6 +299,34 @@ class _Deletion:
     shares_files: bool
 
 
+_MOUNTED = ("{output}: {why}: a build replaces the output folder as a whole, atomically, which a mount point "
+            "cannot be; mount the folder above it instead, or build into a folder inside it (--output {output}/site)")
+MOUNT_TABLE = "/proc/self/mountinfo"
+
+
+def mount_points(mount_table: str) -> set[str]:
+    """The mount points a mount table lists (the text of /proc/self/mountinfo: each line's fifth field, with the
+    kernel's octal escapes of space, tab, newline and backslash undone)."""
+    points = set()
+    for line in mount_table.splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4:
+            points.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    return points
+
+
+def is_mount_point(path: Path) -> bool:
+    """Whether a file system is mounted at *path*, a bind mount of a folder of the same one included (which
+    ``os.path.ismount`` cannot tell): such a folder cannot be renamed, so it cannot be swapped for a new tree."""
+    if os.path.ismount(path):
+        return True
+    try:
+        with open(MOUNT_TABLE, encoding="utf-8", errors="surrogateescape") as f:
+            return os.path.realpath(path) in mount_points(f.read())
+    except OSError:
+        return False
+
+
 # The start of every verification.json a build writes (report.py: the build id comes first, then the generator).
 _OWN_MARKER = re.compile(rb'\{"build_id": "[0-9a-f]{64}", "generator": "site-builder"[,}]')
 
@@ -358,6 +386,8 @@ class OutputSlot:
         if self.output.exists():
             if not self.output.is_dir():
                 raise OutputError(f"{self.output}: exists and is not a folder")
+            if is_mount_point(self.output):  # (found now, not after the whole build, when the swap fails)
+                raise OutputError(_MOUNTED.format(output=self.output, why="is a mount point"))
             if any(self.output.iterdir()) and not is_builder_output(self.output):
                 raise OutputError(f"{self.output}: folder is not empty and was not made by site-builder "
                                   f"(no {MARKER} of its own); nothing was changed: choose another --output or "
@@ -427,10 +457,16 @@ class OutputSlot:
 
     def _swap_in(self, tree: Path) -> None:
         """Exchange *tree* and the output: afterwards *tree*'s path holds the old site."""
-        if exchange(tree, self.output):
-            return
-        aside = self._trash_path()
-        self.output.rename(aside)
+        try:
+            if exchange(tree, self.output):
+                return
+            aside = self._trash_path()
+            self.output.rename(aside)
+        except OSError as exc:  # (a mount point the mount table did not show: nothing was moved)
+            if exc.errno in (errno.EBUSY, errno.EXDEV):
+                raise OutputError(_MOUNTED.format(output=self.output, why=f"cannot be replaced ({exc.strerror})")
+                                  ) from None
+            raise
         tree.rename(self.output)
         aside.rename(tree)
 

@@ -2,6 +2,7 @@
 lets go of the output (a tree being deleted by another process is left to it); and only plain relative paths
 are ever written."""
 
+import errno
 import fcntl
 import os
 import re
@@ -266,3 +267,48 @@ def test_a_link_planted_as_the_outputs_lock_is_refused_with_one_line_not_followe
     with pytest.raises(OutputError, match="cannot write beside the output folder"):
         slot.acquire()
     assert not elsewhere.exists()
+
+
+def test_mount_points_are_read_from_the_mount_table(tmp_path):
+    """/proc is a mount point on every Linux system, a container's included; a temporary folder is not.  The
+    table's escapes (a space is ``\\040``) are undone."""
+    from site_builder.writing import is_mount_point, mount_points
+
+    assert is_mount_point(Path("/proc")) and not is_mount_point(tmp_path)
+    line = "36 35 98:0 /mnt1 /srv/my\\040site rw,noatime master:1 - ext3 /dev/root rw,errors=continue"
+    assert mount_points(line + "\n" + line.replace("/srv/my\\040site", "/srv/b\\134ack")) == {"/srv/my site",
+                                                                                             "/srv/b\\ack"}
+    with open("/proc/self/mountinfo") as f:
+        assert "/proc" in mount_points(f.read())
+
+
+def test_an_output_that_is_a_mount_point_is_refused_at_once(tmp_path, monkeypatch, project):
+    """A folder a file system is mounted at (a container's volume) cannot be renamed, so the new tree cannot be
+    swapped in: said at once, in one line, before the build verifies and renders anything, and the folder is
+    left as it was.  Where the mount table does not show it, the swap's failure says the same."""
+    from conftest import both_keys, opts
+    from site_builder import writing
+    from site_builder.build import build
+
+    out = tmp_path / "mounted"
+    out.mkdir()
+    table = tmp_path / "mountinfo"
+    table.write_text(f"36 35 98:0 / {str(out).replace(' ', chr(92) + '040')} rw - tmpfs tmpfs rw\n")
+    monkeypatch.setattr(writing, "MOUNT_TABLE", str(table))
+    with pytest.raises(writing.OutputError, match="is a mount point: a build replaces the output folder") as caught:
+        build(opts(project, out, both_keys()))
+    assert "\n" not in str(caught.value) and list(out.iterdir()) == []
+    assert not [p for p in tmp_path.iterdir() if ".staging-" in p.name]
+
+    table.write_text("")  # (not in the table: the swap is what fails, and nothing of the output was moved)
+    build(opts(project, out, both_keys()))
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+
+    def busy(a, b):
+        raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(a))
+
+    monkeypatch.setattr(writing, "exchange", busy)
+    (project / "templates" / "home.html").write_text("{% extends 'base.html' %}")  # (a change to swap in)
+    with pytest.raises(writing.OutputError, match="cannot be replaced .*: a build replaces the output folder"):
+        build(opts(project, out, both_keys()))
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
