@@ -139,12 +139,14 @@ class MirrorLookups:
     ``bench_build.py`` and ``--no-look-ahead``, three rounds side by side): a no-op build 0.14-0.19 s against
     0.17-0.26 s, one bundle changed 0.57-0.63 s against 0.72-0.93 s; serve's save to reload 302-343 ms against
     423-463 ms (``bench_serve.py``, against the commit before).  The lookups are made when the build starts
-    instead of when each tree is first used, a fraction of a second earlier: a file edited after them is
-    one the next build finds, as one edited after the build would be (the record keeps the signature checked)."""
+    (in serve, when the change is first seen: ``Site.look_ahead``) instead of when each tree is first used, a
+    fraction of a second earlier: a file edited after them is one the next build finds, as one edited after the
+    build would be (the record keeps the signature checked; a kept file is read back by its digest)."""
 
     def __init__(self, output: Path, twin: Path, recorded: dict[str, tuple[str, str]] | None,
                  start_method: str | None):
         self.output = output
+        self.twin_path = twin
         self.recorded = recorded
         steps = {}
         if recorded:
@@ -173,6 +175,11 @@ class MirrorLookups:
     def edited(self) -> frozenset[str]:
         """The records whose mirrored bundle in the output may have been edited since the last build."""
         return self.check().edited
+
+    def made_for(self, output: Path, twin: Path, recorded: dict[str, tuple[str, str]] | None) -> bool:
+        """Whether these are the lookups of *output* and *twin* against this very record (serve starts them when
+        it first sees a change, before the build that takes them over: ``ServeSession.lookups``)."""
+        return self.output == output and self.twin_path == twin and self.recorded is recorded
 
     def close(self) -> None:
         self._work.close()

@@ -8,6 +8,7 @@ from typing import Callable
 
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, BundleListing
+from site_builder.mirrors import MirrorLookups
 from site_builder.incremental import IncrementalStore
 from site_builder.parallel import Workers
 from site_builder.report import BuildReport
@@ -25,6 +26,10 @@ class ServeSession:
     # records, ~13 s one of 12,500), and the caller's next build, without this, brings the index up to date.
     defer_search: bool = False
     on_published: Callable[[BuildReport], None] | None = None  # called as soon as the new site is live
+    # The lookups of the mirrored bundles in the output, started when the change was first seen (the first file
+    # event, before the quiet time the watcher waits for); the build takes them over if they are of its output
+    # against the cache's record as it stands, else makes its own (``MirrorLookups.made_for``).
+    lookups: MirrorLookups | None = None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from browser import chromium
-from conftest import REAL_FILES, ROOT, tree
+from conftest import REAL_FILES, ROOT, calls_of, tree
 from signing import TestKey, sign_bundle, to_bytes, with_paper
 
 IDS = [json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1] for p in REAL_FILES]
@@ -280,71 +280,6 @@ def test_ctrl_c_stops_cleanly(server):
     eventually(lambda: [p.name for p in root.iterdir() if ".old-" in p.name] == [], deadline=10)
 
 
-def test_a_burst_of_events_becomes_one_rebuild(tmp_path):
-    """200 files written back to back (as by cp -r) make one batch; the batch ends once writing stops."""
-    from watchdog.events import FileClosedEvent, FileCreatedEvent, FileModifiedEvent
-
-    from site_builder.serving import SETTLED_DEBOUNCE_SECONDS, _Watcher
-
-    watcher = _Watcher(tmp_path / "output", tmp_path, {"site.toml"}, tmp_path / "bundles", tmp_path / "templates",
-                       tmp_path / "static")
-    stop = threading.Event()
-    batches = []
-
-    def consume():
-        while not stop.is_set():
-            if watcher.wait_for_batch(stop):
-                batches.append(time.monotonic())
-
-    consumer = threading.Thread(target=consume, daemon=True)
-    consumer.start()
-    for i in range(200):
-        path = str(tmp_path / "bundles" / f"b{i}.json")
-        for event in (FileCreatedEvent(path), FileModifiedEvent(path), FileClosedEvent(path)):
-            watcher.on_any_event(event)
-        finished = time.monotonic()  # the last write so far (measured before the pause, which may oversleep)
-        time.sleep(0.001)
-    time.sleep(0.5)
-    stop.set()
-    consumer.join(2)
-    # One batch (two if this machine stalled the writer for longer than the quiet period): not 200.
-    assert 1 <= len(batches) <= 2
-    assert batches[-1] - finished >= SETTLED_DEBOUNCE_SECONDS * 0.9  # waited for quiet, then went at once
-    assert batches[-1] - finished < 0.2
-
-
-@pytest.mark.parametrize("bundles_at_root", [False, True])
-def test_the_watcher_takes_bundles_templates_and_settings_not_the_builds_own_files(tmp_path, bundles_at_root):
-    """Which file events start a rebuild, with the bundles in their own folder and in the served_project root
-    (``--bundles .``, where the output and the build's hidden folders are inside the bundles folder)."""
-    from site_builder.serving import _Watcher
-
-    bundles = tmp_path if bundles_at_root else tmp_path / "bundles"
-    for folder in ["bundles/sub", "templates/assets", "output/pith/X", ".output.prev/pith/X", "sub/deeper"]:
-        (tmp_path / folder).mkdir(parents=True)
-    watcher = _Watcher(tmp_path / "output", tmp_path, {"site.toml", "about.md"}, bundles, tmp_path / "templates",
-                       tmp_path / "static")
-    if bundles_at_root:  # around the output: the root for its own files, each other folder with its subfolders
-        assert watcher.watched() == [(tmp_path, False), (tmp_path / "bundles", True), (tmp_path / "static", True),
-                                     (tmp_path / "sub", True), (tmp_path / "templates", True)]
-    else:
-        assert watcher.watched() == [(tmp_path, False), (bundles, True), (tmp_path / "static", True),
-                                     (tmp_path / "templates", True)]
-    for rel in ["x.json", "sub/deeper/x.json"]:
-        assert watcher.relevant(str(bundles / rel)), rel
-    for rel in ["templates/paper.html", "templates/assets/style.css", "site.toml", "about.md", "static/CNAME",
-                "static/img/logo.png", "static/.well-known/security.txt"]:
-        assert watcher.relevant(str(tmp_path / rel)), rel
-    for rel in ["output/pith/X/index.html", "output", ".output.prev/pith/X/index.html",
-                ".output.staging-12/pith/X/bundle.json", ".site-builder-cache/output/cache.sqlite",
-                "templates/.paper.html.swp", "templates/assets/.#style.css", "static/.CNAME.swp"]:
-        assert not watcher.relevant(str(tmp_path / rel)), rel
-    assert not watcher.relevant(str(bundles / "sub" / ".hidden" / "x.json"))
-    assert watcher.relevant(str(bundles / "new-folder"), is_directory=True)
-    for name in ["serve.log", "notes.txt", "x.json.part"]:  # files no build reads: a log there must not loop
-        assert not watcher.relevant(str(bundles / name)), name
-
-
 def _site(root: Path, search: bool = True, live=None):
     """A serve ``Site`` over the served_project, as ``serve`` runs it (search on unless told), and the list its requests
     for another build go to."""
@@ -386,6 +321,57 @@ def _assert_as_a_clean_build(root: Path, tmp_path: Path) -> None:
     clean = tmp_path / "clean"
     build(_build_options(root, clean))
     assert tree(root / "output") == tree(clean)
+
+
+@pytest.mark.parametrize("with_twin", [False, True])
+def test_the_lookups_started_at_a_changes_first_event_see_the_output_as_it_was_then(served_project, with_twin,
+                                                                                     monkeypatch):
+    """serve starts the lookups of the output's mirrored bundles at a change's first event, before the quiet
+    time the watcher waits for (``Site.look_ahead``), and the rebuild takes them over: a live bundle.json
+    edited before then is written over by that rebuild, one edited after them by the next."""
+    from site_builder.stages import context
+
+    root, key = served_project
+    site, _ = _site(root, search=False)
+    assert site.rebuild("start")
+    if with_twin:
+        site.prepare_spare_tree(lambda: False)
+        assert (root / ".output.prev" / "pith" / IDS[1] / "bundle.json").is_file()
+    mirrored = root / "output" / "pith" / IDS[1] / "bundle.json"
+    verified = REAL_FILES[1].read_bytes()
+
+    with open(mirrored, "ab") as f:  # edited in place, before the change is seen
+        f.write(b" ")
+    site.look_ahead()
+    assert site.ahead is not None
+    _retitle(root, key, "First change")
+    made = calls_of(monkeypatch, context, "MirrorLookups")
+    assert site.rebuild("change", None)
+    assert site.ahead is None and mirrored.read_bytes() == verified
+    assert made == []  # (the build took the lookups over: it made none of its own)
+
+    site.look_ahead()
+    site.ahead.live()  # (the lookups are made now)
+    with open(mirrored, "ab") as f:  # edited after them, while the change settles
+        f.write(b" ")
+    _retitle(root, key, "Second change")
+    site.rebuild("change", None)  # (it may stop at the file, read back where it keeps it: "not the bundle ...")
+    assert site.rebuild("change", set())  # the next rebuild, whatever starts it
+    assert mirrored.read_bytes() == verified
+    site.store.close()
+
+
+def test_serve_without_look_ahead_starts_no_lookups_before_the_build(served_project):
+    from site_builder.serving import LiveState, ServeOptions, Site
+
+    root, _ = served_project
+    site = Site(ServeOptions(bundles=root / "bundles", output=root / "output", templates=root / "templates",
+                             settings=root / "site.toml", trusted_keys=_keys(root), search=False,
+                             log=lambda line: None, look_ahead=False), LiveState())
+    assert site.rebuild("start")
+    site.look_ahead()
+    assert site.ahead is None
+    site.store.close()
 
 
 def test_a_change_the_watcher_missed_is_caught_after_the_build(served_project):

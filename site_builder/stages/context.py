@@ -114,9 +114,7 @@ def opened_context(options: BuildOptions, scratch: Path, report: BuildReport,
             store = options.store if options.store is not None else IncrementalStore(keeps=False)
             store.start_build()
             clock = StageClock(report.timings, report.cpu)
-            policy = options.policy
-            mirrors = MirrorLookups(slot.output, slot.prev, cache.mirrored(),
-                                    policy.mp_context if policy.look_ahead else None)
+            mirrors = mirror_lookups(options, slot, cache.mirrored())
             try:
                 yield BuildContext(options, slot, dirs, about, build_key, search_by, cache, store, report, clock,
                                    scratch, mirrors)
@@ -126,6 +124,20 @@ def opened_context(options: BuildOptions, scratch: Path, report: BuildReport,
             put_cache_back(options, cache)
     finally:
         slot.release()
+
+
+def mirror_lookups(options: BuildOptions, slot: OutputSlot, recorded: dict[str, tuple[str, str]] | None
+                   ) -> MirrorLookups:
+    """The lookups of the mirrored bundles this build checks: those serve started ahead when they are of this
+    output against this very *recorded* (else they are stopped), or new ones, made beside the build where the
+    policy looks ahead."""
+    ahead = options.session.lookups if options.session is not None else None
+    if ahead is not None:
+        if ahead.made_for(slot.output, slot.prev, recorded):
+            return ahead
+        ahead.close()
+    policy = options.policy
+    return MirrorLookups(slot.output, slot.prev, recorded, policy.mp_context if policy.look_ahead else None)
 
 
 def build_key_of(options: BuildOptions, dirs: list[Path], about: str | None) -> str:

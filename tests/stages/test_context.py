@@ -83,6 +83,33 @@ def test_a_cache_folder_inside_the_output_is_refused_before_anything_is_written(
     assert (project / "elsewhere" / "cache.sqlite").is_file()
 
 
+def test_a_build_takes_over_lookups_started_ahead_only_for_its_output_and_record(project, tmp_path):
+    """serve starts the lookups of the mirrored bundles before the build (``ServeSession.lookups``); the build
+    takes them over where they are of its output and tree beside it against the cache's record as it stands,
+    else stops them and makes its own."""
+    from site_builder.incremental import IncrementalStore
+    from site_builder.mirrors import MirrorLookups
+    from site_builder.options import ServeSession
+    from site_builder.stages.context import mirror_lookups
+    from site_builder.writing import OutputSlot
+
+    options = opts(project, project / "site", both_keys())
+    slot = OutputSlot(options.output)
+    recorded = {"A" * 26: ("1:2:3 1:2:3", "0" * 64)}
+
+    def serving(ahead):
+        return replace(options, session=ServeSession(IncrementalStore(), lookups=ahead))
+
+    ahead = MirrorLookups(slot.output, slot.prev, recorded, None)
+    assert mirror_lookups(serving(ahead), slot, recorded) is ahead
+    for other in (dict(recorded), None):  # (another record, even an equal one: the cache's own is asked for)
+        made = mirror_lookups(serving(ahead), slot, other)
+        assert made is not ahead and made.recorded is other
+    elsewhere = OutputSlot(tmp_path / "other")
+    assert mirror_lookups(serving(ahead), elsewhere, recorded).output == elsewhere.output
+    assert mirror_lookups(options, slot, recorded) is not ahead  # (a one-shot build has none)
+
+
 def _other_database(path):
     db = sqlite3.connect(path)
     db.execute("CREATE TABLE meta (key TEXT, value TEXT)")
