@@ -196,9 +196,9 @@ class Site:
     def look_ahead(self) -> None:
         """Start the lookups of the mirrored bundles in the output and in the tree beside it as soon as a change
         is first seen: the rebuild waits on them (40,000 lookups at 10,000 records), and the watcher waits for
-        the change to settle first (30-100 ms).  Measured at 10,000 records (``bench_serve.py``, four rounds
-        A B, against ``ServeOptions(look_ahead=False)``, which only starts them with the build): save to reload
-        191-222 ms against 246-276 ms.  As with lookups made when the build starts, a file edited after them is
+        the change to settle first (30-100 ms).  Measured at 10,000 records (``bench_serve.py``, five rounds
+        side by side with the commit before, which started them with the build, as ``ServeOptions(look_ahead=
+        False)`` does): save to reload, median of 5, 193-256 ms (median 220) against 226-291 ms (248).  As with lookups made when the build starts, a file edited after them is
         one the next build finds.  Made after the tree beside the output is linked, if that was going on."""
         if not self.options.look_ahead:
             return
