@@ -198,8 +198,9 @@ class Site:
         is first seen: the rebuild waits on them (40,000 lookups at 10,000 records), and the watcher waits for
         the change to settle first (30-100 ms).  Measured at 10,000 records (``bench_serve.py``, five rounds
         side by side with the commit before, which started them with the build, as ``ServeOptions(look_ahead=
-        False)`` does): save to reload, median of 5, 193-256 ms (median 220) against 226-291 ms (248).  As with lookups made when the build starts, a file edited after them is
-        one the next build finds.  Made after the tree beside the output is linked, if that was going on."""
+        False)`` does): save to reload, median of 5, 193-256 ms (median 220) against 226-291 ms (248).  As
+        with lookups made when the build starts, a file edited after them is one the next build finds.  Made
+        after the tree beside the output is linked, if that was going on."""
         if not self.options.look_ahead:
             return
         with self.build_lock:  # (the twin being linked gives way: ``give_way``)
@@ -470,6 +471,8 @@ def _shut_down(options: ServeOptions, site: Site, stop: threading.Event, observe
         httpd.server_close()
     if spare is not None:
         spare.join(timeout=30)
+    if site.ahead is not None:  # (a change seen, then Ctrl-C before its rebuild)
+        site.ahead.close()
     site.store.close()
     _remove_leftovers(options.output)
     if httpd is not None:  # (nothing to say "stopped" of when the port could not be had)
