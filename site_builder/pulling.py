@@ -239,8 +239,9 @@ class Fetcher:
                     wait = asked = max(0.0, when - time.time())
                 except (TypeError, ValueError):
                     pass
-        if wait > self.max_wait:
-            self._notes.items.append(f"Retry-After {asked:.0f} s capped at {self.max_wait:g} s")
+        if wait > self.max_wait:  # (said only where the server asked for longer: the backoff is our own)
+            if asked is not None:
+                self._notes.items.append(f"Retry-After {asked:.0f} s capped at {self.max_wait:g} s")
             wait = self.max_wait
         return wait
 

@@ -128,6 +128,23 @@ def test_retries_429_with_retry_after_and_500(tmp_path):
     assert len(waits) == 3
 
 
+def test_many_retries_wait_at_most_the_cap_and_fail_with_one_line(tmp_path):
+    """With more retries than the backoff stays under the cap for (0.5 s doubled past 30 s), each wait is capped
+    and the bundle fails with its line; the cap is noted only where the server asked for longer."""
+    waits = []
+    s = Server()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"status": 503})
+    s.add(f"/pith/{IDS[1]}/bundle.json", {"status": 429, "headers": {"Retry-After": "3600"}}, {"body": REAL[IDS[1]]})
+    with running(s) as url:
+        report = pull(IDS[:2], url, tmp_path, load_trust_set(),
+                      fetcher=Fetcher(timeout=1.0, retries=8, backoff=0.5, sleep=waits.append))
+    outcomes = {o.pith_id: o for o in report.outcomes}
+    assert outcomes[IDS[0]].status == "failed" and "HTTP 503 after 9 attempts" in outcomes[IDS[0]].detail
+    assert "capped" not in outcomes[IDS[0]].detail  # (the server asked for no wait: the backoff is ours)
+    assert outcomes[IDS[1]].status == "fetched" and "Retry-After 3600 s capped at 30 s" in outcomes[IDS[1]].detail
+    assert max(waits) == 30.0 and sorted(waits)[:6] == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
+
+
 @pytest.mark.slow
 def test_slow_truncated_and_persistently_failing(tmp_path):
     s = Server()
