@@ -32,7 +32,8 @@ from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, read_bytes
 from site_builder.strict_json import parse_strict
 from site_builder.writing import create_new
 
-PITH_ID_RE = re.compile(r"(?:pith:[0-9]{4}:)?([A-Z2-7]{26})\Z")
+# (in any letter case: the ID is base32, whose letters are one case, as the site's 404 page takes it too)
+PITH_ID_RE = re.compile(r"(?:pith:[0-9]{4}:)?([A-Z2-7]{26})\Z", re.IGNORECASE)
 STATE_FILE = ".pull-state.json"
 USER_AGENT = f"site-builder/{__version__} (+https://pith.science mirror)"
 
@@ -62,14 +63,15 @@ class PullReport:
 
 
 def parse_targets(items: list[str]) -> tuple[list[str], list[PullOutcome]]:
-    """Pith IDs from full pith numbers, 26-character IDs, or files listing them one per line (# comments)."""
+    """Pith IDs from full pith numbers, 26-character IDs (in any letter case), or files listing them one per line
+    (# comments; a byte-order mark, as some editors save, and Windows line ends are fine)."""
     ids: list[str] = []
     bad: list[PullOutcome] = []
     for item in items:
         lines = [item]
         if not PITH_ID_RE.match(item.strip()) and Path(item).is_file():
             try:
-                lines = [line.split("#", 1)[0].strip() for line in Path(item).read_text("utf-8").splitlines()]
+                lines = [line.split("#", 1)[0].strip() for line in Path(item).read_text("utf-8-sig").splitlines()]
             except (OSError, UnicodeDecodeError) as exc:
                 raise PullError(f"{item}: cannot read list: {exc}") from None
         for line in lines:
@@ -77,7 +79,7 @@ def parse_targets(items: list[str]) -> tuple[list[str], list[PullOutcome]]:
                 continue
             match = PITH_ID_RE.match(line.strip())
             if match:
-                ids.append(match.group(1))
+                ids.append(match.group(1).upper())
             else:
                 bad.append(PullOutcome(line.strip()[:60], "failed", "not a pith number, 26-character ID or list file"))
     return list(dict.fromkeys(ids)), bad

@@ -103,6 +103,19 @@ def test_fetches_verifies_and_writes(tmp_path):
     assert not [p for p in (tmp_path / "b").iterdir() if ".tmp-" in p.name]
 
 
+def test_a_list_file_as_editors_save_it_and_ids_in_any_letter_case(tmp_path):
+    """A list saved with a byte-order mark and Windows line ends, and IDs in lower case (base32 has one case of
+    letters), name the records they name; what is no ID is one failed line each."""
+    from site_builder.pulling import parse_targets
+
+    listed = tmp_path / "records.txt"
+    listed.write_bytes(f"\ufeffpith:2020:{IDS[0]}\r\n{IDS[1].lower()}  # ours\r\n\r\n# a comment\r\n"
+                       f"PITH:2020:{IDS[2]}\r\nnot-an-id\r\n".encode())
+    ids, bad = parse_targets([str(listed), IDS[3].lower(), IDS[0]])
+    assert ids == IDS[:4]
+    assert [(o.pith_id, o.status) for o in bad] == [("not-an-id", "failed")]
+
+
 def test_tampered_bundle_is_not_written(tmp_path):
     b = json.loads(REAL[IDS[0]])
     b["links"]["resolver"] = "https://evil.example/"
