@@ -3,6 +3,7 @@ import os
 import copy
 import dataclasses
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,22 @@ def calls_of(monkeypatch, module, name: str) -> list:
         return real(first, *args, **kwargs)
     monkeypatch.setattr(module, name, noted)
     return calls
+
+
+def returns_past_fifos(call, fifos, seconds: float = 30) -> list:
+    """``[call()]`` where *call*, run in a thread of its own, returns within *seconds*; else ``[]``, once it is
+    let go: a call that opened one of *fifos* to read waits for a writer, and opening each for writing (then
+    closing it at once) ends that wait, so that a failing test does not hang."""
+    done: list = []
+    worker = threading.Thread(target=lambda: done.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if not worker.is_alive():
+        return done
+    for fifo in fifos:
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+    worker.join(10)
+    return []

@@ -16,7 +16,7 @@ import pytest
 from site_builder.keys import load_trust_set
 from site_builder.pulling import Fetcher, pull
 
-from conftest import REAL_FILES
+from conftest import REAL_FILES, returns_past_fifos
 from signing import to_bytes
 
 REAL = {json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1]: p.read_bytes() for p in REAL_FILES}
@@ -406,16 +406,10 @@ def test_a_tampered_pull_state_is_ignored_not_sent_or_waited_on(tmp_path):
             state.unlink()
             plant()
             s.requests.clear()
-            outcome = {}
-            runner = threading.Thread(target=lambda: outcome.update(
-                report=pull(IDS, url, bundles, load_trust_set(), fetcher=Fetcher(**FAST))), daemon=True)
-            runner.start()
-            runner.join(30)
-            if runner.is_alive() and state.is_fifo():  # (let it go: a writer that closes at once ends its wait)
-                os.close(os.open(state, os.O_WRONLY | os.O_NONBLOCK))
-                runner.join(10)
-            assert "report" in outcome, "the pull stopped on its state file"
-            assert outcome["report"].count("unchanged") == 4, outcome["report"].outcomes
+            done = returns_past_fifos(lambda: pull(IDS, url, bundles, load_trust_set(), fetcher=Fetcher(**FAST)),
+                                      [state])
+            assert done, "the pull stopped on its state file"
+            assert done[0].count("unchanged") == 4, done[0].outcomes
             sent = [h for p, h in s.requests if p.endswith("bundle.json")]
             assert len(sent) == 4 and not any("If-None-Match" in h or "X-Injected" in h for h in sent)
             assert state.is_file() and not state.is_symlink()  # (written anew, as a file of its own)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from conftest import both_keys, cache_document, calls_of, opts, plant_document, tree
+from conftest import both_keys, cache_document, calls_of, opts, plant_document, returns_past_fifos, tree
 from generate import make_bundle
 from site_builder.build import build, default_cache_dir
 from site_builder.incremental import IncrementalStore
@@ -136,7 +136,6 @@ def test_a_trees_build_id_is_read_from_its_own_file_only(tmp_path):
     """A tree's verification.json names the build id its units are looked up by; one replaced by a FIFO must not
     stop the build (opening one to read waits for a writer), and one that is a link names nothing."""
     import os
-    import threading
 
     from site_builder.stages.plan import read_build_id
 
@@ -148,11 +147,5 @@ def test_a_trees_build_id_is_read_from_its_own_file_only(tmp_path):
     (linked / "verification.json").symlink_to(own / "verification.json")
     os.mkfifo(piped / "verification.json")
     assert read_build_id(own) == "a" * 64 and read_build_id(linked) is None
-    found = []
-    reader = threading.Thread(target=lambda: found.append(read_build_id(piped)), daemon=True)
-    reader.start()
-    reader.join(10)
-    if reader.is_alive():  # (let it go: a writer that closes at once ends its wait)
-        os.close(os.open(piped / "verification.json", os.O_WRONLY | os.O_NONBLOCK))
-        reader.join(10)
+    found = returns_past_fifos(lambda: read_build_id(piped), [piped / "verification.json"], seconds=10)
     assert found == [None], "reading the build id waited on a FIFO"

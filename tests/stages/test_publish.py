@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from conftest import both_keys, opts
+from conftest import both_keys, opts, returns_past_fifos
 
 from site_builder.stages.publish import kept_and_stale
 
@@ -39,7 +39,6 @@ def test_a_fifo_or_a_link_planted_in_the_live_site_neither_stalls_the_next_build
     site's (to tell open pages which changed): a FIFO put in either tree in a file's place must not stop it
     (opening one to read waits for a writer), nor may a link there be followed (here to a FIFO outside)."""
     import os
-    import threading
 
     from site_builder.build import build
 
@@ -56,16 +55,7 @@ def test_a_fifo_or_a_link_planted_in_the_live_site_neither_stalls_the_next_build
     (out / "verification" / "index.html").unlink()
     (out / "verification" / "index.html").symlink_to(outside)
     sorted((project / "bundles").glob("*.json"))[-1].unlink()  # (a change: the pages are written again)
-    done = []
-    builder = threading.Thread(target=lambda: done.append(build(opts(project, out, both_keys()))), daemon=True)
-    builder.start()
-    builder.join(30)
-    for fifo in fifos:  # (let a stalled build go: a writer that closes at once ends its wait)
-        try:
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:
-            pass
-    builder.join(10)
+    done = returns_past_fifos(lambda: build(opts(project, out, both_keys())), fifos)
     assert done, "the build waited on a FIFO in a tree of the output"
     assert {"stats/index.html", "verification/index.html"} <= set(done[0].rendered)
     for page in ("stats/index.html", "verification/index.html"):
