@@ -331,22 +331,26 @@ def is_mount_point(path: Path) -> bool:
 _OWN_MARKER = re.compile(rb'\{"build_id": "[0-9a-f]{64}", "generator": "site-builder"[,}]')
 
 
+def marker_head(folder: Path, size: int = 300) -> bytes:
+    """The first *size* bytes of *folder*'s verification.json where it is a regular file of the folder's own: b""
+    for none, a link (not followed) or anything else there (a FIFO is not waited on)."""
+    try:
+        fd = os.open(folder / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, size) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
 def is_builder_output(folder: Path) -> bool:
     """Whether *folder* is a site this builder wrote: its verification.json is a regular file that starts as the
     builder writes it.  A file that merely has the name (a project's own report, say) does not count, so the
     folder it is in is never replaced, nor its files deleted."""
-    try:
-        fd = os.open(folder / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return False
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        return _OWN_MARKER.match(os.read(fd, 200)) is not None
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+    return _OWN_MARKER.match(marker_head(folder, 200)) is not None
 
 
 class OutputSlot:

@@ -5,9 +5,7 @@ search shards), and the build id that names them all.
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
@@ -39,7 +37,7 @@ from site_builder.stages.context import BuildContext, digest_of, source_date, te
 from site_builder.stages.gather import Inputs
 from site_builder.stages.select import Chosen, record_outcomes
 from site_builder.stages.verify import Verified
-from site_builder.writing import MARKER
+from site_builder.writing import marker_head
 
 
 def address_shape(published: list[PaperSummary]) -> list[tuple[str, str, int]]:
@@ -213,18 +211,8 @@ def identify(build_key: str, report: BuildReport, units: dict, options: BuildOpt
 
 def read_build_id(tree: Path) -> str | None:
     """The build id at the top of a tree's verification.json (read without parsing the whole report); None
-    where it is not a file of the tree's own (a link is not followed, a FIFO put there not waited on)."""
-    try:
-        fd = os.open(tree / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        head = os.read(fd, 300) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    match = re.search(rb'"build_id":\s*"([0-9a-f]{64})"', head)
+    where it is not a file of the tree's own (``marker_head``)."""
+    match = re.search(rb'"build_id":\s*"([0-9a-f]{64})"', marker_head(tree))
     return match.group(1).decode() if match else None
 
 
