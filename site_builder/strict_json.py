@@ -184,7 +184,8 @@ def _parse_checked(text: str, raw: bytes, max_depth: int) -> Any:
     except RecursionError:
         raise StrictJSONError("json_depth", "nesting is deeper than the parser allows") from None
     except json.JSONDecodeError as exc:
-        raise StrictJSONError("json_syntax", f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        # (as json words it, "<what>: line L column C": some of its messages end in "at" themselves)
+        raise StrictJSONError("json_syntax", f"{exc.msg}: line {exc.lineno} column {exc.colno}") from None
     except ValueError as exc:  # int conversion limits and similar
         raise StrictJSONError("json_number", str(exc).split("\n")[0]) from None
     if isinstance(value, (dict, list)) and _depth_exceeds(value, max_depth):

@@ -33,6 +33,17 @@ def test_rejections(raw, check):
     assert info.value.check == check
 
 
+@pytest.mark.parametrize("raw, reason", [
+    (b'{"title": "cut off', "Unterminated string starting at: line 1 column 11"),  # (json's own words end in "at")
+    (b'{\n  "a": 1,\n}', "Expecting property name enclosed in double quotes: line 3 column 1"),
+])
+def test_a_syntax_error_says_where_in_one_plain_phrase(raw, reason):
+    """The reason a REJECTED line shows for broken JSON: what is wrong, then the line and column, worded once."""
+    with pytest.raises(StrictJSONError) as info:
+        parse_strict(raw)
+    assert info.value.reason == reason
+
+
 def test_accepts_ordinary_json_with_unicode_and_surrogate_pairs():
     assert parse_strict('{"a": [1, 2.5, "é", "\\ud83d\\ude00", null]}'.encode()) == \
         {"a": [1, 2.5, "é", "😀", None]}
