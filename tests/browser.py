@@ -55,7 +55,8 @@ def serve(folder: Path, prefix: str = "/"):
     """Serve *folder* at http://127.0.0.1:<port><prefix>; yields the base URL."""
     handler = type("Handler", (_Handler,), {"prefix": prefix})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # (polled often: shutdown() waits for the next poll, half a second by default)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}{prefix}"

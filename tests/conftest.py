@@ -2,6 +2,7 @@ import json
 import os
 import copy
 import dataclasses
+import itertools
 import shutil
 import threading
 from pathlib import Path
@@ -50,6 +51,24 @@ def search_page_counts(site: Path) -> dict[str, int]:
     """Pages in each search index of *site*, by the index's folder."""
     return {str(entry.parent.relative_to(site)): json.loads(entry.read_text())["languages"]["en"]["page_count"]
             for entry in sorted(site.glob("pagefind/**/pagefind-entry.json"))}
+
+
+def pairwise(**factors: list) -> list:
+    """Every combination of *factors* as ``pytest.param`` values, for ``@pytest.mark.parametrize`` over their
+    names: the quick loop runs a few combinations in which every pair of two factors' values meets at least once
+    (chosen greedily, in order), the full suite all of them (the others are marked ``slow``)."""
+    names = list(factors)
+    combos = list(itertools.product(*factors.values()))
+
+    def pairs(combo):
+        return {(i, combo[i], j, combo[j]) for i, j in itertools.combinations(range(len(names)), 2)}
+    needed = set().union(*map(pairs, combos))
+    quick = []
+    while needed:
+        best = max(combos, key=lambda c: len(pairs(c) & needed))
+        quick.append(best)
+        needed -= pairs(best)
+    return [pytest.param(*combo, marks=() if combo in quick else pytest.mark.slow) for combo in combos]
 
 
 @pytest.fixture(autouse=True)

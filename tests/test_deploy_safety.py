@@ -17,7 +17,7 @@ from site_builder.settings import SettingsError, normalize_base_url
 from site_builder.terminal import printable
 from site_builder.writing import is_builder_output
 
-from conftest import REAL_FILES, ROOT, build_options, cache_document, plant_document, tree
+from conftest import REAL_FILES, ROOT, build_options, cache_document, pairwise, plant_document, tree
 
 ROOT_KEY = ROOT / "site_builder" / "data" / "pith-signing-key.json"
 
@@ -207,11 +207,9 @@ def _tamper(path, how: str) -> None:
         path.write_bytes(genuine.replace(b'"title":"', b'"title":"EVIL ', 1))
 
 
-@pytest.mark.parametrize("twin", [False, True])
-@pytest.mark.parametrize("where", ["pith", ".well-known/pith"])
-@pytest.mark.parametrize("tree_beside", [False, True])
-@pytest.mark.parametrize("how", ["in-place", "replaced"])
-@pytest.mark.parametrize("look_ahead", [True, False])
+@pytest.mark.parametrize("twin, where, tree_beside, how, look_ahead", pairwise(
+    twin=[False, True], where=["pith", ".well-known/pith"], tree_beside=[False, True], how=["in-place", "replaced"],
+    look_ahead=[True, False]))
 def test_a_mirrored_bundle_edited_at_either_path_in_either_tree_is_never_published(bundles_dir, tmp_path, twin,
                                                                                    where, tree_beside, how,
                                                                                    look_ahead):

@@ -75,7 +75,8 @@ class Server:
 @contextlib.contextmanager
 def running(server: Server):
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), server.handler())
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    # (polled often: shutdown() waits for the next poll, half a second by default, in every test that serves)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}"
     finally:
