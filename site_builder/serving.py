@@ -429,7 +429,9 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
         watches: dict[tuple[Path, bool], object] = {}
         follow(observer, watcher, watches)
         observer.start()  # (before the first page is served: an edit made once the site is up is always seen)
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        # (shutdown() waits for the server's next poll: every 50 ms, not the default half second, so that Ctrl-C
+        # stops at once)
+        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         serving = True
         watched = sorted({folder for folder, _ in watches})
         options.log(f"serving {options.output} at {url} (Ctrl-C to stop); "
