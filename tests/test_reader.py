@@ -135,6 +135,44 @@ def test_a_paper_page_links_to_read_and_cite_the_paper(reader):
     assert "Distributed, Parallel, and Cluster Computing" in page.inner_text("[data-field=categories]")
 
 
+def test_the_search_controls_are_made_for_a_finger_on_a_phone(site):
+    """The search box and its filters on a phone: text of 16 px at least (a phone's browser zooms the page in on
+    a smaller one as it is focused, and the page is then wider than the screen) and 24 px tall at least (WCAG
+    2.2's smallest target).  The filters were the browser's bare selects: 13 px text, 18 px tall."""
+    folder, ids, _ = site
+    with serve(folder) as url, chromium() as browser:
+        page = browser.new_page(viewport={"width": 390, "height": 800})
+        page.goto(url + "search/")
+        page.wait_for_selector("#search input")
+        controls = page.evaluate("""() => Array.from(document.querySelectorAll('main input, main select'))
+            .filter(c => c.offsetParent !== null)
+            .map(c => [c.id || c.type, parseFloat(getComputedStyle(c).fontSize), c.getBoundingClientRect().height])""")
+    assert len(controls) >= 3, controls  # (the search box and both filters)
+    assert [c for c in controls if c[1] < 16 or c[2] < 24] == [], controls
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_search_boxs_placeholder_can_be_read(site, scheme):
+    """The word in the empty search box, its only visible label, against the box: 4.5:1 at least (WCAG AA).
+    Pagefind draws it at a fifth of the text's opacity (1.5:1)."""
+    folder, ids, _ = site
+    with serve(folder) as url, chromium() as browser:
+        page = browser.new_page(color_scheme=scheme)
+        page.goto(url + "search/")
+        page.wait_for_selector("#search input")
+        ratio = page.evaluate("""() => {
+            const box = document.querySelector('#search input'), held = getComputedStyle(box, '::placeholder');
+            const rgb = c => c.match(/[\\d.]+/g).slice(0, 3).map(Number);
+            const [fg, bg, alpha] = [rgb(held.color), rgb(getComputedStyle(box).backgroundColor), +held.opacity];
+            const shown = fg.map((v, i) => v * alpha + bg[i] * (1 - alpha));
+            const lum = c => c.map(v => v / 255).map(v => v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4)
+                              .reduce((sum, v, i) => sum + v * [0.2126, 0.7152, 0.0722][i], 0);
+            const [a, b] = [lum(shown), lum(bg)].sort((x, y) => y - x);
+            return (a + 0.05) / (b + 0.05);
+        }""")
+    assert ratio >= 4.5, ratio
+
+
 def test_dark_mode_declares_its_colour_scheme_for_form_controls(site):
     folder, ids, _ = site
     with serve(folder) as url, chromium() as browser:
