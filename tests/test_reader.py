@@ -135,24 +135,33 @@ def test_a_paper_page_links_to_read_and_cite_the_paper(reader):
     assert "Distributed, Parallel, and Cluster Computing" in page.inner_text("[data-field=categories]")
 
 
-@pytest.mark.parametrize("path, wait_for, least", [("search/", "#search input", 3), ("", "main form input", 2)])
-def test_the_search_controls_are_made_for_a_finger_on_a_phone(site, path, wait_for, least):
-    """The search page's box and filters, and the home page's search form, on a phone: text of 16 px at least (a
-    phone's browser zooms the page in on a smaller one as it is focused, and the page is then wider than the
-    screen) and 24 px tall at least (WCAG 2.2's smallest target).  The filters and the home page's button were
-    the browser's bare controls: 13 px text, 19-21 px tall."""
+@pytest.mark.parametrize("path, wait_for, least", [("search/", "#search input", 3), ("", "main form input", 2),
+                                                     ("verify/", "#fetch", 3)])
+def test_the_form_controls_are_made_for_a_finger_on_a_phone(site, path, wait_for, least):
+    """The search page's box and filters, the home page's search form and the verifier's fields, on a phone:
+    text of 16 px at least (a phone's browser zooms the page in on a smaller one as it is focused, and the page
+    is then wider than the screen) and 24 px tall at least (WCAG 2.2's smallest target).  The filters, the home
+    page's button and the verifier's file field were the browser's bare controls: 13 px text, 19-21 px tall;
+    the verifier's URL field stuck out of its box by its padding."""
     folder, ids, _ = site
     with serve(folder) as url, chromium() as browser:
         page = browser.new_page(viewport={"width": 390, "height": 800})
         page.goto(url + path)
         page.wait_for_selector(wait_for)
-        controls = page.evaluate("""() => Array.from(document.querySelectorAll('main input, main select, main button'))
+        controls = page.evaluate("""() => {
+            const inner_right = box => { const style = getComputedStyle(box);  // (the right edge of its content)
+                return box.getBoundingClientRect().right - parseFloat(style.paddingRight)
+                    - parseFloat(style.borderRightWidth); };
+            return Array.from(document.querySelectorAll('main input, main select, main button'))
             .filter(c => c.offsetParent !== null)
             .map(c => [c.id || c.type, c.tagName === 'BUTTON' ? null : parseFloat(getComputedStyle(c).fontSize),
-                       c.getBoundingClientRect().height])""")
-    assert len(controls) >= least, controls  # (search: the box and both filters; home: the box and its button)
+                       c.getBoundingClientRect().height,
+                       c.getBoundingClientRect().right - inner_right(c.parentElement)]); }""")
+    assert len(controls) >= least, controls  # (search: the box, both filters; home: the box, its button; verify:
+    #                                           the file, the URL and its button)
     # (a button's text does not make a phone zoom in: only the height counts for one)
     assert [c for c in controls if (c[1] is not None and c[1] < 16) or c[2] < 24] == [], controls
+    assert [c for c in controls if c[3] > 0.5] == [], controls  # (none sticks out of the box that holds it)
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
