@@ -346,9 +346,10 @@ def replan_redirects(old: RedirectPlan, papers: list[PaperSummary], touched: set
 
 def bar_chart(rows: list[tuple[str, int]], unit: str, unit_one: str) -> dict:
     """Geometry for an inline SVG bar chart; labels and values are printed, so colour is not needed.  *unit*
-    names many of what is counted, *unit_one* one of them."""
+    names many of what is counted, *unit_one* one of them.  Drawn about as wide as a phone's screen: a chart is
+    scaled down to fit it, its labels with it."""
     top = max((v for _, v in rows), default=1) or 1
-    bar_height, gap, label_width, width = 18, 6, 120, 560
+    bar_height, gap, label_width, width = 18, 6, 120, 400
     bars = []
     for i, (label, value) in enumerate(rows):
         y = i * (bar_height + gap)
