@@ -123,6 +123,13 @@ def test_scholar_meta_jsonld_and_open_graph(sites):
     assert f'<meta property="og:url" content="{SUB}pith/{ids(b)}/">' in html
 
 
+def test_no_page_tells_readers_to_install_a_package_by_name(sites):
+    """A mirror cannot vouch for what a package index serves under a name: a page that says ``pip install
+    site-builder`` sends its readers to whoever holds that name there.  ("Verify it yourself" said so.)"""
+    pages = [path for path in sites["root"].rglob("*.html") if "pip install" in path.read_text("utf-8")]
+    assert pages == []
+
+
 def test_cite_block_and_badge(sites):
     b = REAL[0]
     html = (sites["sub"] / "pith" / ids(b) / "index.html").read_text()
