@@ -10,6 +10,7 @@ from pathlib import Path
 
 import feedparser
 import pytest
+import lxml.html
 from lxml import etree
 
 from site_builder import pages
@@ -163,6 +164,19 @@ def test_stats_page_has_inline_svg_charts_with_text_values(sites):
     html = (sites["root"] / "stats" / "index.html").read_text()
     assert html.count("<svg") == 3 and "<script" not in html.split("<main")[1].split("</main>")[0]
     assert ">2020</text>" in html and ">3</text>" in html  # 3 papers in 2020, printed, not only drawn
+
+
+def test_the_categories_are_named_where_they_are_listed(sites):
+    """The categories page and each category's listing give the category's name beside its code (as a record's
+    page does); they showed the code alone.  The years page names nothing."""
+    site = sites["root"]
+    index = lxml.html.parse(str(site / "category" / "index.html")).getroot()
+    rows = {li.find("a").text: li.findtext("span[@class='cat-name']")
+            for li in index.iterfind(".//ul[@class='groups named']/li")}
+    assert rows["cs.DC"] == "Distributed, Parallel, and Cluster Computing" and rows["stat.ML"] == "Machine Learning"
+    listing = lxml.html.parse(str(site / "category" / "cs.LG" / "index.html")).getroot()
+    assert listing.findtext(".//p[@class='category-name']") == "Machine Learning"
+    assert "cat-name" not in (site / "year" / "index.html").read_text()
 
 
 def test_short_addresses_redirect(sites):
