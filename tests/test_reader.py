@@ -12,7 +12,7 @@ from site_builder.keys import load_trust_set
 from site_builder.settings import SiteConfig
 
 from browser import chromium, serve
-from conftest import REAL_FILES, resigned_real_bundles
+from conftest import REAL_FILES, ROOT, resigned_real_bundles
 from signing import sign_bundle, to_bytes, with_paper
 
 pytestmark = pytest.mark.slow  # (headless Chromium)
@@ -178,6 +178,43 @@ def test_the_statistics_charts_labels_can_be_read(site, width, scheme):
         text_colour = page.evaluate("getComputedStyle(document.body).color")
     assert len(labels) >= 6, labels  # (each chart's bars: a label and a count each)
     assert [label for label in labels if label[1] < 10 or label[2] != text_colour] == [], (labels, text_colour)
+
+
+def test_a_listings_numbers_stay_on_a_phones_screen(tmp_path):
+    """A listing's numbers are drawn in the list's margin: on a phone, "100000." must still start on the screen.
+    The margin had room for four digits.  (The real site, its "All papers" page rendered again by the real
+    renderer as if its four records stood at 10,000 and 100,000 onwards: such a mirror takes minutes to build.)"""
+    from site_builder.inspection import inspect_bytes
+    from site_builder.pages import Listing
+    from site_builder.rendering import SiteRenderer, pagination, template_dirs
+
+    trust = load_trust_set()
+    site = tmp_path / "site"
+    build(BuildOptions(bundles=ROOT / "bundles", output=site, trust=trust, search=False))
+    papers = [inspect_bytes(p.name, p.read_bytes(), trust).summary for p in REAL_FILES]
+    renderer = SiteRenderer(SiteConfig(), template_dirs(None), trust, search_enabled=False)
+    pages = pagination("papers/", len(papers), 100)
+    firsts = [1, 997, 9_997, 99_997, 999_997]
+    for first in firsts:
+        (site / f"from-{first}").mkdir()
+        (site / f"from-{first}" / "index.html").write_bytes(renderer.render(
+            "listing.html", listing=Listing("all", "All papers", "papers/", papers), page=pages[0], pages=pages,
+            papers=papers, first_index=first))
+    found = {}
+    with serve(site) as url, chromium() as browser:
+        page = browser.new_page(viewport={"width": 390, "height": 800})
+        for first in firsts:
+            page.goto(url + f"from-{first}/")
+            found[first] = page.evaluate("""() => {
+                const list = document.querySelector('ol.papers'), item = list.querySelector('li:last-child');
+                const pen = document.createElement('canvas').getContext('2d');
+                pen.font = getComputedStyle(item).font;
+                const number = (list.start + list.children.length - 1) + '. ';
+                return [number, list.getBoundingClientRect().left + parseFloat(getComputedStyle(list).paddingLeft)
+                                - pen.measureText(number).width];  // (where the last number starts)
+            }""")
+    assert [number for number, _ in found.values()] == [f"{first + 3}. " for first in firsts]
+    assert {first: left for first, (_, left) in found.items() if left < 0} == {}, found
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
