@@ -167,8 +167,8 @@ def test_stats_page_has_inline_svg_charts_with_text_values(sites):
 
 
 def test_the_categories_are_named_where_they_are_listed(sites):
-    """The categories page and each category's listing give the category's name beside its code (as a record's
-    page does); they showed the code alone.  The years page names nothing."""
+    """The categories page and each category's listing (its heading and its title) give the category's name
+    beside its code (as a record's page does); they showed the code alone.  The years page names nothing."""
     site = sites["root"]
     index = lxml.html.parse(str(site / "category" / "index.html")).getroot()
     rows = {li.find("a").text: li.findtext("span[@class='cat-name']")
@@ -176,6 +176,7 @@ def test_the_categories_are_named_where_they_are_listed(sites):
     assert rows["cs.DC"] == "Distributed, Parallel, and Cluster Computing" and rows["stat.ML"] == "Machine Learning"
     listing = lxml.html.parse(str(site / "category" / "cs.LG" / "index.html")).getroot()
     assert listing.findtext(".//p[@class='category-name']") == "Machine Learning"
+    assert listing.findtext(".//title").startswith("Category cs.LG: Machine Learning · ")  # (a tab, a bookmark)
     assert "cat-name" not in (site / "year" / "index.html").read_text()
 
 
