@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Iterator
 from markupsafe import Markup
 
 from site_builder.canonical import resolver_json
+from site_builder.categories import category_name
 from site_builder.incremental import IncrementalStore
 from site_builder.keys import TrustSet
 from site_builder.loading import StaticFile
@@ -108,6 +109,7 @@ class Listing:
     title: str
     base: str  # site-relative folder of page 1
     papers: list[PaperSummary]
+    name: str = ""  # a category's name ("Machine Learning" for cs.LG), where arXiv's table knows it
 
     @cached_property
     def updated(self) -> str:
@@ -136,7 +138,7 @@ def groups(papers: Iterable[PaperSummary]) -> tuple[Groups, Groups]:
 
 
 def _category(cat: str, papers: list[PaperSummary]) -> Listing:
-    return Listing(cat, f"Category {cat}", f"category/{cat}/", papers)
+    return Listing(cat, f"Category {cat}", f"category/{cat}/", papers, category_name(cat))
 
 
 def _year(year: str, papers: list[PaperSummary]) -> Listing:
@@ -465,8 +467,10 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
     updated = everything.updated if papers else generated_at or "1970-01-01T00:00:00Z"
     units, listing_urls = _listing_units(renderer, [everything, *cats, *years], store)
     units.append(Unit("groups", [[(g.key, g.base, len(g.papers)) for g in cats], [(g.key, len(g.papers)) for g in years]],
-                      lambda: [("category/index.html", renderer.render("groups.html", title="Categories", groups=cats)),
-                               ("year/index.html", renderer.render("groups.html", title="Years", groups=years))]))
+                      lambda: [("category/index.html",
+                                renderer.render("groups.html", title="Categories", groups=cats, named=True)),
+                               ("year/index.html",
+                                renderer.render("groups.html", title="Years", groups=years, named=False))]))
 
     units += _feed_units(renderer, catalog, updated, store)
 
