@@ -299,8 +299,12 @@ class _Deletion:
     shares_files: bool
 
 
-_MOUNTED = ("{output}: {why}: a build replaces the output folder as a whole, atomically, which a mount point "
-            "cannot be; mount the folder above it instead, or build into a folder inside it (--output {output}/site)")
+def _mounted(output: Path, why: str) -> OutputError:
+    return OutputError(f"{output}: {why}: a build replaces the output folder as a whole, atomically, which a mount "
+                       f"point cannot be; mount the folder above it instead, or build into a folder inside it "
+                       f"(--output {output / 'site'})")
+
+
 MOUNT_TABLE = "/proc/self/mountinfo"
 
 
@@ -391,7 +395,7 @@ class OutputSlot:
             if not self.output.is_dir():
                 raise OutputError(f"{self.output}: exists and is not a folder")
             if is_mount_point(self.output):  # (found now, not after the whole build, when the swap fails)
-                raise OutputError(_MOUNTED.format(output=self.output, why="is a mount point"))
+                raise _mounted(self.output, "is a mount point")
             if any(self.output.iterdir()) and not is_builder_output(self.output):
                 raise OutputError(f"{self.output}: folder is not empty and was not made by site-builder "
                                   f"(no {MARKER} of its own); nothing was changed: choose another --output or "
@@ -468,8 +472,7 @@ class OutputSlot:
             self.output.rename(aside)
         except OSError as exc:  # (a mount point the mount table did not show: nothing was moved)
             if exc.errno in (errno.EBUSY, errno.EXDEV):
-                raise OutputError(_MOUNTED.format(output=self.output, why=f"cannot be replaced ({exc.strerror})")
-                                  ) from None
+                raise _mounted(self.output, f"cannot be replaced ({exc.strerror})") from None
             raise
         tree.rename(self.output)
         aside.rename(tree)

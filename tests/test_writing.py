@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from site_builder.writing import FOLDER_MODE, OutputSlot, StagingTree, TreeChanged, check_relative_path, owned_privately, remove_tree
+from site_builder.writing import FOLDER_MODE, OutputError, OutputSlot, StagingTree, TreeChanged, check_relative_path, owned_privately, remove_tree
 
 
 def wait_gone(path: Path, seconds: float = 10) -> bool:
@@ -282,6 +282,13 @@ def test_mount_points_are_read_from_the_mount_table(tmp_path):
         assert "/proc" in mount_points(f.read())
 
 
+def test_the_root_folder_as_output_is_refused_with_a_folder_to_use_instead():
+    """``--output /``: the root is a mount point, and the folder suggested instead is /site (not //site)."""
+    with pytest.raises(OutputError, match="is a mount point") as caught:
+        OutputSlot(Path("/")).check_usable()
+    assert str(caught.value).endswith("(--output /site)")
+
+
 def test_an_output_that_is_a_mount_point_is_refused_at_once(tmp_path, monkeypatch, project):
     """A folder a file system is mounted at (a container's volume) cannot be renamed, so the new tree cannot be
     swapped in: said at once, in one line, before the build verifies and renders anything, and the folder is
@@ -298,6 +305,7 @@ def test_an_output_that_is_a_mount_point_is_refused_at_once(tmp_path, monkeypatc
     with pytest.raises(writing.OutputError, match="is a mount point: a build replaces the output folder") as caught:
         build(opts(project, out, both_keys()))
     assert "\n" not in str(caught.value) and list(out.iterdir()) == []
+    assert str(caught.value).endswith(f"(--output {out / 'site'})")
     assert not [p for p in tmp_path.iterdir() if ".staging-" in p.name]
 
     table.write_text("")  # (not in the table: the swap is what fails, and nothing of the output was moved)
