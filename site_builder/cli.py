@@ -345,7 +345,7 @@ def cmd_verify(args) -> int:
         print(json.dumps(doc, indent=2, ensure_ascii=True))  # (ASCII: nothing in it can act on a terminal)
     else:
         for i in results:
-            say(f"OK {i.summary.pith_number}" if i.verified else f"REJECTED {i.error_line()}")
+            say(f"OK {i.summary.pith_number} {i.rel}" if i.verified else f"REJECTED {i.error_line()}")
     return EXIT_REJECTED if any(not i.verified for i in results) else EXIT_OK
 
 

@@ -56,7 +56,9 @@ def test_usage_errors_exit_2(tmp_path):
 def test_verify_lines_json_and_exit_code(bundles_dir, tmp_path):
     r = cli("verify", bundles_dir)
     assert r.returncode == 0
-    assert sorted(r.stdout.split()) == sorted(["OK"] * 4 + [json.loads(p.read_bytes())["pith_number"] for p in REAL_FILES])
+    # (each file named, as a rejection names it: a folder's lines say which file holds which record)
+    assert r.stdout.splitlines() == [f"OK {json.loads(p.read_bytes())['pith_number']} {bundles_dir / p.name}"
+                                     for p in REAL_FILES]
     tampered = json.loads(REAL_FILES[0].read_bytes())
     tampered["links"]["resolver"] = "https://evil.example"
     bad = tmp_path / "bad.json"
@@ -90,8 +92,8 @@ def test_verify_works_on_all_cores_and_reports_in_order(tmp_path):
         if path.endswith("fifo.json") or int(Path(path).stem) % 9 == 4:
             expected.append(f"REJECTED {path}: " + ("file_type" if "fifo" in path else "bundle_hash"))
         else:
-            expected.append("OK " + json.loads(Path(path).read_bytes())["pith_number"])
-    expected.append("OK " + json.loads(REAL_FILES[2].read_bytes())["pith_number"])
+            expected.append(f"OK {json.loads(Path(path).read_bytes())['pith_number']} {path}")
+    expected.append(f"OK {json.loads(REAL_FILES[2].read_bytes())['pith_number']} {REAL_FILES[2]}")
     lines = outputs[1].stdout.splitlines()
     assert len(lines) == 82
     assert [": ".join(line.split(": ")[:2]) for line in lines] == expected  # (a rejection's reason left out)
