@@ -209,6 +209,21 @@ def test_older_bundle_never_replaces_newer(tmp_path):
         assert b"Newest" in (tmp_path / "b" / f"{pid}.json").read_bytes()
 
 
+def test_an_equally_new_bundle_in_other_bytes_is_taken_from_the_source(tmp_path):
+    """The same bundle written out another way (indented here, compact on the server): neither is newer, and the
+    source's bytes are written, so that the mirror serves what its source serves, byte for byte."""
+    pid = IDS[0]
+    (tmp_path / "b").mkdir()
+    local = json.dumps(json.loads(REAL[pid]), indent=2).encode()
+    (tmp_path / "b" / f"{pid}.json").write_bytes(local)
+    s = Server()
+    s.add(f"/pith/{pid}/bundle.json", {"body": REAL[pid]})
+    with running(s) as url:
+        report = pull([pid], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
+    assert [o.status for o in report.outcomes] == ["fetched"]
+    assert (tmp_path / "b" / f"{pid}.json").read_bytes() == REAL[pid] != local
+
+
 @pytest.mark.slow  # (a second or more: left to the full suite)
 def test_cli_with_list_file_summary_and_exit_code(tmp_path):
     s = Server()

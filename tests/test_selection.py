@@ -39,3 +39,22 @@ def test_a_rollback_is_an_older_built_at_or_fewer_events_never_the_same_bytes():
     fewer = published_record(old.inspection)
     more_events = type(fewer)(fewer.pith_id, "another digest", fewer.built_at, fewer.event_count + 1)
     assert is_rollback(old.inspection, more_events)
+
+
+def test_a_tie_is_broken_by_the_bytes_digest_whatever_the_files_are_called():
+    """Two files of one record, equally new (the same bundle written out twice, compact and indented): the same
+    one is published whichever name sorts first, so renaming files never changes the site."""
+    import json
+
+    raw = make_bundle(1)
+    indented = json.dumps(json.loads(raw), indent=2).encode()
+    for names in (("a.json", "b.json"), ("b.json", "a.json")):
+        compact, spaced = candidate(names[0], raw), candidate(names[1], indented)
+        assert compact.inspection.sha256 != spaced.inspection.sha256
+        newest = max((compact, spaced), key=lambda c: c.inspection.sha256)
+        for order in ([compact, spaced], [spaced, compact]):
+            chosen = select(order)
+            assert chosen.published[compact.inspection.pith_id] is newest
+            loser = compact if newest is spaced else spaced
+            assert chosen.superseded == {loser.inspection.rel: f"superseded by {newest.inspection.rel} (built_at "
+                                                    f"{newest.inspection.summary.built_at})"}

@@ -44,6 +44,22 @@ def test_a_syntax_error_says_where_in_one_plain_phrase(raw, reason):
     assert info.value.reason == reason
 
 
+@pytest.mark.parametrize("text, accepted", [
+    (b"9007199254740991", True), (b"-9007199254740991", True),  # 2^53 - 1: the largest integer I-JSON allows
+    (b"9007199254740992", False), (b"-9007199254740992", False),  # 2^53: JavaScript cannot tell it from 2^53 + 1
+    (b"[" * 64 + b"]" * 64, True), (b'{"a":' * 64 + b"1" + b"}" * 64, True),  # containers nested 64 deep
+    (b"[" * 65 + b"]" * 65, False), (b'{"a":' * 65 + b"1" + b"}" * 65, False),
+])
+def test_the_limits_are_exact(text, accepted):
+    """The edges of the number and depth limits, where an off-by-one would let a document through (or not)."""
+    if accepted:
+        parse_strict(text)
+    else:
+        with pytest.raises(StrictJSONError) as info:
+            parse_strict(text)
+        assert info.value.check == ("json_number" if text[-1:].isdigit() else "json_depth")
+
+
 def test_accepts_ordinary_json_with_unicode_and_surrogate_pairs():
     assert parse_strict('{"a": [1, 2.5, "é", "\\ud83d\\ude00", null]}'.encode()) == \
         {"a": [1, 2.5, "é", "😀", None]}
