@@ -52,11 +52,12 @@ class TestKey:
 
 
 def sign_bundle(bundle: dict, key: TestKey, *, claim_key_id: str | None = None, claim_fingerprint: str | None = None,
-                embed: dict | None = None, keep_state: bool = False, keep_subject: bool = False) -> dict:
+                embed: dict | None = None, keep_state: bool = False, keep_subject: bool = False,
+                keep_receipt: bool = False) -> dict:
     """Re-derive every hash of *bundle* and sign everything with *key*.
 
     claim_key_id / claim_fingerprint let an attacker key pretend to be another key;
-    embed replaces the embedded public_keys entry.
+    embed replaces the embedded public_keys entry; keep_receipt leaves the record_created receipt as it is.
     """
     b = copy.deepcopy(bundle)
     key_id = claim_key_id or key.key_id
@@ -84,9 +85,10 @@ def sign_bundle(bundle: dict, key: TestKey, *, claim_key_id: str | None = None, 
             payload = event["payload"]
             payload["canonical_record"] = copy.deepcopy(b["canonical_record"])
             payload["canonical_sha256"] = b["canonical_sha256"]
-            receipt = payload["receipt"]
-            receipt.update(key_id=key_id, public_key_fingerprint=fingerprint, canonical_sha256=b["canonical_sha256"],
-                           signature_b64=key.sign_hex(b["canonical_sha256"]))
+            if not keep_receipt:
+                payload["receipt"].update(key_id=key_id, public_key_fingerprint=fingerprint,
+                                          canonical_sha256=b["canonical_sha256"],
+                                          signature_b64=key.sign_hex(b["canonical_sha256"]))
         event["content_sha256"] = digest_without(event, "signature", "content_sha256", "event_id")
         event["event_id"] = "sha256:" + event["content_sha256"]
         event["signature"] = sig_block(signature_b64=key.sign_hex(event["content_sha256"]),

@@ -57,6 +57,40 @@ TAMPERS = {
 }
 
 
+# A check holds several conditions: each of the others, alone, is rejected by its check too.
+MORE_TAMPERS = {
+    "a version outside 1-999": ("identifiers", lambda b: b["canonical_record"]["source"].update(version=0)),
+    "an embedded pinned key with other bytes": ("key_pinned", lambda b: b["public_keys"][0].update(
+        public_key_b64=TestKey("other").document()["public_key_b64"])),
+    "an event signer naming another key than its signature": ("key_pinned", lambda b: snapshot(b)["signer"].update(
+        key_id="someone-else")),
+    "a record_created payload holding another record": ("canonical_hash", lambda b: record_created(b)["payload"][
+        "canonical_record"]["metadata"].update(license="http://example.org/stolen")),
+    "a record_created payload naming another digest": ("canonical_hash", lambda b: record_created(b)["payload"].update(
+        canonical_sha256="0" * 64)),
+    "a short pith number of another record": ("pith_number", lambda b: b.update(short_pith_number="pith:AAAAAAAA")),
+}
+
+
+@pytest.mark.parametrize("name", list(MORE_TAMPERS))
+def test_each_condition_of_a_check_is_checked(name, real_bundle, pinned):
+    check, tamper = MORE_TAMPERS[name]
+    tamper(real_bundle)
+    assert verify_bundle(real_bundle, pinned).first_failure.name == check
+
+
+def test_a_receipt_signed_by_a_pinned_key_for_another_record_is_rejected(real_bundle, pinned):
+    """The receipt is a signature over the record's digest: one the pinned key made for another record, moved
+    into a bundle whose every other hash and signature is made anew with that key, proves nothing of this one."""
+    key = TestKey()
+    trust = TrustSet((key_from_document(key.document()),))
+    other = sign_bundle(json.loads(REAL_FILES[1].read_bytes()), key)
+    record_created(real_bundle)["payload"]["receipt"] = copy.deepcopy(record_created(other)["payload"]["receipt"])
+    moved = sign_bundle(real_bundle, key, keep_receipt=True)
+    assert verify_bundle(other, trust).first_failure is None
+    assert verify_bundle(moved, trust).first_failure.name == "receipt_signature"
+
+
 @pytest.mark.parametrize("path", REAL_FILES, ids=[p.stem for p in REAL_FILES])
 def test_real_bundles_pass_every_check(path, pinned):
     verdict = verify_bundle(json.loads(path.read_bytes()), pinned)
