@@ -1,5 +1,6 @@
 """``site-builder serve`` with real files, the real watcher, real HTTP and a real browser."""
 
+import contextlib
 import http.client
 import os
 import queue
@@ -22,7 +23,8 @@ from conftest import REAL_FILES, ROOT, calls_of, tree
 from signing import TestKey, sign_bundle, to_bytes, with_paper
 
 IDS = [json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1] for p in REAL_FILES]
-pytestmark = pytest.mark.slow  # (serve processes, the real watcher, a browser)
+# The tests that start serve (processes, the real watcher, a browser) are marked slow; those of the request
+# handler alone, over a plain folder, run in the quick loop.
 DEADLINE = 10.0  # a bound on waiting, not a speed target (bench_serve.py measures that): loaded CI machines are slow
 
 
@@ -116,6 +118,7 @@ def _up(url):
         return False
 
 
+@pytest.mark.slow
 def test_json_is_served_to_other_origins_as_github_pages_does(server):
     """A verifier on another origin (the standalone one, opened from disk) may fetch a record's bundle."""
     _, _, base, _, _ = server
@@ -125,6 +128,7 @@ def test_json_is_served_to_other_origins_as_github_pages_does(server):
         assert r.headers.get("Access-Control-Allow-Origin") is None
 
 
+@pytest.mark.slow
 def test_changes_are_served_live(server):
     root, key, base, port, _ = server
     bundles = root / "bundles"
@@ -158,6 +162,7 @@ def test_changes_are_served_live(server):
     assert (root / "output").stat().st_ino == twin  # updated in place and swapped in
 
 
+@pytest.mark.slow
 def test_content_types_404_and_base_path(server):
     _, _, base, port, _ = server
     status, ctype, body = get(base + f"pith/{IDS[0]}/bundle.json")
@@ -171,24 +176,7 @@ def test_content_types_404_and_base_path(server):
     assert "__site_builder__" not in (server[0] / "output" / "index.html").read_text()
 
 
-def test_a_link_in_the_output_is_not_followed(server, tmp_path):
-    root, _, base, _, _ = server
-    secret = tmp_path / "secret"
-    secret.mkdir()
-    (secret / "key.txt").write_text("private")
-    (root / "output" / "planted").symlink_to(secret)
-    (root / "output" / "planted.txt").symlink_to(secret / "key.txt")
-    (root / "output" / "planted-folder").mkdir()
-    (root / "output" / "planted-folder" / "index.html").symlink_to(secret / "key.txt")  # (a folder's page)
-    for path in ("planted/key.txt", "planted/", "planted.txt", "planted-folder/"):
-        status, _, body = get(base + path)
-        assert status == 404 and "private" not in body, path
-    (root / "output" / "404.html").unlink()
-    (root / "output" / "404.html").symlink_to(secret / "key.txt")  # (what every missing path is answered with)
-    status, _, body = get(base + "no/such/page/")
-    assert status == 404 and "private" not in body and "Not found" in body
-
-
+@pytest.mark.slow
 def test_a_folder_is_redirected_to_its_slash_as_the_browser_asked_for_it(server):
     """A folder asked for without its slash is redirected to the very path asked, with the slash: quoted as it
     came (a folder of the static files may be named in any script), never the decoded name."""
@@ -205,6 +193,7 @@ def test_a_folder_is_redirected_to_its_slash_as_the_browser_asked_for_it(server)
     assert status == 200 and "folder page" in body
 
 
+@pytest.mark.slow
 def test_broken_template_shows_banner_and_recovers(server):
     root, _, base, port, _ = server
     events = Events("127.0.0.1", port, "/mirror/__site_builder__/events")
@@ -221,6 +210,7 @@ def test_broken_template_shows_banner_and_recovers(server):
     eventually(lambda: any(e == "status" and d["error"] is None for e, d in events.items[2:]))
 
 
+@pytest.mark.slow
 def test_rejected_bundle_is_reported_in_the_browser(server):
     root, _, base, port, _ = server
     events = Events("127.0.0.1", port, "/mirror/__site_builder__/events")
@@ -233,6 +223,7 @@ def test_rejected_bundle_is_reported_in_the_browser(server):
                any(e == "status" and d["error"] is None for e, d in events.items[2:]))
 
 
+@pytest.mark.slow
 def test_bad_settings_file_is_reported_and_recovers(server):
     root, _, base, port, _ = server
     events = Events("127.0.0.1", port, "/mirror/__site_builder__/events")
@@ -245,6 +236,7 @@ def test_bad_settings_file_is_reported_and_recovers(server):
     eventually(lambda: any(e == "status" and d["error"] is None for e, d in events.items[2:]))
 
 
+@pytest.mark.slow
 def test_reload_signal_reaches_client_and_browser_reloads(server):
     root, key, base, port, _ = server
     events = Events("127.0.0.1", port, "/mirror/__site_builder__/events")
@@ -268,6 +260,7 @@ def test_reload_signal_reaches_client_and_browser_reloads(server):
         assert "Not found" in page.content()
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_cleanly(server):
     root, _, base, port, proc = server
     proc.send_signal(signal.SIGINT)
@@ -323,6 +316,7 @@ def _assert_as_a_clean_build(root: Path, tmp_path: Path) -> None:
     assert tree(root / "output") == tree(clean)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("with_twin", [False, True])
 def test_the_lookups_started_at_a_changes_first_event_see_the_output_as_it_was_then(served_project, with_twin,
                                                                                      monkeypatch):
@@ -361,6 +355,7 @@ def test_the_lookups_started_at_a_changes_first_event_see_the_output_as_it_was_t
     site.store.close()
 
 
+@pytest.mark.slow
 def test_serve_without_look_ahead_starts_no_lookups_before_the_build(served_project):
     from site_builder.serving import LiveState, ServeOptions, Site
 
@@ -374,6 +369,7 @@ def test_serve_without_look_ahead_starts_no_lookups_before_the_build(served_proj
     site.store.close()
 
 
+@pytest.mark.slow
 def test_a_change_the_watcher_missed_is_caught_after_the_build(served_project):
     """Rebuilds trust the watcher's list of changed files; a full listing after each build catches a lost event."""
     root, key = served_project
@@ -392,6 +388,7 @@ def test_a_change_the_watcher_missed_is_caught_after_the_build(served_project):
     site.store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sharded", [False, True])
 def test_a_change_is_live_before_the_search_index_which_follows(served_project, tmp_path, sharded):
     """With search on, serve publishes a change with the previous index (Pagefind makes the index of the
@@ -430,6 +427,7 @@ def test_a_change_is_live_before_the_search_index_which_follows(served_project, 
     _assert_as_a_clean_build(root, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_change_is_indexed_at_once_when_the_live_index_is_gone(served_project, tmp_path):
     """The previous index can only be published if it is there; else the build makes the index itself (under the
     key of what it indexes, so that a later build never takes it for the old one)."""
@@ -445,6 +443,7 @@ def test_a_change_is_indexed_at_once_when_the_live_index_is_gone(served_project,
     _assert_as_a_clean_build(root, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_build_after_serve_stopped_before_the_index_followed_makes_it(served_project, tmp_path):
     """Stopped between a change and its search index, serve leaves the previous index live: the next `build`
     (a separate process, which answers a no-op from its inputs alone) must not take the site as up to date."""
@@ -462,6 +461,7 @@ def test_a_build_after_serve_stopped_before_the_index_followed_makes_it(served_p
     assert not build(options).changed  # and now it is up to date
 
 
+@pytest.mark.slow
 def test_serve_with_the_bundles_in_the_project_root(tmp_path):
     """``serve --bundles .``: the output lies inside the bundles folder. Its own writes start no rebuild (no loop,
     not even from a log written beside the bundles), a bundle saved in a folder made while serving is built, and
@@ -520,6 +520,7 @@ def test_serve_with_the_bundles_in_the_project_root(tmp_path):
         server.join(30)
 
 
+@pytest.mark.slow
 def test_the_error_banner_shows_over_the_last_good_page_in_a_browser(server):
     """Catches serve's error banner never inserted (live.js): in headless Chromium, a rejected bundle and then a
     template syntax error each put the banner over the last good page, and the next good save clears it."""
@@ -548,3 +549,80 @@ def test_the_error_banner_shows_over_the_last_good_page_in_a_browser(server):
         home.write_text(good.replace("Most recent papers", "Fixed again"))
         banner.wait_for(state="detached", timeout=DEADLINE * 1000)
         page.wait_for_function("document.body.innerText.includes('Fixed again')", timeout=DEADLINE * 1000)
+
+
+# --- the request handler alone, over a plain folder (no build, no watcher: the quick loop) ----------------------
+
+
+@contextlib.contextmanager
+def handler_over(output: Path, base_path: str = "/"):
+    """serve's HTTP server over *output* as it is, under *base_path*; yields its port."""
+    from site_builder.serving import LiveState, ServeOptions, _make_handler, _Server
+
+    options = ServeOptions(bundles=output / "no-bundles", output=output, templates=output / "no-templates",
+                           settings=output / "site.toml", trusted_keys=[])
+    httpd = _Server(("127.0.0.1", 0), _make_handler(options, LiveState(base_path=base_path)))
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+    try:
+        yield httpd.server_address[1]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def raw_get(port: int, path: str) -> tuple[int, str]:
+    """GET *path* sent as it is written (urllib would resolve its dot segments first)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read().decode(errors="replace")
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def plain_site(tmp_path):
+    """A site folder, and a secret beside it that no request may reach."""
+    output = tmp_path / "output"
+    (output / "pith").mkdir(parents=True)
+    (output / "index.html").write_text("<html><body>home</body></html>")
+    (output / "404.html").write_text("<html><body>Not found here</body></html>")
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "key.txt").write_text("private")
+    (tmp_path / "key.txt").write_text("private")
+    return output, secret
+
+
+@pytest.mark.parametrize("base_path", ["/", "/mirror/"])
+def test_no_request_leads_out_of_the_output(plain_site, base_path):
+    """Dot segments, quoted or not, in any letter case, never climb out of the site (http.client sends the
+    path as written, as an attacker's client would)."""
+    output, _ = plain_site
+    with handler_over(output, base_path) as port:
+        status, body = raw_get(port, base_path)
+        assert status == 200 and "home" in body
+        for climb in ("../key.txt", "%2e%2e/key.txt", "%2E%2E/key.txt", "pith/../../key.txt", ".%2e/secret/key.txt",
+                      "..%2fkey.txt", "pith/%2e%2e/%2e%2e/secret/key.txt", "./../key.txt"):
+            status, body = raw_get(port, base_path + climb)
+            assert status == 404 and "private" not in body and "Not found here" in body, climb
+
+
+def test_a_link_or_a_pipe_in_the_output_is_never_served(plain_site):
+    """The builder makes no link: one in the output was put there, and what it leads to is not the site's (any
+    user of the machine may ask).  A pipe is no file either: answered at once, not waited on."""
+    output, secret = plain_site
+    (output / "planted").symlink_to(secret)
+    (output / "planted.txt").symlink_to(secret / "key.txt")
+    (output / "planted-folder").mkdir()
+    (output / "planted-folder" / "index.html").symlink_to(secret / "key.txt")  # (a folder's page)
+    os.mkfifo(output / "pipe.html")
+    with handler_over(output) as port:
+        for path in ("/planted/key.txt", "/planted/", "/planted.txt", "/planted-folder/", "/pipe.html"):
+            status, body = raw_get(port, path)
+            assert status == 404 and "private" not in body, path
+        (output / "404.html").unlink()
+        (output / "404.html").symlink_to(secret / "key.txt")  # (what every missing path is answered with)
+        status, body = raw_get(port, "/no/such/page/")
+        assert status == 404 and "private" not in body and "Not found" in body
