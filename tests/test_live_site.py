@@ -119,6 +119,26 @@ def test_malformed_manifest_entries_are_counted_and_ignored(deployed):
     assert any("1 published entries" in w and "malformed" in w for w in report.warnings)
 
 
+def test_each_malformed_part_of_a_manifest_entry_makes_it_no_claim():
+    """A live manifest is anyone's text: an entry is a claim only if every field has its exact shape (a number
+    with more after it, a digest in capitals, a negative or textual event count are each no claim)."""
+    from site_builder.live_site import manifest_claims
+
+    pid = "A" * 26
+    good = {"status": "published", "pith_number": f"pith:2020:{pid}", "sha256": "a" * 64,
+            "built_at": "2026-09-01T00:00:00Z", "event_count": 2}
+    bad = [{"pith_number": f"pith:2020:{pid}X"}, {"pith_number": f"pith:2020:{pid}\n"},
+           {"pith_number": f"pith:20:{pid}"}, {"pith_number": f"pith:2020:{pid.lower()}"},
+           {"sha256": "A" * 64}, {"sha256": "a" * 63}, {"sha256": "a" * 64 + "\n"},
+           {"event_count": -1}, {"event_count": "2"}, {"event_count": True}, {"event_count": 2.0},
+           {"built_at": 20260901}]
+    build_id, claims, malformed = manifest_claims(json.dumps({"build_id": "b", "files": [good]}).encode())
+    assert (build_id, malformed) == ("b", 0) and claims[pid].sha256 == "a" * 64 and claims[pid].event_count == 2
+    for change in bad:
+        _, claims, malformed = manifest_claims(json.dumps({"files": [dict(good, **change)]}).encode())
+        assert (claims, malformed) == ({}, 1), change
+
+
 def test_a_live_site_with_nothing_published_is_a_warning_not_an_error(deployed):
     d = deployed
     empty = d["tmp"] / "empty-site"

@@ -320,3 +320,29 @@ def test_an_output_that_is_a_mount_point_is_refused_at_once(tmp_path, monkeypatc
     with pytest.raises(writing.OutputError, match="cannot be replaced .*: a build replaces the output folder"):
         build(opts(project, out, both_keys()))
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
+def test_a_new_file_is_never_written_through_a_link_even_one_planted_after_the_old_name_went(tmp_path, monkeypatch):
+    """``create_new`` removes what is at the name, then creates the file; another process may plant a link in
+    between (the race is played here by unlinking and planting the link again).  The open then fails: nothing is
+    written through the link, and what it leads to is untouched."""
+    from site_builder import writing
+
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("keep me")
+    name = tmp_path / "new.json"
+    name.symlink_to(target)
+    real_unlink = os.unlink
+
+    def unlink_then_plant(path):
+        real_unlink(path)
+        Path(path).symlink_to(target)
+
+    monkeypatch.setattr(writing.os, "unlink", unlink_then_plant)
+    with pytest.raises(OSError):  # (the name exists, or is a link: either way the open is refused)
+        writing.create_new(name)
+    assert target.read_text() == "keep me"
+    monkeypatch.undo()
+    fd = writing.create_new(name)  # (no race: the link is removed and a file of its own made)
+    os.close(fd)
+    assert not name.is_symlink() and name.read_bytes() == b"" and target.read_text() == "keep me"
