@@ -149,10 +149,13 @@ def _cut(connections: list) -> None:
                 pass
 
 
+_REFUSED_REDIRECT = "redirect to a non-HTTP URL refused"
+
+
 class _NoRedirectToOtherSchemes(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         if not newurl.lower().startswith(("http://", "https://")):
-            raise urllib.error.HTTPError(newurl, code, "redirect to a non-HTTP URL refused", headers, fp)
+            raise urllib.error.HTTPError(newurl, code, _REFUSED_REDIRECT, headers, fp)
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
@@ -262,7 +265,9 @@ class Fetcher:
                     return exc.code, b"", dict(exc.headers or {})
                 last = f"HTTP {exc.code}"
                 if 300 <= exc.code < 400:
-                    last = f"a redirect loop, or too many redirects (HTTP {exc.code})"
+                    last = (f"{_REFUSED_REDIRECT} (HTTP {exc.code} to {str(exc.filename)[:200]})"
+                            if exc.msg == _REFUSED_REDIRECT else
+                            f"a redirect loop, or too many redirects (HTTP {exc.code})")
                 if exc.code != 429 and exc.code < 500:
                     raise OSError(last) from None
                 if attempt < self.retries:

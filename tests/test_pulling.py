@@ -186,6 +186,25 @@ def test_redirects_and_mirror_manifest_patterns(tmp_path):
     assert (tmp_path / f"{IDS[0]}.json").read_bytes() == REAL[IDS[0]]
 
 
+def test_a_mirror_manifest_cannot_point_pull_at_local_files_and_no_redirect_leaves_http(tmp_path):
+    """A source's pith-mirrors.json and its redirects are the source's to write: a pattern that is not an http(s)
+    URL (here, a folder of this machine holding a valid bundle) is ignored for the resolver's own layout, and a
+    redirect to another scheme (ftp, which urllib would follow) is refused, with that said."""
+    local = tmp_path / "local"
+    local.mkdir()
+    (local / f"{IDS[0]}.json").write_bytes(REAL[IDS[0]])
+    s = Server()
+    s.add("/pith-mirrors.json", {"body": json.dumps({"mirrors": [
+        {"base_url": "x", "bundle_pattern": local.as_uri() + "/{suffix}.json"}]}).encode()})
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]]})
+    s.add(f"/pith/{IDS[1]}/bundle.json", {"status": 302, "headers": {"Location": f"ftp://127.0.0.1:9/{IDS[1]}.json"}})
+    with running(s) as url:
+        report = pull(IDS[:2], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
+    assert [o.status for o in report.outcomes] == ["fetched", "failed"]
+    assert any(path == f"/pith/{IDS[0]}/bundle.json" for path, _ in s.requests)  # (fetched from the source)
+    assert f"redirect to a non-HTTP URL refused (HTTP 302 to ftp://127.0.0.1:9/{IDS[1]}.json)" in report.outcomes[1].detail
+
+
 def test_older_bundle_never_replaces_newer(tmp_path):
     from signing import TestKey, sign_bundle, with_paper
     key = TestKey()
