@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
+
 from conftest import both_keys, cache_document, calls_of, opts, plant_document, returns_past_fifos, tree
 from generate import make_bundle
 from site_builder.build import build, default_cache_dir
 from site_builder.incremental import IncrementalStore
 from site_builder.options import ServeSession
 from site_builder.report import BuildReport
+from site_builder.settings import SiteConfig
 from site_builder.stages.context import opened_context
 from site_builder.stages.gather import gather
 from site_builder.stages import plan as plan_stage
@@ -19,8 +22,8 @@ from site_builder.stages.select import choose
 from site_builder.stages.verify import verify
 
 
-def planned(options, scratch):
-    with opened_context(options, scratch, BuildReport(), lambda: "pagefind 0") as ctx:
+def planned(options, scratch, pagefind: str = "pagefind 0"):
+    with opened_context(options, scratch, BuildReport(), lambda: pagefind) as ctx:
         inputs = gather(ctx)
         verified = verify(ctx, inputs)
         return plan(ctx, inputs, verified, choose(ctx, inputs, verified))
@@ -54,6 +57,23 @@ def test_a_template_edit_re_keys_every_unit(project, tmp_path):
     (project / "templates" / "paper.html").write_text("{% extends 'base.html' %}")
     after = planned(options, tmp_path)
     assert all(before.units[name] != after.units[name] for name in before.units)
+
+
+@pytest.mark.parametrize("shard_size, whole_site", [(2500, False), (1, False), (1, True)])
+def test_another_pagefind_re_keys_every_search_index_and_nothing_else(project, tmp_path, shard_size, whole_site):
+    """An index one Pagefind made cannot be read by another's search page: a new Pagefind makes every index anew,
+    one index or shards alike, or one of the whole site (where a user's template marks another page for it), and
+    leaves the pages as they are."""
+    if whole_site:
+        (project / "templates" / "about.html").write_text("{% extends 'base.html' %}{% block main %}"
+                                                          "<main data-pagefind-body>About</main>{% endblock %}")
+    options = opts(project, project / "site", both_keys(), search=True,
+                   config=SiteConfig(search_shard_size=shard_size))
+    before, after = planned(options, tmp_path, "pagefind 1.0.0"), planned(options, tmp_path, "pagefind 1.1.0")
+    changed = {name for name in before.units if before.units[name] != after.units[name]}
+    searches = {name for name in before.units if name == "search" or name.startswith("search:")}
+    assert searches == {"search"} if shard_size > 1 or whole_site else len(searches) > 1  # (one index, or shards)
+    assert changed == searches
 
 
 def _count_address_plans(monkeypatch) -> list:
