@@ -29,6 +29,7 @@ from site_builder import __version__
 from site_builder.inspection import inspect_bytes
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, read_bytes
+from site_builder.selection import is_rollback, published_record
 from site_builder.strict_json import parse_strict
 from site_builder.writing import create_new
 
@@ -418,10 +419,11 @@ def _pull_one(run: _PullRun, pith_id: str) -> PullOutcome:
         if local.sha256 == fetched.sha256:
             run.remember(pith_id, meta)
             return PullOutcome(pith_id, "unchanged", "same bytes")
-        if (local.summary.built_at, local.summary.event_count) > (fetched.summary.built_at,
-                                                                  fetched.summary.event_count):
-            return PullOutcome(pith_id, "kept", f"local built_at {local.summary.built_at} is newer than "
-                                                f"{fetched.summary.built_at}")
+        if is_rollback(fetched, published_record(local)):  # (the build's rule: an older built_at or fewer events)
+            mine, theirs = local.summary, fetched.summary
+            return PullOutcome(pith_id, "kept", f"the local bundle (built_at {mine.built_at}, {mine.event_count} "
+                                                f"events) is newer than the served one (built_at {theirs.built_at}, "
+                                                f"{theirs.event_count} events)")
     _write_atomically(target, body)
     run.remember(pith_id, meta)
     notes = "".join(f" ({note})" for note in run.fetcher.notes())

@@ -228,6 +228,29 @@ def test_older_bundle_never_replaces_newer(tmp_path):
         assert b"Newest" in (tmp_path / "b" / f"{pid}.json").read_bytes()
 
 
+def test_a_bundle_with_fewer_events_never_replaces_one_with_more_even_if_built_later(tmp_path):
+    """pull's rule is the build's rollback rule: a served bundle that is older or has fewer events than the local
+    one is no newer (events are only ever added), so the local one stays, and the line says both."""
+    from conftest import signed_version
+    from signing import TestKey
+    key = TestKey()
+    trust = load_trust_set([key.write(tmp_path / "k.json")])
+    base = json.loads(REAL[IDS[0]])
+    more = signed_version(base, key, "More events", "2026-09-01T00:00:00Z", extra_events=2)
+    fewer_later = signed_version(base, key, "Fewer events", "2026-10-01T00:00:00Z")
+    pid = json.loads(more)["pith_number"].rsplit(":", 1)[1]
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / f"{pid}.json").write_bytes(more)
+    s = Server()
+    s.add(f"/pith/{pid}/bundle.json", {"body": fewer_later})
+    with running(s) as url:
+        report = pull([pid], url, tmp_path / "b", trust, fetcher=Fetcher(**FAST))
+    assert [o.status for o in report.outcomes] == ["kept"]
+    assert report.outcomes[0].detail == ("the local bundle (built_at 2026-09-01T00:00:00Z, 4 events) is newer than "
+                                         "the served one (built_at 2026-10-01T00:00:00Z, 2 events)")
+    assert (tmp_path / "b" / f"{pid}.json").read_bytes() == more
+
+
 def test_an_equally_new_bundle_in_other_bytes_is_taken_from_the_source(tmp_path):
     """The same bundle written out another way (indented here, compact on the server): neither is newer, and the
     source's bytes are written, so that the mirror serves what its source serves, byte for byte."""
