@@ -205,6 +205,19 @@ def test_a_mirror_manifest_cannot_point_pull_at_local_files_and_no_redirect_leav
     assert f"redirect to a non-HTTP URL refused (HTTP 302 to ftp://127.0.0.1:9/{IDS[1]}.json)" in report.outcomes[1].detail
 
 
+def pull_one(tmp_path, trust, local: bytes, served: bytes):
+    """Pull the record of *local*, which the bundles folder holds, from a server serving *served* for it: the
+    report, and the bundle file."""
+    pid = json.loads(local)["pith_number"].rsplit(":", 1)[1]
+    folder = tmp_path / "b"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{pid}.json").write_bytes(local)
+    s = Server()
+    s.add(f"/pith/{pid}/bundle.json", {"body": served})
+    with running(s) as url:
+        return pull([pid], url, folder, trust, fetcher=Fetcher(**FAST)), folder / f"{pid}.json"
+
+
 def test_older_bundle_never_replaces_newer(tmp_path):
     from signing import TestKey, sign_bundle, with_paper
     key = TestKey()
@@ -212,20 +225,11 @@ def test_older_bundle_never_replaces_newer(tmp_path):
     base = json.loads(REAL[IDS[0]])
     newer = to_bytes(sign_bundle(dict(with_paper(base, title="New"), built_at="2026-11-01T00:00:00Z"), key))
     older = to_bytes(sign_bundle(dict(with_paper(base, title="Old"), built_at="2026-01-01T00:00:00Z"), key))
-    pid = json.loads(newer)["pith_number"].rsplit(":", 1)[1]
-    (tmp_path / "b").mkdir()
-    (tmp_path / "b" / f"{pid}.json").write_bytes(newer)
-    s = Server()
-    s.add(f"/pith/{pid}/bundle.json", {"body": older})
-    with running(s) as url:
-        report = pull([pid], url, tmp_path / "b", trust, fetcher=Fetcher(**FAST))
-        assert report.outcomes[0].status == "kept"
-        assert (tmp_path / "b" / f"{pid}.json").read_bytes() == newer
-        s.add(f"/pith/{pid}/bundle.json", {"body": to_bytes(sign_bundle(
-            dict(with_paper(base, title="Newest"), built_at="2026-12-01T00:00:00Z"), key))})
-        report = pull([pid], url, tmp_path / "b", trust, fetcher=Fetcher(**FAST))
-        assert report.outcomes[0].status == "fetched"
-        assert b"Newest" in (tmp_path / "b" / f"{pid}.json").read_bytes()
+    newest = to_bytes(sign_bundle(dict(with_paper(base, title="Newest"), built_at="2026-12-01T00:00:00Z"), key))
+    report, path = pull_one(tmp_path, trust, newer, older)
+    assert report.outcomes[0].status == "kept" and path.read_bytes() == newer
+    report, path = pull_one(tmp_path, trust, newer, newest)
+    assert report.outcomes[0].status == "fetched" and path.read_bytes() == newest
 
 
 def test_a_bundle_with_fewer_events_never_replaces_one_with_more_even_if_built_later(tmp_path):
@@ -237,33 +241,19 @@ def test_a_bundle_with_fewer_events_never_replaces_one_with_more_even_if_built_l
     trust = load_trust_set([key.write(tmp_path / "k.json")])
     base = json.loads(REAL[IDS[0]])
     more = signed_version(base, key, "More events", "2026-09-01T00:00:00Z", extra_events=2)
-    fewer_later = signed_version(base, key, "Fewer events", "2026-10-01T00:00:00Z")
-    pid = json.loads(more)["pith_number"].rsplit(":", 1)[1]
-    (tmp_path / "b").mkdir()
-    (tmp_path / "b" / f"{pid}.json").write_bytes(more)
-    s = Server()
-    s.add(f"/pith/{pid}/bundle.json", {"body": fewer_later})
-    with running(s) as url:
-        report = pull([pid], url, tmp_path / "b", trust, fetcher=Fetcher(**FAST))
-    assert [o.status for o in report.outcomes] == ["kept"]
+    report, path = pull_one(tmp_path, trust, more, signed_version(base, key, "Fewer", "2026-10-01T00:00:00Z"))
+    assert [o.status for o in report.outcomes] == ["kept"] and path.read_bytes() == more
     assert report.outcomes[0].detail == ("the local bundle (built_at 2026-09-01T00:00:00Z, 4 events) is newer than "
                                          "the served one (built_at 2026-10-01T00:00:00Z, 2 events)")
-    assert (tmp_path / "b" / f"{pid}.json").read_bytes() == more
 
 
 def test_an_equally_new_bundle_in_other_bytes_is_taken_from_the_source(tmp_path):
     """The same bundle written out another way (indented here, compact on the server): neither is newer, and the
     source's bytes are written, so that the mirror serves what its source serves, byte for byte."""
-    pid = IDS[0]
-    (tmp_path / "b").mkdir()
-    local = json.dumps(json.loads(REAL[pid]), indent=2).encode()
-    (tmp_path / "b" / f"{pid}.json").write_bytes(local)
-    s = Server()
-    s.add(f"/pith/{pid}/bundle.json", {"body": REAL[pid]})
-    with running(s) as url:
-        report = pull([pid], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
+    local = json.dumps(json.loads(REAL[IDS[0]]), indent=2).encode()
+    report, path = pull_one(tmp_path, load_trust_set(), local, REAL[IDS[0]])
     assert [o.status for o in report.outcomes] == ["fetched"]
-    assert (tmp_path / "b" / f"{pid}.json").read_bytes() == REAL[pid] != local
+    assert path.read_bytes() == REAL[IDS[0]] != local
 
 
 @pytest.mark.slow  # (a second or more: left to the full suite)
