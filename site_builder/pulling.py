@@ -150,13 +150,14 @@ def _cut(connections: list) -> None:
                 pass
 
 
-_REFUSED_REDIRECT = "redirect to a non-HTTP URL refused"
+class _RefusedRedirect(urllib.error.HTTPError):
+    """A redirect to a URL that is not http(s), refused (its ``filename`` is where it led)."""
 
 
 class _NoRedirectToOtherSchemes(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         if not newurl.lower().startswith(("http://", "https://")):
-            raise urllib.error.HTTPError(newurl, code, _REFUSED_REDIRECT, headers, fp)
+            raise _RefusedRedirect(newurl, code, "redirect to a non-HTTP URL refused", headers, fp)
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
@@ -266,8 +267,8 @@ class Fetcher:
                     return exc.code, b"", dict(exc.headers or {})
                 last = f"HTTP {exc.code}"
                 if 300 <= exc.code < 400:
-                    last = (f"{_REFUSED_REDIRECT} (HTTP {exc.code} to {str(exc.filename)[:200]})"
-                            if exc.msg == _REFUSED_REDIRECT else
+                    last = (f"{exc.msg} (HTTP {exc.code} to {str(exc.filename)[:200]})"
+                            if isinstance(exc, _RefusedRedirect) else
                             f"a redirect loop, or too many redirects (HTTP {exc.code})")
                 if exc.code != 429 and exc.code < 500:
                     raise OSError(last) from None

@@ -338,11 +338,11 @@ def test_a_new_file_is_never_written_through_a_link_even_one_planted_after_the_o
         real_unlink(path)
         Path(path).symlink_to(target)
 
-    monkeypatch.setattr(writing.os, "unlink", unlink_then_plant)
-    with pytest.raises(OSError):  # (the name exists, or is a link: either way the open is refused)
-        writing.create_new(name)
+    with monkeypatch.context() as race:  # (undone on leaving: the test's other patches, its cache home, stay)
+        race.setattr(writing.os, "unlink", unlink_then_plant)
+        with pytest.raises(OSError):  # (the name exists, or is a link: either way the open is refused)
+            writing.create_new(name)
     assert target.read_text() == "keep me"
-    monkeypatch.undo()
     fd = writing.create_new(name)  # (no race: the link is removed and a file of its own made)
     os.close(fd)
     assert not name.is_symlink() and name.read_bytes() == b"" and target.read_text() == "keep me"
