@@ -365,6 +365,9 @@ def cmd_pull(args) -> int:
     except PullError as exc:
         say(f"error: {exc}", err=True)
         return EXIT_USAGE
+    if not args.quiet:
+        for note in report.notes:
+            say(f"note: {note}", err=True)
     for o in report.outcomes:
         if o.status in ("rejected", "failed"):
             say(f"{o.status.upper()} {o.pith_id}: {o.detail}", err=True)

@@ -30,7 +30,7 @@ from site_builder.inspection import inspect_bytes
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, read_bytes
 from site_builder.selection import is_rollback, published_record
-from site_builder.strict_json import parse_strict
+from site_builder.strict_json import StrictJSONError, parse_strict
 from site_builder.writing import create_new
 
 # (in any letter case: the ID is base32, whose letters are one case, as the site's 404 page takes it too)
@@ -53,6 +53,7 @@ class PullOutcome:
 @dataclass
 class PullReport:
     outcomes: list[PullOutcome] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the run did otherwise than asked, and why
 
     def count(self, status: str) -> int:
         return sum(1 for o in self.outcomes if o.status == status)
@@ -285,26 +286,44 @@ class Fetcher:
         raise OSError(f"{last} after {self.retries + 1} attempts")
 
 
-def bundle_url_pattern(base: str, fetcher: Fetcher) -> str:
-    """The mirror's own bundle URL pattern from its pith-mirrors.json, else the resolver's layout."""
+def bundle_url_pattern(base: str, fetcher: Fetcher) -> tuple[str, str | None]:
+    """The mirror's own bundle URL pattern from its pith-mirrors.json, else the resolver's layout; and, where the
+    source serves a manifest that gives no usable pattern, a note saying why.  The manifest is the source's to
+    write: it is read as strict JSON, and only an http(s) URL holding ``{suffix}`` is taken from it."""
     base = base.rstrip("/")
     default = base + "/pith/{suffix}/bundle.json"
     try:
-        status, body, _ = fetcher.get(base + "/pith-mirrors.json", {})
+        status, body, _ = fetcher.get(base + "/pith-mirrors.json", {}, MANIFEST_MAX_BYTES)
     except OSError:
-        return default
+        return default, None
     if status != 200:
-        return default
+        return default, None
+    pattern, problem = _manifest_pattern(base, body)
+    if pattern is not None:
+        return pattern, None
+    return default, f"{base}/pith-mirrors.json: {problem}; fetching from {default.replace('{suffix}', '<ID>')}"
+
+
+MANIFEST_MAX_BYTES = 1 << 20
+
+
+def _manifest_pattern(base: str, body: bytes) -> tuple[str | None, str]:
+    """The bundle pattern of the manifest *body* (its entry for *base*, else its first), or None and why not."""
     try:
-        manifest = json.loads(body)
-        mirrors = [m for m in manifest.get("mirrors", []) if isinstance(m, dict)]
-    except (ValueError, AttributeError):
-        return default
-    chosen = next((m for m in mirrors if str(m.get("base_url", "")).rstrip("/") == base), mirrors[0] if mirrors else None)
-    pattern = chosen.get("bundle_pattern") if chosen else None
-    if isinstance(pattern, str) and "{suffix}" in pattern and pattern.lower().startswith(("http://", "https://")):
-        return pattern
-    return default
+        manifest = parse_strict(body)
+    except StrictJSONError as exc:
+        return None, exc.reason
+    mirrors = manifest.get("mirrors") if isinstance(manifest, dict) else None
+    if not isinstance(mirrors, list) or not mirrors or not all(isinstance(m, dict) for m in mirrors):
+        return None, "no list of mirrors in it"
+    chosen = next((m for m in mirrors if isinstance(m.get("base_url"), str) and m["base_url"].rstrip("/") == base),
+                  mirrors[0])
+    pattern = chosen.get("bundle_pattern")
+    if not isinstance(pattern, str) or "{suffix}" not in pattern:
+        return None, "its bundle_pattern is not a URL holding {suffix}"
+    if not pattern.lower().startswith(("http://", "https://")):
+        return None, "its bundle_pattern is not an http(s) URL"
+    return pattern, ""
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -440,7 +459,10 @@ def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concur
     bundles.mkdir(parents=True, exist_ok=True)
     fetcher = fetcher or Fetcher()
     state_path = bundles / STATE_FILE
-    run = _PullRun(trust, fetcher, bundle_url_pattern(source, fetcher), bundles, _read_state(state_path))
+    pattern, note = bundle_url_pattern(source, fetcher)
+    if note is not None:
+        report.notes.append(note)
+    run = _PullRun(trust, fetcher, pattern, bundles, _read_state(state_path))
     done = [0]
 
     def counted(pith_id: str) -> PullOutcome:

@@ -205,6 +205,45 @@ def test_a_mirror_manifest_cannot_point_pull_at_local_files_and_no_redirect_leav
     assert f"redirect to a non-HTTP URL refused (HTTP 302 to ftp://127.0.0.1:9/{IDS[1]}.json)" in report.outcomes[1].detail
 
 
+@pytest.mark.parametrize("manifest, why", [
+    (b"[" * 100_000, "nesting is deeper than"),
+    (b'{"mirrors": 5}', "no list of mirrors in it"),
+    (b'{"mirrors": []}', "no list of mirrors in it"),
+    (b'{"mirrors": ["https://m.example/"]}', "no list of mirrors in it"),
+    (b'{"mirrors": [{"base_url": "x", "bundle_pattern": 5}]}', "its bundle_pattern is not a URL holding {suffix}"),
+    (b'{"mirrors": [{"bundle_pattern": "https://m.example/b.json"}]}', "not a URL holding {suffix}"),
+    (b'{"mirrors": [{"bundle_pattern": "file:///srv/{suffix}.json"}]}', "its bundle_pattern is not an http(s) URL"),
+    (b'{"mirrors": [], "mirrors": [{"bundle_pattern": "https://m.example/{suffix}"}]}', "duplicate key"),
+    (b'\xff\xfe{}', "UTF-8"),
+])
+def test_a_mirror_manifest_that_gives_no_pattern_is_said_and_the_resolver_layout_used(tmp_path, manifest, why):
+    """The source's pith-mirrors.json is read as the untrusted input it is (strict JSON, its shape checked):
+    one that gives no usable bundle pattern never stops the pull, which fetches from the resolver's layout and
+    says why in a note."""
+    s = Server()
+    s.add("/pith-mirrors.json", {"body": manifest})
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]]})
+    with running(s) as url:
+        report = pull([IDS[0]], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
+    assert [o.status for o in report.outcomes] == ["fetched"]
+    assert len(report.notes) == 1
+    assert report.notes[0].startswith(f"{url}/pith-mirrors.json: ") and why in report.notes[0]
+    assert report.notes[0].endswith(f"; fetching from {url}/pith/<ID>/bundle.json")
+
+
+def test_no_note_where_the_source_has_no_manifest_or_a_usable_one(tmp_path):
+    s = Server()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]]})
+    with running(s) as url:
+        without = pull([IDS[0]], url, tmp_path / "a", load_trust_set(), fetcher=Fetcher(**FAST))
+        s.add("/pith-mirrors.json", {"body": json.dumps({"mirrors": [
+            {"base_url": "https://elsewhere.example", "bundle_pattern": "https://elsewhere.example/{suffix}"},
+            {"base_url": url + "/", "bundle_pattern": url + "/pith/{suffix}/bundle.json"}]}).encode()})
+        with_manifest = pull([IDS[0]], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
+    assert without.notes == [] == with_manifest.notes
+    assert [o.status for o in with_manifest.outcomes] == ["fetched"]  # (its own entry chosen, not the first)
+
+
 def pull_one(tmp_path, trust, local: bytes, served: bytes):
     """Pull the record of *local*, which the bundles folder holds, from a server serving *served* for it: the
     report, and the bundle file."""
@@ -260,6 +299,7 @@ def test_an_equally_new_bundle_in_other_bytes_is_taken_from_the_source(tmp_path)
 def test_cli_with_list_file_summary_and_exit_code(tmp_path):
     s = Server()
     s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]]})
+    s.add("/pith-mirrors.json", {"body": b'{"mirrors": 5}'})
     listing = tmp_path / "records.txt"
     listing.write_text(f"# my records\npith:2020:{IDS[0]}\n\n{IDS[1]}  # missing on the server\nnot-an-id\n")
     with running(s) as url:
@@ -268,6 +308,8 @@ def test_cli_with_list_file_summary_and_exit_code(tmp_path):
     assert r.returncode == 1
     assert r.stdout.strip() == "1 fetched, 0 unchanged, 0 kept (local copy newer), 0 rejected, 2 failed"
     assert f"FAILED {IDS[1]}" in r.stderr and "FAILED not-an-id" in r.stderr
+    assert f"note: {url}/pith-mirrors.json: no list of mirrors in it; fetching from {url}/pith/<ID>/bundle.json" \
+        in r.stderr.splitlines()
     assert (tmp_path / "b" / f"{IDS[0]}.json").read_bytes() == REAL[IDS[0]]
 
 
