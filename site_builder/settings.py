@@ -88,6 +88,19 @@ def normalize_base_url(value: str) -> str:
     return value if value.endswith("/") else value + "/"
 
 
+def check_resolver_url(value: str) -> str:
+    """*value* if it is an http(s) URL with a host, and nothing a link on every page must not hold: it is the
+    footer's link to the resolver, and site.toml may come from someone else (``javascript:`` would run)."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SettingsError(f"resolver URL {value!r}: must be an http(s) URL with a host")
+    if parts.username is not None or parts.password is not None:
+        raise SettingsError(f"resolver URL of {parts.hostname!r}: must not hold a user name or password")
+    if any(c in _NOT_IN_A_BASE_URL or ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 for c in value):
+        raise SettingsError(f"resolver URL {value!r}: holds a character a URL never holds as it is (percent-encode it)")
+    return value
+
+
 # The integer settings, and their bounds.
 _COUNTS = {"page_size": (1, 10_000), "search_shard_size": (1, 10_000_000), "search_max_shards": (1, 1024)}
 
@@ -114,11 +127,13 @@ def load_settings(path: Path) -> SiteConfig:
         value = data.get(key, low)
         if type(value) is not int or not low <= value <= high:
             raise SettingsError(f"{path}: {key} must be an integer from {low:,} to {high:,}")
-    if "base_url" in data:
-        try:
+    try:
+        if "base_url" in data:
             data["base_url"] = normalize_base_url(data["base_url"])
-        except SettingsError as exc:
-            raise SettingsError(f"{path}: {exc}") from None
+        if "resolver_url" in data:
+            check_resolver_url(data["resolver_url"])
+    except SettingsError as exc:
+        raise SettingsError(f"{path}: {exc}") from None
     config = replace(config, **data)
     project_paths(path, config)  # (a path out of the project is refused as the file is read)
     return config

@@ -31,12 +31,27 @@ def test_settings_are_read_and_the_base_url_normalised(tmp_path):
     ('search_max_shards = 5000', "search_max_shards must be an integer"),
     ('title = "unclosed', "site.toml"),
     ('base_url = "ftp://example.org/"', "only http and https"),
+    ('resolver_url = "javascript:alert(1)"', "resolver URL 'javascript:alert(1)': must be an http(s) URL with a host"),
+    ('resolver_url = "https://"', "must be an http(s) URL with a host"),
+    ('resolver_url = "/pith"', "must be an http(s) URL with a host"),
+    ('resolver_url = "https://me:secret@pith.example"', "must not hold a user name or password"),
+    ('resolver_url = "https://pith.example/\\" onclick=\\"x"', "a character a URL never holds"),
 ])
 def test_a_bad_setting_is_refused_naming_the_file(tmp_path, text, reason):
     (tmp_path / "site.toml").write_text(text)
-    with pytest.raises(SettingsError, match=reason) as caught:
+    with pytest.raises(SettingsError, match=re.escape(reason)) as caught:
         load_settings(tmp_path / "site.toml")
-    assert "site.toml" in str(caught.value)
+    assert "site.toml" in str(caught.value) and "secret" not in str(caught.value)
+
+
+def test_the_resolver_url_is_the_link_to_the_resolver(tmp_path):
+    from site_builder.keys import load_trust_set
+    from site_builder.rendering import SiteRenderer, template_dirs
+
+    (tmp_path / "site.toml").write_text('resolver_url = "https://resolver.example/pith"\n')
+    config = load_settings(tmp_path / "site.toml")
+    page = SiteRenderer(config, template_dirs(None), load_trust_set()).render_text("404.html")
+    assert '<a href="https://resolver.example/pith">' in page
 
 
 @pytest.mark.parametrize("value, reason", [
