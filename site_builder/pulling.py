@@ -239,13 +239,13 @@ class Fetcher:
         asked = None
         if value:
             value = value.strip()
-            if value.isdigit():
-                wait = asked = float(value)
+            if _SECONDS.fullmatch(value):  # (ASCII digits only: str.isdigit() takes "²", which float() refuses)
+                wait = asked = float(min(int(value), MAX_RETRY_AFTER))
             else:
                 try:
                     when = email.utils.parsedate_to_datetime(value).timestamp()
-                    wait = asked = max(0.0, when - time.time())
-                except (TypeError, ValueError):
+                    wait = asked = min(max(0.0, when - time.time()), MAX_RETRY_AFTER)
+                except (TypeError, ValueError, OverflowError, OSError):
                     pass
         if wait > self.max_wait:  # (said only where the server asked for longer: the backoff is our own)
             if asked is not None:
@@ -284,6 +284,10 @@ class Fetcher:
                 if attempt < self.retries:
                     self._wait(self._retry_after(None, attempt))
         raise OSError(f"{last} after {self.retries + 1} attempts")
+
+
+_SECONDS = re.compile(r"[0-9]+")
+MAX_RETRY_AFTER = 10 ** 9  # (what a server may ask for is said as it asked, up to this: it is waited for 30 s at most)
 
 
 def bundle_url_pattern(base: str, fetcher: Fetcher) -> tuple[str, str | None]:

@@ -142,6 +142,24 @@ def test_retries_429_with_retry_after_and_500(tmp_path):
     assert len(waits) == 3
 
 
+@pytest.mark.parametrize("value, waited", [
+    ("\u00b2", 0.05),  # (a Latin-1 "²", which str.isdigit() takes and float() refuses)
+    ("9" * 400, 1.0),  # (its float is infinite)
+    ("Fri, 01 Jan 9999 00:00:00 GMT", 1.0), ("Mon, 32 Jan 2020 00:00:00 GMT", 0.05), ("-5", 0.05), ("1e9", 0.05),
+])
+def test_a_retry_after_of_any_form_is_a_wait_never_a_crash(tmp_path, value, waited):
+    """Retry-After is the server's to write: a number of seconds in ASCII digits or an HTTP date is waited for
+    (up to the cap), and anything else is the backoff's own wait."""
+    waits = []
+    s = Server()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"status": 429, "headers": {"Retry-After": value}}, {"body": REAL[IDS[0]]})
+    with running(s) as url:
+        report = pull(IDS[:1], url, tmp_path, load_trust_set(),
+                      fetcher=Fetcher(timeout=1.0, retries=1, backoff=0.05, max_wait=1.0, sleep=waits.append))
+    assert [o.status for o in report.outcomes] == ["fetched"] and waits == [waited]
+    assert ("capped at 1 s" in report.outcomes[0].detail) == (waited == 1.0)
+
+
 def test_many_retries_wait_at_most_the_cap_and_fail_with_one_line(tmp_path):
     """With more retries than the backoff stays under the cap for (0.5 s doubled past 30 s), each wait is capped
     and the bundle fails with its line; the cap is noted only where the server asked for longer."""
