@@ -214,7 +214,8 @@ class Fetcher:
             request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **headers})
             with self.opener.open(request, timeout=budget) as response:
                 length = response.headers.get("Content-Length")
-                if length and length.isdigit() and int(length) > limit:
+                length = length.strip() if length and _SECONDS.fullmatch(length.strip()) else None  # (else: to the end)
+                if length and int(length) > limit:
                     raise OSError(f"response of {length} bytes is over the {limit}-byte limit")
                 chunks, size = [], 0
                 while chunk := response.read(min(1 << 16, limit + 1 - size)):
@@ -223,7 +224,7 @@ class Fetcher:
                     if size > limit:
                         raise OSError(f"response is over the {limit}-byte limit")
                 body = b"".join(chunks)
-                if length and length.isdigit() and len(body) != int(length):
+                if length and len(body) != int(length):
                     raise http.client.IncompleteRead(body, int(length) - len(body))
                 return response.status, body, dict(response.headers)
         except (OSError, http.client.HTTPException) as exc:

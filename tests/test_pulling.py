@@ -160,6 +160,18 @@ def test_a_retry_after_of_any_form_is_a_wait_never_a_crash(tmp_path, value, wait
     assert ("capped at 1 s" in report.outcomes[0].detail) == (waited == 1.0)
 
 
+@pytest.mark.parametrize("length", ["\u00b2", "12abc", "-1", ""])
+def test_a_content_length_that_is_no_number_is_read_to_the_end(tmp_path, length):
+    """Content-Length is the server's to write: one that is not a number of bytes in ASCII digits (a Latin-1
+    "²" passed str.isdigit() and stopped pull) is no length, and the body is read to the end, within the limit."""
+    s = Server()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]], "length": length})
+    with running(s) as url:
+        report = pull(IDS[:1], url, tmp_path, load_trust_set(), fetcher=Fetcher(**FAST))
+    assert [o.status for o in report.outcomes] == ["fetched"]
+    assert (tmp_path / f"{IDS[0]}.json").read_bytes() == REAL[IDS[0]]
+
+
 def test_many_retries_wait_at_most_the_cap_and_fail_with_one_line(tmp_path):
     """With more retries than the backoff stays under the cap for (0.5 s doubled past 30 s), each wait is capped
     and the bundle fails with its line; the cap is noted only where the server asked for longer."""
