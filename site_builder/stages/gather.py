@@ -24,9 +24,10 @@ from site_builder.writing import MARKER
 
 
 def allowed_static_files(folder: Path | None) -> tuple[list[StaticFile], list[str]]:
-    """The static folder's files the site may take, and a warning for each one it may not."""
+    """The static folder's files the site may take, and a warning for each one it may not (its name shown as
+    ``printable`` shows it: a name may hold a newline, or bytes that are not UTF-8, which the report cannot)."""
     files, problems = read_static_files(folder)
-    warnings = [f"{folder.name}/{problem}; not copied" for problem in problems]
+    warnings = [f"{folder.name}/{printable(problem)}; not copied" for problem in problems]
     allowed = []
     seen: dict[str, str] = {}  # case-folded path -> the file that has it (one per name on a case-insensitive host)
     for f in files:
@@ -38,7 +39,7 @@ def allowed_static_files(folder: Path | None) -> tuple[list[StaticFile], list[st
             allowed.append(f)
             seen[f.rel.casefold()] = f.rel
         else:
-            warnings.append(f"{folder.name}/{f.rel}: {refused}; not copied")
+            warnings.append(f"{folder.name}/{printable(f.rel)}: {refused}; not copied")
     return allowed, warnings
 
 

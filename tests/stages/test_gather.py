@@ -70,3 +70,19 @@ def test_without_the_pith_folder_every_mirrored_bundle_counts_as_edited(project,
     published = {p.parent.name for p in (project / "site" / "pith").glob("*/bundle.json")}
     (project / "site" / "pith").rename(project / "site" / "elsewhere")
     assert edited_in_output(options, tmp_path) == published
+
+
+def test_a_static_file_whose_name_is_no_plain_text_is_refused_and_the_build_goes_on(project):
+    """A static file's name may hold bytes that are not UTF-8 or a newline (copied from another system): it is
+    refused with a warning that shows the name escaped, and the build, whose report (JSON in UTF-8) holds the
+    warning, publishes the rest (such a name stopped the build with a UnicodeEncodeError)."""
+    static = project / "static"
+    (static / os.fsdecode(b"\xfe-folder")).mkdir(parents=True)
+    for name in (b"\xff-latin1.txt", b"new\nline.txt", b"\xfe-folder/inside.txt", b"kept.txt"):
+        (static / os.fsdecode(name)).write_bytes(b"x")
+    report = build(opts(project, project / "site", both_keys(), static_dir=static))
+    refused = "not a plain file name a static host serves; not copied"
+    assert sorted(report.warnings) == [f"static/\\xfe-folder/inside.txt: {refused}",
+                                       f"static/\\xff-latin1.txt: {refused}", f"static/new\\nline.txt: {refused}"]
+    assert (project / "site" / "kept.txt").read_bytes() == b"x"
+    assert f"static/\\\\xff-latin1.txt: {refused}" in (project / "site" / "verification.json").read_text("utf-8")
