@@ -238,6 +238,9 @@ def cmd_build(args, left_for_exit: list | None = None) -> int:
     except (BundlesFolderError, OutputError, SearchIndexError) as exc:
         say(f"error: {exc}", err=True)
         return EXIT_USAGE
+    except SettingsError as exc:  # (the about page, read as the build starts)
+        say(f"error: {exc}; previous output left untouched", err=True)
+        return EXIT_USAGE
     except WorkerLostError as exc:
         say(f"error: {exc}; previous output left untouched", err=True)
         return EXIT_USAGE

@@ -147,6 +147,20 @@ class _ShownPaper:
             return getattr(self.full(), name)
 
 
+class TemplateLoader(jinja2.FileSystemLoader):
+    """Jinja's loader of template files, for which a file that is not UTF-8 text is a template error naming the
+    file (Jinja's own raises a UnicodeDecodeError, which names none)."""
+
+    def get_source(self, environment: jinja2.Environment, template: str):
+        try:
+            return super().get_source(environment, template)
+        except UnicodeDecodeError as exc:
+            found = (os.path.join(folder, *template.split("/")) for folder in self.searchpath)
+            filename = next((path for path in found if os.path.isfile(path)), template)
+            raise jinja2.TemplateSyntaxError(f"not UTF-8 text ({exc.reason} at byte offset {exc.start:,})", 1,
+                                             template, filename) from None
+
+
 class SiteRenderer:
     def __init__(self, config: SiteConfig, dirs: list[Path], trust: TrustSet, search_enabled: bool = True,
                  compiled: jinja2.BytecodeCache | None = None, rows: dict[str, bytes] | None = None,
@@ -159,7 +173,7 @@ class SiteRenderer:
         self.config = config
         self.trust = trust
         self.env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader([str(d) for d in dirs]),
+            loader=TemplateLoader([str(d) for d in dirs]),
             bytecode_cache=compiled,
             autoescape=True,
             undefined=jinja2.StrictUndefined,

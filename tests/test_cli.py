@@ -283,6 +283,31 @@ def test_a_full_disk_is_one_line_and_the_previous_site_stays(bundles_dir, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")) == [".site.lock"]
 
 
+@pytest.mark.parametrize("bad_file", ["about.md", "templates/404.html"])
+def test_a_project_file_that_is_not_utf8_is_one_line_naming_it_and_the_site_is_kept(bundles_dir, tmp_path, capsys,
+                                                                                    bad_file):
+    """The about page and the templates are read as UTF-8 text: one that is not (saved in Latin-1, say) stops
+    the build with one line naming the file and the first bad byte, and the site in the output is kept (it
+    stopped the build with a UnicodeDecodeError's traceback)."""
+    from site_builder import cli as cli_module
+
+    (tmp_path / "site.toml").write_text('title = "Mirror"\n')
+    (tmp_path / "templates").mkdir()
+    out = tmp_path / "site"
+    args = ["build", "--bundles", str(bundles_dir), "--output", str(out), "--no-search",
+            "--settings", str(tmp_path / "site.toml"), "--templates", str(tmp_path / "templates")]
+    assert cli_module.main(args) == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    (tmp_path / bad_file).write_bytes("<p>Café \u2014 ".encode("utf-8") + b"caf\xe9</p>\n")
+    capsys.readouterr()
+    assert cli_module.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    where = f"{tmp_path / bad_file}:1" if bad_file.startswith("templates") else str(tmp_path / bad_file)
+    assert err == [f"error: {where}: not UTF-8 text (invalid continuation byte at byte offset 16); previous "
+                   f"output left untouched"]
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
 @pytest.mark.slow  # (a second or more: left to the full suite)
 def test_a_build_without_a_full_base_url_says_once_that_a_deploy_should_set_one(bundles_dir, tmp_path):
     for base, said in [(None, True), ("https://mirror.example.org/", False)]:

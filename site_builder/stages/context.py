@@ -23,6 +23,7 @@ from site_builder.options import BuildOptions
 from site_builder.parallel import cpu_seconds
 from site_builder.rendering import template_dirs, templates_identity
 from site_builder.report import BuildReport
+from site_builder.settings import SettingsError
 from site_builder.writing import OutputError, OutputSlot
 
 
@@ -102,9 +103,7 @@ def opened_context(options: BuildOptions, scratch: Path, report: BuildReport,
         raise OutputError(f"{cache_at}: the cache folder must not be inside the output folder, which every build "
                           f"replaces; choose another --cache-dir")
     dirs = template_dirs(options.templates)
-    about = None
-    if options.about_file is not None and options.about_file.is_file():
-        about = options.about_file.read_text("utf-8")
+    about = read_about(options.about_file)
     build_key = build_key_of(options, dirs, about)
     search_by = indexer() if options.search else None  # (the search indexes' keys name it)
     slot.acquire()
@@ -138,6 +137,17 @@ def mirror_lookups(options: BuildOptions, slot: OutputSlot, recorded: dict[str, 
         ahead.close()
     policy = options.policy
     return MirrorLookups(slot.output, slot.prev, recorded, policy.mp_context if policy.look_ahead else None)
+
+
+def read_about(path: Path | None) -> str | None:
+    """The about page's Markdown, None where there is no such file; SettingsError where it is not UTF-8 text."""
+    if path is None or not path.is_file():
+        return None
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"{path}: not UTF-8 text ({exc.reason} at byte offset {exc.start:,})") from None
 
 
 def build_key_of(options: BuildOptions, dirs: list[Path], about: str | None) -> str:
