@@ -280,8 +280,36 @@ def _integrity(scan: object) -> Integrity | None:
                      tuple(d for d in detectors if isinstance(d, str)))
 
 
+# Characters no page or feed may hold: control characters but tab, line feed and carriage return (XML 1.0 has
+# no place for them, and one NUL in a title made every feed listing the record ill-formed for every reader), and
+# the noncharacters (U+FFFE, U+FFFF, U+FDD0-U+FDEF and their like in every plane).  A bundle's text is shown
+# without them; its bytes, mirrored as they are, keep them.
+_NOT_SHOWN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufdd0-\ufdef"
+                        + "".join(f"{chr(plane << 16 | 0xFFFE)}{chr(plane << 16 | 0xFFFF)}" for plane in range(17))
+                        + "]")
+
+
+def shown_text(value: str) -> str:
+    """*value* without the characters no page or feed may hold (``_NOT_SHOWN``)."""
+    if value.isprintable():  # (nearly every field: one C-level pass, no expression)
+        return value
+    return _NOT_SHOWN.sub("", value)
+
+
 def _text(value: object) -> str:
-    return value if isinstance(value, str) else ""
+    """A bundle's text field as a page shows it: text without ``_NOT_SHOWN``, "" for anything else."""
+    return shown_text(value) if isinstance(value, str) else ""
+
+
+def _escaped_json(text: str) -> str:
+    """JSON text with each character of ``_NOT_SHOWN`` written as its escape (the same JSON, shown whole)."""
+    return _NOT_SHOWN.sub(lambda m: f"\\u{ord(m.group()):04x}" if ord(m.group()) <= 0xFFFF else
+                          "".join(f"\\u{unit:04x}" for unit in _surrogates(ord(m.group()))), text)
+
+
+def _surrogates(code: int) -> tuple[int, int]:
+    code -= 0x10000
+    return 0xD800 | code >> 10, 0xDC00 | code & 0x3FF
 
 
 _AUTHOR_SPLIT = re.compile(r",\s*|\s+and\s+")
@@ -382,7 +410,7 @@ def detail(bundle: dict, summary: PaperSummary) -> PaperDetail:
         events=events,
         receipt=receipt,
         aliases=aliases,
-        canonical_record_pretty=pretty_json(bundle["canonical_record"]),
+        canonical_record_pretty=_escaped_json(pretty_json(bundle["canonical_record"])),
         resolver_url=f"https://pith.science/pith/{summary.pith_id}",
         completeness=completeness,
         references_resolved=resolved,

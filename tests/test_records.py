@@ -58,3 +58,31 @@ def test_the_detail_lists_what_the_record_has_and_lacks(real_bundle):
     info = detail(real_bundle, summarize(real_bundle))
     assert info.summary.pith_id == summarize(real_bundle).pith_id
     assert info.completeness and all(isinstance(label, str) for label, _ in info.completeness)
+
+
+NOT_SHOWN = "\x00\x01\x08\x0b\x0c\x0e\x1b\x7f\x85\x9f\ufdd0\ufdef\ufffe\uffff\U0001fffe\U0010ffff"
+
+
+def test_text_no_page_or_feed_may_hold_is_left_out_and_the_rest_kept(real_bundle):
+    """A signed bundle's text may hold control characters and noncharacters, which XML 1.0 (the feeds) and HTML
+    have no place for: every text field a page shows is without them, and tab, line ends and any other character
+    are kept."""
+    dirty = f"Title{NOT_SHOWN} é\u2014漢字 😀"
+    bundle = with_paper(real_bundle, title=dirty, authors_text=f"Ada{NOT_SHOWN}, Alan",
+                        abstract_excerpt=f"a\tb\nc{NOT_SHOWN}", headline=f"Head{NOT_SHOWN}")
+    words = paper_text(bundle)
+    assert words == PaperText("Title é\u2014漢字 😀", ("Ada", "Alan"), "a\tb\nc")
+    info = detail(bundle, summarize(bundle))
+    assert info.headline == "Head" and info.summary.title == words.title
+    assert records.shown_text("plain ASCII") == "plain ASCII"
+
+
+def test_the_canonical_record_is_shown_whole_with_such_characters_escaped(real_bundle):
+    import json
+
+    bundle = copy.deepcopy(real_bundle)
+    bundle["canonical_record"]["metadata"]["license"] = f"CC{NOT_SHOWN}"
+    shown = detail(bundle, summarize(bundle)).canonical_record_pretty
+    assert records._NOT_SHOWN.search(shown) is None
+    assert json.loads(shown) == bundle["canonical_record"]  # (the same JSON: each one written as its escape)
+    assert "\\u0000" in shown and "\\ufffe" in shown and "\\udbff\\udfff" in shown
