@@ -23,6 +23,7 @@ from nacl.signing import VerifyKey
 from site_builder.canonical import CanonicalEncoder, pith_id_from_digest, title_canon_sha256
 from site_builder.keys import TrustedKey, TrustSet
 from site_builder.merge import UnmergeableEvents, recompute_state
+from site_builder.terminal import printable
 
 SUPPORTED_BUNDLE_VERSIONS = ("1.0",)
 KNOWN_TOP_LEVEL = frozenset(
@@ -528,11 +529,12 @@ def verify_bundle(bundle: Any, trust: TrustSet, holds_float: bool | None = None)
             continue
         try:
             outcome = check.run(ctx)
-        except CheckFailed as exc:
-            results.append(CheckResult(name, "failed", str(exc)))
+        except CheckFailed as exc:  # (a detail may quote the bundle: shown escaped, as a terminal would show it)
+            results.append(CheckResult(name, "failed", printable(str(exc))))
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:
             # A malformed value that slipped past the structure check: still a rejection, never a crash.
-            results.append(CheckResult(name, "failed", f"malformed bundle: {type(exc).__name__}: {str(exc)[:120]}"))
+            results.append(CheckResult(name, "failed",
+                                       printable(f"malformed bundle: {type(exc).__name__}: {str(exc)[:120]}")))
         else:
             results.append(CheckResult(name, "skipped") if outcome == "skipped" else _PASSED[name])
     if results[0].status == "passed":

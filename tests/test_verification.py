@@ -109,6 +109,15 @@ def test_each_tamper_is_rejected_by_its_check(check, real_bundle, pinned):
     assert verdict.first_failure.detail
 
 
+def test_a_failure_that_quotes_the_bundle_shows_its_control_characters_escaped(real_bundle, pinned):
+    """A check's detail may quote the bundle (here an event type that holds a terminal escape and a NUL): the
+    detail shows such characters as escapes, in the terminal, the report and the verification page alike."""
+    snapshot(real_bundle)["event_type"] = "graph_snapshot\x1b[2J\x00"
+    failure = verify_bundle(real_bundle, pinned).first_failure
+    assert failure.name == "event_hash"
+    assert "(graph_snapshot\\x1b[2J\\x00) content hashes to" in failure.detail and failure.detail.isprintable()
+
+
 def test_every_named_check_has_a_tamper_test():
     assert set(TAMPERS) | {"event_subject"} == set(CHECK_ORDER)
 
