@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
@@ -101,6 +102,10 @@ def check_resolver_url(value: str) -> str:
     return value
 
 
+# What no setting's text may hold: control characters but tab and line ends (a title is in every page and feed,
+# and XML 1.0 has no place for them) and noncharacters.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufdd0-\ufdef\ufffe\uffff]")
+
 # The integer settings, and their bounds.
 _COUNTS = {"page_size": (1, 10_000), "search_shard_size": (1, 10_000_000), "search_max_shards": (1, 1024)}
 
@@ -123,6 +128,9 @@ def load_settings(path: Path) -> SiteConfig:
     for key in known:
         if key not in _COUNTS and key in data and not isinstance(data[key], str):
             raise SettingsError(f"{path}: {key} must be a string")
+        if key not in _COUNTS and key in data and (bad := _CONTROL.search(data[key])):
+            raise SettingsError(f"{path}: {key} holds the control character U+{ord(bad.group()):04X}, which no page "
+                                f"or feed may hold")
     for key, (low, high) in _COUNTS.items():
         value = data.get(key, low)
         if type(value) is not int or not low <= value <= high:

@@ -31,6 +31,8 @@ def test_settings_are_read_and_the_base_url_normalised(tmp_path):
     ('search_max_shards = 5000', "search_max_shards must be an integer"),
     ('title = "unclosed', "site.toml"),
     ('base_url = "ftp://example.org/"', "only http and https"),
+    ('title = "Mirror\\u0000"', "title holds the control character U+0000, which no page or feed may hold"),
+    ('description = "In \\u001b[31mred"', "description holds the control character U+001B"),
     ('resolver_url = "javascript:alert(1)"', "resolver URL 'javascript:alert(1)': must be an http(s) URL with a host"),
     ('resolver_url = "https://"', "must be an http(s) URL with a host"),
     ('resolver_url = "/pith"', "must be an http(s) URL with a host"),
@@ -42,6 +44,11 @@ def test_a_bad_setting_is_refused_naming_the_file(tmp_path, text, reason):
     with pytest.raises(SettingsError, match=re.escape(reason)) as caught:
         load_settings(tmp_path / "site.toml")
     assert "site.toml" in str(caught.value) and "secret" not in str(caught.value)
+
+
+def test_a_description_may_run_over_lines(tmp_path):
+    (tmp_path / "site.toml").write_text('description = """Papers we cite.\n\tAll verified."""\n')
+    assert load_settings(tmp_path / "site.toml").description == "Papers we cite.\n\tAll verified."
 
 
 def test_the_resolver_url_is_the_link_to_the_resolver(tmp_path):
