@@ -461,7 +461,12 @@ def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concur
         raise PullError(f"{source}: --from must be an http(s) URL")
     ids, bad = parse_targets(targets)
     report = PullReport(list(bad))
-    bundles.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(bundles) and not bundles.is_dir():
+        raise PullError(f"{bundles}: --bundles names a file, not a folder")
+    try:
+        bundles.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PullError(f"{bundles}: cannot make the bundles folder: {exc.strerror}") from None
     fetcher = fetcher or Fetcher()
     state_path = bundles / STATE_FILE
     pattern, note = bundle_url_pattern(source, fetcher)
@@ -480,5 +485,9 @@ def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concur
 
     with ThreadPoolExecutor(max(1, concurrency)) as pool:
         report.outcomes.extend(pool.map(counted, ids))
-    _write_atomically(state_path, (json.dumps(run.state, indent=1, sort_keys=True) + "\n").encode())
+    try:
+        _write_atomically(state_path, (json.dumps(run.state, indent=1, sort_keys=True) + "\n").encode())
+    except OSError as exc:  # (the bundles are written: only the next pull's conditional requests are lost)
+        report.notes.append(f"{state_path}: cannot remember what was fetched ({exc.strerror or exc}); the next "
+                            f"pull downloads each bundle again")
     return report

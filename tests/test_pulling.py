@@ -14,7 +14,7 @@ import pytest
 
 
 from site_builder.keys import load_trust_set
-from site_builder.pulling import Fetcher, pull
+from site_builder.pulling import STATE_FILE, Fetcher, PullError, pull
 
 from conftest import REAL_FILES, returns_past_fifos
 from signing import to_bytes
@@ -272,6 +272,29 @@ def test_no_note_where_the_source_has_no_manifest_or_a_usable_one(tmp_path):
         with_manifest = pull([IDS[0]], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
     assert without.notes == [] == with_manifest.notes
     assert [o.status for o in with_manifest.outcomes] == ["fetched"]  # (its own entry chosen, not the first)
+
+
+def test_a_bundles_folder_that_is_a_file_or_cannot_be_made_is_one_line(tmp_path):
+    (tmp_path / "afile").write_text("not a folder")
+    with pytest.raises(PullError, match="afile: --bundles names a file, not a folder"):
+        pull([IDS[0]], "http://127.0.0.1:9", tmp_path / "afile", load_trust_set(), fetcher=Fetcher(retries=0))
+    with pytest.raises(PullError, match="afile/sub: cannot make the bundles folder: Not a directory"):
+        pull([IDS[0]], "http://127.0.0.1:9", tmp_path / "afile" / "sub", load_trust_set(), fetcher=Fetcher(retries=0))
+    assert (tmp_path / "afile").read_text() == "not a folder"
+
+
+def test_a_pull_whose_validators_cannot_be_kept_still_keeps_its_bundles_and_says_so(tmp_path):
+    """The file of validators (for conditional requests next time) cannot be written, here because a folder
+    stands at its name: the fetched bundles stay, and a note says the next pull downloads every bundle again."""
+    (tmp_path / "b" / STATE_FILE).mkdir(parents=True)
+    s = Server()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]]})
+    with running(s) as url:
+        report = pull([IDS[0]], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
+    assert [o.status for o in report.outcomes] == ["fetched"]
+    assert (tmp_path / "b" / f"{IDS[0]}.json").read_bytes() == REAL[IDS[0]]
+    assert [n.split(": ", 1)[1] for n in report.notes] == [
+        "cannot remember what was fetched (Is a directory); the next pull downloads each bundle again"]
 
 
 def pull_one(tmp_path, trust, local: bytes, served: bytes):
