@@ -10,6 +10,7 @@ that something newer is live only once it verifies against the pinned keys, and 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,7 +87,7 @@ class LiveSite:
             return body
         folder = Path(self.source)
         if not folder.is_dir():
-            raise LiveSiteUnavailable("no such folder")
+            raise LiveSiteUnavailable("not a folder" if os.path.lexists(folder) else "no such folder")
         try:
             return read_bytes(folder / rel, max_bytes)
         except FileReadError as exc:

@@ -149,6 +149,14 @@ def test_a_live_site_with_nothing_published_is_a_warning_not_an_error(deployed):
     assert any("nothing published there yet" in w for w in report.warnings)
 
 
+def test_a_live_folder_that_is_missing_or_a_file_is_a_warning_saying_which(tmp_path):
+    from site_builder.live_site import LiveSite, LiveSiteUnavailable
+    (tmp_path / "a-file").write_text("x")
+    for name, why in (("missing", "no such folder"), ("a-file", "not a folder")):
+        with pytest.raises(LiveSiteUnavailable, match=f"^{why}$"):
+            LiveSite(str(tmp_path / name)).manifest()
+
+
 @pytest.mark.slow  # (waits out the command line's retries)
 def test_an_unreachable_live_site_is_a_warning_and_strict_still_exits_0(deployed):
     d = deployed
