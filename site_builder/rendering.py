@@ -147,6 +147,26 @@ class _ShownPaper:
             return getattr(self.full(), name)
 
 
+def bibtex_value(text: str) -> str:
+    """*text* as the value of a BibTeX field written between braces: as it is (its LaTeX, such as ``{O}(n)``,
+    included), but for a brace with no partner, which is left out (it would end the field, or leave the entry
+    open, for whoever pastes it)."""
+    if "{" not in text and "}" not in text:
+        return text
+    unmatched: list[int] = []
+    open_at: list[int] = []
+    for i, char in enumerate(text):
+        if char == "{":
+            open_at.append(i)
+        elif char == "}":
+            if open_at:
+                open_at.pop()
+            else:
+                unmatched.append(i)
+    dropped = set(unmatched + open_at)
+    return "".join(char for i, char in enumerate(text) if i not in dropped)
+
+
 class TemplateLoader(jinja2.FileSystemLoader):
     """Jinja's loader of template files, for which a file that is not UTF-8 text is a template error naming the
     file (Jinja's own raises a UnicodeDecodeError, which names none)."""
@@ -190,6 +210,7 @@ class SiteRenderer:
             json.dumps(v, ensure_ascii=True, sort_keys=True, separators=(",", ":"))
             .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
         self.env.filters["slashdate"] = lambda s: s[:10].replace("-", "/")
+        self.env.filters["bibtex_value"] = bibtex_value
         self.env.globals.update(
             site=config,
             url=config.url,

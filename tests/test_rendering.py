@@ -96,3 +96,31 @@ def test_ordinary_markdown_is_still_rendered():
     renderer = SiteRenderer(SiteConfig(), template_dirs(None), load_trust_set())
     html = str(renderer.markdown("We show *that* [the method](https://example.org/) [1] works."))
     assert "<em>that</em>" in html and 'href="https://example.org/"' in html and "plain text" not in html
+
+
+@pytest.mark.parametrize("title, shown", [
+    ("On the {O}(n) bound", "On the {O}(n) bound"),  # (LaTeX grouping, balanced: kept)
+    ("Sets {x | x > 0", "Sets x | x > 0"), ("a } b { c", "a  b  c"), ("{{nested}", "{nested}"), ("}{", ""),
+])
+def test_the_bibtex_entry_keeps_balanced_braces_and_leaves_out_unpartnered_ones(real_bundle, title, shown):
+    """A BibTeX value is written between braces: a brace of the title with no partner would end the field (or
+    leave the entry open) for whoever pastes it into a .bib file."""
+    import html
+    import re
+
+    from signing import with_paper
+    from site_builder.pages import paper_files
+    from site_builder.records import summarize
+
+    bundle = with_paper(real_bundle, title=title, authors_text="Ada Lovelace}, Alan {Turing")
+    renderer = SiteRenderer(SiteConfig(), template_dirs(None), load_trust_set())
+    page = dict(paper_files(renderer, b"{}", bundle, summarize(bundle), (), ()))[
+        f"pith/{summarize(bundle).pith_id}/index.html"].decode()
+    entry = html.unescape(re.search(r'id="bibtex"><code>(.*?)</code>', page, re.S).group(1))
+    assert f"  title = {{{shown}}},\n" in entry
+    assert "  author = {Ada Lovelace and Alan Turing }," in entry
+    depth = 0
+    for char in entry:
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        assert depth >= 0
+    assert depth == 0
