@@ -11,6 +11,7 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -54,12 +55,17 @@ class TrustSet:
         return None
 
     def identity(self) -> str:
-        """A digest naming this exact set of keys (part of every cache key)."""
-        material = "\n".join(sorted(f"{k.key_id}:{k.public_key_hex}" for k in self.keys))
+        """A digest naming this exact set of keys (part of every cache key): one encoding per set, so that no
+        other set of ids and keys shares it (a verification result cached under one set is reused only under
+        that set)."""
+        material = json.dumps(sorted([k.key_id, k.public_key_hex] for k in self.keys), ensure_ascii=True)
         return hashlib.sha256(material.encode()).hexdigest()
 
     def documents(self) -> list[dict]:
         return [k.document for k in self.keys]
+
+
+_KEY_ID = re.compile(r"[!-~]{1,128}")  # (the resolver's: pith-v1-2026-05)
 
 
 def key_from_document(doc: Any, origin: str = "key document") -> TrustedKey:
@@ -69,6 +75,9 @@ def key_from_document(doc: Any, origin: str = "key document") -> TrustedKey:
     key_id = doc.get("key_id")
     if not isinstance(key_id, str) or not key_id:
         raise KeyFileError(f"{origin}: key_id missing or not a string")
+    if not _KEY_ID.fullmatch(key_id):
+        raise KeyFileError(f"{origin}: key_id {key_id[:60]!r} is not 1 to 128 visible ASCII characters (it is shown "
+                           f"on every page and names the key in the cache)")
     algorithm = doc.get("algorithm", "ed25519")
     if algorithm != "ed25519":
         raise KeyFileError(f"{origin}: key {key_id}: unsupported algorithm {algorithm!r}")

@@ -35,6 +35,10 @@ def _changed(**fields) -> dict:
     (_changed(public_key_hex="00" * 31, public_key_b64=base64.b64encode(bytes(31)).decode()), "32 bytes"),
     (_changed(fingerprint_sha256_hex="0" * 32), "fingerprint_sha256_hex does not match"),
     ({"key_id": "k"}, "needs public_key_hex or public_key_b64"),
+    (_changed(key_id="pith-v1\nother"), "is not 1 to 128 visible ASCII characters"),
+    (_changed(key_id="pith v1"), "is not 1 to 128 visible ASCII characters"),
+    (_changed(key_id="pith\x00v1"), "is not 1 to 128 visible ASCII characters"),
+    (_changed(key_id="k" * 129), "is not 1 to 128 visible ASCII characters"),
 ])
 def test_a_malformed_or_contradictory_key_is_refused_with_its_reason(doc, reason):
     with pytest.raises(KeyFileError, match=reason):
@@ -63,3 +67,15 @@ def test_the_trust_sets_identity_follows_its_keys():
     two = TrustSet(tuple(sorted([key_from_document(a.document()), key_from_document(b.document())],
                                 key=lambda k: k.key_id)))
     assert one.identity() != two.identity() and two.identity() == TrustSet(two.keys).identity()
+
+
+def test_no_two_trust_sets_share_an_identity():
+    """The identity keys every cached verification result: a set of one key whose id spells out another key's
+    id and bytes shared the identity of the set of both keys (ids joined to keys with ":", entries with a line
+    break), so that a result cached under the pair was reused under the one key."""
+    from site_builder.keys import TrustedKey, TrustSet
+    a, b = key_from_document(TestKey("a").document()), key_from_document(TestKey("b").document())
+    pair = TrustSet((a, b))
+    spelled = TrustSet((TrustedKey(f"a:{a.public_key_hex}\nb", b.public_key, {}),))
+    assert spelled.identity() != pair.identity()
+    assert TrustSet((b, a)).identity() == pair.identity()  # (the same set, in any order)
