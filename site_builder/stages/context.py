@@ -36,10 +36,13 @@ def source_date() -> str | None:
 
 
 def digest_of(*parts: object) -> str:
+    """The digest of *parts* (bytes, or anything as its ``str``), each prefixed by its length: no two lists of
+    parts share it, whatever a part holds (an about page with a NUL in it, say)."""
     h = hashlib.sha256()
     for part in parts:
-        h.update(part if isinstance(part, bytes) else str(part).encode("utf-8"))
-        h.update(b"\0")
+        data = part if isinstance(part, bytes) else str(part).encode("utf-8", "surrogatepass")
+        h.update(b"%d:" % len(data))
+        h.update(data)
     return h.hexdigest()
 
 

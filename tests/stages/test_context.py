@@ -47,6 +47,8 @@ def test_the_source_date_is_part_of_the_build_key(project, monkeypatch):
 
 def test_digests_of_parts_are_unambiguous():
     assert digest_of("ab", "c") != digest_of("a", "bc") and digest_of("a", b"b") == digest_of("a", "b")
+    assert digest_of("a\0", "b") != digest_of("a", "\0b")  # (a part may hold the NUL a separator would be)
+    assert digest_of("a", None) != digest_of("a", "None", "")
 
 
 def test_the_context_holds_the_outputs_lock_until_it_is_left(project, tmp_path):
