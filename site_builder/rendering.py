@@ -24,7 +24,9 @@ from site_builder.records import PaperText, WordsHeldByReference
 from site_builder.keys import TrustSet
 from site_builder.settings import SiteConfig
 from site_builder.speedups import SitewidePartials, call_helpers_directly
+from site_builder.terminal import printable
 from site_builder.verification import CHECK_DESCRIPTIONS
+from site_builder.writing import check_relative_path_or_none
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
@@ -92,7 +94,9 @@ def templates_identity(dirs: Iterable[Path]) -> str:
                 if name.startswith("."):
                     continue
                 p = Path(root, name)
-                h.update(str(p.relative_to(d)).encode() + b"\0" + p.read_bytes() + b"\0")
+                rel, data = str(p.relative_to(d)).encode("utf-8", "surrogateescape"), p.read_bytes()
+                h.update(b"%d:%s%d:" % (len(rel), rel, len(data)))  # (lengths first: no two trees share a digest)
+                h.update(data)
         h.update(b"\1")
     return h.hexdigest()
 
@@ -145,6 +149,25 @@ class _ShownPaper:
             return getattr(self._summary, name)
         except WordsHeldByReference:  # (a field made of the words: read them)
             return getattr(self.full(), name)
+
+
+def template_assets(dirs: Iterable[Path]) -> tuple[list[str], list[str]]:
+    """The names of the files in the templates' ``assets/`` folders, which the site copies to ``/assets/``, and
+    a warning for each one it cannot copy: a name that is not a plain file name (a space, a byte that is not
+    UTF-8: ``writing.check_relative_path``), which a static host would not serve as it is."""
+    names: set[str] = set()
+    warnings = []
+    for d in dirs:
+        if (d / "assets").is_dir():
+            for p in sorted((d / "assets").iterdir()):
+                if not p.is_file() or p.name.startswith("."):
+                    continue
+                if check_relative_path_or_none("assets/" + p.name) is None:
+                    warnings.append(f"{printable(d.name)}/assets/{printable(p.name)}: not a plain file name a static "
+                                    f"host serves; not copied")
+                else:
+                    names.add(p.name)
+    return sorted(names), warnings
 
 
 def bibtex_value(text: str) -> str:
@@ -338,8 +361,4 @@ class SiteRenderer:
         return None
 
     def asset_names(self) -> list[str]:
-        names: set[str] = set()
-        for d in self.dirs:
-            if (d / "assets").is_dir():
-                names.update(p.name for p in (d / "assets").iterdir() if p.is_file() and not p.name.startswith("."))
-        return sorted(names)
+        return template_assets(self.dirs)[0]

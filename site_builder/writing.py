@@ -44,8 +44,15 @@ class OutputError(Exception):
 
 def check_relative_path(rel: str) -> str:
     """Return *rel* if it is a safe relative path of plain components, else raise ValueError."""
-    if _SAFE_PATH.fullmatch(rel) is None or _WINDOWS_RESERVED.search(rel) is not None:
+    if check_relative_path_or_none(rel) is None:
         raise ValueError(f"unsafe output path {rel!r}")
+    return rel
+
+
+def check_relative_path_or_none(rel: str) -> str | None:
+    """*rel* if it is a safe relative path of plain components, else None."""
+    if _SAFE_PATH.fullmatch(rel) is None or _WINDOWS_RESERVED.search(rel) is not None:
+        return None
     return rel
 
 

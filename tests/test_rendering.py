@@ -124,3 +124,21 @@ def test_the_bibtex_entry_keeps_balanced_braces_and_leaves_out_unpartnered_ones(
         depth += {"{": 1, "}": -1}.get(char, 0)
         assert depth >= 0
     assert depth == 0
+
+
+def test_the_templates_identity_tells_every_two_trees_apart(tmp_path):
+    """An edited template renders pages again because the identity of the templates changes: no two trees may
+    share one, whatever their files hold (file boundaries were marked with NULs, which a file may hold too), and
+    a file name that is not UTF-8 is named, not an error."""
+    import os
+
+    from site_builder.rendering import templates_identity
+    one, two, three = tmp_path / "one", tmp_path / "two", tmp_path / "three"
+    for folder in (one, two, three):
+        folder.mkdir()
+    (one / "a").write_bytes(b"1\0b\x002")
+    (two / "a").write_bytes(b"1")
+    (two / "b").write_bytes(b"2")
+    (three / os.fsdecode(b"\xff.html")).write_bytes(b"x")
+    assert templates_identity([one]) != templates_identity([two])
+    assert templates_identity([three]) != templates_identity([tmp_path / "none"])

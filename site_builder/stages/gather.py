@@ -18,6 +18,7 @@ from site_builder.loading import (
 )
 from site_builder.options import BuildOptions
 from site_builder.pages import Unit, refused_static_path, static_unit
+from site_builder.rendering import template_assets
 from site_builder.stages.context import BuildContext, digest_of
 from site_builder.terminal import printable
 from site_builder.writing import MARKER
@@ -103,9 +104,11 @@ def gather(ctx: BuildContext) -> Inputs:
     else:
         found, skipped = discover(options.bundles, output=ctx.slot.output)
     static, static_warnings = allowed_static_files(options.static_dir)
+    asset_warnings = template_assets(ctx.dirs)[1]
     deployed, manifest, deployed_lines = read_deployed(options)
     ctx.clock.lap("discover")
-    return Inputs(found, skipped, static_unit(static) if static else None, static_warnings + deployed_lines,
+    return Inputs(found, skipped, static_unit(static) if static else None,
+                  static_warnings + asset_warnings + deployed_lines,
                   deployed, manifest, ctx.build_key, ctx.indexer)
 
 

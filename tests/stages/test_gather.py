@@ -86,3 +86,19 @@ def test_a_static_file_whose_name_is_no_plain_text_is_refused_and_the_build_goes
                                        f"static/\\xff-latin1.txt: {refused}", f"static/new\\nline.txt: {refused}"]
     assert (project / "site" / "kept.txt").read_bytes() == b"x"
     assert f"static/\\\\xff-latin1.txt: {refused}" in (project / "site" / "verification.json").read_text("utf-8")
+
+
+def test_a_template_asset_whose_name_is_no_plain_file_name_is_refused_and_the_build_goes_on(project):
+    """``templates/assets/`` is copied to ``/assets/``: a file there named with a space or bytes that are not
+    UTF-8 is left out with a warning (it stopped the build with a ValueError), and the others are copied."""
+    assets = project / "templates" / "assets"
+    assets.mkdir()
+    for name in (b"my logo.png", b"\xfe.css", b"logo.png"):
+        (assets / os.fsdecode(name)).write_bytes(b"x")
+    (project / "templates" / os.fsdecode(b"\xff.html")).write_bytes(b"unused")  # (a template no page names)
+    report = build(opts(project, project / "site", both_keys()))
+    refused = "not a plain file name a static host serves; not copied"
+    assert sorted(report.warnings) == [f"templates/assets/\\xfe.css: {refused}",
+                                       f"templates/assets/my logo.png: {refused}"]
+    assert (project / "site" / "assets" / "logo.png").read_bytes() == b"x"
+    assert (project / "site" / "assets" / "style.css").is_file()  # (the built-in assets too)
