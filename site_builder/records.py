@@ -9,6 +9,7 @@ from the verified bytes.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import InitVar, dataclass, field, fields
 from typing import Sequence
@@ -303,13 +304,7 @@ def _text(value: object) -> str:
 
 def _escaped_json(text: str) -> str:
     """JSON text with each character of ``_NOT_SHOWN`` written as its escape (the same JSON, shown whole)."""
-    return _NOT_SHOWN.sub(lambda m: f"\\u{ord(m.group()):04x}" if ord(m.group()) <= 0xFFFF else
-                          "".join(f"\\u{unit:04x}" for unit in _surrogates(ord(m.group()))), text)
-
-
-def _surrogates(code: int) -> tuple[int, int]:
-    code -= 0x10000
-    return 0xD800 | code >> 10, 0xDC00 | code & 0x3FF
+    return _NOT_SHOWN.sub(lambda m: json.dumps(m.group())[1:-1], text)  # (ASCII: "\ufffe", "\ud83f\udffe")
 
 
 _AUTHOR_SPLIT = re.compile(r",\s*|\s+and\s+")

@@ -26,7 +26,7 @@ from site_builder.settings import SiteConfig
 from site_builder.speedups import SitewidePartials, call_helpers_directly
 from site_builder.terminal import printable
 from site_builder.verification import CHECK_DESCRIPTIONS
-from site_builder.writing import check_relative_path_or_none
+from site_builder.writing import is_plain_path
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
@@ -154,7 +154,7 @@ class _ShownPaper:
 def template_assets(dirs: Iterable[Path]) -> tuple[list[str], list[str]]:
     """The names of the files in the templates' ``assets/`` folders, which the site copies to ``/assets/``, and
     a warning for each one it cannot copy: a name that is not a plain file name (a space, a byte that is not
-    UTF-8: ``writing.check_relative_path``), which a static host would not serve as it is."""
+    UTF-8: ``writing.is_plain_path``), which a static host would not serve as it is."""
     names: set[str] = set()
     warnings = []
     for d in dirs:
@@ -162,7 +162,7 @@ def template_assets(dirs: Iterable[Path]) -> tuple[list[str], list[str]]:
             for p in sorted((d / "assets").iterdir()):
                 if not p.is_file() or p.name.startswith("."):
                     continue
-                if check_relative_path_or_none("assets/" + p.name) is None:
+                if not is_plain_path("assets/" + p.name):
                     warnings.append(f"{printable(d.name)}/assets/{printable(p.name)}: not a plain file name a static "
                                     f"host serves; not copied")
                 else:

@@ -44,16 +44,14 @@ class OutputError(Exception):
 
 def check_relative_path(rel: str) -> str:
     """Return *rel* if it is a safe relative path of plain components, else raise ValueError."""
-    if check_relative_path_or_none(rel) is None:
+    if not is_plain_path(rel):
         raise ValueError(f"unsafe output path {rel!r}")
     return rel
 
 
-def check_relative_path_or_none(rel: str) -> str | None:
-    """*rel* if it is a safe relative path of plain components, else None."""
-    if _SAFE_PATH.fullmatch(rel) is None or _WINDOWS_RESERVED.search(rel) is not None:
-        return None
-    return rel
+def is_plain_path(rel: str) -> bool:
+    """Whether *rel* is a safe relative path of plain components (``_SAFE_PATH``, no Windows device name)."""
+    return _SAFE_PATH.fullmatch(rel) is not None and _WINDOWS_RESERVED.search(rel) is None
 
 
 # Every folder of a site is made writable by its owner alone, whatever the umask allows: a folder another user
