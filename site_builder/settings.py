@@ -98,7 +98,8 @@ def check_resolver_url(value: str) -> str:
     if parts.username is not None or parts.password is not None:
         raise SettingsError(f"resolver URL of {parts.hostname!r}: must not hold a user name or password")
     if any(c in _NOT_IN_A_BASE_URL or ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 for c in value):
-        raise SettingsError(f"resolver URL {value!r}: holds a character a URL never holds as it is (percent-encode it)")
+        raise SettingsError(f"resolver URL {value!r}: holds a character a URL never holds as it is "
+                            f"(percent-encode it)")
     return value
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,15 +25,25 @@ from site_builder.parallel import cpu_seconds
 from site_builder.rendering import template_dirs, templates_identity
 from site_builder.report import BuildReport
 from site_builder.settings import SettingsError
+from site_builder.terminal import printable
 from site_builder.writing import OutputError, OutputSlot
 
 
 def source_date() -> str | None:
-    """SOURCE_DATE_EPOCH as an ISO timestamp; without it the output holds no wall-clock time."""
+    """SOURCE_DATE_EPOCH as an ISO timestamp; without it the output holds no wall-clock time.  SettingsError
+    where it is set to anything but a whole number of seconds since 1970 up to the year 9999 (reproducible-
+    builds.org: a malformed value stops the build rather than being guessed at)."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     if not epoch:
         return None
+    if not _EPOCH.fullmatch(epoch) or int(epoch) > _LAST_EPOCH:
+        raise SettingsError(f"SOURCE_DATE_EPOCH={printable(epoch[:40])!r} is not a whole number of seconds since "
+                            f"1970-01-01 (up to the year 9999); fix it or unset it")
     return datetime.fromtimestamp(int(epoch), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_EPOCH = re.compile(r"[0-9]{1,12}")
+_LAST_EPOCH = 253402300799  # 9999-12-31T23:59:59Z
 
 
 def digest_of(*parts: object) -> str:

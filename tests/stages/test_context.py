@@ -15,7 +15,7 @@ from site_builder.options import BuildPolicy
 from site_builder.rendering import template_dirs
 from site_builder.report import BuildReport
 from site_builder.settings import SiteConfig
-from site_builder.stages.context import build_key_of, cache_folder, digest_of, opened_context
+from site_builder.stages.context import build_key_of, cache_folder, digest_of, opened_context, source_date
 from site_builder.writing import OutputError
 
 
@@ -160,3 +160,17 @@ def test_a_cache_folder_named_by_the_user_is_never_changed_only_refused_if_other
     report = build(opts(project, project / "site", both_keys(), cache_dir=shared))
     assert "is writable by other users" in report.cache_note
     assert shared.stat().st_mode & 0o7777 == 0o1777 and list(shared.iterdir()) == []
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", " 5", "1.5", "99999999999999", "253402300800"])
+def test_a_malformed_source_date_epoch_stops_the_build_with_one_line(project, monkeypatch, value):
+    """SOURCE_DATE_EPOCH set to anything but a whole number of seconds (up to the year 9999) is an error saying
+    so, before anything is written (it was a ValueError's traceback, or a year out of range)."""
+    from site_builder.settings import SettingsError
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", value)
+    with pytest.raises(SettingsError, match=r"^SOURCE_DATE_EPOCH=.* is not a whole number of seconds since "
+                                            r"1970-01-01 \(up to the year 9999\); fix it or unset it$"):
+        build(opts(project, project / "site", both_keys()))
+    assert not (project / "site").exists()
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "253402300799")
+    assert source_date() == "9999-12-31T23:59:59Z"
