@@ -16,6 +16,7 @@ from typing import Sequence
 
 from site_builder.canonical import pretty_json
 from site_builder.merge import KNOWN_EVENT_TYPES
+from site_builder.terminal import printable
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,7 +384,9 @@ def detail(bundle: dict, summary: PaperSummary) -> PaperDetail:
     )
     events = tuple(_timeline_event(e) for e in bundle["events"])
     receipt = _receipt(next(e for e in bundle["events"] if e["event_type"] == "record_created"))
-    aliases = tuple((a["alias_kind"], a["alias_value"]) for a in bundle["source_aliases"])
+    # (the verifier checks the value of each kind it knows; any other kind is shown as text: its kind escaped, so
+    # that none reads as a known one, and its value without what no page may hold)
+    aliases = tuple((printable(a["alias_kind"]), _text(a["alias_value"])) for a in bundle["source_aliases"])
     doi = next((v for k, v in aliases if k == "doi"), "") or f"10.48550/arxiv.{summary.arxiv_id}"
     current = bundle["state"].get("current") or {}
     completeness = tuple((label, len(current.get(key) or [])) for label, key in _COMPLETENESS)

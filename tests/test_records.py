@@ -86,3 +86,15 @@ def test_the_canonical_record_is_shown_whole_with_such_characters_escaped(real_b
     assert records._NOT_SHOWN.search(shown) is None
     assert json.loads(shown) == bundle["canonical_record"]  # (the same JSON: each one written as its escape)
     assert "\\u0000" in shown and "\\ufffe" in shown and "\\udbff\\udfff" in shown
+
+
+def test_an_alias_of_a_kind_the_verifier_does_not_know_is_shown_as_text_and_never_as_a_known_kind(real_bundle):
+    """The verifier checks the value of each alias kind it knows (arxiv, doi, ...) and lets others pass: such an
+    alias is shown with its kind escaped (so "do\\x00i" never becomes the doi the page links to) and its value
+    without the characters no page may hold."""
+    bundle = copy.deepcopy(real_bundle)
+    bundle["source_aliases"].append({"alias_kind": "do\x00i", "alias_value": "10.9999/forged"})
+    bundle["source_aliases"].append({"alias_kind": "handle", "alias_value": f"hdl{NOT_SHOWN}/1"})
+    info = detail(bundle, summarize(bundle))
+    assert info.doi == detail(real_bundle, summarize(real_bundle)).doi != "10.9999/forged"
+    assert info.aliases[-2:] == (("do\\x00i", "10.9999/forged"), ("handle", "hdl/1"))
