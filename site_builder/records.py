@@ -279,7 +279,7 @@ def _integrity(scan: object) -> Integrity | None:
     findings = scan.get("findings") if isinstance(scan.get("findings"), list) else []
     return Integrity(scan.get("clean") if isinstance(scan.get("clean"), bool) else None, _count(summary.get("critical")),
                      _count(summary.get("advisory")), _count(summary.get("informational")), len(findings),
-                     tuple(d for d in detectors if isinstance(d, str)))
+                     tuple(_text(d) for d in detectors if isinstance(d, str)))
 
 
 # Characters no page or feed may hold: control characters but tab, line feed and carriage return (XML 1.0 has

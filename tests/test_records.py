@@ -70,10 +70,16 @@ def test_text_no_page_or_feed_may_hold_is_left_out_and_the_rest_kept(real_bundle
     dirty = f"Title{NOT_SHOWN} é\u2014漢字 😀"
     bundle = with_paper(real_bundle, title=dirty, authors_text=f"Ada{NOT_SHOWN}, Alan",
                         abstract_excerpt=f"a\tb\nc{NOT_SHOWN}", headline=f"Head{NOT_SHOWN}")
+    snapshot = next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")["payload"]["graph_snapshot"]
+    snapshot["claims"] = {"items": [{"claim_id": f"C1{NOT_SHOWN}", "kind": "k", "text": f"A claim{NOT_SHOWN}",
+                                     "status": "s"}]}
+    snapshot["integrity"] = {"available": True, "clean": True, "detectors_run": [f"det{NOT_SHOWN}ector"]}
     words = paper_text(bundle)
     assert words == PaperText("Title é\u2014漢字 😀", ("Ada", "Alan"), "a\tb\nc")
     info = detail(bundle, summarize(bundle))
     assert info.headline == "Head" and info.summary.title == words.title
+    assert (info.claims[0].claim_id, info.claims[0].text) == ("C1", "A claim")
+    assert info.integrity.detectors == ("detector",)
     assert records.shown_text("plain ASCII") == "plain ASCII"
 
 
