@@ -292,7 +292,7 @@ def check_structure(ctx: _Context) -> None:
     _require_signed_message(bundle["bundle_signature"], "bundle_signature", "bundle_sha256_bytes")
     unknown = sorted(set(bundle) - KNOWN_TOP_LEVEL)
     if unknown:
-        ctx.warnings.append(VerificationWarning("unknown_fields", "unknown top-level fields: " + ", ".join(unknown)))
+        ctx.warnings.append(VerificationWarning("unknown_fields", "unknown top-level fields: " + _named(unknown)))
 
 
 def check_identifiers(ctx: _Context) -> None:
@@ -438,7 +438,7 @@ def check_state_recomputed(ctx: _Context) -> str | None:
     except UnmergeableEvents as exc:
         ctx.warnings.append(VerificationWarning(
             "state_not_recomputed",
-            "state not independently recomputed: no merge rule for event type(s) " + ", ".join(exc.event_types)))
+            "state not independently recomputed: no merge rule for event type(s) " + _named(exc.event_types)))
         return "skipped"
     except (KeyError, TypeError, ValueError) as exc:
         raise StateMismatch(f"events cannot be merged: {exc}") from None
@@ -515,6 +515,13 @@ def _title_warning(ctx: _Context) -> None:
             ctx.warnings.append(VerificationWarning(
                 "title_hash", "the snapshot's title does not match the record's title_canon_sha256"))
             return
+
+
+def _named(names: list[str], most: int = 10) -> str:
+    """Names the bundle chose (fields, event types), as a warning lists them: each escaped and cut at 60
+    characters, and no more than *most* of them (the bundle is signed, but a name may be anything)."""
+    shown = ", ".join(printable(name[:60]) for name in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def verify_bundle(bundle: Any, trust: TrustSet, holds_float: bool | None = None) -> Verdict:

@@ -198,6 +198,20 @@ def test_unknown_top_level_field_is_a_warning(real_bundle):
     real_bundle["future_field"] = 1
     verdict = verify_bundle(sign_bundle(real_bundle, key), trust)
     assert verdict.first_failure is None and [w.code for w in verdict.warnings] == ["unknown_fields"]
+    assert verdict.warnings[0].message == "unknown top-level fields: future_field"
+
+
+def test_names_a_warning_lists_are_escaped_cut_and_counted(real_bundle):
+    """A warning names the fields the bundle chose: each shown escaped and at most 60 characters long, ten of
+    them at most (a signed bundle may hold 5,000 fields with names of 100 KB)."""
+    key = TestKey()
+    trust = TrustSet((key_from_document(key.document()),))
+    real_bundle["a\x1b[2J\x00"] = 1
+    for i in range(12):
+        real_bundle[f"z{i:02d}" + "x" * 100] = i
+    message = verify_bundle(sign_bundle(real_bundle, key), trust).warnings[0].message
+    cut = [f"z{i:02d}" + "x" * 57 for i in range(9)]
+    assert message == "unknown top-level fields: a\\x1b[2J\\x00, " + ", ".join(cut) + " and 3 more"
 
 
 @pytest.mark.parametrize("mutate", [
