@@ -52,7 +52,7 @@ def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise StrictJSONError("json_duplicate_key", f"duplicate key {key!r}")
+                raise StrictJSONError("json_duplicate_key", f"duplicate key {key[:60]!r}{'…' if len(key) > 60 else ''}")
             seen.add(key)
     return obj
 

@@ -146,6 +146,13 @@ def test_a_duplicate_key_is_refused_however_the_text_hides_it():
         assert info.value.check == "json_duplicate_key", raw
 
 
+def test_a_duplicate_key_is_named_cut_at_60_characters():
+    key = "k" * 100_000
+    with pytest.raises(StrictJSONError) as info:
+        parse_strict(json.dumps({"a": 1}).replace('"a"', f'"{key}"').replace("}", f', "{key}": 2}}').encode())
+    assert info.value.reason == f"duplicate key {'k' * 60!r}…"
+
+
 def test_a_real_bundle_takes_the_fast_path_and_is_known_to_hold_no_float():
     for path in REAL_FILES:
         raw = path.read_bytes()
