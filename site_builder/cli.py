@@ -91,7 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     _build_arguments(command("build", "verify bundles and build the site"))
     sv = command("serve", "build, serve on localhost, rebuild on changes and reload the browser")
     _site_arguments(sv)
-    sv.add_argument("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0: every interface)")
+    sv.add_argument("--host", default="127.0.0.1",
+                    help="interface to listen on: a name, an IPv4 or an IPv6 address (0.0.0.0: every IPv4 interface)")
     sv.add_argument("--port", type=_port, default=8000, metavar="N", help="TCP port (0: any free port)")
     sv.add_argument("--open", action="store_true", help="open the site in a web browser")
     _pull_arguments(command("pull", "fetch bundles from a resolver or mirror, verified before they are written"))

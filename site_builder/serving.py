@@ -13,6 +13,7 @@ import json
 import mimetypes
 import os
 import queue
+import socket
 import stat
 import sys
 import threading
@@ -395,6 +396,20 @@ class _Server(http.server.ThreadingHTTPServer):
             super().handle_error(request, client_address)  # a browser closing a tab is not an error
 
 
+def listening_server(host: str, port: int, handler) -> _Server:
+    """A server on *host* (a name, an IPv4 or an IPv6 address: ``::1``) and *port*; OSError where it cannot
+    listen there (the address family is the one the host's first address has)."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    if family == socket.AF_INET:
+        return _Server((host, port), handler)
+    return type("_ServerOverIPv6", (_Server,), {"address_family": family})((host, port), handler)
+
+
+def url_host(host: str) -> str:
+    """*host* as a URL names it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
 def watcher_for(options: ServeOptions) -> Watcher:
     """What the watcher follows: the bundles, templates, settings, about page and static folder."""
     try:
@@ -418,11 +433,12 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
     try:  # Ctrl-C may come at any point, even during the first build: always stop the same clean way
         # The port first: a busy port is said at once, not after the first build (seconds on a large mirror).
         try:
-            httpd = _Server((options.host, options.port), _make_handler(options, live))
+            httpd = listening_server(options.host, options.port, _make_handler(options, live))
         except OSError as exc:
-            raise ListenError(f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}") from None
+            where = f"{url_host(options.host)}:{options.port}"
+            raise ListenError(f"cannot listen on {where}: {exc.strerror or exc}") from None
         site.rebuild("start")
-        url = f"http://{options.host}:{httpd.server_address[1]}{live.base_path}"
+        url = f"http://{url_host(options.host)}:{httpd.server_address[1]}{live.base_path}"
 
         watcher = watcher_for(options)
         site.request_rebuild = watcher.poke

@@ -595,6 +595,40 @@ def plain_site(tmp_path):
     return output, secret
 
 
+def _has_ipv6_loopback() -> bool:
+    import socket
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def test_serve_listens_on_an_ipv6_address_and_names_it_in_brackets(plain_site):
+    """``--host ::1`` listens on the IPv6 loopback (it failed: "Address family for hostname not supported"),
+    and the address serve prints is a URL a browser takes."""
+    from site_builder.serving import LiveState, ServeOptions, _make_handler, listening_server, url_host
+
+    assert url_host("::1") == "[::1]" and url_host("127.0.0.1") == "127.0.0.1" and url_host("localhost") == "localhost"
+    if not _has_ipv6_loopback():
+        pytest.skip("this machine's kernel has no IPv6 loopback to listen on")
+    output, _ = plain_site
+    options = ServeOptions(bundles=output / "no-bundles", output=output, templates=output / "no-templates",
+                           settings=output / "site.toml", trusted_keys=[])
+    httpd = listening_server("::1", 0, _make_handler(options, LiveState()))
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+    try:
+        conn = http.client.HTTPConnection("::1", httpd.server_address[1], timeout=5)
+        conn.request("GET", "/")
+        response = conn.getresponse()
+        assert response.status == 200 and "home" in response.read().decode()
+        conn.close()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 @pytest.mark.parametrize("base_path", ["/", "/mirror/"])
 def test_no_request_leads_out_of_the_output(plain_site, base_path):
     """Dot segments, quoted or not, in any letter case, never climb out of the site (http.client sends the
