@@ -11,7 +11,9 @@ import base64
 import binascii
 import hashlib
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -106,11 +108,37 @@ def key_from_document(doc: Any, origin: str = "key document") -> TrustedKey:
     return key
 
 
-def load_key_file(path: Path) -> list[TrustedKey]:
+KEY_FILE_MAX_BYTES = 1 << 20  # (a key is ~400 bytes)
+
+
+def read_key_file(path: Path) -> bytes:
+    """The bytes of the key file *path* (a link to one is followed: the user named it); KeyFileError for one
+    that is not a regular file (a FIFO would be waited on, /dev/zero read for ever) or is over 1 MB."""
     try:
-        data = parse_strict(path.read_bytes())
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise KeyFileError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise KeyFileError(f"{path}: cannot read: Is a directory")
+        if not stat.S_ISREG(st.st_mode):
+            raise KeyFileError(f"{path}: not a regular file")
+        data = os.read(fd, KEY_FILE_MAX_BYTES + 1)
+        while len(data) <= KEY_FILE_MAX_BYTES and (more := os.read(fd, KEY_FILE_MAX_BYTES + 1 - len(data))):
+            data += more
+    except OSError as exc:
+        raise KeyFileError(f"{path}: cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > KEY_FILE_MAX_BYTES:
+        raise KeyFileError(f"{path}: over the {KEY_FILE_MAX_BYTES:,} bytes a key file may hold")
+    return data
+
+
+def load_key_file(path: Path) -> list[TrustedKey]:
+    try:
+        data = parse_strict(read_key_file(path))
     except StrictJSONError as exc:
         raise KeyFileError(f"{path}: {exc.reason}") from None
     docs = data if isinstance(data, list) else [data]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +81,20 @@ def test_no_two_trust_sets_share_an_identity():
     spelled = TrustSet((TrustedKey(f"a:{a.public_key_hex}\nb", b.public_key, {}),))
     assert spelled.identity() != pair.identity()
     assert TrustSet((b, a)).identity() == pair.identity()  # (the same set, in any order)
+
+
+def test_a_key_file_that_is_no_regular_file_or_too_large_is_one_line_and_a_link_is_followed(tmp_path):
+    """``--trusted-keys`` names a file: a FIFO (waited on for ever), a device such as /dev/zero (read for ever) or
+    a file over 1 MB is refused with one line; a link to a key file is the user's own choice and is followed."""
+    import os
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "big.json").write_bytes(b" " * (2 << 20))
+    for path, why in ((tmp_path / "fifo.json", "not a regular file"), (Path("/dev/zero"), "not a regular file"),
+                      (tmp_path / "big.json", "over the 1,048,576 bytes a key file may hold"),
+                      (tmp_path, "cannot read: Is a directory")):
+        with pytest.raises(KeyFileError, match=f"^{re.escape(str(path))}: {why}$"):
+            load_trust_set([path])
+    key = TestKey("linked")
+    (tmp_path / "real.json").write_text(json.dumps(key.document()))
+    (tmp_path / "link.json").symlink_to(tmp_path / "real.json")
+    assert [k.key_id for k in load_trust_set([tmp_path / "link.json"]).keys] == ["linked"]
