@@ -13,12 +13,12 @@ import hashlib
 import json
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
+from site_builder.loading import FileReadError, read_bytes
 from site_builder.strict_json import StrictJSONError, parse_strict
 
 
@@ -111,34 +111,15 @@ def key_from_document(doc: Any, origin: str = "key document") -> TrustedKey:
 KEY_FILE_MAX_BYTES = 1 << 20  # (a key is ~400 bytes)
 
 
-def read_key_file(path: Path) -> bytes:
-    """The bytes of the key file *path* (a link to one is followed: the user named it); KeyFileError for one
-    that is not a regular file (a FIFO would be waited on, /dev/zero read for ever) or is over 1 MB."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise KeyFileError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise KeyFileError(f"{path}: cannot read: Is a directory")
-        if not stat.S_ISREG(st.st_mode):
-            raise KeyFileError(f"{path}: not a regular file")
-        data = os.read(fd, KEY_FILE_MAX_BYTES + 1)
-        while len(data) <= KEY_FILE_MAX_BYTES and (more := os.read(fd, KEY_FILE_MAX_BYTES + 1 - len(data))):
-            data += more
-    except OSError as exc:
-        raise KeyFileError(f"{path}: cannot read: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    if len(data) > KEY_FILE_MAX_BYTES:
-        raise KeyFileError(f"{path}: over the {KEY_FILE_MAX_BYTES:,} bytes a key file may hold")
-    return data
-
-
 def load_key_file(path: Path) -> list[TrustedKey]:
+    """The keys in the file *path*: a regular file of at most 1 MB (a link to one is followed: the user named it;
+    a FIFO would be waited on for ever, /dev/zero read for ever)."""
+    if not os.path.lexists(path):
+        raise KeyFileError(f"{path}: cannot read: No such file or directory")
     try:
-        data = parse_strict(read_key_file(path))
+        data = parse_strict(read_bytes(path, KEY_FILE_MAX_BYTES, follow_links=True))
+    except FileReadError as exc:
+        raise KeyFileError(f"{path}: {exc.reason}") from None
     except StrictJSONError as exc:
         raise KeyFileError(f"{path}: {exc.reason}") from None
     docs = data if isinstance(data, list) else [data]

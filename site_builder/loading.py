@@ -57,6 +57,8 @@ def _kind(mode: int) -> str:
         return "a socket, not a regular file"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device, not a regular file"
+    if stat.S_ISDIR(mode):
+        return "a folder, not a regular file"
     return "not a regular file"
 
 
@@ -197,10 +199,11 @@ class Prefetcher:
                 os.close(fd)
 
 
-def read_bytes(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
-    """Read a regular file without following symlinks or blocking on FIFOs; raise FileReadError."""
+def read_bytes(path: Path, max_bytes: int = DEFAULT_MAX_BYTES, follow_links: bool = False) -> bytes:
+    """Read a regular file without following symlinks (unless *follow_links*: a file the user named, such as a
+    key or settings file) or blocking on FIFOs; raise FileReadError."""
     try:
-        fd = os.open(path, _OPEN_FLAGS)
+        fd = os.open(path, _OPEN_FLAGS & ~getattr(os, "O_NOFOLLOW", 0) if follow_links else _OPEN_FLAGS)
     except FileNotFoundError:
         raise FileReadError("file_read", "file vanished during the build") from None
     except OSError as exc:

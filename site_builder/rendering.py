@@ -94,6 +94,8 @@ def templates_identity(dirs: Iterable[Path]) -> str:
                 if name.startswith("."):
                     continue
                 p = Path(root, name)
+                if not p.is_file():  # (a link to /dev/zero, a FIFO: no template, and never read)
+                    continue
                 rel, data = str(p.relative_to(d)).encode("utf-8", "surrogateescape"), p.read_bytes()
                 h.update(b"%d:%s%d:" % (len(rel), rel, len(data)))  # (lengths first: no two trees share a digest)
                 h.update(data)
@@ -191,10 +193,17 @@ def bibtex_value(text: str) -> str:
 
 
 class TemplateLoader(jinja2.FileSystemLoader):
-    """Jinja's loader of template files, for which a file that is not UTF-8 text is a template error naming the
-    file (Jinja's own raises a UnicodeDecodeError, which names none)."""
+    """Jinja's loader of template files, for which a file that is not UTF-8 text, or not a regular file (a link
+    to /dev/zero, a FIFO: Jinja's own would read it for ever), is a template error naming the file (Jinja's own
+    raises a UnicodeDecodeError, which names none)."""
 
     def get_source(self, environment: jinja2.Environment, template: str):
+        for folder in self.searchpath:  # (the file Jinja would read: the first folder's that has the name)
+            path = os.path.join(folder, *template.split("/"))
+            if os.path.lexists(path):
+                if not os.path.isfile(path):
+                    raise jinja2.TemplateSyntaxError("not a regular file", 1, template, path)
+                break
         try:
             return super().get_source(environment, template)
         except UnicodeDecodeError as exc:

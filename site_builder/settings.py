@@ -10,7 +10,10 @@ from functools import cached_property
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from site_builder.loading import FileReadError, read_bytes
+
 SETTINGS_FILE = "site.toml"
+SETTINGS_MAX_BYTES = 1 << 20
 
 
 class SettingsError(ValueError):
@@ -116,9 +119,11 @@ def load_settings(path: Path) -> SiteConfig:
     config = SiteConfig()
     if not path.exists():
         return config
-    try:
-        data = tomllib.loads(path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
+    try:  # (a regular file of at most 1 MB: a site.toml that a pull request makes a link to /dev/zero is no hang)
+        data = tomllib.loads(read_bytes(path, SETTINGS_MAX_BYTES, follow_links=True).decode("utf-8"))
+    except FileReadError as exc:
+        raise SettingsError(f"{path}: {exc.reason}") from None
+    except UnicodeDecodeError as exc:
         raise SettingsError(f"{path}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"{path}: {exc}") from None

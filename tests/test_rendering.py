@@ -142,3 +142,27 @@ def test_the_templates_identity_tells_every_two_trees_apart(tmp_path):
     (three / os.fsdecode(b"\xff.html")).write_bytes(b"x")
     assert templates_identity([one]) != templates_identity([two])
     assert templates_identity([three]) != templates_identity([tmp_path / "none"])
+
+
+def test_a_template_or_settings_file_that_is_no_regular_file_is_never_read(tmp_path):
+    """A project may come from someone else (a pull request): a template, or site.toml, that is a link to
+    /dev/zero (or a FIFO) would be read for ever.  The templates' identity leaves it out, a page that names it
+    gets a template error naming it, and site.toml is a settings error."""
+    import os
+
+    import jinja2
+
+    from site_builder.rendering import templates_identity
+    from site_builder.settings import SettingsError, load_settings
+    (tmp_path / "page.html").write_text("x")
+    before = templates_identity([tmp_path])
+    (tmp_path / "zero.html").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "fifo.html")
+    assert templates_identity([tmp_path]) == before
+    renderer = SiteRenderer(SiteConfig(), [tmp_path], load_trust_set())
+    for name in ("zero.html", "fifo.html"):
+        with pytest.raises(jinja2.TemplateSyntaxError, match="not a regular file"):
+            renderer.render(name)
+    (tmp_path / "site.toml").symlink_to("/dev/zero")
+    with pytest.raises(SettingsError, match="site.toml: a device, not a regular file"):
+        load_settings(tmp_path / "site.toml")
