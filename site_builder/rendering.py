@@ -94,7 +94,7 @@ def templates_identity(dirs: Iterable[Path]) -> str:
                 if name.startswith("."):
                     continue
                 p = Path(root, name)
-                if not p.is_file():  # (a link to /dev/zero, a FIFO: no template, and never read)
+                if not inside_templates(d, p):  # (no template: never read, see ``TemplateLoader``)
                     continue
                 rel, data = str(p.relative_to(d)).encode("utf-8", "surrogateescape"), p.read_bytes()
                 h.update(b"%d:%s%d:" % (len(rel), rel, len(data)))  # (lengths first: no two trees share a digest)
@@ -153,23 +153,36 @@ class _ShownPaper:
             return getattr(self.full(), name)
 
 
-def template_assets(dirs: Iterable[Path]) -> tuple[list[str], list[str]]:
-    """The names of the files in the templates' ``assets/`` folders, which the site copies to ``/assets/``, and
-    a warning for each one it cannot copy: a name that is not a plain file name (a space, a byte that is not
-    UTF-8: ``writing.is_plain_path``), which a static host would not serve as it is."""
-    names: set[str] = set()
+def inside_templates(folder: Path, path: str | Path) -> bool:
+    """Whether *path*, its links followed, is a regular file inside the templates folder *folder*: a
+    link planted in a project (which a pull request may bring) must not publish what it leads to, such as
+    /proc/self/environ and the secrets in the build's environment, nor make a page read /dev/zero for ever."""
+    root, real = os.path.realpath(folder), os.path.realpath(path)
+    return os.path.isfile(real) and os.path.commonpath([root, real]) == root
+
+
+def template_assets(dirs: Iterable[Path]) -> tuple[dict[str, Path], list[str]]:
+    """The files the site copies to ``/assets/`` (name -> file: the first templates folder's that has the name),
+    and a warning for each one it cannot copy: a name that is not a plain file name (a space, a byte that is not
+    UTF-8: ``writing.is_plain_path``), which a static host would not serve as it is, or a file that is a link
+    leading out of its templates folder, or no regular file (``inside_templates``)."""
+    chosen: dict[str, Path] = {}
     warnings = []
     for d in dirs:
-        if (d / "assets").is_dir():
-            for p in sorted((d / "assets").iterdir()):
-                if not p.is_file() or p.name.startswith("."):
-                    continue
-                if not is_plain_path("assets/" + p.name):
-                    warnings.append(f"{printable(d.name)}/assets/{printable(p.name)}: not a plain file name a static "
-                                    f"host serves; not copied")
-                else:
-                    names.add(p.name)
-    return sorted(names), warnings
+        if not (d / "assets").is_dir():
+            continue
+        for p in sorted((d / "assets").iterdir()):
+            if p.name.startswith(".") or p.name in chosen or (p.is_dir() and not p.is_symlink()):
+                continue
+            if not is_plain_path("assets/" + p.name):
+                why = "not a plain file name a static host serves"
+            elif not inside_templates(d, p):
+                why = "a link leading out of the templates folder, or not a regular file"
+            else:
+                chosen[p.name] = p
+                continue
+            warnings.append(f"{printable(d.name)}/assets/{printable(p.name)}: {why}; not copied")
+    return dict(sorted(chosen.items())), warnings
 
 
 def bibtex_value(text: str) -> str:
@@ -193,16 +206,18 @@ def bibtex_value(text: str) -> str:
 
 
 class TemplateLoader(jinja2.FileSystemLoader):
-    """Jinja's loader of template files, for which a file that is not UTF-8 text, or not a regular file (a link
-    to /dev/zero, a FIFO: Jinja's own would read it for ever), is a template error naming the file (Jinja's own
-    raises a UnicodeDecodeError, which names none)."""
+    """Jinja's loader of template files, for which a file that is not UTF-8 text, or a link leading out of its
+    templates folder, or no regular file (``inside_templates``: Jinja's own would show /proc/self/environ in
+    every page, or read /dev/zero for ever), is a template error naming the file (Jinja's own raises a
+    UnicodeDecodeError, which names none)."""
 
     def get_source(self, environment: jinja2.Environment, template: str):
         for folder in self.searchpath:  # (the file Jinja would read: the first folder's that has the name)
             path = os.path.join(folder, *template.split("/"))
             if os.path.lexists(path):
-                if not os.path.isfile(path):
-                    raise jinja2.TemplateSyntaxError("not a regular file", 1, template, path)
+                if not inside_templates(Path(folder), path):
+                    raise jinja2.TemplateSyntaxError("a link leading out of the templates folder, or not a regular "
+                                                     "file", 1, template, path)
                 break
         try:
             return super().get_source(environment, template)
@@ -363,11 +378,8 @@ class SiteRenderer:
         return found.render(**context)
 
     def asset(self, name: str) -> bytes | None:
-        for d in self.dirs:
-            p = d / "assets" / name
-            if p.is_file():
-                return p.read_bytes()
-        return None
+        path = template_assets(self.dirs)[0].get(name)
+        return path.read_bytes() if path is not None else None
 
     def asset_names(self) -> list[str]:
-        return template_assets(self.dirs)[0]
+        return list(template_assets(self.dirs)[0])

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from conftest import both_keys, opts
 from site_builder.build import build
 from site_builder.report import BuildReport
@@ -102,3 +104,26 @@ def test_a_template_asset_whose_name_is_no_plain_file_name_is_refused_and_the_bu
                                        f"templates/assets/my logo.png: {refused}"]
     assert (project / "site" / "assets" / "logo.png").read_bytes() == b"x"
     assert (project / "site" / "assets" / "style.css").is_file()  # (the built-in assets too)
+
+
+def test_a_template_or_asset_linking_out_of_the_templates_folder_publishes_nothing(project, monkeypatch):
+    """A project's templates may come from someone else (a pull request): an asset that is a link to
+    /proc/self/environ published the build's environment, secrets included, at /assets/.  Such an asset is left
+    out with a warning, a template that is such a link is a template error, and a link inside the folder works."""
+    import jinja2
+
+    monkeypatch.setenv("PLANTED_SECRET", "hunter2-secret")
+    templates = project / "templates"
+    (templates / "assets").mkdir()
+    (templates / "assets" / "env.txt").symlink_to("/proc/self/environ")
+    (templates / "assets" / "mine.css").write_text("body{}")
+    (templates / "assets" / "alias.css").symlink_to("mine.css")
+    report = build(opts(project, project / "site", both_keys()))
+    assert report.warnings == ["templates/assets/env.txt: a link leading out of the templates folder, or not a "
+                               "regular file; not copied"]
+    assert not (project / "site" / "assets" / "env.txt").exists()
+    assert (project / "site" / "assets" / "alias.css").read_text() == "body{}"
+    assert not [p for p in (project / "site").rglob("*") if p.is_file() and b"hunter2-secret" in p.read_bytes()]
+    (templates / "paper.html").symlink_to("/proc/self/environ")
+    with pytest.raises(jinja2.TemplateSyntaxError, match="a link leading out of the templates folder"):
+        build(opts(project, project / "other", both_keys()))
