@@ -70,20 +70,24 @@ def parse_targets(items: list[str]) -> tuple[list[str], list[PullOutcome]]:
     ids: list[str] = []
     bad: list[PullOutcome] = []
     for item in items:
-        lines = [item]
+        lines = [(item, item)]  # (where it is said, what it says)
         if not PITH_ID_RE.match(item.strip()) and Path(item).is_file():
             try:
-                lines = [line.split("#", 1)[0].strip() for line in Path(item).read_text("utf-8-sig").splitlines()]
+                text = Path(item).read_text("utf-8-sig")
             except (OSError, UnicodeDecodeError) as exc:
                 raise PullError(f"{item}: cannot read list: {exc}") from None
-        for line in lines:
+            # (a line of a file is named by its number, not echoed: a list linked to /proc/self/environ would
+            # print the environment)
+            lines = [(f"{item}:{n}", line.split("#", 1)[0]) for n, line in enumerate(text.splitlines(), 1)]
+        for where, line in lines:
             if not line.strip():
                 continue
             match = PITH_ID_RE.match(line.strip())
             if match:
                 ids.append(match.group(1).upper())
             else:
-                bad.append(PullOutcome(line.strip()[:60], "failed", "not a pith number, 26-character ID or list file"))
+                bad.append(PullOutcome(where.strip()[:200], "failed",
+                                       "not a pith number, 26-character ID or list file"))
     return list(dict.fromkeys(ids)), bad
 
 

@@ -112,9 +112,10 @@ def test_a_list_file_as_editors_save_it_and_ids_in_any_letter_case(tmp_path):
     listed = tmp_path / "records.txt"
     listed.write_bytes(f"\ufeffpith:2020:{IDS[0]}\r\n{IDS[1].lower()}  # ours\r\n\r\n# a comment\r\n"
                        f"PITH:2020:{IDS[2]}\r\nnot-an-id\r\n".encode())
-    ids, bad = parse_targets([str(listed), IDS[3].lower(), IDS[0]])
+    ids, bad = parse_targets([str(listed), IDS[3].lower(), IDS[0], "typed-wrong"])
     assert ids == IDS[:4]
-    assert [(o.pith_id, o.status) for o in bad] == [("not-an-id", "failed")]
+    # (a file's line is named by its number, never echoed; what was typed is said as typed)
+    assert [(o.pith_id, o.status) for o in bad] == [(f"{listed}:6", "failed"), ("typed-wrong", "failed")]
 
 
 def test_tampered_bundle_is_not_written(tmp_path):
@@ -360,7 +361,7 @@ def test_cli_with_list_file_summary_and_exit_code(tmp_path):
                             str(tmp_path / "b"), "--retries", "0", str(listing)], capture_output=True, text=True)
     assert r.returncode == 1
     assert r.stdout.strip() == "1 fetched, 0 unchanged, 0 kept (local copy newer), 0 rejected, 2 failed"
-    assert f"FAILED {IDS[1]}" in r.stderr and "FAILED not-an-id" in r.stderr
+    assert f"FAILED {IDS[1]}" in r.stderr and f"FAILED {listing}:5: not a pith number" in r.stderr
     assert f"note: {url}/pith-mirrors.json: no list of mirrors in it; fetching from {url}/pith/<ID>/bundle.json" \
         in r.stderr.splitlines()
     assert (tmp_path / "b" / f"{IDS[0]}.json").read_bytes() == REAL[IDS[0]]
