@@ -108,14 +108,7 @@ def opened_context(options: BuildOptions, scratch: Path, report: BuildReport,
     *indexer* names the Pagefind that makes the search indexes (asked only when the build makes them)."""
     slot = OutputSlot(options.output)
     slot.check_usable()
-    bundles = options.bundles.resolve()
-    if slot.output == bundles or slot.output in bundles.parents:
-        raise OutputError(f"{slot.output}: the output folder must not contain the bundles folder")
-    cache_at = cache_folder(options)
-    cache_at = Path(os.path.abspath(cache_at)) if cache_at is not None else None
-    if cache_at is not None and any(cache_at == tree or tree in cache_at.parents for tree in (slot.output, slot.prev)):
-        raise OutputError(f"{cache_at}: the cache folder must not be inside the output folder, which every build "
-                          f"replaces; choose another --cache-dir")
+    check_folders_apart(options, slot)
     dirs = template_dirs(options.templates)
     about = read_about(options.about_file)
     build_key = build_key_of(options, dirs, about)
@@ -151,6 +144,31 @@ def mirror_lookups(options: BuildOptions, slot: OutputSlot, recorded: dict[str, 
         ahead.close()
     policy = options.policy
     return MirrorLookups(slot.output, slot.prev, recorded, policy.mp_context if policy.look_ahead else None)
+
+
+def check_folders_apart(options: BuildOptions, slot: OutputSlot) -> None:
+    """OutputError where a folder the build reads lies inside the output (or the tree beside it), which every
+    build replaces (the user's files there would be lost), or where the output lies inside the static folder,
+    whose files every build copies into the site (the site would hold itself, one level deeper each build)."""
+    def inside(path: Path, tree: Path) -> bool:
+        return path == tree or tree in path.parents
+
+    trees = (slot.output, slot.prev)
+    if inside(options.bundles.resolve(), slot.output):
+        raise OutputError(f"{slot.output}: the output folder must not contain the bundles folder")
+    cache_at = cache_folder(options)
+    cache_at = Path(os.path.abspath(cache_at)) if cache_at is not None else None
+    if cache_at is not None and any(inside(cache_at, tree) for tree in trees):
+        raise OutputError(f"{cache_at}: the cache folder must not be inside the output folder, which every build "
+                          f"replaces; choose another --cache-dir")
+    for name, folder in (("templates folder", options.templates), ("static folder", options.static_dir),
+                         ("about page", options.about_file)):
+        if folder is not None and any(inside(folder.resolve(), tree) for tree in trees):
+            raise OutputError(f"{folder}: the {name} must not be inside the output folder, which every build "
+                              f"replaces")
+    if options.static_dir is not None and inside(slot.output, options.static_dir.resolve()):
+        raise OutputError(f"{slot.output}: the output folder must not be inside the static folder, whose files "
+                          f"every build copies into the site")
 
 
 def read_about(path: Path | None) -> str | None:

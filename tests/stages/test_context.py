@@ -71,6 +71,31 @@ def test_an_output_that_holds_the_bundles_is_refused(project, tmp_path):
             pass
 
 
+@pytest.mark.parametrize("where", ["templates", "static", "about"])
+def test_a_folder_the_build_reads_inside_the_output_is_refused_and_kept(project, where):
+    """Every build replaces the output folder: templates, static files or an about page kept inside it would be
+    lost with the next build.  Such a layout is refused before anything is written, and the files are kept."""
+    build(opts(project, project / "site", both_keys()))
+    inner = project / "site" / "mine"
+    inner.mkdir()
+    (inner / "about.md").write_text("# Mine")
+    folder = {"templates": {"templates": inner}, "static": {"static_dir": inner},
+              "about": {"about_file": inner / "about.md"}}[where]
+    options = replace(opts(project, project / "site", both_keys()), **folder)
+    with pytest.raises(OutputError, match="must not be inside the output folder, which every build replaces"):
+        build(options)
+    assert (inner / "about.md").read_text() == "# Mine"
+
+
+def test_an_output_inside_the_static_folder_is_refused_even_before_the_folder_exists(project):
+    """The static folder's files are copied into the site: an output inside it would be copied into the next
+    site, which would hold itself one level deeper each build (the first build makes the static folder)."""
+    options = opts(project, project / "static" / "site", both_keys(), static_dir=project / "static")
+    with pytest.raises(OutputError, match="must not be inside the static folder, whose files every build copies"):
+        build(options)
+    assert not (project / "static").exists()
+
+
 def test_a_cache_folder_inside_the_output_is_refused_before_anything_is_written(project):
     """Each build replaces the output folder (and the tree beside it), so a cache kept in either would be lost
     every time, silently making every build a full one."""
