@@ -19,6 +19,7 @@ import stat
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -463,6 +464,10 @@ def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concur
          fetcher: Fetcher | None = None, progress: Callable[[int, int], None] | None = None) -> PullReport:
     if not source.lower().startswith(("http://", "https://")):
         raise PullError(f"{source}: --from must be an http(s) URL")
+    parts = urllib.parse.urlsplit(source)
+    if parts.username is not None or parts.password is not None:  # (the message leaves them out: a CI log)
+        raise PullError(f"--from {parts.scheme}://…@{parts.hostname}: must not hold a user name or password (each "
+                        f"failure line names the URL, and no request would send them)")
     ids, bad = parse_targets(targets)
     report = PullReport(list(bad))
     if os.path.lexists(bundles) and not bundles.is_dir():

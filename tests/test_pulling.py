@@ -275,6 +275,17 @@ def test_no_note_where_the_source_has_no_manifest_or_a_usable_one(tmp_path):
     assert [o.status for o in with_manifest.outcomes] == ["fetched"]  # (its own entry chosen, not the first)
 
 
+@pytest.mark.parametrize("source", ["https://me:secret@mirror.example", "https://secret@mirror.example/"])
+def test_a_source_with_a_user_name_or_password_is_refused_without_printing_them(tmp_path, source):
+    """Every failure line names the URL it fetched, and urllib sends no password written in one: such a --from
+    is one error line that leaves the secret out (a CI log is often public)."""
+    with pytest.raises(PullError) as caught:
+        pull([IDS[0]], source, tmp_path / "b", load_trust_set(), fetcher=Fetcher(retries=0))
+    assert str(caught.value) == ("--from https://…@mirror.example: must not hold a user name or password (each "
+                                 "failure line names the URL, and no request would send them)")
+    assert not (tmp_path / "b").exists()
+
+
 def test_a_bundles_folder_that_is_a_file_or_cannot_be_made_is_one_line(tmp_path):
     (tmp_path / "afile").write_text("not a folder")
     with pytest.raises(PullError, match="afile: --bundles names a file, not a folder"):
