@@ -149,6 +149,18 @@ def test_a_live_site_with_nothing_published_is_a_warning_not_an_error(deployed):
     assert any("nothing published there yet" in w for w in report.warnings)
 
 
+def test_a_live_url_with_a_user_name_or_password_is_refused_without_printing_them(project):
+    from site_builder.build import build
+    from site_builder.settings import SettingsError
+    from conftest import both_keys, opts
+    options = opts(project, project / "site", both_keys(), deployed="https://me:secret@mirror.example/")
+    with pytest.raises(SettingsError) as caught:
+        build(options)
+    assert str(caught.value) == ("--live https://…@mirror.example: must not hold a user name or password (each "
+                                 "warning names the URL, and no request would send them)")
+    assert not (project / "site").exists()
+
+
 def test_a_live_folder_that_is_missing_or_a_file_is_a_warning_saying_which(tmp_path):
     from site_builder.live_site import LiveSite, LiveSiteUnavailable
     (tmp_path / "a-file").write_text("x")

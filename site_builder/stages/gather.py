@@ -7,6 +7,7 @@ import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from site_builder.live_site import LiveManifest, LiveSite, LiveSiteUnavailable, is_url
 from site_builder.loading import (
@@ -19,6 +20,7 @@ from site_builder.loading import (
 from site_builder.options import BuildOptions
 from site_builder.pages import Unit, refused_static_path, static_unit
 from site_builder.rendering import template_assets
+from site_builder.settings import SettingsError
 from site_builder.stages.context import BuildContext, digest_of
 from site_builder.terminal import printable
 from site_builder.writing import MARKER
@@ -48,6 +50,11 @@ def read_deployed(options: BuildOptions) -> tuple[LiveSite | None, LiveManifest 
     """The deployed mirror and its manifest, and what to warn about; nothing there, or unreachable, is no error."""
     if options.deployed is None:
         return None, None, []
+    if is_url(options.deployed):
+        parts = urlsplit(options.deployed)
+        if parts.username is not None or parts.password is not None:  # (left out of the message: a CI log)
+            raise SettingsError(f"--live {parts.scheme}://…@{parts.hostname}: must not hold a user name or password "
+                                f"(each warning names the URL, and no request would send them)")
     fetcher = options.policy.deployed_fetcher
     if fetcher is None and is_url(options.deployed):
         from site_builder.pulling import Fetcher  # (only here: the HTTP stack costs a no-op build ~30 ms to import)
