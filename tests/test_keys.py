@@ -89,11 +89,13 @@ def test_a_key_file_that_is_no_regular_file_or_too_large_is_one_line_and_a_link_
     import os
     os.mkfifo(tmp_path / "fifo.json")
     (tmp_path / "big.json").write_bytes(b" " * (2 << 20))
+    (tmp_path / "dangling.json").symlink_to(tmp_path / "gone.json")
     for path, why in ((tmp_path / "fifo.json", "a FIFO, not a regular file"),
                       (Path("/dev/zero"), "a device, not a regular file"),
                       (tmp_path / "big.json", "2097152 bytes is over the 1048576-byte limit"),
                       (tmp_path, "a folder, not a regular file"),
-                      (tmp_path / "missing.json", "cannot read: No such file or directory")):
+                      (tmp_path / "missing.json", "cannot read: No such file or directory"),
+                      (tmp_path / "dangling.json", "cannot read: No such file or directory")):
         with pytest.raises(KeyFileError, match=f"^{re.escape(str(path))}: {why}$"):
             load_trust_set([path])
     key = TestKey("linked")
