@@ -492,15 +492,16 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
     category_keys, year_keys = [c.key for c in cats], [y.key for y in years]
 
     def static() -> list[tuple[str, bytes]]:
+        assets = renderer.assets()
         files = [("robots.txt", renderer.render("robots.txt")),
                  ("search/index.html", renderer.render("search.html", search_indexes=search_folders,
                                                        filter_categories=category_keys, filter_years=year_keys)),
                  ("404.html", renderer.render("404.html")), (".nojekyll", b""),
                  ("verify/index.html", renderer.render("verifier.html",
-                                                       verify_js=Markup(renderer.asset("verify.js").decode("utf-8"))))]
+                                                       verify_js=Markup(assets["verify.js"].decode("utf-8"))))]
         if about_markdown is not None:
             files.append(("about/index.html", renderer.render("about.html", about=about_markdown)))
-        files += [("assets/" + name, renderer.asset(name)) for name in renderer.asset_names()]
+        files += [("assets/" + name, data) for name, data in assets.items()]
         return files
     units.append(Unit("static", [about_markdown, search_folders, category_keys, year_keys], static))
     units.append(Unit("manifest", [updated], lambda: _manifests(config, trust, updated)))

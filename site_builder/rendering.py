@@ -212,18 +212,18 @@ class TemplateLoader(jinja2.FileSystemLoader):
     UnicodeDecodeError, which names none)."""
 
     def get_source(self, environment: jinja2.Environment, template: str):
+        filename = template
         for folder in self.searchpath:  # (the file Jinja would read: the first folder's that has the name)
             path = os.path.join(folder, *template.split("/"))
             if os.path.lexists(path):
                 if not inside_templates(Path(folder), path):
                     raise jinja2.TemplateSyntaxError("a link leading out of the templates folder, or not a regular "
                                                      "file", 1, template, path)
+                filename = path
                 break
         try:
             return super().get_source(environment, template)
         except UnicodeDecodeError as exc:
-            found = (os.path.join(folder, *template.split("/")) for folder in self.searchpath)
-            filename = next((path for path in found if os.path.isfile(path)), template)
             raise jinja2.TemplateSyntaxError(f"not UTF-8 text ({exc.reason} at byte offset {exc.start:,})", 1,
                                              template, filename) from None
 
@@ -377,9 +377,6 @@ class SiteRenderer:
             found.globals = dict(found.globals)
         return found.render(**context)
 
-    def asset(self, name: str) -> bytes | None:
-        path = template_assets(self.dirs)[0].get(name)
-        return path.read_bytes() if path is not None else None
-
-    def asset_names(self) -> list[str]:
-        return list(template_assets(self.dirs)[0])
+    def assets(self) -> dict[str, bytes]:
+        """The files the site copies to ``/assets/``, by name (``template_assets``: the folders looked at once)."""
+        return {name: path.read_bytes() for name, path in template_assets(self.dirs)[0].items()}
