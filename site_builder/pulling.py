@@ -19,7 +19,6 @@ import stat
 import threading
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Callable
 from site_builder import __version__
 from site_builder.inspection import inspect_bytes
 from site_builder.keys import TrustSet
+from site_builder.live_site import credentials_left_out
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, read_bytes
 from site_builder.selection import is_rollback, published_record
 from site_builder.strict_json import StrictJSONError, parse_strict
@@ -218,9 +218,9 @@ class Fetcher:
         try:
             request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **headers})
             with self.opener.open(request, timeout=budget) as response:
-                length = response.headers.get("Content-Length")
-                length = length.strip() if length and _SECONDS.fullmatch(length.strip()) else None  # (else: to the end)
-                if length and int(length) > limit:
+                stated = (response.headers.get("Content-Length") or "").strip()
+                length = int(stated) if _DIGITS.fullmatch(stated) else None  # (no number: read to the end)
+                if length is not None and length > limit:
                     raise OSError(f"response of {length} bytes is over the {limit}-byte limit")
                 chunks, size = [], 0
                 while chunk := response.read(min(1 << 16, limit + 1 - size)):
@@ -229,8 +229,8 @@ class Fetcher:
                     if size > limit:
                         raise OSError(f"response is over the {limit}-byte limit")
                 body = b"".join(chunks)
-                if length and len(body) != int(length):
-                    raise http.client.IncompleteRead(body, int(length) - len(body))
+                if length is not None and len(body) != length:
+                    raise http.client.IncompleteRead(body, length - len(body))
                 return response.status, body, dict(response.headers)
         except (OSError, http.client.HTTPException) as exc:
             if time.monotonic() - started >= budget * 0.99 and not isinstance(exc, urllib.error.HTTPError):
@@ -245,7 +245,7 @@ class Fetcher:
         asked = None
         if value:
             value = value.strip()
-            if _SECONDS.fullmatch(value):  # (ASCII digits only: str.isdigit() takes "²", which float() refuses)
+            if _DIGITS.fullmatch(value):  # (ASCII digits only: str.isdigit() takes "²", which float() refuses)
                 wait = asked = float(min(int(value), MAX_RETRY_AFTER))
             else:
                 try:
@@ -292,7 +292,7 @@ class Fetcher:
         raise OSError(f"{last} after {self.retries + 1} attempts")
 
 
-_SECONDS = re.compile(r"[0-9]+")
+_DIGITS = re.compile(r"[0-9]+")  # (a number of seconds or bytes, as HTTP writes one)
 MAX_RETRY_AFTER = 10 ** 9  # (what a server may ask for is said as it asked, up to this: it is waited for 30 s at most)
 
 
@@ -464,10 +464,9 @@ def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concur
          fetcher: Fetcher | None = None, progress: Callable[[int, int], None] | None = None) -> PullReport:
     if not source.lower().startswith(("http://", "https://")):
         raise PullError(f"{source}: --from must be an http(s) URL")
-    parts = urllib.parse.urlsplit(source)
-    if parts.username is not None or parts.password is not None:  # (the message leaves them out: a CI log)
-        raise PullError(f"--from {parts.scheme}://…@{parts.hostname}: must not hold a user name or password (each "
-                        f"failure line names the URL, and no request would send them)")
+    if (said := credentials_left_out(source)) is not None:  # (the message leaves them out: a CI log)
+        raise PullError(f"--from {said}: must not hold a user name or password (each failure line names the URL, "
+                        f"and no request would send them)")
     ids, bad = parse_targets(targets)
     report = PullReport(list(bad))
     if os.path.lexists(bundles) and not bundles.is_dir():

@@ -7,9 +7,8 @@ import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from site_builder.live_site import LiveManifest, LiveSite, LiveSiteUnavailable, is_url
+from site_builder.live_site import LiveManifest, LiveSite, LiveSiteUnavailable, credentials_left_out, is_url
 from site_builder.loading import (
     InputFile,
     SkippedFile,
@@ -50,11 +49,9 @@ def read_deployed(options: BuildOptions) -> tuple[LiveSite | None, LiveManifest 
     """The deployed mirror and its manifest, and what to warn about; nothing there, or unreachable, is no error."""
     if options.deployed is None:
         return None, None, []
-    if is_url(options.deployed):
-        parts = urlsplit(options.deployed)
-        if parts.username is not None or parts.password is not None:  # (left out of the message: a CI log)
-            raise SettingsError(f"--live {parts.scheme}://…@{parts.hostname}: must not hold a user name or password "
-                                f"(each warning names the URL, and no request would send them)")
+    if is_url(options.deployed) and (said := credentials_left_out(options.deployed)) is not None:
+        raise SettingsError(f"--live {said}: must not hold a user name or password (each warning names the URL, "
+                            f"and no request would send them)")
     fetcher = options.policy.deployed_fetcher
     if fetcher is None and is_url(options.deployed):
         from site_builder.pulling import Fetcher  # (only here: the HTTP stack costs a no-op build ~30 ms to import)
