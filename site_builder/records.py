@@ -286,26 +286,26 @@ def _integrity(scan: object) -> Integrity | None:
 # no place for them, and one NUL in a title made every feed listing the record ill-formed for every reader), and
 # the noncharacters (U+FFFE, U+FFFF, U+FDD0-U+FDEF and their like in every plane).  A bundle's text is shown
 # without them; its bytes, mirrored as they are, keep them.
-_NOT_SHOWN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufdd0-\ufdef"
+NOT_SHOWN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufdd0-\ufdef"
                         + "".join(f"{chr(plane << 16 | 0xFFFE)}{chr(plane << 16 | 0xFFFF)}" for plane in range(17))
                         + "]")
 
 
 def shown_text(value: str) -> str:
-    """*value* without the characters no page or feed may hold (``_NOT_SHOWN``)."""
+    """*value* without the characters no page or feed may hold (``NOT_SHOWN``)."""
     if value.isprintable():  # (nearly every field: one C-level pass, no expression)
         return value
-    return _NOT_SHOWN.sub("", value)
+    return NOT_SHOWN.sub("", value)
 
 
 def _text(value: object) -> str:
-    """A bundle's text field as a page shows it: text without ``_NOT_SHOWN``, "" for anything else."""
+    """A bundle's text field as a page shows it: text without ``NOT_SHOWN``, "" for anything else."""
     return shown_text(value) if isinstance(value, str) else ""
 
 
 def _escaped_json(text: str) -> str:
-    """JSON text with each character of ``_NOT_SHOWN`` written as its escape (the same JSON, shown whole)."""
-    return _NOT_SHOWN.sub(lambda m: json.dumps(m.group())[1:-1], text)  # (ASCII: "\ufffe", "\ud83f\udffe")
+    """JSON text with each character of ``NOT_SHOWN`` written as its escape (the same JSON, shown whole)."""
+    return NOT_SHOWN.sub(lambda m: json.dumps(m.group())[1:-1], text)  # (ASCII: "\ufffe", "\ud83f\udffe")
 
 
 _AUTHOR_SPLIT = re.compile(r",\s*|\s+and\s+")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
@@ -11,6 +10,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from site_builder.loading import FileReadError, read_bytes
+from site_builder.records import NOT_SHOWN
 
 SETTINGS_FILE = "site.toml"
 SETTINGS_MAX_BYTES = 1 << 20
@@ -69,6 +69,11 @@ class SiteConfig:
 _NOT_IN_A_BASE_URL = set(' "<>\\^`{|}')
 
 
+def _not_in_a_url(value: str) -> list[str]:
+    """The characters of *value* a URL never holds as they are (``_NOT_IN_A_BASE_URL``, controls), in order."""
+    return sorted({c for c in value if c in _NOT_IN_A_BASE_URL or ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0})
+
+
 def normalize_base_url(value: str) -> str:
     value = value.strip()
     parts = urlsplit(value)
@@ -85,7 +90,7 @@ def normalize_base_url(value: str) -> str:
         raise SettingsError(f"base URL {value!r}: names a host but no scheme; write https://{parts.hostname}/...")
     if parts.scheme and not parts.hostname:
         raise SettingsError(f"base URL {value!r}: a full URL with no host")
-    bad = sorted({c for c in value if c in _NOT_IN_A_BASE_URL or ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0})
+    bad = _not_in_a_url(value)
     if bad:
         raise SettingsError(f"base URL {value!r}: must not contain {', '.join(repr(c) for c in bad)} "
                             f"(percent-encode it)")
@@ -100,15 +105,11 @@ def check_resolver_url(value: str) -> str:
         raise SettingsError(f"resolver URL {value!r}: must be an http(s) URL with a host")
     if parts.username is not None or parts.password is not None:
         raise SettingsError(f"resolver URL of {parts.hostname!r}: must not hold a user name or password")
-    if any(c in _NOT_IN_A_BASE_URL or ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 for c in value):
+    if _not_in_a_url(value):
         raise SettingsError(f"resolver URL {value!r}: holds a character a URL never holds as it is "
                             f"(percent-encode it)")
     return value
 
-
-# What no setting's text may hold: control characters but tab and line ends (a title is in every page and feed,
-# and XML 1.0 has no place for them) and noncharacters.
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufdd0-\ufdef\ufffe\uffff]")
 
 # The integer settings, and their bounds.
 _COUNTS = {"page_size": (1, 10_000), "search_shard_size": (1, 10_000_000), "search_max_shards": (1, 1024)}
@@ -134,7 +135,8 @@ def load_settings(path: Path) -> SiteConfig:
     for key in known:
         if key not in _COUNTS and key in data and not isinstance(data[key], str):
             raise SettingsError(f"{path}: {key} must be a string")
-        if key not in _COUNTS and key in data and (bad := _CONTROL.search(data[key])):
+        # (what no page or feed may hold, as of a bundle's text: a title is in every page and feed)
+        if key not in _COUNTS and key in data and (bad := NOT_SHOWN.search(data[key])):
             raise SettingsError(f"{path}: {key} holds the control character U+{ord(bad.group()):04X}, which no page "
                                 f"or feed may hold")
     for key, (low, high) in _COUNTS.items():

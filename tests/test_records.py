@@ -89,7 +89,7 @@ def test_the_canonical_record_is_shown_whole_with_such_characters_escaped(real_b
     bundle = copy.deepcopy(real_bundle)
     bundle["canonical_record"]["metadata"]["license"] = f"CC{NOT_SHOWN}"
     shown = detail(bundle, summarize(bundle)).canonical_record_pretty
-    assert records._NOT_SHOWN.search(shown) is None
+    assert records.NOT_SHOWN.search(shown) is None
     assert json.loads(shown) == bundle["canonical_record"]  # (the same JSON: each one written as its escape)
     assert "\\u0000" in shown and "\\ufffe" in shown and "\\udbff\\udfff" in shown
 
