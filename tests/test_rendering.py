@@ -118,12 +118,31 @@ def test_the_bibtex_entry_keeps_balanced_braces_and_leaves_out_unpartnered_ones(
         f"pith/{summarize(bundle).pith_id}/index.html"].decode()
     entry = html.unescape(re.search(r'id="bibtex"><code>(.*?)</code>', page, re.S).group(1))
     assert f"  title = {{{shown}}},\n" in entry
-    assert "  author = {Ada Lovelace and Alan Turing }," in entry
+    assert "  author = {Ada Lovelace and Alan Turing},\n" in entry
     depth = 0
     for char in entry:
         depth += {"{": 1, "}": -1}.get(char, 0)
         assert depth >= 0
     assert depth == 0
+
+
+def test_the_bibtex_author_field_names_the_cited_authors_then_and_others(real_bundle):
+    """Past ``CITED_AUTHORS`` the entry says "and others", BibTeX's word for the rest, closed by its brace."""
+    import html
+    import re
+
+    from signing import with_paper
+    from site_builder.pages import paper_files
+    from site_builder.records import CITED_AUTHORS, summarize
+
+    names = [f"Author {n}" for n in range(CITED_AUTHORS + 3)]
+    bundle = with_paper(real_bundle, authors_text=", ".join(names))
+    renderer = SiteRenderer(SiteConfig(), template_dirs(None), load_trust_set())
+    page = dict(paper_files(renderer, b"{}", bundle, summarize(bundle), (), ()))[
+        f"pith/{summarize(bundle).pith_id}/index.html"].decode()
+    entry = html.unescape(re.search(r'id="bibtex"><code>(.*?)</code>', page, re.S).group(1))
+    cited = " and ".join(names[:CITED_AUTHORS])
+    assert f"  author = {{{cited} and others}},\n" in entry
 
 
 def test_the_templates_identity_tells_every_two_trees_apart(tmp_path):
