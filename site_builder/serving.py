@@ -29,7 +29,7 @@ from urllib.parse import unquote, urlsplit
 import jinja2
 from watchdog.observers import Observer
 
-from site_builder.build import BuildOptions, WorkerLostError, build, prepare_spare_tree
+from site_builder.build import BuildOptions, BuildReport, WorkerLostError, build, prepare_spare_tree
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundleListing, BundlesFolderError, list_bundles, rediscover
 from site_builder.mirrors import MirrorLookups
@@ -116,6 +116,7 @@ class Site:
         self.request_rebuild: Callable[[], None] = lambda: None
         self.index_next = False  # the live site has the previous search index: the next build makes it anew
         self.ahead: MirrorLookups | None = None  # started when a change was first seen (``look_ahead``)
+        self.said: frozenset[str] = frozenset()  # the REJECTED and WARNING lines of the last build
 
     def _build_options(self) -> BuildOptions:
         o = self.options
@@ -158,6 +159,7 @@ class Site:
         with self.build_lock:
             self.rebuild_waiting.clear()
             started = time.perf_counter()
+            indexing = self.index_next  # (this build follows the last one with its search index)
             listing = None
             try:
                 options = self._build_options()
@@ -184,15 +186,22 @@ class Site:
             self._check_listing(options.bundles, listing)
             if report.search_behind:  # on screen now; the search index follows in the next build
                 self.request_rebuild()
-            for outcome in report.rejected:
-                self.options.log(f"REJECTED {outcome.inspection.error_line()}")
-            for warning in report.warnings:  # (as the command line says them)
-                self.options.log(f"WARNING {warning}")
+            self._say_problems(report, repeat=not indexing)
             behind = "; the search index follows" if report.search_behind else ""
             self.options.log(f"[{reason}] {report.summary_line()} (rebuild {time.perf_counter() - started:.2f}s{behind})")
             rejected = [o.inspection.error_line() for o in report.rejected]
             self.live.set_error("Rejected bundles:\n" + "\n".join(rejected) if rejected else None)
             return True
+
+    def _say_problems(self, report: BuildReport, repeat: bool) -> None:
+        """Each rejected file and warning, as the command line says them; the build that only follows the last
+        one with its search index leaves out the lines that one said a moment ago (each save said them twice)."""
+        lines = [f"REJECTED {o.inspection.error_line()}" for o in report.rejected]
+        lines += [f"WARNING {warning}" for warning in report.warnings]
+        for line in lines:
+            if repeat or line not in self.said:
+                self.options.log(line)
+        self.said = frozenset(lines)
 
     def look_ahead(self) -> None:
         """Start the lookups of the mirrored bundles in the output and in the tree beside it as soon as a change

@@ -273,14 +273,14 @@ def test_ctrl_c_stops_cleanly(server):
     eventually(lambda: [p.name for p in root.iterdir() if ".old-" in p.name] == [], deadline=10)
 
 
-def _site(root: Path, search: bool = True, live=None):
+def _site(root: Path, search: bool = True, live=None, log=lambda line: None):
     """A serve ``Site`` over the served_project, as ``serve`` runs it (search on unless told), and the list its requests
     for another build go to."""
     from site_builder.serving import LiveState, ServeOptions, Site
 
     site = Site(ServeOptions(bundles=root / "bundles", output=root / "output", templates=root / "templates",
                              settings=root / "site.toml", trusted_keys=_keys(root), search=search,
-                             log=lambda line: None), live or LiveState())
+                             log=log), live or LiveState())
     asked = []
     site.request_rebuild = lambda: asked.append(True)
     return site, asked
@@ -425,6 +425,33 @@ def test_a_change_is_live_before_the_search_index_which_follows(served_project, 
         assert other.stat().st_ino == other_inode
     site.store.close()
     _assert_as_a_clean_build(root, tmp_path)
+
+
+@pytest.mark.slow
+def test_the_build_that_follows_with_the_search_index_says_no_problem_twice(served_project):
+    """A save is built at once and its search index follows in a second build: the rejections and warnings of
+    the first are not said again by the second, while a change saved again says them again."""
+    root, key = served_project
+    tampered = REAL_FILES[1].read_bytes().replace(b'"built_at":"', b'"built_at":"1', 1)
+    (root / "bundles" / "tampered.json").write_bytes(tampered)
+    lines: list[str] = []
+    site, asked = _site(root, log=lines.append)
+    assert site.rebuild("start")
+    rejected = [line for line in lines if line.startswith("REJECTED ")]
+    assert len(rejected) == 1 and "tampered.json" in rejected[0]
+    for title in ("Said once", "Said once again"):
+        lines.clear()
+        _retitle(root, key, title)
+        assert site.rebuild("change", None) and site.index_next  # on screen; the search index follows
+        assert [line for line in lines if line.startswith("REJECTED ")] == rejected
+        lines.clear()
+        assert site.rebuild("change", set()) and not site.index_next  # the build asked for
+        assert lines and not [line for line in lines if line.startswith(("REJECTED ", "WARNING "))]
+    (root / "bundles" / "also-tampered.json").write_bytes(tampered)
+    lines.clear()
+    assert site.rebuild("change", None)
+    assert len([line for line in lines if line.startswith("REJECTED ")]) == 2  # the change after says them all
+    site.store.close()
 
 
 @pytest.mark.slow
