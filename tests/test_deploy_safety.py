@@ -129,7 +129,7 @@ def test_the_live_reload_tag_escapes_its_attributes():
 
 
 @pytest.mark.parametrize("category", ["index.html", "cs.ai", "CS.AI", "page", "feed.xml", "astro-ph.ga",
-                                      "physics.Optics", "made-up.XX"])
+                                      "physics.Optics", "made-up.XX", "cond-mat." + "a" * 32])
 def test_a_validly_signed_category_that_is_no_arxiv_category_is_rejected_and_the_rest_builds(tmp_path, category):
     """A category becomes a folder (category/<cat>/): ``index.html`` made every build fail with "File exists",
     and ``cs.ai`` beside ``cs.AI`` collides on a case-insensitive host.  Only arXiv's spelling passes."""

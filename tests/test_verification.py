@@ -79,6 +79,14 @@ def test_each_condition_of_a_check_is_checked(name, real_bundle, pinned):
     assert verify_bundle(real_bundle, pinned).first_failure.name == check
 
 
+def test_a_state_that_is_not_the_merge_names_the_part_that_differs(real_bundle, pinned):
+    """The reason points the mirror's operator at the part of the state to look at, not at every part."""
+    TAMPERS["state_recomputed"](real_bundle)
+    failure = verify_bundle(real_bundle, pinned).first_failure
+    assert (failure.name, failure.detail) == ("state_recomputed",
+                                              "state differs from the merge of the events (in current)")
+
+
 def test_a_receipt_signed_by_a_pinned_key_for_another_record_is_rejected(real_bundle, pinned):
     """The receipt is a signature over the record's digest: one the pinned key made for another record, moved
     into a bundle whose every other hash and signature is made anew with that key, proves nothing of this one."""
