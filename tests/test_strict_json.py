@@ -153,6 +153,12 @@ def test_a_duplicate_key_is_named_cut_at_60_characters():
     assert info.value.reason == f"duplicate key {'k' * 60!r}…"
 
 
+def test_the_key_named_is_the_one_that_repeats():
+    with pytest.raises(StrictJSONError) as info:
+        parse_strict(b'{"first": 1, "second": 2, "third": 3, "second": 4}')
+    assert info.value.reason == "duplicate key 'second'"
+
+
 def test_a_real_bundle_takes_the_fast_path_and_is_known_to_hold_no_float():
     for path in REAL_FILES:
         raw = path.read_bytes()
