@@ -195,7 +195,7 @@ class Site:
 
     def _say_problems(self, report: BuildReport, repeat: bool) -> None:
         """Each rejected file and warning, as the command line says them; the build that only follows the last
-        one with its search index leaves out the lines that one said a moment ago (each save said them twice)."""
+        one with its search index leaves out the lines that one said a moment ago, so that a save says each once."""
         lines = [f"REJECTED {o.inspection.error_line()}" for o in report.rejected]
         lines += [f"WARNING {warning}" for warning in report.warnings]
         for line in lines:
