@@ -337,6 +337,9 @@ def test_static_files_are_copied_as_they_are_and_never_over_the_sites_own_paths(
         (static / rel).parent.mkdir(parents=True, exist_ok=True)
         (static / rel).write_bytes(data)
     os.symlink("/etc/passwd", static / "passwd.txt")
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "key.txt").write_bytes(b"not for the site")
+    os.symlink(tmp_path / "secret", static / "secret")  # (a link to a folder is not walked either)
     out = tmp_path / "site"
 
     def build_static(output, **options):
@@ -345,13 +348,15 @@ def test_static_files_are_copied_as_they_are_and_never_over_the_sites_own_paths(
     for rel, data in wanted.items():
         assert (out / rel).read_bytes() == data
     assert not (out / ".hidden-notes").exists() and not (out / "passwd.txt").exists()
+    assert not (out / "secret").exists()
     assert not (out / "pith" / "AAAAAAAAAAAAAAAAAAAAAAAAAA").exists()
     assert not (out / ".well-known" / "pith" / "AAAAAAAAAAAAAAAAAAAAAAAAAA").exists()
     assert b"not the home page" not in (out / "index.html").read_bytes()
     assert (out / "assets" / "style.css").read_bytes() != b"body{}"
     assert sorted(report.warnings) == sorted(
         [f"static/{rel}: {refused_static_path(rel)}; not copied" for rel in refused]
-        + ["static/passwd.txt: a symbolic link (not followed); not copied"])
+        + ["static/passwd.txt: a symbolic link (not followed); not copied",
+           "static/secret: a symbolic link (not followed); not copied"])
 
     (static / "CNAME").write_bytes(b"other.example.org\n")
     (static / "img" / "logo.png").unlink()
