@@ -34,12 +34,20 @@ def test_the_row_digest_follows_the_words_too(real_bundle):
 
 
 def test_bounded_views_cut_at_a_word_and_count_the_rest(real_bundle):
+    """The bounds README promises ("Bounded output per record"), as numbers: a change of one is a change of
+    README."""
     many = ", ".join(f"Author {i}" for i in range(250))
-    summary = summarize(with_paper(real_bundle, title="word " * 200, authors_text=many))
-    assert len(summary.short_title) <= records.SHORT_TITLE and summary.short_title.endswith("word…")
-    assert len(summary.listed_authors) == records.LISTED_AUTHORS and summary.listed_authors[0] == "Author 0"
-    assert len(summary.cited_authors) == records.CITED_AUTHORS
+    bundle = with_paper(real_bundle, title="word " * 200, authors_text=many, abstract_excerpt="sentence " * 400)
+    categories = [f"math.{a}{b}" for a in "AB" for b in "ABCDEFGHIJ"]
+    bundle["canonical_record"]["metadata"]["cross_cats_sorted"] = categories
+    summary = summarize(bundle)
+    assert len(summary.short_title) <= 300 and summary.short_title.endswith("word…")
+    assert len(summary.short_abstract) <= 1_000 and summary.short_abstract.endswith("sentence…")
+    assert len(summary.listed_authors) == 10 and summary.listed_authors[0] == "Author 0"
+    assert len(summary.cited_authors) == 100
     assert len(summary.authors) == 250  # (the record's own page shows them all)
+    assert summary.listed_categories == (summary.primary_cat, *[c for c in categories if c != summary.primary_cat][:11])
+    assert summarize(with_paper(real_bundle, title="t" * 300)).short_title == "t" * 300  # (at the bound: whole)
 
 
 def test_authors_are_split_on_commas_and_and():
