@@ -68,6 +68,16 @@ def test_the_detail_lists_what_the_record_has_and_lacks(real_bundle):
     assert info.completeness and all(isinstance(label, str) for label, _ in info.completeness)
 
 
+def test_the_detail_takes_the_review_verdict_and_its_headline_when_the_paper_has_none(real_bundle):
+    bundle = with_paper(real_bundle, headline="")
+    snapshot = next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")["payload"]["graph_snapshot"]
+    snapshot["verdict"] = {"one_line_summary": "It holds.", "pith_extraction_headline": "The verdict's headline"}
+    info = detail(bundle, summarize(bundle))
+    assert (info.one_line_summary, info.headline) == ("It holds.", "The verdict's headline")
+    snapshot["verdict"] = None  # (a snapshot without a verdict)
+    assert detail(bundle, summarize(bundle)).one_line_summary == ""
+
+
 NOT_SHOWN = "\x00\x01\x08\x0b\x0c\x0e\x1b\x7f\x85\x9f\ufdd0\ufdef\ufffe\uffff\U0001fffe\U0010ffff"
 
 
