@@ -14,6 +14,11 @@ from site_builder.terminal import printable
     ("bell\x07", "bell\\x07"),
     ("rtl\u202eevil", "rtl\\u202eevil"),
     ("surrogate\udcff", "surrogate\\xff"),  # (a byte of a file name that is not UTF-8: shown as that byte)
+    ("low byte\udc80", "low byte\\x80"),  # (the lowest such byte)
+    ("c1\x85\x9f", "c1\\x85\\x9f"),  # (the C1 controls, as the bytes they are in Latin-1)
+    ("tag\U000e0001", "tag\\U000e0001"),  # (a format character past the first plane)
+    ("private\U0010fffd", "private\\U0010fffd"),
+    ("nonchars\uffff\U0001ffff", "nonchars\\uffff\\U0001ffff"),  # (either side of the first plane's end)
 ])
 def test_controls_and_bidi_overrides_are_escaped_and_text_is_kept(text, shown):
     assert printable(text) == shown
