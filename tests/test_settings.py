@@ -98,3 +98,19 @@ def test_a_link_out_of_the_settings_folder_is_refused_and_one_inside_it_is_not(t
     (project / "static").symlink_to(project / "pages")
     config = load_settings(project / "site.toml")
     assert project_paths(project / "site.toml", config) == (project / "pages" / "about.md", project / "static")
+
+
+def test_the_settings_readme_shows_load_and_its_numbers_are_the_defaults(tmp_path):
+    """README's example ``site.toml`` is one a user can copy: it loads, and the numbers and the resolver it
+    shows are what a build uses without it."""
+    import tomllib
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
+    example = re.search(r"### Settings .*?```toml\n(.*?)```", readme, re.S).group(1)
+    (tmp_path / "site.toml").write_text(example)
+    config = load_settings(tmp_path / "site.toml")
+    assert config.title == "My pith mirror" and config.base_url == "https://user.github.io/mirror/"
+    shown = tomllib.loads(example)
+    for name in ("page_size", "search_shard_size", "search_max_shards", "resolver_url"):
+        assert shown[name] == getattr(SiteConfig(), name) == getattr(config, name), name
