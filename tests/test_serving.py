@@ -427,6 +427,32 @@ def test_a_change_is_live_before_the_search_index_which_follows(served_project, 
     _assert_as_a_clean_build(root, tmp_path)
 
 
+@pytest.mark.slow  # (indexes the site four times)
+def test_a_file_bringing_a_second_bundle_of_a_published_record_is_chosen_between(served_project, tmp_path):
+    """serve patches its last selection with the files that came and went: a new file holding an older bundle of
+    a record already published goes to the choice between the two (the newer stays), as a clean build has it."""
+    root, key = served_project
+    lines: list[str] = []
+    site, _ = _site(root, log=lines.append)
+
+    def rebuild(reason: str) -> str:  # (and the build that follows with the search index): the first's summary
+        lines.clear()
+        assert site.rebuild(reason, None)
+        said = next(line for line in lines if line.startswith(f"[{reason}]"))
+        while site.index_next:
+            assert site.rebuild("change", set())
+        return said
+    rebuild("start")
+    page = _retitle(root, key, "The newer bundle")
+    rebuild("change")
+    assert "The newer bundle" in page.read_text()
+    shutil.copy(REAL_FILES[0], root / "bundles" / "older-copy.json")
+    assert ", 1 superseded," in rebuild("change")
+    assert "The newer bundle" in page.read_text()
+    site.store.close()
+    _assert_as_a_clean_build(root, tmp_path)
+
+
 @pytest.mark.slow
 def test_the_build_that_follows_with_the_search_index_says_no_problem_twice(served_project):
     """A save is built at once and its search index follows in a second build: the rejections and warnings of
