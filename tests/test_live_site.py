@@ -63,6 +63,19 @@ def test_the_newer_live_bundle_stays_published_when_read_from_a_folder(deployed)
     assert any("rollback refused" in w for w in report.warnings)
 
 
+def test_a_record_the_live_site_does_not_publish_yet_is_published_without_a_word(deployed):
+    """The everyday case: a paper added since the last deploy has no claim on the live site to weigh."""
+    d = deployed
+    added = sign_bundle(json.loads(REAL_FILES[1].read_bytes()), d["key"])
+    (d["bundles"] / "added.json").write_bytes(to_bytes(added))
+    report = fresh_build(d, str(d["live"]))
+    added_id = added["pith_number"].rsplit(":", 1)[1]
+    assert (d["tmp"] / "fresh" / "pith" / added_id / "bundle.json").read_bytes() == to_bytes(added)
+    assert {o.inspection.rel: o.status for o in report.outcomes}["added.json"] == "published"
+    assert [w for w in report.warnings if "added.json" in w or added_id in w] == []
+    assert published_bundle(d) == d["newer"]  # (and the record it does publish is still kept)
+
+
 def test_without_the_live_check_the_older_bundle_is_published(deployed):
     """The attack the check is for: a fresh machine has nothing else to compare with."""
     fresh_build(deployed, None)
