@@ -435,7 +435,8 @@ def test_a_file_bringing_a_second_bundle_of_a_published_record_is_chosen_between
     lines: list[str] = []
     site, _ = _site(root, log=lines.append)
 
-    def rebuild(reason: str) -> str:  # (and the build that follows with the search index): the first's summary
+    def rebuild(reason: str) -> str:
+        """Rebuild, then let the build that follows with the search index run; the first one's summary line."""
         lines.clear()
         assert site.rebuild(reason, None)
         said = next(line for line in lines if line.startswith(f"[{reason}]"))
@@ -461,7 +462,7 @@ def test_the_build_that_follows_with_the_search_index_says_no_problem_twice(serv
     tampered = REAL_FILES[1].read_bytes().replace(b'"built_at":"', b'"built_at":"1', 1)
     (root / "bundles" / "tampered.json").write_bytes(tampered)
     lines: list[str] = []
-    site, asked = _site(root, log=lines.append)
+    site, _ = _site(root, log=lines.append)
     assert site.rebuild("start")
     rejected = [line for line in lines if line.startswith("REJECTED ")]
     assert len(rejected) == 1 and "tampered.json" in rejected[0]
