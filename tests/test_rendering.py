@@ -98,6 +98,14 @@ def test_ordinary_markdown_is_still_rendered():
     assert "<em>that</em>" in html and 'href="https://example.org/"' in html and "plain text" not in html
 
 
+def test_markdown_shows_the_signed_words_as_written():
+    """The page shows what the bundle signs: no curly quotes, dashes or symbols made of the author's characters,
+    and no link the author did not write (a bare address stays text)."""
+    renderer = SiteRenderer(SiteConfig(), template_dirs(None), load_trust_set())
+    html = str(renderer.markdown('A "quoted" word -- and (c) 1990... see https://example.org/x'))
+    assert html == '<p>A &quot;quoted&quot; word -- and (c) 1990... see https://example.org/x</p>\n'
+
+
 @pytest.mark.parametrize("title, shown", [
     ("On the {O}(n) bound", "On the {O}(n) bound"),  # (LaTeX grouping, balanced: kept)
     ("Sets {x | x > 0", "Sets x | x > 0"), ("a } b { c", "a  b  c"), ("{{nested}", "{nested}"), ("}{", ""),
