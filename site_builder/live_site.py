@@ -14,7 +14,6 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from site_builder.loading import FileReadError, read_bytes
 from site_builder.selection import PublishedBefore
@@ -64,16 +63,6 @@ def manifest_claims(raw: bytes) -> tuple[str | None, dict[str, PublishedBefore],
 
 def is_url(source: str) -> bool:
     return source.lower().startswith(("http://", "https://"))
-
-
-def credentials_left_out(url: str) -> str | None:
-    """*url* said without the user name or password it holds (``https://…@host``), or None where it holds none.
-    Such a URL is refused wherever it is given: every line naming it would print the secret, and no request
-    (urllib) would send it."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return None
-    return f"{parts.scheme}://…@{parts.hostname}"
 
 
 class LiveSite:

@@ -28,9 +28,9 @@ from typing import Callable
 from site_builder import __version__
 from site_builder.inspection import inspect_bytes
 from site_builder.keys import TrustSet
-from site_builder.live_site import credentials_left_out
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, read_bytes
 from site_builder.selection import is_rollback, published_record
+from site_builder.settings import credentials_left_out
 from site_builder.strict_json import StrictJSONError, parse_strict
 from site_builder.writing import create_new
 

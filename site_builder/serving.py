@@ -405,13 +405,15 @@ class _Server(http.server.ThreadingHTTPServer):
             super().handle_error(request, client_address)  # a browser closing a tab is not an error
 
 
+class _ServerOverIPv6(_Server):
+    address_family = socket.AF_INET6
+
+
 def listening_server(host: str, port: int, handler) -> _Server:
     """A server on *host* (a name, an IPv4 or an IPv6 address: ``::1``) and *port*; OSError where it cannot
     listen there (the address family is the one the host's first address has)."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    if family == socket.AF_INET:
-        return _Server((host, port), handler)
-    return type("_ServerOverIPv6", (_Server,), {"address_family": family})((host, port), handler)
+    return (_ServerOverIPv6 if family == socket.AF_INET6 else _Server)((host, port), handler)
 
 
 def url_host(host: str) -> str:

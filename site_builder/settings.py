@@ -74,6 +74,16 @@ def _not_in_a_url(value: str) -> list[str]:
     return sorted({c for c in value if c in _NOT_IN_A_BASE_URL or ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0})
 
 
+def credentials_left_out(url: str) -> str | None:
+    """*url* said without the user name or password it holds (``https://…@host``), or None where it holds none.
+    Such a URL is refused wherever it is given: every line naming it would print the secret, and no request
+    (urllib) would send it."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return None
+    return f"{parts.scheme}://…@{parts.hostname}"
+
+
 def normalize_base_url(value: str) -> str:
     value = value.strip()
     parts = urlsplit(value)
@@ -103,7 +113,7 @@ def check_resolver_url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise SettingsError(f"resolver URL {value!r}: must be an http(s) URL with a host")
-    if parts.username is not None or parts.password is not None:
+    if credentials_left_out(value) is not None:
         raise SettingsError(f"resolver URL of {parts.hostname!r}: must not hold a user name or password")
     if _not_in_a_url(value):
         raise SettingsError(f"resolver URL {value!r}: holds a character a URL never holds as it is "

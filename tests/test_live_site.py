@@ -174,17 +174,6 @@ def test_a_live_url_with_a_user_name_or_password_is_refused_without_printing_the
     assert not (project / "site").exists()
 
 
-@pytest.mark.parametrize("url, said", [
-    ("https://token@mirror.example/", "https://…@mirror.example"),  # (a token given as the user name)
-    ("https://:secret@mirror.example/", "https://…@mirror.example"),
-    ("https://me:secret@mirror.example:8443/", "https://…@mirror.example"),
-    ("https://mirror.example/", None), ("https://mirror.example/a@b/", None),  # (an @ in the path holds none)
-])
-def test_a_url_holding_either_a_user_name_or_a_password_is_said_without_them(url, said):
-    from site_builder.live_site import credentials_left_out
-    assert credentials_left_out(url) == said
-
-
 def test_a_live_folder_with_nothing_published_is_a_first_deploy(tmp_path):
     """An empty folder (or one without a manifest) has nothing live; a manifest that cannot be read is another
     matter: it says so."""

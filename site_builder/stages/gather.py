@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from site_builder.live_site import LiveManifest, LiveSite, LiveSiteUnavailable, credentials_left_out, is_url
+from site_builder.live_site import LiveManifest, LiveSite, LiveSiteUnavailable, is_url
 from site_builder.loading import (
     InputFile,
     SkippedFile,
@@ -19,7 +19,7 @@ from site_builder.loading import (
 from site_builder.options import BuildOptions
 from site_builder.pages import Unit, refused_static_path, static_unit
 from site_builder.rendering import template_assets
-from site_builder.settings import SettingsError
+from site_builder.settings import SettingsError, credentials_left_out
 from site_builder.stages.context import BuildContext, digest_of
 from site_builder.terminal import printable
 from site_builder.writing import MARKER
