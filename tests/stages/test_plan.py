@@ -22,8 +22,8 @@ from site_builder.stages.select import choose
 from site_builder.stages.verify import verify
 
 
-def planned(options, scratch, pagefind: str = "pagefind 0"):
-    with opened_context(options, scratch, BuildReport(), lambda: pagefind) as ctx:
+def planned(options, scratch, pagefind: str = "pagefind 0", report: BuildReport | None = None):
+    with opened_context(options, scratch, report or BuildReport(), lambda: pagefind) as ctx:
         inputs = gather(ctx)
         verified = verify(ctx, inputs)
         return plan(ctx, inputs, verified, choose(ctx, inputs, verified))
@@ -74,6 +74,62 @@ def test_another_pagefind_re_keys_every_search_index_and_nothing_else(project, t
     searches = {name for name in before.units if name == "search" or name.startswith("search:")}
     assert searches == {"search"} if shard_size > 1 or whole_site else len(searches) > 1  # (one index, or shards)
     assert changed == searches
+
+
+
+@pytest.mark.parametrize("whole_site", [False, True])
+def test_a_search_index_is_re_keyed_by_what_its_pagefind_reads(project, tmp_path, whole_site):
+    """Pagefind reads the record pages alone (the default templates), or every page where a user's template marks
+    another for the index: a change of a static page then re-keys the index, and with record pages alone it does
+    not (a record's change re-keys the shard that holds it, and no other)."""
+    if whole_site:
+        (project / "templates" / "about.html").write_text("{% extends 'base.html' %}{% block main %}"
+                                                          "<main data-pagefind-body>About</main>{% endblock %}")
+    static = project / "static"
+    static.mkdir()
+    options = opts(project, project / "site", both_keys(), search=True, static_dir=static,
+                   config=SiteConfig(search_shard_size=1 if not whole_site else 2500))
+    before = planned(options, tmp_path)
+    (static / "howto.html").write_text("<main data-pagefind-body>How to cite a record</main>")
+    after_static = planned(options, tmp_path)
+    (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=2))
+    after_record = planned(options, tmp_path)
+
+    def changed(a, b):
+        return {name for name in a.units if plan_stage.is_search_unit(name) and a.units[name] != b.units[name]}
+    if whole_site:
+        assert changed(before, after_static) == changed(after_static, after_record) == {"search"}
+    else:
+        assert changed(before, after_static) == set()
+        renewed = [pid for pid in after_record.selection.published
+                   if after_record.units[f"record:{pid}"] != after_static.units[f"record:{pid}"]]
+        holding = {s.unit for s in after_record.shards if renewed[0] in s.pith_ids}
+        assert len(renewed) == 1 and len(after_record.shards) > 2
+        assert changed(after_static, after_record) == holding and len(holding) == 1
+
+
+@pytest.mark.parametrize("live", ["no index", "fewer shards", "same shards"])
+def test_serve_publishes_with_the_live_search_index_only_where_it_has_the_same_shards(project, tmp_path, live):
+    """serve puts a change on screen with the live search index while its next build makes the new one (the
+    report says the search is behind); where the live site has no index, or one of other shards (records came
+    and a second shard is needed), the indexes are made now: the search page names the shards that are there."""
+    config = SiteConfig(search_shard_size=12)  # (the project's records fit in one shard)
+    build(opts(project, project / "site", both_keys(), search=live != "no index", config=config))
+    if live == "fewer shards":
+        for n in range(20, 23):
+            (project / "bundles" / f"more{n}.json").write_bytes(make_bundle(n))
+    else:
+        (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=2))
+    report = BuildReport()
+    session = ServeSession(IncrementalStore(), defer_search=True)
+    site = planned(opts(project, project / "site", both_keys(), search=True, config=config, session=session),
+                   tmp_path, report=report)
+    now = planned(opts(project, project / "site", both_keys(), search=True, config=config), tmp_path)
+    searches = {name: site.units[name][0] for name in site.units if plan_stage.is_search_unit(name)}
+    assert searches.keys() == {s.unit for s in now.shards} == site.planned_search.keys()
+    assert len(searches) == (2 if live == "fewer shards" else 1)
+    assert report.search_behind == (live == "same shards")
+    assert (searches == site.planned_search) == (live != "same shards")
 
 
 def _count_address_plans(monkeypatch) -> list:
