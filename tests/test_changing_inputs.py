@@ -11,7 +11,9 @@ import time
 
 import pytest
 
-from site_builder.build import BuildOptions, build
+from site_builder.build import BuildOptions, build, default_cache_dir
+from site_builder.cache import BuildCache
+from site_builder.cache_key import user_cache_key
 from site_builder.options import BuildPolicy
 from site_builder.inspection import inspect_bytes
 from site_builder.keys import load_trust_set
@@ -61,6 +63,45 @@ def test_files_changed_between_verifying_and_rendering_are_rejected_and_the_rest
     again = build(BuildOptions(bundles=bundles, output=out, trust=pinned, search=False))
     assert not [o for o in again.outcomes if o.inspection.check == "file_changed"]
 
+
+
+def test_a_site_planned_again_without_changed_files_names_what_it_holds(tmp_path, pinned):
+    """The site planned again without the records whose files changed while it was built names the units it
+    holds as they are: every record it publishes, and each listing by the records it shows now.  So the next
+    build, with the files back as they were, gives the very site a clean build gives (a listing named by the
+    plan made before the change would be reused then, showing one record instead of four)."""
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    originals = {p.name: p.read_bytes() for p in REAL_FILES}
+    for name, raw in originals.items():
+        (bundles / name).write_bytes(raw)
+    names = sorted(originals)
+    done = []
+
+    def tamper_with_the_rest(stage, count, total):
+        if stage == "render" and not done:
+            done.append(count)
+            for n in names[1:]:
+                raw = (bundles / n).read_bytes()
+                at = raw.index(b'"title":"') + 9
+                (bundles / n).write_bytes(raw[:at] + (b"X" if raw[at:at + 1] != b"X" else b"Y") + raw[at + 1:])
+
+    out = tmp_path / "site"
+    report = build(BuildOptions(bundles=bundles, output=out, trust=pinned, search=False,
+                                policy=BuildPolicy(jobs=1, progress=tamper_with_the_rest)))
+    published = {o.inspection.pith_id for o in report.outcomes if o.status == "published"}
+    assert done and len(published) == 1
+    build_id = json.loads((out / "verification.json").read_text())["build_id"]
+    cache = BuildCache(default_cache_dir(out) / "cache.sqlite", key=user_cache_key())
+    units = cache.units(build_id)
+    cache.close()
+    assert {name.removeprefix("record:") for name in units if name.startswith("record:")} == published
+    for name, raw in originals.items():
+        (bundles / name).write_bytes(raw)
+    build(BuildOptions(bundles=bundles, output=out, trust=pinned, search=False))
+    clean = tmp_path / "clean"
+    build(BuildOptions(bundles=bundles, output=clean, trust=pinned, search=False, policy=BuildPolicy(use_cache=False)))
+    assert tree(out) == tree(clean)
 
 @pytest.mark.slow
 def test_builds_while_bundles_are_rewritten_never_abort(tmp_path):
