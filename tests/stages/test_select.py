@@ -187,3 +187,33 @@ def test_a_planted_record_of_the_live_site_is_not_taken(tmp_path, monkeypatch, t
     assert parsed == [out]
     assert (out / "pith" / pith_id / "bundle.json").read_bytes() == newer
     assert any("rollback refused" in w for w in report.warnings)
+
+
+@pytest.mark.parametrize("second", ["older", "newer"])
+def test_serve_patches_its_selection_as_select_would_choose(tmp_path, second):
+    """serve patches its last selection with the files that came and went; a new file holding a second bundle of
+    a record already published goes to the choice between the two (the newer is published, the other
+    superseded), as a selection made afresh has it."""
+    from site_builder.incremental import IncrementalStore
+    from site_builder.inspection import inspect_bytes
+    from site_builder.selection import Candidate, select
+    from site_builder.stages.select import select_bundles
+    key, trust, bundles, base = setup(tmp_path)
+    other = make(base, key, "Another title", "2026-10-01T00:00:00Z")
+    files = {"a.json": make(base, key, "A title", "2026-10-10T00:00:00Z")}
+    store = IncrementalStore()
+    results = {}  # (as serve has them: the same result for a file that did not change)
+
+    def selected():
+        inspections = [results.setdefault(rel, inspect_bytes(rel, raw, trust)) for rel, raw in sorted(files.items())]
+        assert all(i.verified for i in inspections)
+        paths = {rel: bundles / rel for rel in files}
+        return (select_bundles(store, inspections, paths),
+                select([Candidate(i, paths[i.rel]) for i in inspections]))
+    patched, afresh = selected()
+    files["b.json"] = other if second == "older" else make(base, key, "Newer title", "2026-11-01T00:00:00Z")
+    patched, afresh = selected()
+    winner = "a.json" if second == "older" else "b.json"
+    assert [c.inspection.rel for c in patched.published.values()] == [winner]
+    assert patched.published.keys() == afresh.published.keys() and patched.superseded == afresh.superseded
+    assert list(patched.superseded) == [{"a.json": "b.json", "b.json": "a.json"}[winner]]
