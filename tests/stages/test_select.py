@@ -193,7 +193,7 @@ def test_a_planted_record_of_the_live_site_is_not_taken(tmp_path, monkeypatch, t
 def test_serve_patches_its_selection_as_select_would_choose(tmp_path, second):
     """serve patches its last selection with the files that came and went; a new file holding a second bundle of
     a record already published goes to the choice between the two (the newer is published, the other
-    superseded), as a selection made afresh has it."""
+    superseded), as a selection made afresh has it; and with the newer gone, the other is published again."""
     from site_builder.incremental import IncrementalStore
     from site_builder.inspection import inspect_bytes
     from site_builder.selection import Candidate, select
@@ -217,3 +217,7 @@ def test_serve_patches_its_selection_as_select_would_choose(tmp_path, second):
     assert [c.inspection.rel for c in patched.published.values()] == [winner]
     assert patched.published.keys() == afresh.published.keys() and patched.superseded == afresh.superseded
     assert list(patched.superseded) == [{"a.json": "b.json", "b.json": "a.json"}[winner]]
+    del files[winner]  # and with the winner gone, the other is the record's bundle again
+    patched, afresh = selected()
+    assert [c.inspection.rel for c in patched.published.values()] == list(files)
+    assert not patched.superseded and not afresh.superseded
