@@ -1,5 +1,6 @@
 """A mirror never goes back: an older bundle (earlier built_at, or fewer events) does not replace a newer one."""
 
+import hashlib
 import json
 import sqlite3
 
@@ -41,6 +42,11 @@ def test_older_built_at_is_refused_and_newer_kept(tmp_path):
     assert statuses["r.json"] == "superseded"
     doc = json.loads((out / "verification.json").read_text())
     assert any("rollback refused" in w for w in doc["warnings"])
+    # The report names the copy published in the input's place (the manifest a later build and --live read).
+    kept = [f for f in doc["files"] if f["status"] == "published"]
+    assert [(f["path"], f["note"]) for f in kept] == [(f"(previous site) pith/{pith_id}/bundle.json",
+                                                       "kept from the previous site")]
+    assert kept[0]["sha256"] == hashlib.sha256(newer).hexdigest()
     # Once a genuinely newer bundle arrives, it is published.
     newest = make(base, key, "Newest title", "2026-11-01T00:00:00Z")
     report = build_with(bundles, out, trust, newest)
