@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 from conftest import both_keys, opts, returns_past_fifos
+from generate import make_bundle
 
 from site_builder.stages.publish import kept_and_stale
 
@@ -60,3 +61,20 @@ def test_a_fifo_or_a_link_planted_in_the_live_site_neither_stalls_the_next_build
     assert {"stats/index.html", "verification/index.html"} <= set(done[0].rendered)
     for page in ("stats/index.html", "verification/index.html"):
         assert (out / page).is_file() and not (out / page).is_symlink()
+
+
+def test_open_report_pages_are_told_to_reload_only_where_they_changed(project, tmp_path):
+    """The pages that show a build's outcome are written by every build, but only those whose bytes changed are
+    named among the pages rendered anew (what serve tells open pages to reload): a newer bundle of a record
+    leaves the counts and the rejections as they were, a rejected file changes both pages."""
+    from site_builder.build import build
+
+    out = tmp_path / "out"
+    report_pages = {"stats/index.html", "verification/index.html"}
+    build(opts(project, out, both_keys()))
+    (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=2))
+    quiet = build(opts(project, out, both_keys()))
+    assert quiet.changed and not report_pages & set(quiet.rendered)
+    (project / "bundles" / "broken.json").write_bytes(b"{}")
+    loud = build(opts(project, out, both_keys()))
+    assert report_pages <= set(loud.rendered)
