@@ -192,6 +192,8 @@ def test_the_report_names_a_bounded_number_of_rendered_files(bundles_dir, tmp_pa
     monkeypatch.setattr(site_builder.report, "RENDERED_KEPT", 5000)
     report = run(bundles_dir, tmp_path / "other")
     assert not report.rendered_more and len(report.rendered) == report.files_written
+    html = [rel for rel in report.rendered if rel.endswith(".html")]  # (the summary's "N pages written")
+    assert report.pages_written == len(html) == sum(1 for p in (tmp_path / "other").rglob("*.html"))
     published.clear()
     (bundles_dir / REAL_FILES[0].name).unlink()  # one record goes: its listings and the home page change
     report = run(bundles_dir, tmp_path / "other")

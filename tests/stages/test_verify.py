@@ -71,3 +71,21 @@ def test_a_separate_build_verifies_only_what_changed_since_the_last_build_again(
               for sha in cache_document(db, name)[0]["results"]]
     assert sorted(stored) == sorted({sha for _, sha in cache_document(db, "files")[0].values()})  # (none left over)
     db.close()
+
+
+def test_files_with_the_same_bytes_each_keep_their_own_name(project, tmp_path):
+    """The cache keeps one result per digest: two files holding the same bytes (a bundle pulled twice under two
+    names) share it, and each is reported under its own name, the copy superseded by the other."""
+    options = opts(project, project / "site", both_keys())
+    (project / "bundles" / "copy.json").write_bytes((project / "bundles" / "gen3.json").read_bytes())
+    build(options)
+    again = verified(options, tmp_path)
+    assert again.fresh == []
+    names = sorted(i.rel for i in again.inspections)
+    assert names == sorted(p.name for p in (project / "bundles").iterdir())
+    assert len({i.sha256 for i in again.inspections if i.rel in ("copy.json", "gen3.json")}) == 1
+    (project / "bundles" / "gen4.json").write_bytes(make_bundle(4, variant=2))  # (a build that is no no-op)
+    report = build(options)
+    statuses = {o.inspection.rel: o.status for o in report.outcomes}
+    assert sorted(statuses) == names
+    assert sorted([statuses["copy.json"], statuses["gen3.json"]]) == ["published", "superseded"]
