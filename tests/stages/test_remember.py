@@ -266,3 +266,31 @@ def test_a_mirrored_bundle_edited_as_soon_as_the_build_returns_is_found_by_the_n
     assert build(options).changed
     _wait_for_saver(project)
     assert {path: path.read_bytes() for path in mirrored} == genuine
+
+
+def test_the_detached_saver_holds_no_descriptor_of_its_caller_but_the_cache_lock(tmp_path):
+    """The saver outlives the build: a pipe of the caller's it held open (its output, captured by a CI step or
+    a script) would keep the caller waiting until the save ended.  It keeps the cache lock and nothing else, with
+    its standard streams on /dev/null."""
+    from site_builder.stages.remember import keep_only_fd
+
+    read_end, write_end = os.pipe()
+    lock = os.open(tmp_path / "cache.lock", os.O_CREAT | os.O_RDWR)
+    pid = os.fork()
+    if pid == 0:  # (the child reports by its exit code alone: its streams are gone once the call returns)
+        code = 1
+        try:
+            for fd in (3, 9, 11):  # the caller's pipe below, right before and right after the lock
+                os.dup2(write_end, fd)
+            os.dup2(lock, 10)
+            keep_only_fd(10)
+            listing = set(map(int, os.listdir("/proc/self/fd")))  # (with the descriptor that lists them)
+            streams = [os.readlink(f"/proc/self/fd/{fd}") for fd in (0, 1, 2)]
+            code = 0 if len(listing) == 5 and {0, 1, 2, 10} <= listing and streams == ["/dev/null"] * 3 else 2
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    os.close(lock)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert os.read(read_end, 1) == b""  # (no process holds the pipe's write end any longer)
+    os.close(read_end)
