@@ -22,30 +22,51 @@ from conftest import REAL_FILES, real_and_generated_bundles, tree
 from linkcheck import broken_links
 
 
-def test_files_changed_between_verifying_and_rendering_are_rejected_and_the_rest_is_built(tmp_path, pinned):
+def real_bundles(tmp_path):
+    """A bundles folder holding the real bundles, and their bytes by file name."""
     bundles = tmp_path / "bundles"
     bundles.mkdir()
     originals = {p.name: p.read_bytes() for p in REAL_FILES}
     for name, raw in originals.items():
         (bundles / name).write_bytes(raw)
-    names = sorted(originals)
+    return bundles, originals
+
+
+def tamper_keeping_size(path) -> None:
+    """Change one letter of the file's title: the same size, so only the digest can tell."""
+    raw = path.read_bytes()
+    at = raw.index(b'"title":"') + 9
+    path.write_bytes(raw[:at] + (b"X" if raw[at:at + 1] != b"X" else b"Y") + raw[at + 1:])
+
+
+def after_first_render(action):
+    """A build's progress hook that runs *action* once the first record is rendered, and the list that notes
+    it ran."""
     done = []
 
-    def change_the_rest(stage, count, total):
-        """After the first record is rendered: one file deleted, one tampered, one swapped for another record."""
+    def progress(stage, count, total):
         if stage == "render" and not done:
             done.append(count)
-            (bundles / names[1]).unlink(missing_ok=True)
-            others = [n for n in names if (bundles / n).exists()]
-            for n in others:  # the same size: only the digest can tell
-                raw = (bundles / n).read_bytes()
-                at = raw.index(b'"title":"') + 9
-                (bundles / n).write_bytes(raw[:at] + (b"X" if raw[at:at + 1] != b"X" else b"Y") + raw[at + 1:])
-            (bundles / others[-1]).write_bytes(originals[others[0]])
+            action()
+    return progress, done
 
+
+def test_files_changed_between_verifying_and_rendering_are_rejected_and_the_rest_is_built(tmp_path, pinned):
+    bundles, originals = real_bundles(tmp_path)
+    names = sorted(originals)
+
+    def change_the_rest():
+        """One file deleted, one tampered, one swapped for another record."""
+        (bundles / names[1]).unlink(missing_ok=True)
+        others = [n for n in names if (bundles / n).exists()]
+        for n in others:
+            tamper_keeping_size(bundles / n)
+        (bundles / others[-1]).write_bytes(originals[others[0]])
+
+    progress, done = after_first_render(change_the_rest)
     out = tmp_path / "site"
     report = build(BuildOptions(bundles=bundles, output=out, trust=pinned, search=False,
-                                policy=BuildPolicy(jobs=1, progress=change_the_rest, use_cache=False)))
+                                policy=BuildPolicy(jobs=1, progress=progress, use_cache=False)))
     statuses = {o.inspection.rel: (o.status, o.inspection.check) for o in report.outcomes}
     changed = [rel for rel, (status, check) in statuses.items() if check == "file_changed"]
     assert done and len(changed) == len(names) - 1, statuses
@@ -70,25 +91,11 @@ def test_a_site_planned_again_without_changed_files_names_what_it_holds(tmp_path
     holds as they are: every record it publishes, and each listing by the records it shows now.  So the next
     build, with the files back as they were, gives the very site a clean build gives (a listing named by the
     plan made before the change would be reused then, showing one record instead of four)."""
-    bundles = tmp_path / "bundles"
-    bundles.mkdir()
-    originals = {p.name: p.read_bytes() for p in REAL_FILES}
-    for name, raw in originals.items():
-        (bundles / name).write_bytes(raw)
-    names = sorted(originals)
-    done = []
-
-    def tamper_with_the_rest(stage, count, total):
-        if stage == "render" and not done:
-            done.append(count)
-            for n in names[1:]:
-                raw = (bundles / n).read_bytes()
-                at = raw.index(b'"title":"') + 9
-                (bundles / n).write_bytes(raw[:at] + (b"X" if raw[at:at + 1] != b"X" else b"Y") + raw[at + 1:])
-
+    bundles, originals = real_bundles(tmp_path)
+    progress, done = after_first_render(lambda: [tamper_keeping_size(bundles / n) for n in sorted(originals)[1:]])
     out = tmp_path / "site"
     report = build(BuildOptions(bundles=bundles, output=out, trust=pinned, search=False,
-                                policy=BuildPolicy(jobs=1, progress=tamper_with_the_rest)))
+                                policy=BuildPolicy(jobs=1, progress=progress)))
     published = {o.inspection.pith_id for o in report.outcomes if o.status == "published"}
     assert done and len(published) == 1
     build_id = json.loads((out / "verification.json").read_text())["build_id"]
