@@ -7,6 +7,10 @@ import sqlite3
 import pytest
 
 from site_builder.build import BuildOptions, build, default_cache_dir
+from site_builder.incremental import IncrementalStore
+from site_builder.inspection import inspect_bytes
+from site_builder.selection import Candidate, select
+from site_builder.stages.select import select_bundles
 
 from conftest import cache_document, calls_of, plant_document, signed_project, signed_version
 from signing import to_bytes
@@ -200,10 +204,6 @@ def test_serve_patches_its_selection_as_select_would_choose(tmp_path, second):
     """serve patches its last selection with the files that came and went; a new file holding a second bundle of
     a record already published goes to the choice between the two (the newer is published, the other
     superseded), as a selection made afresh has it; and with the newer gone, the other is published again."""
-    from site_builder.incremental import IncrementalStore
-    from site_builder.inspection import inspect_bytes
-    from site_builder.selection import Candidate, select
-    from site_builder.stages.select import select_bundles
     key, trust, bundles, base = setup(tmp_path)
     other = make(base, key, "Another title", "2026-10-01T00:00:00Z")
     files = {"a.json": make(base, key, "A title", "2026-10-10T00:00:00Z")}
