@@ -6,7 +6,14 @@ import re
 
 import pytest
 
-from site_builder.settings import SettingsError, SiteConfig, load_settings, normalize_base_url, project_paths
+from site_builder.settings import (
+    SettingsError,
+    SiteConfig,
+    credentials_left_out,
+    load_settings,
+    normalize_base_url,
+    project_paths,
+)
 
 
 def test_no_file_gives_the_defaults(tmp_path):
@@ -123,5 +130,4 @@ def test_the_settings_readme_shows_load_and_its_numbers_are_the_defaults(tmp_pat
     ("https://mirror.example/", None), ("https://mirror.example/a@b/", None),  # (an @ in the path holds none)
 ])
 def test_a_url_holding_either_a_user_name_or_a_password_is_said_without_them(url, said):
-    from site_builder.settings import credentials_left_out
     assert credentials_left_out(url) == said
