@@ -29,7 +29,7 @@ from urllib.parse import unquote, urlsplit
 import jinja2
 from watchdog.observers import Observer
 
-from site_builder.build import BuildOptions, BuildReport, WorkerLostError, build, prepare_spare_tree
+from site_builder.build import BuildOptions, WorkerLostError, build, prepare_spare_tree
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundleListing, BundlesFolderError, list_bundles, rediscover
 from site_builder.mirrors import MirrorLookups
@@ -186,18 +186,17 @@ class Site:
             self._check_listing(options.bundles, listing)
             if report.search_behind:  # on screen now; the search index follows in the next build
                 self.request_rebuild()
-            self._say_problems(report, repeat=not indexing)
+            rejected = [o.inspection.error_line() for o in report.rejected]
+            self._say_problems(rejected, report.warnings, repeat=not indexing)
             behind = "; the search index follows" if report.search_behind else ""
             self.options.log(f"[{reason}] {report.summary_line()} (rebuild {time.perf_counter() - started:.2f}s{behind})")
-            rejected = [o.inspection.error_line() for o in report.rejected]
             self.live.set_error("Rejected bundles:\n" + "\n".join(rejected) if rejected else None)
             return True
 
-    def _say_problems(self, report: BuildReport, repeat: bool) -> None:
+    def _say_problems(self, rejected: list[str], warnings: list[str], repeat: bool) -> None:
         """Each rejected file and warning, as the command line says them; the build that only follows the last
         one with its search index leaves out the lines that one said a moment ago, so that a save says each once."""
-        lines = [f"REJECTED {o.inspection.error_line()}" for o in report.rejected]
-        lines += [f"WARNING {warning}" for warning in report.warnings]
+        lines = [f"REJECTED {line}" for line in rejected] + [f"WARNING {warning}" for warning in warnings]
         for line in lines:
             if repeat or line not in self.said:
                 self.options.log(line)

@@ -10,6 +10,7 @@ from site_builder.build import BuildOptions, build, default_cache_dir
 from site_builder.incremental import IncrementalStore
 from site_builder.inspection import inspect_bytes
 from site_builder.selection import Candidate, select
+from site_builder.stages import select as select_stage
 from site_builder.stages.select import select_bundles
 
 from conftest import cache_document, calls_of, plant_document, signed_project, signed_version
@@ -138,7 +139,6 @@ def test_another_records_bundle_at_the_previous_sites_path_proves_nothing(tmp_pa
     planted = out / "pith" / pith_id / "bundle.json"
     planted.unlink()
     planted.write_bytes(other)
-    import hashlib
     _claim_in_the_sites_manifest(out, pith_id, sha256=hashlib.sha256(other).hexdigest(),
                                  built_at="2099-01-01T00:00:00Z")
     report = build_with(bundles, out, trust, older)
@@ -149,9 +149,7 @@ def test_another_records_bundle_at_the_previous_sites_path_proves_nothing(tmp_pa
 
 def _count_parses(monkeypatch) -> list:
     """Each reading of a live site's claims from its verification.json (the output folder read from)."""
-    from site_builder.stages import select
-
-    return calls_of(monkeypatch, select, "read_previous_site")
+    return calls_of(monkeypatch, select_stage, "read_previous_site")
 
 
 def test_the_live_sites_claims_come_from_the_cache_while_its_verification_json_is_the_one_written(tmp_path,
