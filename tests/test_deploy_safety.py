@@ -11,13 +11,17 @@ import sys
 
 import pytest
 
+from generate import make_bundle
+from site_builder.build import build
+from site_builder.search_index import SEARCH_STAGE
 from site_builder.serving import live_reload_tag
 from site_builder.stages.context import default_cache_dir
 from site_builder.settings import SettingsError, normalize_base_url
 from site_builder.terminal import printable
 from site_builder.writing import is_builder_output
 
-from conftest import REAL_FILES, ROOT, build_options, cache_document, pairwise, plant_document, tree
+from conftest import (REAL_FILES, ROOT, both_keys, build_options, cache_document, opts, pairwise, plant_document,
+                      tree)
 
 ROOT_KEY = ROOT / "site_builder" / "data" / "pith-signing-key.json"
 
@@ -398,3 +402,32 @@ def test_an_edit_of_a_live_bundle_json_does_not_survive_the_next_build(bundles_d
     run(output=tmp_path / "clean", use_cache=False)
     assert tree(out) == tree(tmp_path / "clean")
     assert not run().changed  # and then it is a no-op again
+
+
+@pytest.mark.parametrize("twin", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_a_bundle_json_edited_while_a_build_runs_does_not_survive_the_next_build(project, twin):
+    """A build records each mirrored bundle it took over by the signature it checked it by, not by looking it up
+    again once it is published: an edit in place made while the build runs (here, once the pages are written,
+    as Pagefind starts) would otherwise be recorded as the build's own, and no later build would undo it."""
+    out = project / "site"
+    run = lambda **kw: build(opts(project, out, both_keys(), search=True, link_twin=twin, **kw))  # noqa: E731
+    run()
+    (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=2))
+    run()  # (now the tree beside the site is a twin, or the site before, sharing files)
+    pid = json.loads(make_bundle(2))["pith_number"].rsplit(":", 1)[1]  # a record the next build takes over
+    victim = out / "pith" / pid / "bundle.json"
+    genuine = victim.read_bytes()
+    edited = []
+
+    def edit_in_place_as_indexing_starts(stage, count, total):
+        if stage == SEARCH_STAGE and not edited:
+            with open(victim, "r+b") as f:
+                f.seek(genuine.index(b'"title":"') + 9)
+                f.write(b"EVIL")
+            edited.append(stage)
+    (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=3))
+    run(progress=edit_in_place_as_indexing_starts)
+    assert edited and victim.read_bytes() != genuine  # (the file the build took over, edited after its check)
+    assert run().changed
+    assert victim.read_bytes() == genuine
+    assert (out / ".well-known" / "pith" / pid / "bundle.json").read_bytes() == genuine
