@@ -32,7 +32,7 @@ def test_tags_bind_every_field_and_the_context(tmp_path):
 
 
 @pytest.mark.parametrize("flaw", ["folder-writable-by-others", "key-readable-by-others", "key-is-a-link",
-                                  "key-wrong-length", "no-home"])
+                                  "key-is-a-folder", "key-wrong-length", "no-home"])
 def test_a_key_that_others_could_read_or_plant_is_refused(tmp_path, flaw):
     env = {"HOME": str(tmp_path / "home")}
     path = key_path(env)
@@ -48,6 +48,9 @@ def test_a_key_that_others_could_read_or_plant_is_refused(tmp_path, flaw):
         planted.chmod(0o600)
         path.unlink()
         path.symlink_to(planted)
+    elif flaw == "key-is-a-folder":  # (private, as the key would be: not a file, whatever its mode)
+        path.unlink()
+        path.mkdir(mode=0o700)
     elif flaw == "key-wrong-length":
         path.write_bytes(b"short")
     else:

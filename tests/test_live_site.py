@@ -152,6 +152,19 @@ def test_each_malformed_part_of_a_manifest_entry_makes_it_no_claim():
         assert (claims, malformed) == ({}, 1), change
 
 
+def test_a_manifest_of_another_shape_is_none_and_entries_that_are_no_objects_are_passed_over():
+    """A live manifest that is no object, or whose files are no list, is no manifest (a ValueError, which the
+    build reports as a warning), and entries that are no objects are passed over: none makes the check crash."""
+    from site_builder.live_site import manifest_claims
+
+    for doc in ([], "text", {"files": {}}, {"files": "published"}, {"build_id": "b"}):
+        with pytest.raises(ValueError):
+            manifest_claims(json.dumps(doc).encode())
+    build_id, claims, malformed = manifest_claims(json.dumps(
+        {"build_id": "b", "files": ["published", 3, None, [{"status": "published"}]]}).encode())
+    assert (build_id, claims, malformed) == ("b", {}, 0)
+
+
 def test_a_live_site_with_nothing_published_is_a_warning_not_an_error(deployed):
     d = deployed
     empty = d["tmp"] / "empty-site"
