@@ -346,3 +346,45 @@ def test_a_new_file_is_never_written_through_a_link_even_one_planted_after_the_o
     fd = writing.create_new(name)  # (no race: the link is removed and a file of its own made)
     os.close(fd)
     assert not name.is_symlink() and name.read_bytes() == b"" and target.read_text() == "keep me"
+
+
+def test_two_folders_are_swapped_atomically_in_one_call(tmp_path):
+    """The swap that publishes a site is one ``renameat2(RENAME_EXCHANGE)`` (Linux 3.15, on ext4, tmpfs, btrfs,
+    xfs): there is no moment without a site at the output's path."""
+    from site_builder.writing import exchange
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder in (a, b):
+        folder.mkdir()
+        (folder / "which").write_text(folder.name)
+    assert exchange(a, b)
+    assert (a / "which").read_text() == "b" and (b / "which").read_text() == "a"
+
+
+def test_where_the_system_cannot_swap_atomically_the_site_is_still_replaced(project, tmp_path, monkeypatch):
+    """A file system without RENAME_EXCHANGE (NFS, some FUSE mounts) says so with EINVAL: the swap then falls
+    back to three renames, and each build's site is the one a clean build makes."""
+    import ctypes
+
+    from conftest import both_keys, opts, tree
+    from site_builder import writing
+    from site_builder.build import build
+
+    calls = []
+
+    def unsupported(*args):
+        calls.append(args)
+        ctypes.set_errno(errno.EINVAL)
+        return -1
+
+    monkeypatch.setattr(writing, "_renameat2", unsupported)
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    assert not writing.exchange(a, b) and calls
+    out, clean = tmp_path / "site", tmp_path / "clean"
+    build(opts(project, out, both_keys()))
+    (project / "templates" / "home.html").write_text("{% extends 'base.html' %}")  # (a change to swap in)
+    build(opts(project, out, both_keys()))
+    build(opts(project, clean, both_keys(), use_cache=False))
+    assert len(calls) >= 2 and tree(out) == tree(clean)
