@@ -15,7 +15,7 @@ from site_builder.keys import load_trust_set
 from site_builder.loading import InputFile
 
 from adversarial import REAL_BYTES, corpus
-from conftest import REAL_FILES
+from conftest import REAL_FILES, run_unprivileged
 
 REPORT_FILES = {"verification.json", "verification/index.html"}
 
@@ -28,46 +28,6 @@ def snapshot(root: Path, skip: set[str]) -> dict[str, bytes]:
             continue
         found[str(rel)] = b"" if p.stat().st_size > 1 << 20 else p.read_bytes()
     return found
-
-
-def drop_read_override() -> None:
-    """Drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from this process, so root obeys file modes."""
-    import ctypes
-    import platform
-    numbers = {"x86_64": (125, 126), "aarch64": (90, 91)}[platform.machine()]
-
-    class Header(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-    class Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    header, data = Header(0x20080522, 0), (Data * 2)()
-    assert libc.syscall(numbers[0], ctypes.byref(header), data) == 0
-    for d in data:
-        d.effective &= ~((1 << 1) | (1 << 2))
-        d.permitted &= ~((1 << 1) | (1 << 2))
-    assert libc.syscall(numbers[1], ctypes.byref(header), data) == 0, ctypes.get_errno()
-
-
-def run_unprivileged(fn):
-    """Run *fn* in a forked child that cannot override file modes (so an unreadable file is really unreadable)."""
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            if os.geteuid() == 0:
-                drop_read_override()
-            fn()
-            code = 0
-        except BaseException:
-            import traceback
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
 
 
 @pytest.fixture(scope="module")

@@ -1,14 +1,15 @@
 """Bad files are each rejected with a one-line reason while the good bundles still build."""
 
 import os
+import shutil
 
 import pytest
 
 from site_builder.build import BuildOptions, build
 from site_builder.keys import load_trust_set
-from site_builder.loading import FileReadError, discover, list_bundles, read_bytes, rediscover
+from site_builder.loading import BundlesFolderError, FileReadError, discover, list_bundles, read_bytes, rediscover
 
-from conftest import REAL_FILES
+from conftest import REAL_FILES, run_unprivileged
 
 BAD_FILES = {
     "dupkey.json": (b'{"bundle_type": "a", "bundle_type": "b"}', "json_duplicate_key"),
@@ -186,3 +187,28 @@ def test_prefetcher_reads_ahead_only_so_far_and_never_waits_on_a_fifo_or_follows
     prefetcher.stop()
     assert advised == [p for p in paths if p.endswith(tuple(f"/{i}.json" for i in range(8)))]  # not the FIFO, the
     # link or the missing file, and the FIFO did not block it
+
+
+def test_a_folder_that_cannot_be_listed_is_skipped_with_its_reason_unless_it_is_the_bundles_folder(tmp_path):
+    """A subfolder the build may not list is one line (``file_read``) and the rest is found; the bundles folder
+    itself unlisted is an error: a build from it would publish an empty site in place of the last one."""
+    root = tmp_path / "bundles"
+    (root / "locked").mkdir(parents=True)
+    (root / "open").mkdir()
+    for folder in ("locked", "open"):
+        shutil.copy(REAL_FILES[0], root / folder / "a.json")
+
+    def check():
+        (root / "locked").chmod(0)
+        found, skipped = discover(root)
+        assert [f.rel for f in found] == ["open/a.json"]
+        assert [(s.rel, s.check) for s in skipped] == [("locked", "file_read")]
+        assert skipped[0].reason == "cannot list folder: Permission denied"
+        root.chmod(0o300)  # (entered, not listed)
+        with pytest.raises(BundlesFolderError, match="cannot list bundles folder: Permission denied"):
+            discover(root)
+    try:
+        run_unprivileged(check)
+    finally:
+        root.chmod(0o755)
+        (root / "locked").chmod(0o755)
