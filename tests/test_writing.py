@@ -349,8 +349,8 @@ def test_a_new_file_is_never_written_through_a_link_even_one_planted_after_the_o
 
 
 def test_two_folders_are_swapped_atomically_in_one_call(tmp_path):
-    """The swap that publishes a site is one ``renameat2(RENAME_EXCHANGE)`` (Linux 3.15, on ext4, tmpfs, btrfs,
-    xfs): there is no moment without a site at the output's path."""
+    """The swap that publishes a site is one ``renameat2(RENAME_EXCHANGE)`` (Linux, on its local file systems):
+    there is no moment without a site at the output's path."""
     from site_builder.writing import exchange
 
     a, b = tmp_path / "a", tmp_path / "b"
