@@ -384,16 +384,11 @@ def test_an_edit_of_a_live_bundle_json_does_not_survive_the_next_build(bundles_d
     pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
     live = out / "pith" / pid / "bundle.json"
     genuine = live.read_bytes()
-    if how == "same-size":
-        with open(live, "r+b") as f:
-            f.seek(genuine.index(b'"title":"') + 9)
-            f.write(b"EVIL")
-    elif how == "appended":
+    if how == "appended":
         with open(live, "ab") as f:
             f.write(b" ")
     else:
-        live.unlink()
-        live.write_bytes(genuine.replace(b'"title":"', b'"title":"EVIL ', 1))
+        _tamper(live, "in-place" if how == "same-size" else "replaced")
     assert live.read_bytes() != genuine
     report = run()
     assert report.changed
@@ -421,9 +416,7 @@ def test_a_bundle_json_edited_while_a_build_runs_does_not_survive_the_next_build
 
     def edit_in_place_as_indexing_starts(stage, count, total):
         if stage == SEARCH_STAGE and not edited:
-            with open(victim, "r+b") as f:
-                f.seek(genuine.index(b'"title":"') + 9)
-                f.write(b"EVIL")
+            _tamper(victim, "in-place")
             edited.append(stage)
     (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=3))
     run(progress=edit_in_place_as_indexing_starts)
