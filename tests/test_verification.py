@@ -69,6 +69,14 @@ MORE_TAMPERS = {
     "a record_created payload naming another digest": ("canonical_hash", lambda b: record_created(b)["payload"].update(
         canonical_sha256="0" * 64)),
     "a short pith number of another record": ("pith_number", lambda b: b.update(short_pith_number="pith:AAAAAAAA")),
+    "a version above 999": ("identifiers", lambda b: b["canonical_record"]["source"].update(version=1000)),
+    "an old-style arXiv id under no arXiv archive": ("identifiers", lambda b: b["canonical_record"]["source"].update(
+        id="nonsense/0601001")),
+    "a category in another case": ("identifiers", lambda b: b["canonical_record"]["metadata"].update(
+        primary_cat="cs.lg")),
+    # (a decoder that skipped what is not base64 would read the same signature: one signed bundle, many files)
+    "a signature with a character that is not base64": ("bundle_signature", lambda b: b["bundle_signature"].update(
+        signature_b64=b["bundle_signature"]["signature_b64"][:20] + "*" + b["bundle_signature"]["signature_b64"][20:])),
 }
 
 
@@ -77,6 +85,29 @@ def test_each_condition_of_a_check_is_checked(name, real_bundle, pinned):
     check, tamper = MORE_TAMPERS[name]
     tamper(real_bundle)
     assert verify_bundle(real_bundle, pinned).first_failure.name == check
+
+
+@pytest.mark.parametrize("field, value", [("version", 1), ("version", 999), ("id", "hep-th/9901001"),
+                                          ("id", "math.AG/0601001"), ("id", "0704.0001"), ("id", "2501.00001")])
+def test_identifiers_at_the_ends_of_what_arxiv_issues_pass_their_check(field, value, real_bundle, pinned):
+    """The identifier check refuses only what arXiv never issues; a record at either end of a range passes it
+    (the hash check after it then rejects this record, its source edited)."""
+    real_bundle["canonical_record"]["source"][field] = value
+    verdict = verify_bundle(real_bundle, pinned)
+    assert next(c for c in verdict.checks if c.name == "identifiers").status == "passed"
+
+
+@pytest.mark.parametrize("category, accepted", [
+    ("cs", True), ("hep-th", True), ("cs.AI", True), ("cond-mat.str-el", True), ("physics.optics", True),
+    ("physics." + "a" * 32, True),                    # 40 characters: the longest accepted
+    ("physics." + "a" * 33, False), (None, False), (7, False), ("", False),
+    ("cs.", False), ("cs.ai", False), ("cs.AIX", False), ("CS.AI", False), ("cs.A1", False),
+    ("cond-mat.STR", False), ("cond-mat.str_el", False), ("hep-th.XX", False), ("hep-th.xx", False),
+    ("nonsense", False), ("nonsense.AI", False), ("index.html", False),
+])
+def test_a_category_is_an_arxiv_archive_and_its_subject_class_as_arxiv_spells_them(category, accepted):
+    """Categories become folders: one spelling each, and none the site's own names (README, "Identifiers")."""
+    assert verification.is_arxiv_category(category) is accepted
 
 
 def test_a_state_that_is_not_the_merge_names_the_part_that_differs(real_bundle, pinned):
