@@ -568,3 +568,45 @@ def test_a_tampered_pull_state_is_ignored_not_sent_or_waited_on(tmp_path):
             sent = [h for p, h in s.requests if p.endswith("bundle.json")]
             assert len(sent) == 4 and not any("If-None-Match" in h or "X-Injected" in h for h in sent)
             assert state.is_file() and not state.is_symlink()  # (written anew, as a file of its own)
+
+
+def test_a_pull_within_its_deadline_fetches_everything_into_a_folder_it_makes_and_counts_each_record(tmp_path):
+    """``--deadline`` bounds the run; a run that has time left fetches as one without it, and waits as asked.
+    The bundles folder is made with its parents (as ``mkdir -p``); progress counts each record once."""
+    s = Server()
+    for pid in IDS:
+        s.add(f"/pith/{pid}/bundle.json", {"body": REAL[pid]})
+    s.add(f"/pith/{IDS[1]}/bundle.json", {"status": 503, "headers": {"Retry-After": "2"}}, {"body": REAL[IDS[1]]})
+    waited, counted = [], []
+    bundles = tmp_path / "new" / "mirror" / "bundles"
+    with running(s) as url:
+        fetcher = Fetcher(**FAST, sleep=waited.append, deadline=time.monotonic() + 120)
+        report = pull(IDS, url, bundles, load_trust_set(), fetcher=fetcher,
+                      progress=lambda done, total: counted.append((done, total)))
+    assert [o.status for o in report.outcomes] == ["fetched"] * len(IDS), report.outcomes
+    assert waited == [2.0]
+    assert sorted(counted) == [(n, len(IDS)) for n in range(1, len(IDS) + 1)]
+    assert sorted(p.name for p in bundles.glob("[!.]*")) == sorted(f"{pid}.json" for pid in IDS)
+
+
+def test_a_wait_past_the_deadline_fails_at_once_instead_of_sleeping(tmp_path):
+    s = Server()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"status": 429, "headers": {"Retry-After": "20"}}, {"body": REAL[IDS[0]]})
+    waited = []
+    with running(s) as url:
+        fetcher = Fetcher(**FAST, sleep=waited.append, deadline=time.monotonic() + 10)
+        report = pull([IDS[0]], url, tmp_path / "b", load_trust_set(), fetcher=fetcher)
+    assert waited == []
+    assert report.outcomes[0].status == "failed" and "deadline" in report.outcomes[0].detail
+    assert not (tmp_path / "b" / f"{IDS[0]}.json").exists()
+
+
+@pytest.mark.parametrize("status", [400, 403, 410])
+def test_a_client_error_is_said_by_its_status_without_a_retry(tmp_path, status):
+    s = Server()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"status": status})
+    with running(s) as url:
+        report = pull([IDS[0]], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
+    outcome = report.outcomes[0]
+    assert outcome.status == "failed" and f"HTTP {status}" in outcome.detail and "redirect" not in outcome.detail
+    assert [p for p, _ in s.requests if p.endswith("bundle.json")] == [f"/pith/{IDS[0]}/bundle.json"]
