@@ -150,23 +150,20 @@ def check_folders_apart(options: BuildOptions, slot: OutputSlot) -> None:
     """OutputError where a folder the build reads lies inside the output (or the tree beside it), which every
     build replaces (the user's files there would be lost), or where the output lies inside the static folder,
     whose files every build copies into the site (the site would hold itself, one level deeper each build)."""
-    def inside(path: Path, tree: Path) -> bool:
-        return path == tree or tree in path.parents
-
     trees = (slot.output, slot.prev)
-    if inside(options.bundles.resolve(), slot.output):
+    if options.bundles.resolve().is_relative_to(slot.output):
         raise OutputError(f"{slot.output}: the output folder must not contain the bundles folder")
     cache_at = cache_folder(options)
     cache_at = Path(os.path.abspath(cache_at)) if cache_at is not None else None
-    if cache_at is not None and any(inside(cache_at, tree) for tree in trees):
+    if cache_at is not None and any(cache_at.is_relative_to(tree) for tree in trees):
         raise OutputError(f"{cache_at}: the cache folder must not be inside the output folder, which every build "
                           f"replaces; choose another --cache-dir")
     for name, folder in (("templates folder", options.templates), ("static folder", options.static_dir),
                          ("about page", options.about_file)):
-        if folder is not None and any(inside(folder.resolve(), tree) for tree in trees):
+        if folder is not None and any(folder.resolve().is_relative_to(tree) for tree in trees):
             raise OutputError(f"{folder}: the {name} must not be inside the output folder, which every build "
                               f"replaces")
-    if options.static_dir is not None and inside(slot.output, options.static_dir.resolve()):
+    if options.static_dir is not None and slot.output.is_relative_to(options.static_dir.resolve()):
         raise OutputError(f"{slot.output}: the output folder must not be inside the static folder, whose files "
                           f"every build copies into the site")
 
