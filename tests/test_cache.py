@@ -337,3 +337,19 @@ def test_without_a_safe_key_the_build_keeps_no_cache_and_says_why(trust_project,
     again = cli_build(trust_project, env=env)
     assert "output is up to date" not in again.stderr
     assert_as_without_cache(trust_project, again, strict=False)
+
+
+def test_taking_the_lock_this_cache_already_holds_returns_at_once(tmp_path):
+    """serve keeps one cache open and takes its lock at each build: taking it again while held must not wait
+    on itself (an flock on a second descriptor of the same file would wait for the first, for ever)."""
+    import threading
+    from site_builder.cache import BuildCache
+    cache = BuildCache(tmp_path / "cache" / "cache.sqlite", key=user_cache_key())
+    held = cache.lock_fd
+    done = threading.Event()
+    threading.Thread(target=lambda: (cache.take_lock(), done.set()), daemon=True).start()
+    try:
+        assert done.wait(5), "took the lock it held again, and waits on itself"
+        assert cache.lock_fd == held
+    finally:
+        cache.close()
