@@ -215,6 +215,12 @@ def test_list_rows_come_from_the_cache_only_under_the_same_templates(project):
     build(opts(project, project / "clean", trust, use_cache=False))
     assert tree(out) == tree(project / "clean")
 
+    # The rows rendered under the edited templates are the ones kept: the build after reuses them again.
+    assert _plant_rows(project, b"<li>row kept since the edit</li>\n") == 11
+    (project / "bundles" / "gen51.json").write_bytes(make_bundle(51))
+    build(opts(project, out, trust))
+    assert "row kept since the edit" in (out / "papers" / "index.html").read_text()
+
 
 def test_a_planted_list_row_is_never_shown(project):
     """A row is HTML that list pages show as it is: one whose tag this user's builder did not make is rendered
