@@ -15,6 +15,7 @@ from site_builder.terminal import printable
     ("rtl\u202eevil", "rtl\\u202eevil"),
     ("surrogate\udcff", "surrogate\\xff"),  # (a byte of a file name that is not UTF-8: shown as that byte)
     ("low byte\udc80", "low byte\\x80"),  # (the lowest such byte)
+    ("no byte\udc7f\udd00", "no byte\\udc7f\\udd00"),  # (lone surrogates either side of those: no byte makes them)
     ("c1\x85\x9f", "c1\\x85\\x9f"),  # (the C1 controls, as the bytes they are in Latin-1)
     ("tag\U000e0001", "tag\\U000e0001"),  # (a format character past the first plane)
     ("private\U0010fffd", "private\\U0010fffd"),
