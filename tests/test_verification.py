@@ -91,7 +91,7 @@ def test_each_condition_of_a_check_is_checked(name, real_bundle, pinned):
                                           ("id", "math.AG/0601001"), ("id", "0704.0001"), ("id", "2501.00001")])
 def test_identifiers_at_the_ends_of_what_arxiv_issues_pass_their_check(field, value, real_bundle, pinned):
     """The identifier check refuses only what arXiv never issues; a record at either end of a range passes it
-    (the hash check after it then rejects this record, its source edited)."""
+    (only that check is asked: the hash check after it rejects a record whose source was edited)."""
     real_bundle["canonical_record"]["source"][field] = value
     verdict = verify_bundle(real_bundle, pinned)
     assert next(c for c in verdict.checks if c.name == "identifiers").status == "passed"
@@ -106,7 +106,8 @@ def test_identifiers_at_the_ends_of_what_arxiv_issues_pass_their_check(field, va
     ("nonsense", False), ("nonsense.AI", False), ("index.html", False),
 ])
 def test_a_category_is_an_arxiv_archive_and_its_subject_class_as_arxiv_spells_them(category, accepted):
-    """Categories become folders: one spelling each, and none the site's own names (README, "Identifiers")."""
+    """Categories become folders: one spelling each, and none the site's own names (README's list of checks,
+    ``identifiers``)."""
     assert verification.is_arxiv_category(category) is accepted
 
 
