@@ -109,6 +109,7 @@ def test_markdown_shows_the_signed_words_as_written():
 @pytest.mark.parametrize("title, shown", [
     ("On the {O}(n) bound", "On the {O}(n) bound"),  # (LaTeX grouping, balanced: kept)
     ("Sets {x | x > 0", "Sets x | x > 0"), ("a } b { c", "a  b  c"), ("{{nested}", "{nested}"), ("}{", ""),
+    ("closed } only", "closed  only"),
 ])
 def test_the_bibtex_entry_keeps_balanced_braces_and_leaves_out_unpartnered_ones(real_bundle, title, shown):
     """A BibTeX value is written between braces: a brace of the title with no partner would end the field (or
