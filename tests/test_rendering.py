@@ -194,3 +194,20 @@ def test_a_template_or_settings_file_that_is_no_regular_file_is_never_read(tmp_p
     (tmp_path / "site.toml").symlink_to("/dev/zero")
     with pytest.raises(SettingsError, match="site.toml: a device, not a regular file"):
         load_settings(tmp_path / "site.toml")
+
+
+def test_a_projects_asset_stands_in_for_the_builtin_one_of_its_name_and_hidden_files_and_folders_are_passed_over(
+        tmp_path):
+    """A project's ``templates/assets/style.css`` is the site's stylesheet (the first folder's file wins, as
+    with templates); its dot files and subfolders are not assets, and are left without a warning."""
+    from site_builder.rendering import template_assets
+    assets = tmp_path / "templates" / "assets"
+    (assets / "fonts").mkdir(parents=True)
+    (assets / "style.css").write_text("body { color: teal }\n")
+    (assets / "extra.js").write_text("// ours\n")
+    (assets / ".DS_Store").write_bytes(b"\0")
+    (assets / "fonts" / "a.woff2").write_bytes(b"\0")
+    chosen, warnings = template_assets(template_dirs(tmp_path / "templates"))
+    assert chosen["style.css"] == assets / "style.css" and chosen["extra.js"] == assets / "extra.js"
+    assert chosen["copy.js"].parent.parent == template_dirs(None)[0]  # (the built-in ones it does not replace)
+    assert ".DS_Store" not in chosen and "fonts" not in chosen and warnings == []
