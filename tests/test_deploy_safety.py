@@ -156,15 +156,6 @@ def test_a_validly_signed_category_that_is_no_arxiv_category_is_rejected_and_the
     assert not (tmp_path / "site" / "category" / category).is_dir()  # (category/index.html is the site's own page)
 
 
-def test_every_category_the_generator_and_the_real_bundles_use_is_accepted():
-    from site_builder.verification import is_arxiv_category
-    from generate import CATEGORIES
-    real = {c for p in REAL_FILES for c in [json.loads(p.read_bytes())["canonical_record"]["metadata"]["primary_cat"],
-                                            *json.loads(p.read_bytes())["canonical_record"]["metadata"]["cross_cats_sorted"]]}
-    for cat in [*CATEGORIES, *real, "hep-th", "math-ph", "cond-mat.mes-hall", "q-fin.CP", "nlin.AO", "eess.SP"]:
-        assert is_arxiv_category(cat), cat
-
-
 def test_static_files_that_shadow_the_site_or_each_other_in_another_case_are_refused(bundles_dir, tmp_path):
     """On a case-insensitive host (GitHub Pages' CDN is not, but S3 behind some proxies, macOS and Windows
     hosts are) PITH/<ID>/bundle.json is pith/<ID>/bundle.json: a static file there could stand in for a verified
