@@ -48,6 +48,19 @@ def test_bounded_views_cut_at_a_word_and_count_the_rest(real_bundle):
     assert len(summary.authors) == 250  # (the record's own page shows them all)
     assert summary.listed_categories == (summary.primary_cat, *[c for c in categories if c != summary.primary_cat][:11])
     assert summarize(with_paper(real_bundle, title="t" * 300)).short_title == "t" * 300  # (at the bound: whole)
+    assert summarize(with_paper(real_bundle, title="t" * 301)).short_title == "t" * 299 + "…"  # (one over: cut)
+    assert summarize(with_paper(real_bundle, abstract_excerpt="a" * 1_000)).short_abstract == "a" * 1_000
+    assert summarize(with_paper(real_bundle, abstract_excerpt="a" * 1_001)).short_abstract == "a" * 999 + "…"
+
+
+def test_a_cut_falls_at_the_last_word_unless_that_would_lose_over_half_the_text(real_bundle):
+    """A long title is cut after its last whole word; one whose last space is in its first half (a long chemical
+    name, a URL) is cut mid-word instead, rather than shown as a stub."""
+    def short(title: str) -> str:
+        return summarize(with_paper(real_bundle, title=title)).short_title
+
+    assert short("a" * 151 + " " + "b" * 200) == "a" * 151 + "…"
+    assert short("a" * 150 + " " + "b" * 200) == ("a" * 150 + " " + "b" * 200)[:299] + "…"
 
 
 def test_authors_are_split_on_commas_and_and():
@@ -62,10 +75,69 @@ def test_a_missing_snapshot_gives_empty_words_not_an_error(real_bundle):
     assert paper_text(bundle) == PaperText("", (), "")
 
 
+def _snapshot(bundle: dict) -> dict:
+    return next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")["payload"]["graph_snapshot"]
+
+
 def test_the_detail_lists_what_the_record_has_and_lacks(real_bundle):
+    """The record page's completeness list counts the state's entries of each kind, and its chips say which
+    the record has: the real bundle has none, this one two author claims, an anchor and resolved references."""
     info = detail(real_bundle, summarize(real_bundle))
     assert info.summary.pith_id == summarize(real_bundle).pith_id
-    assert info.completeness and all(isinstance(label, str) for label, _ in info.completeness)
+    assert set(dict(info.completeness).values()) == {0}
+    assert not any(on for _, on in info.status_chips)
+
+    bundle = copy.deepcopy(real_bundle)
+    bundle["state"]["current"].update(author_attestations=[{}, {}], timestamp_anchors=[{}], corrections=None)
+    _snapshot(bundle)["references"] = {"count": 7, "resolved_work": 3}
+    info = detail(bundle, summarize(bundle))
+    assert dict(info.completeness) == {"Bitcoin timestamp (OpenTimestamps)": 1, "Internet Archive copy": 0,
+                                       "Author claim": 2, "Signed citations": 0, "Replications": 0,
+                                       "Corrections": 0}
+    assert dict(info.status_chips) == {"author attested": True, "externally anchored": True,
+                                       "storage verified": False, "references resolved": True}
+    assert (info.references_count, info.references_resolved) == (7, 3)
+
+    _snapshot(bundle)["references"] = {"count": 7, "resolved_work": 0}  # listed, none resolved
+    assert dict(detail(bundle, summarize(bundle)).status_chips)["references resolved"] is False
+    bundle["state"]["current"] = None  # (a state with nothing merged yet)
+    info = detail(bundle, summarize(bundle))
+    assert set(dict(info.completeness).values()) == {0} and dict(info.status_chips)["author attested"] is False
+
+
+def test_the_doi_is_the_records_own_else_arxivs(real_bundle):
+    """The page's DOI (its citation meta tag, link and BibTeX) is the record's doi alias where it has one (a
+    journal's), else the DOI arXiv gives every paper."""
+    bundle = copy.deepcopy(real_bundle)
+    for alias in bundle["source_aliases"]:
+        if alias["alias_kind"] == "doi":
+            alias["alias_value"] = "10.1103/PhysRevLett.1.1"
+    assert detail(bundle, summarize(bundle)).doi == "10.1103/PhysRevLett.1.1"
+    bundle["source_aliases"] = [a for a in bundle["source_aliases"] if a["alias_kind"] != "doi"]
+    summary = summarize(bundle)
+    assert detail(bundle, summary).doi == f"10.48550/arxiv.{summary.arxiv_id}"
+
+
+def test_an_integrity_scan_is_shown_only_where_it_ran(real_bundle):
+    """A snapshot whose integrity scan is not available (or is no object) shows no scan, whatever else it
+    claims: "clean" must not be read from a scan that did not run."""
+    bundle = copy.deepcopy(real_bundle)
+    _snapshot(bundle)["integrity"] = {"available": True, "clean": False, "summary": {"critical": 2},
+                                      "findings": [{}, {}], "detectors_run": ["d1"]}
+    scan = detail(bundle, summarize(bundle)).integrity
+    assert (scan.clean, scan.critical, scan.findings, scan.detectors) == (False, 2, 2, ("d1",))
+    for not_run in ({"available": False, "clean": True}, {"clean": True}, "clean", None):
+        _snapshot(bundle)["integrity"] = not_run
+        assert detail(bundle, summarize(bundle)).integrity is None, not_run
+
+
+def test_an_event_of_a_type_the_merge_does_not_know_is_marked_so(real_bundle):
+    bundle = copy.deepcopy(real_bundle)
+    extra = copy.deepcopy(bundle["events"][-1])
+    extra["event_type"] = "future_kind"
+    bundle["events"].append(extra)
+    events = detail(bundle, summarize(bundle)).events
+    assert [e.known for e in events] == [True] * (len(events) - 1) + [False]
 
 
 def test_the_detail_takes_the_review_verdict_and_its_headline_when_the_paper_has_none(real_bundle):
