@@ -150,3 +150,23 @@ def test_patching_the_listings_for_added_removed_and_moved_records_equals_a_full
             assert (mine.key, mine.title, mine.base) == (theirs.key, theirs.title, theirs.base), f"step {step}"
             assert [id(p) for p in mine.papers] == [id(p) for p in theirs.papers], f"step {step}: {mine.key}"
         assert [id(p) for p in cat.papers] == [id(p) for p in full.papers]
+
+
+def test_each_version_of_a_paper_links_to_the_others_and_a_lone_version_to_none():
+    v1, v2, v3 = (_summary(f"{c * 8}BBBBBBBBCCCCCCCCDD", "2001.00001", n) for n, c in ((1, "A"), (3, "C"), (2, "B")))
+    alone = _summary("DDDDDDDDBBBBBBBBCCCCCCCCDD", "2002.00002", 1)
+    assert pages.other_versions([v1, v2, v3, alone]) == {
+        v1.pith_id: ((2, v3.pith_id), (3, v2.pith_id)),
+        v3.pith_id: ((1, v1.pith_id), (3, v2.pith_id)),
+        v2.pith_id: ((1, v1.pith_id), (2, v3.pith_id)),
+    }
+
+
+def test_bars_are_drawn_to_scale_with_the_largest_at_full_width():
+    """The stats page's charts: a bar's length is its value over the largest one's, every bar at least a
+    pixel wide; a chart of zeros (a site with nothing in it yet) draws hairlines, not an error."""
+    chart = pages.bar_chart([("a", 40), ("b", 10), ("c", 0)], "papers", "paper")
+    full = chart["bars"][0]["w"]
+    assert full > 100 and [b["w"] for b in chart["bars"]] == [full, round(full / 4), 1]
+    assert all(b["x"] + b["w"] <= chart["width"] for b in chart["bars"])
+    assert [b["w"] for b in pages.bar_chart([("a", 0), ("b", 0)], "papers", "paper")["bars"]] == [1, 1]

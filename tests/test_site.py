@@ -16,11 +16,12 @@ from lxml import etree
 from site_builder import pages
 from site_builder.build import BuildOptions, build
 from site_builder.options import BuildPolicy
+from site_builder.rendering import SiteRenderer, template_dirs
 from site_builder.keys import load_trust_set
 from site_builder.settings import SiteConfig
 
 from browser import chromium, serve
-from conftest import REAL_FILES, ROOT
+from conftest import REAL_FILES, ROOT, both_keys, real_and_generated_bundles
 from linkcheck import broken_links
 from signing import TestKey, sign_bundle, to_bytes
 
@@ -79,6 +80,34 @@ def test_feeds_parse_without_errors_newest_first(sites):
     assert main.entries[0].title.startswith("RAF: Holistic")
 
 
+def test_the_feeds_hold_the_newest_fifty_and_the_home_page_the_newest_twenty(tmp_path):
+    """README: the feeds show their 50 newest entries; the home page lists the 20 newest papers (more than
+    that in either is a page that grows with the mirror)."""
+    out = tmp_path / "site"
+    build(BuildOptions(bundles=real_and_generated_bundles(tmp_path / "bundles", 48), output=out, trust=both_keys(),
+                       search=False, config=SiteConfig(base_url=SUB, page_size=100)))
+
+    def listed(page: Path) -> list[str]:
+        return [href.rsplit("pith/", 1)[1] for href in
+                lxml.html.parse(str(page)).xpath("//ol[contains(@class, 'papers')]//a[@class='title']/@href")]
+
+    newest = listed(out / "papers" / "index.html")  # page 1 of "All papers" (100 a page): all 52, newest first
+    assert len(newest) == 52
+    feed = [e.link.rsplit("pith/", 1)[1] for e in feedparser.parse((out / "feed.xml").read_bytes()).entries]
+    assert feed == newest[:50]
+    assert listed(out / "index.html") == newest[:20]
+
+
+def test_a_sitemap_holds_at_most_fifty_thousand_urls():
+    """The sitemaps protocol's bound: 50,000 URLs fit one sitemap.xml; one more makes it an index of two."""
+    renderer = SiteRenderer(SiteConfig(base_url=SUB), template_dirs(None), load_trust_set(), search_enabled=False)
+    urls = [f"pith/{n:026d}/" for n in range(50_001)]
+    assert [name for name, _ in pages._sitemaps(renderer, urls[:50_000])] == ["sitemap.xml"]
+    files = dict(pages._sitemaps(renderer, urls))
+    assert sorted(files) == ["sitemap-1.xml", "sitemap-2.xml", "sitemap.xml"]
+    assert files["sitemap-2.xml"].count(b"<loc>") == 1 and files["sitemap-1.xml"].count(b"<loc>") == 50_000
+
+
 def test_sitemap_follows_the_protocol(sites):
     site = sites["sub"]
     schema = etree.XMLSchema(etree.parse(str(DATA / "sitemap.xsd")))
@@ -121,6 +150,9 @@ def test_scholar_meta_jsonld_and_open_graph(sites):
     ld = json.loads(re.search(r'<script type="application/ld\+json">(.*?)</script>', html, re.S).group(1))
     assert ld["@type"] == "ScholarlyArticle" and [a["name"] for a in ld["author"]] == authors
     assert ld["url"] == f"{SUB}pith/{ids(b)}/"
+    assert ld["datePublished"] == "2020-04-16" and ld["isAccessibleForFree"] is True
+    assert ld["identifier"] == [b["pith_number"], f"arXiv:{b['source']['id']}v1", f"doi:10.48550/arxiv.{b['source']['id']}"]
+    assert ld["sameAs"][0] == f"https://arxiv.org/abs/{b['source']['id']}v1"
     assert f'<meta property="og:url" content="{SUB}pith/{ids(b)}/">' in html
 
 
