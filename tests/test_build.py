@@ -84,6 +84,20 @@ def test_source_date_epoch_is_the_only_clock(bundles_dir, tmp_path, monkeypatch)
     assert json.loads((tmp_path / "s" / "verification.json").read_text())["generated_at"] == "2026-01-01T00:00:00Z"
 
 
+def test_a_site_with_no_records_yet_dates_its_feed_by_source_date_epoch_or_the_epoch(tmp_path, monkeypatch):
+    """A mirror's first build may publish nothing (every bundle rejected, or none pulled yet): its feed is still
+    valid Atom, stamped with SOURCE_DATE_EPOCH where it is set and with 1970-01-01 otherwise, never the clock."""
+    (tmp_path / "bundles").mkdir()
+    for out, epoch in ((tmp_path / "dated", "1767225600"), (tmp_path / "undated", None)):
+        if epoch is None:
+            monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+        else:
+            monkeypatch.setenv("SOURCE_DATE_EPOCH", epoch)
+        assert run(tmp_path / "bundles", out).count("published") == 0
+    assert b"<updated>2026-01-01T00:00:00Z</updated>" in (tmp_path / "dated" / "feed.xml").read_bytes()
+    assert b"<updated>1970-01-01T00:00:00Z</updated>" in (tmp_path / "undated" / "feed.xml").read_bytes()
+
+
 def test_rejected_bundle_leaves_no_trace_and_others_build(bundles_dir, tmp_path):
     victim = REAL_FILES[0]
     b = json.loads(victim.read_bytes())

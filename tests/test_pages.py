@@ -154,11 +154,14 @@ def test_patching_the_listings_for_added_removed_and_moved_records_equals_a_full
 
 def test_each_version_of_a_paper_links_to_the_others_and_a_lone_version_to_none():
     v1, v2, v3 = (_summary(f"{c * 8}BBBBBBBBCCCCCCCCDD", "2001.00001", n) for n, c in ((1, "A"), (3, "C"), (2, "B")))
+    w1, w2 = (_summary(f"{c * 8}BBBBBBBBCCCCCCCCDD", "2003.00003", n) for n, c in ((1, "E"), (2, "F")))
     alone = _summary("DDDDDDDDBBBBBBBBCCCCCCCCDD", "2002.00002", 1)
-    assert pages.other_versions([v1, v2, v3, alone]) == {
+    assert pages.other_versions([v1, w2, v2, alone, v3, w1]) == {
         v1.pith_id: ((2, v3.pith_id), (3, v2.pith_id)),
         v3.pith_id: ((1, v1.pith_id), (3, v2.pith_id)),
         v2.pith_id: ((1, v1.pith_id), (2, v3.pith_id)),
+        w1.pith_id: ((2, w2.pith_id),),
+        w2.pith_id: ((1, w1.pith_id),),
     }
 
 
