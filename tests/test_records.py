@@ -19,6 +19,15 @@ def test_a_summary_is_made_of_the_bundles_signed_values(real_bundle):
     assert (summary.arxiv_id, summary.version) == (record["source"]["id"], record["source"]["version"])
     assert summary.event_count == len(real_bundle["events"]) and summary.built_at == real_bundle["built_at"]
     assert summary.title == paper_text(real_bundle).title and summary.categories[0] == summary.primary_cat
+    # The short forms the pages show: the year and id of the pith number, its 8-character short address (the
+    # badge, list rows, page titles), the submission date, and the first 12 hex digits of each event id.
+    assert f"pith:{summary.year}:{summary.pith_id}" == real_bundle["pith_number"]
+    aliases = {a["alias_kind"]: a["alias_value"] for a in real_bundle["source_aliases"]}
+    assert summary.short_id == aliases["pith_short_8"]
+    assert summary.submitted_date == record["metadata"]["submitted_at"].partition("T")[0]
+    for event in detail(real_bundle, summary).events:
+        assert event.event_id == "sha256:" + event.short_event_id + event.event_id[19:]
+        assert len(event.short_event_id) == 12
 
 
 def test_the_row_digest_follows_the_words_too(real_bundle):
