@@ -1,13 +1,17 @@
 """Planning the site's pages (pages.py): short addresses, listings and their incremental patches, which must give
-exactly what planning from scratch gives."""
+exactly what planning from scratch gives, and what the pages are made of (other versions, charts, JSON-LD)."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import replace
+from types import SimpleNamespace
 
 from site_builder import pages
-from site_builder.records import PaperSummary, PaperText
+from site_builder.records import PaperSummary, PaperText, detail, summarize
+from site_builder.settings import SiteConfig
+
+from signing import with_paper
 
 
 def _summary(pith_id, arxiv_id, version):
@@ -173,3 +177,18 @@ def test_bars_are_drawn_to_scale_with_the_largest_at_full_width():
     assert full > 100 and [b["w"] for b in chart["bars"]] == [full, round(full / 4), 1]
     assert all(b["x"] + b["w"] <= chart["width"] for b in chart["bars"])
     assert [b["w"] for b in pages.bar_chart([("a", 0), ("b", 0)], "papers", "paper")["bars"]] == [1, 1]
+
+
+def test_the_search_engines_headline_is_the_title_cut_at_110_characters(real_bundle):
+    """schema.org's ScholarlyArticle: search engines take a headline of at most 110 characters; ``name`` is the
+    page's short title."""
+    renderer = SimpleNamespace(config=SiteConfig(base_url="https://m.example/"))
+
+    def article(title: str) -> dict:
+        bundle = with_paper(real_bundle, title=title)
+        return pages.scholarly_article(renderer, detail(bundle, summarize(bundle)))
+
+    assert article("t" * 110)["headline"] == "t" * 110  # (at the bound: whole)
+    cut = article("word " * 40)
+    assert len(cut["headline"]) == 110 and ("word " * 40).startswith(cut["headline"])
+    assert cut["name"] == summarize(with_paper(real_bundle, title="word " * 40)).short_title

@@ -119,6 +119,24 @@ def test_sitemap_follows_the_protocol(sites):
     assert f"Sitemap: {SUB}sitemap.xml" in (site / "robots.txt").read_text()
 
 
+@pytest.mark.parametrize("about", [True, False])
+def test_the_sitemap_lists_every_page_of_the_site_and_no_other(tmp_path, about):
+    """Every page a reader may land on (the about page where there is one), and not the short addresses, which
+    only lead to a record or list the records that share them."""
+    (tmp_path / "about.md").write_text("# About\n")
+    out = tmp_path / "site"
+    build(BuildOptions(bundles=ROOT / "bundles", output=out, trust=load_trust_set(), search=False,
+                       about_file=tmp_path / "about.md" if about else None,
+                       config=SiteConfig(base_url=SUB, page_size=2)))
+    locs = [e.text for e in etree.parse(str(out / "sitemap.xml")).iter("{http://www.sitemaps.org/schemas/sitemap/0.9}loc")]
+    folders = [p.parent.relative_to(out).as_posix() for p in out.rglob("index.html")]
+    pages_here = {SUB if folder == "." else f"{SUB}{folder}/" for folder in folders}
+    short = {u for u in pages_here if u.startswith(SUB + "arxiv/") or
+             (u.startswith(SUB + "pith/") and len(u.removeprefix(SUB + "pith/")) != 27)}
+    assert short and sorted(locs) == sorted(pages_here - short)
+    assert (SUB + "about/" in locs) is about
+
+
 def test_sitemap_splits_into_an_index(tmp_path, monkeypatch):
     monkeypatch.setattr(pages, "SITEMAP_LIMIT", 5)
     out = tmp_path / "site"
@@ -183,6 +201,11 @@ def test_listings_paginated_with_categories_and_years(sites):
     assert not (site / "papers" / "page" / "3").exists()
     first = (site / "papers" / "index.html").read_text()
     assert 'rel="next" href="/papers/page/2/"' in first
+    # page 2 goes on counting where page 1 stopped (two a page): its list starts at 3
+    [numbered] = lxml.html.parse(str(site / "papers" / "page" / "2" / "index.html")).xpath("//ol[contains(@class, 'papers')]")
+    assert numbered.get("start") == "3"
+    [numbered] = lxml.html.parse(str(site / "papers" / "index.html")).xpath("//ol[contains(@class, 'papers')]")
+    assert numbered.get("start") in ("1", None)
     # a paper appears under its primary and its cross-list categories
     for cat in ["cs.DC", "cs.LG", "stat.ML"]:
         assert "TensorOpt" in "".join(p.read_text() for p in (site / "category" / cat).rglob("index.html"))
