@@ -8,7 +8,8 @@ import random
 from conftest import both_keys, opts, returns_past_fifos
 from generate import make_bundle
 
-from site_builder.stages.publish import kept_and_stale
+from site_builder.pages import ALL_ADDRESSES, record_files
+from site_builder.stages.publish import RECORD_ENTRIES, kept_and_stale
 
 
 def test_of_the_previous_tree_only_units_with_the_planned_key_are_kept():
@@ -78,3 +79,11 @@ def test_open_report_pages_are_told_to_reload_only_where_they_changed(project, t
     (project / "bundles" / "broken.json").write_bytes(b"{}")
     loud = build(opts(project, out, both_keys()))
     assert report_pages <= set(loud.rendered)
+
+
+def test_the_twins_inode_estimate_counts_every_entry_a_record_puts_in_the_tree():
+    """``twin_shortfall`` budgets RECORD_ENTRIES inodes a record: its files with every short address its own,
+    and the folders they make (each a record's alone)."""
+    files = record_files("A" * 26, "2001.00001", 3, ALL_ADDRESSES)
+    folders = {path.rsplit("/", 1)[0] for path in files}
+    assert len(files) == 10 and len(files) + len(folders) == RECORD_ENTRIES
