@@ -13,8 +13,8 @@ from site_builder.selection import Candidate, select
 from site_builder.stages import select as select_stage
 from site_builder.stages.select import select_bundles
 
-from conftest import cache_document, calls_of, plant_document, signed_project, signed_version
-from signing import to_bytes
+from conftest import cache_document, calls_of, plant_document, resigned_real_bundles, signed_project, signed_version
+from signing import sign_bundle, to_bytes
 
 
 make = signed_version
@@ -81,6 +81,20 @@ def test_rolled_back_copy_that_no_longer_verifies_is_not_kept(tmp_path):
     report = build_with(bundles, out, trust, older)
     assert (out / "pith" / pith_id / "bundle.json").read_bytes() == older
     assert any("no longer verifies" in w for w in report.warnings)
+
+
+def test_a_copy_the_previous_sites_manifest_does_not_name_is_not_kept(tmp_path):
+    """The previous site's copy of the record is swapped for another signed bundle of it, newer than the input
+    but not the one verification.json names: the swap proves nothing, so the input is published, with a
+    warning saying why."""
+    key, trust, bundles, base, out, newer, older, pith_id = newer_published(tmp_path, "Newer", "Older")
+    swapped = make(base, key, "Swapped in", "2026-10-05T00:00:00Z")
+    for published in (out / "pith" / pith_id / "bundle.json", out / ".well-known" / "pith" / pith_id / "bundle.json"):
+        published.unlink()
+        published.write_bytes(swapped)
+    report = build_with(bundles, out, trust, older)
+    assert (out / "pith" / pith_id / "bundle.json").read_bytes() == older
+    assert any("is not the one its manifest names" in w for w in report.warnings)
 
 
 def test_two_bundles_one_record_newest_valid_wins_even_if_newest_is_invalid(tmp_path):
@@ -225,3 +239,20 @@ def test_serve_patches_its_selection_as_select_would_choose(tmp_path, second):
     patched, afresh = selected()
     assert [c.inspection.rel for c in patched.published.values()] == list(files)
     assert not patched.superseded and not afresh.superseded
+
+
+def test_a_few_files_changed_or_gone_patch_the_last_selection_to_what_select_chooses(tmp_path):
+    """serve's patch (``patched_selection``): a file rewritten with a newer bundle of its record, and one
+    deleted, give the selection ``select`` makes afresh, without falling back to it (None)."""
+    key, trust, bundles = resigned_real_bundles(tmp_path)
+    paths = sorted(bundles.iterdir())
+    before = [Candidate(inspect_bytes(p.name, p.read_bytes(), trust), p) for p in paths]
+    last = select(before)
+    changed = json.loads(paths[0].read_bytes())
+    changed["built_at"] = "2026-11-30T00:00:00Z"
+    renewed = inspect_bytes(paths[0].name, to_bytes(sign_bundle(changed, key)), trust)
+    now = [Candidate(renewed, paths[0]), *before[1:-1]]  # the first file renewed, the last one gone
+    patched = select_stage.patched_selection({c.inspection.rel: c for c in before}, last, now)
+    assert patched is not None
+    assert list(patched.published.items()) == list(select(now).published.items())
+    assert patched.published[renewed.pith_id].inspection is renewed and len(patched.published) == len(paths) - 1
