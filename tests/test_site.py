@@ -16,8 +16,8 @@ from lxml import etree
 from site_builder import pages
 from site_builder.build import BuildOptions, build
 from site_builder.options import BuildPolicy
-from site_builder.rendering import SiteRenderer, template_dirs
 from site_builder.keys import load_trust_set
+from site_builder.rendering import SiteRenderer, template_dirs
 from site_builder.settings import SiteConfig
 
 from browser import chromium, serve
@@ -27,6 +27,7 @@ from signing import TestKey, sign_bundle, to_bytes
 
 DATA = Path(__file__).parent / "data"
 SUB = "https://user.github.io/mirror/"
+SITEMAP_NS = "{http://www.sitemaps.org/schemas/sitemap/0.9}"
 REAL = [json.loads(p.read_bytes()) for p in REAL_FILES]
 
 
@@ -81,8 +82,8 @@ def test_feeds_parse_without_errors_newest_first(sites):
 
 
 def test_the_feeds_hold_the_newest_fifty_and_the_home_page_the_newest_twenty(tmp_path):
-    """README: the feeds show their 50 newest entries; the home page lists the 20 newest papers (more than
-    that in either is a page that grows with the mirror)."""
+    """The feeds show their 50 newest entries (README), the home page its 20 newest papers: more in either would
+    be a page that grows with the mirror."""
     out = tmp_path / "site"
     build(BuildOptions(bundles=real_and_generated_bundles(tmp_path / "bundles", 48), output=out, trust=both_keys(),
                        search=False, config=SiteConfig(base_url=SUB, page_size=100)))
@@ -128,7 +129,7 @@ def test_the_sitemap_lists_every_page_of_the_site_and_no_other(tmp_path, about):
     build(BuildOptions(bundles=ROOT / "bundles", output=out, trust=load_trust_set(), search=False,
                        about_file=tmp_path / "about.md" if about else None,
                        config=SiteConfig(base_url=SUB, page_size=2)))
-    locs = [e.text for e in etree.parse(str(out / "sitemap.xml")).iter("{http://www.sitemaps.org/schemas/sitemap/0.9}loc")]
+    locs = [e.text for e in etree.parse(str(out / "sitemap.xml")).iter(f"{SITEMAP_NS}loc")]
     folders = [p.parent.relative_to(out).as_posix() for p in out.rglob("index.html")]
     pages_here = {SUB if folder == "." else f"{SUB}{folder}/" for folder in folders}
     short = {u for u in pages_here if u.startswith(SUB + "arxiv/") or
@@ -169,7 +170,8 @@ def test_scholar_meta_jsonld_and_open_graph(sites):
     assert ld["@type"] == "ScholarlyArticle" and [a["name"] for a in ld["author"]] == authors
     assert ld["url"] == f"{SUB}pith/{ids(b)}/"
     assert ld["datePublished"] == "2020-04-16" and ld["isAccessibleForFree"] is True
-    assert ld["identifier"] == [b["pith_number"], f"arXiv:{b['source']['id']}v1", f"doi:10.48550/arxiv.{b['source']['id']}"]
+    arxiv_id = b["source"]["id"]
+    assert ld["identifier"] == [b["pith_number"], f"arXiv:{arxiv_id}v1", f"doi:10.48550/arxiv.{arxiv_id}"]
     assert ld["sameAs"][0] == f"https://arxiv.org/abs/{b['source']['id']}v1"
     assert f'<meta property="og:url" content="{SUB}pith/{ids(b)}/">' in html
 
@@ -202,10 +204,12 @@ def test_listings_paginated_with_categories_and_years(sites):
     first = (site / "papers" / "index.html").read_text()
     assert 'rel="next" href="/papers/page/2/"' in first
     # page 2 goes on counting where page 1 stopped (two a page): its list starts at 3
-    [numbered] = lxml.html.parse(str(site / "papers" / "page" / "2" / "index.html")).xpath("//ol[contains(@class, 'papers')]")
-    assert numbered.get("start") == "3"
-    [numbered] = lxml.html.parse(str(site / "papers" / "index.html")).xpath("//ol[contains(@class, 'papers')]")
-    assert numbered.get("start") in ("1", None)
+    def numbered_list(page: Path):
+        [found] = lxml.html.parse(str(page)).xpath("//ol[contains(@class, 'papers')]")
+        return found
+
+    assert numbered_list(site / "papers" / "page" / "2" / "index.html").get("start") == "3"
+    assert numbered_list(site / "papers" / "index.html").get("start") in ("1", None)
     # a paper appears under its primary and its cross-list categories
     for cat in ["cs.DC", "cs.LG", "stat.ML"]:
         assert "TensorOpt" in "".join(p.read_text() for p in (site / "category" / cat).rglob("index.html"))
