@@ -12,6 +12,10 @@ from site_builder import records
 from site_builder.records import PaperText, WordsHeldByReference, detail, paper_text, split_authors, summarize
 
 
+def _snapshot(bundle: dict) -> dict:
+    return next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")["payload"]["graph_snapshot"]
+
+
 def test_a_summary_is_made_of_the_bundles_signed_values(real_bundle):
     summary = summarize(real_bundle)
     record = real_bundle["canonical_record"]
@@ -84,10 +88,6 @@ def test_a_missing_snapshot_gives_empty_words_not_an_error(real_bundle):
     assert paper_text(bundle) == PaperText("", (), "")
 
 
-def _snapshot(bundle: dict) -> dict:
-    return next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")["payload"]["graph_snapshot"]
-
-
 def test_the_detail_lists_what_the_record_has_and_lacks(real_bundle):
     """The record page's completeness list counts the state's entries of each kind, and its chips say which
     the record has: the real bundle has none, this one two author claims, an anchor and resolved references."""
@@ -151,7 +151,7 @@ def test_an_event_of_a_type_the_merge_does_not_know_is_marked_so(real_bundle):
 
 def test_the_detail_takes_the_review_verdict_and_its_headline_when_the_paper_has_none(real_bundle):
     bundle = with_paper(real_bundle, headline="")
-    snapshot = next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")["payload"]["graph_snapshot"]
+    snapshot = _snapshot(bundle)
     snapshot["verdict"] = {"one_line_summary": "It holds.", "pith_extraction_headline": "The verdict's headline"}
     info = detail(bundle, summarize(bundle))
     assert (info.one_line_summary, info.headline) == ("It holds.", "The verdict's headline")
@@ -169,7 +169,7 @@ def test_text_no_page_or_feed_may_hold_is_left_out_and_the_rest_kept(real_bundle
     dirty = f"Title{NOT_SHOWN} é\u2014漢字 😀"
     bundle = with_paper(real_bundle, title=dirty, authors_text=f"Ada{NOT_SHOWN}, Alan",
                         abstract_excerpt=f"a\tb\nc{NOT_SHOWN}", headline=f"Head{NOT_SHOWN}")
-    snapshot = next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")["payload"]["graph_snapshot"]
+    snapshot = _snapshot(bundle)
     snapshot["claims"] = {"items": [{"claim_id": f"C1{NOT_SHOWN}", "kind": "k", "text": f"A claim{NOT_SHOWN}",
                                      "status": "s"}]}
     snapshot["integrity"] = {"available": True, "clean": True, "detectors_run": [f"det{NOT_SHOWN}ector"]}
