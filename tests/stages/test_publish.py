@@ -4,12 +4,13 @@ holds, when updating in place beats a fresh tree, and the one rule by which any 
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 from conftest import both_keys, opts, returns_past_fifos
 from generate import make_bundle
 
 from site_builder.pages import ALL_ADDRESSES, record_files
-from site_builder.stages.publish import RECORD_ENTRIES, kept_and_stale
+from site_builder.stages.publish import RECORD_ENTRIES, kept_and_stale, twin_shortfall
 
 
 def test_of_the_previous_tree_only_units_with_the_planned_key_are_kept():
@@ -87,3 +88,15 @@ def test_the_twins_inode_estimate_counts_every_entry_a_record_puts_in_the_tree()
     files = record_files("A" * 26, "2001.00001", 3, ALL_ADDRESSES)
     folders = {path.rsplit("/", 1)[0] for path in files}
     assert len(files) == 10 and len(files) + len(folders) == RECORD_ENTRIES
+
+
+def test_a_twin_is_linked_only_where_the_site_and_its_twin_fit_twice_in_the_free_inodes(tmp_path, free_inodes):
+    """The budget (``twin_shortfall``): RECORD_ENTRIES inodes a record and two a unit of one page, and as much
+    again; one short of it and the twin is not linked, saying why."""
+    slot = SimpleNamespace(output=tmp_path / "site")
+    needed = 2 * (RECORD_ENTRIES * 100 + 2 * 50)  # (100 records, 50 other units)
+    free_inodes["count"] = needed
+    assert twin_shortfall(slot, 100, 50) == ""
+    free_inodes["count"] = needed - 1
+    why = twin_shortfall(slot, 100, 50)
+    assert why.startswith("no twin linked") and f"{needed - 1:,} inodes free" in why and f"wants {needed:,}" in why
