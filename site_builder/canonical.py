@@ -21,8 +21,6 @@ _encoder = json.JSONEncoder(
 )
 
 
-
-
 def canon(obj: Any) -> bytes:
     """The canonical bytes of *obj*; raises ValueError on NaN/Infinity or lone surrogates."""
     try:

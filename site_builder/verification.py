@@ -114,8 +114,6 @@ class CheckResult:
     detail: str = ""
 
 
-
-
 @dataclass(frozen=True, slots=True)
 class VerificationWarning:
     code: str
@@ -502,7 +500,6 @@ CHECK_FAMILIES = {check.name: check.family for check in CHECKS}
 # instead of fifteen objects made for each record and kept.
 ALL_PASSED: tuple[CheckResult, ...] = tuple(CheckResult(name, "passed") for name in CHECK_ORDER)
 _PASSED = dict(zip(CHECK_ORDER, ALL_PASSED))
-
 
 
 def _title_warning(ctx: _Context) -> None:

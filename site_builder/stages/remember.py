@@ -22,7 +22,6 @@ from site_builder.stages.select import published_by
 from site_builder.writing import MARKER, OutputSlot
 
 
-
 def remember(write_cache: Callable[[], None], cache: BuildCache, options: BuildOptions, report: BuildReport,
               input_fingerprint: Callable[[], str], marker_sig: str | None, upkeep: Callable[[], None]) -> None:
     """Save what the next build reads (the cache via *write_cache*, the no-op answer, and serve's store brought
