@@ -6,11 +6,13 @@ import json
 import os
 import random
 import shutil
+import signal
 import time
 from pathlib import Path
 
 import pytest
 
+from site_builder import search_index
 from site_builder.build import BuildOptions, build
 from site_builder.keys import load_trust_set
 from site_builder.rendering import template_dirs
@@ -257,3 +259,18 @@ def test_a_site_with_no_record_says_there_is_nothing_to_search_until_one_comes(b
     page = (out / "search/index.html").read_text()
     assert '["/pagefind/"]' in page and 'src="/pagefind/pagefind-ui.js"' in page
     assert search_page_counts(out) == {"pagefind": 1}
+
+
+def test_a_killed_pagefind_is_named_by_its_signal_and_only_a_sigkill_suggests_memory(tmp_path):
+    """The kernel's out-of-memory killer sends SIGKILL: only then does the error point at memory and the shard
+    settings; another signal is named as it is, and an exit code says Pagefind's last line."""
+    with open(tmp_path / "log", "w+b") as log:
+        log.write(b"indexing...\nError: no pages\n")
+        with pytest.raises(SearchIndexError, match=r"killed by SIGKILL \(out of memory\? .*search_shard_size"):
+            search_index._check_exit(-signal.SIGKILL, log)
+        with pytest.raises(SearchIndexError) as terminated:
+            search_index._check_exit(-signal.SIGTERM, log)
+        assert "killed by SIGTERM;" in str(terminated.value) and "memory" not in str(terminated.value)
+        with pytest.raises(SearchIndexError, match=r"pagefind failed: Error: no pages; previous output left"):
+            search_index._check_exit(1, log)
+        search_index._check_exit(0, log)  # (no error)
