@@ -523,6 +523,18 @@ def test_spare_tree_can_be_cancelled(project):
     assert [p.name for p in project.iterdir() if ".staging-" in p.name] == []
 
 
+def test_no_spare_tree_is_made_where_a_live_file_cannot_be_linked(project):
+    """A twin missing a file its units name would have the next in-place update reuse a file that is not there:
+    a live file gone (deleted on the host) leaves no twin at all, and no staging folder."""
+    trust = both_keys()
+    out = project / "site"
+    build(opts(project, out, trust))
+    next((out / "pith").rglob("badge.svg")).unlink()
+    assert not prepare_spare_tree(opts(project, out, trust))
+    assert not (project / ".site.prev").exists()
+    assert [p.name for p in project.iterdir() if ".staging-" in p.name] == []
+
+
 def test_a_cache_row_wrong_about_a_files_digest_is_caught_when_the_bundle_is_written(project):
     """Catches the render-time digest re-check removed: a cache row (here an authentic one, as a race between
     an edit and the stat could leave) pointing a tampered file at its genuine digest.  The record's files are
