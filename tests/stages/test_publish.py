@@ -3,6 +3,7 @@ holds, when updating in place beats a fresh tree, and the one rule by which any 
 
 from __future__ import annotations
 
+import json
 import random
 from types import SimpleNamespace
 
@@ -80,6 +81,20 @@ def test_open_report_pages_are_told_to_reload_only_where_they_changed(project, t
     (project / "bundles" / "broken.json").write_bytes(b"{}")
     loud = build(opts(project, out, both_keys()))
     assert report_pages <= set(loud.rendered)
+
+
+def test_a_record_that_goes_is_named_among_the_pages_removed(project, tmp_path):
+    """serve tells an open page of a record that is no longer published to reload (``BuildReport.removed``):
+    the record deleted is named, and no other."""
+    from site_builder.build import build
+
+    out = tmp_path / "out"
+    build(opts(project, out, both_keys()))
+    gone = json.loads((project / "bundles" / "gen3.json").read_bytes())["pith_number"].rsplit(":", 1)[1]
+    (project / "bundles" / "gen3.json").unlink()
+    assert build(opts(project, out, both_keys())).removed == [f"pith/{gone}/index.html"]
+    (project / "bundles" / "gen4.json").write_bytes(make_bundle(4, variant=2))  # (renewed: not removed)
+    assert build(opts(project, out, both_keys())).removed == []
 
 
 def test_the_twins_inode_estimate_counts_every_entry_a_record_puts_in_the_tree():
