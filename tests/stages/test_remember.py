@@ -300,3 +300,15 @@ def test_the_detached_saver_holds_no_descriptor_of_its_caller_but_the_cache_lock
     assert os.waitpid(pid, 0)[1] == 0
     assert os.read(read_end, 1) == b""  # (no process holds the pipe's write end any longer)
     os.close(read_end)
+
+
+def test_inputs_touched_but_the_same_make_the_live_site_again_and_say_nothing_changed(project):
+    """An input file touched (a checkout, a copy) no longer matches the no-op answer; verified and planned, the
+    site is the live one: nothing is written, and the build says nothing changed (serve reloads no page)."""
+    out = project / "site"
+    build(opts(project, out, both_keys()))
+    before = tree(out)
+    touched = sorted((project / "bundles").glob("*.json"))[0]
+    os.utime(touched, ns=(0, 1_000_000_000))
+    again = build(opts(project, out, both_keys()))
+    assert again.changed is False and again.files_written == 0 and tree(out) == before
