@@ -135,6 +135,12 @@ def test_shards_are_indexed_a_process_at_a_time_per_core(tmp_path, monkeypatch):
     most = max(sum(1 for s, e in spans if s <= moment < e) for moment, _ in spans)
     assert most == 2  # side by side, but never three
     assert calls == sorted(calls) and calls[-1] == 5 and 0 in calls
+    for span in tmp_path.glob("*.span"):
+        span.unlink()
+    index_search(tmp_path, [(None, f"pagefind/{n}-of-2/") for n in (1, 2)], processes=1)  # (one core: one at a time)
+    (_, first_end), (second_start, _) = sorted(tuple(map(float, p.read_text().split()))
+                                              for p in tmp_path.glob("*.span"))
+    assert second_start >= first_end
 
 
 def test_one_failed_shard_stops_the_others(tmp_path, monkeypatch):
