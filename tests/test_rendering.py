@@ -8,7 +8,7 @@ import pytest
 from markupsafe import Markup
 
 from site_builder.keys import load_trust_set
-from site_builder.rendering import SiteRenderer, template_dirs
+from site_builder.rendering import SiteRenderer, template_assets, template_dirs
 from site_builder.settings import SiteConfig
 
 
@@ -200,7 +200,6 @@ def test_a_projects_asset_stands_in_for_the_builtin_one_of_its_name_and_hidden_f
         tmp_path):
     """A project's ``templates/assets/style.css`` is the site's stylesheet (the first folder's file wins, as
     with templates); its dot files and subfolders are not assets, and are left without a warning."""
-    from site_builder.rendering import template_assets
     assets = tmp_path / "templates" / "assets"
     (assets / "fonts").mkdir(parents=True)
     (assets / "style.css").write_text("body { color: teal }\n")

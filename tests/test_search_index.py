@@ -128,18 +128,21 @@ def test_shards_are_indexed_a_process_at_a_time_per_core(tmp_path, monkeypatch):
     keeps *processes* Pagefinds running, no more, and counts those finished."""
     monkeypatch.setenv("PYTHONPATH", stand_in_pagefind(tmp_path / "fake", TIMED_STAND_IN))
     monkeypatch.setenv("STAND_IN_LOG", str(tmp_path))
+
+    def spans() -> list[tuple[float, float]]:
+        return sorted(tuple(map(float, p.read_text().split())) for p in tmp_path.glob("*.span"))
+
     calls = []
     index_search(tmp_path, [(None, f"pagefind/{n}-of-5/") for n in range(1, 6)], processes=2, waiting=calls.append)
-    spans = sorted(tuple(map(float, p.read_text().split())) for p in tmp_path.glob("*.span"))
-    assert len(spans) == 5
-    most = max(sum(1 for s, e in spans if s <= moment < e) for moment, _ in spans)
+    side_by_side = spans()
+    assert len(side_by_side) == 5
+    most = max(sum(1 for s, e in side_by_side if s <= moment < e) for moment, _ in side_by_side)
     assert most == 2  # side by side, but never three
     assert calls == sorted(calls) and calls[-1] == 5 and 0 in calls
     for span in tmp_path.glob("*.span"):
         span.unlink()
     index_search(tmp_path, [(None, f"pagefind/{n}-of-2/") for n in (1, 2)], processes=1)  # (one core: one at a time)
-    (_, first_end), (second_start, _) = sorted(tuple(map(float, p.read_text().split()))
-                                              for p in tmp_path.glob("*.span"))
+    (_, first_end), (second_start, _) = spans()
     assert second_start >= first_end
 
 

@@ -35,6 +35,12 @@ def ids(b):
     return b["pith_number"].rsplit(":", 1)[1]
 
 
+def paper_list(page: Path):
+    """The one list of papers on *page* (a listing's, the home page's)."""
+    [found] = lxml.html.parse(str(page)).xpath("//ol[contains(@class, 'papers')]")
+    return found
+
+
 @pytest.fixture(scope="module")
 def sites(tmp_path_factory):
     root = tmp_path_factory.mktemp("sites")
@@ -89,8 +95,7 @@ def test_the_feeds_hold_the_newest_fifty_and_the_home_page_the_newest_twenty(tmp
                        search=False, config=SiteConfig(base_url=SUB, page_size=100)))
 
     def listed(page: Path) -> list[str]:
-        return [href.rsplit("pith/", 1)[1] for href in
-                lxml.html.parse(str(page)).xpath("//ol[contains(@class, 'papers')]//a[@class='title']/@href")]
+        return [href.rsplit("pith/", 1)[1] for href in paper_list(page).xpath(".//a[@class='title']/@href")]
 
     newest = listed(out / "papers" / "index.html")  # page 1 of "All papers" (100 a page): all 52, newest first
     assert len(newest) == 52
@@ -204,12 +209,8 @@ def test_listings_paginated_with_categories_and_years(sites):
     first = (site / "papers" / "index.html").read_text()
     assert 'rel="next" href="/papers/page/2/"' in first
     # page 2 goes on counting where page 1 stopped (two a page): its list starts at 3
-    def numbered_list(page: Path):
-        [found] = lxml.html.parse(str(page)).xpath("//ol[contains(@class, 'papers')]")
-        return found
-
-    assert numbered_list(site / "papers" / "page" / "2" / "index.html").get("start") == "3"
-    assert numbered_list(site / "papers" / "index.html").get("start") in ("1", None)
+    assert paper_list(site / "papers" / "page" / "2" / "index.html").get("start") == "3"
+    assert paper_list(site / "papers" / "index.html").get("start") in ("1", None)
     # a paper appears under its primary and its cross-list categories
     for cat in ["cs.DC", "cs.LG", "stat.ML"]:
         assert "TensorOpt" in "".join(p.read_text() for p in (site / "category" / cat).rglob("index.html"))

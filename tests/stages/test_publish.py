@@ -4,12 +4,14 @@ holds, when updating in place beats a fresh tree, and the one rule by which any 
 from __future__ import annotations
 
 import json
+import os
 import random
 from types import SimpleNamespace
 
 from conftest import both_keys, opts, returns_past_fifos
 from generate import make_bundle
 
+from site_builder.build import build
 from site_builder.pages import ALL_ADDRESSES, record_files
 from site_builder.stages.publish import RECORD_ENTRIES, kept_and_stale, twin_shortfall
 
@@ -42,10 +44,6 @@ def test_a_fifo_or_a_link_planted_in_the_live_site_neither_stalls_the_next_build
     """The build reads the build id of the tree beside the output, and compares the pages it writes with the live
     site's (to tell open pages which changed): a FIFO put in either tree in a file's place must not stop it
     (opening one to read waits for a writer), nor may a link there be followed (here to a FIFO outside)."""
-    import os
-
-    from site_builder.build import build
-
     out = tmp_path / "out"
     build(opts(project, out, both_keys()))
     sorted((project / "bundles").glob("*.json"))[-1].unlink()  # (a change: the tree beside the output is made)
@@ -70,8 +68,6 @@ def test_open_report_pages_are_told_to_reload_only_where_they_changed(project, t
     """The pages that show a build's outcome are written by every build, but only those whose bytes changed are
     named among the pages rendered anew (what serve tells open pages to reload): a newer bundle of a record
     leaves the counts and the rejections as they were, a rejected file changes both pages."""
-    from site_builder.build import build
-
     out = tmp_path / "out"
     report_pages = {"stats/index.html", "verification/index.html"}
     build(opts(project, out, both_keys()))
@@ -86,8 +82,6 @@ def test_open_report_pages_are_told_to_reload_only_where_they_changed(project, t
 def test_a_record_that_goes_is_named_among_the_pages_removed(project, tmp_path):
     """serve tells an open page of a record that is no longer published to reload (``BuildReport.removed``):
     the record deleted is named, and no other."""
-    from site_builder.build import build
-
     out = tmp_path / "out"
     build(opts(project, out, both_keys()))
     gone = json.loads((project / "bundles" / "gen3.json").read_bytes())["pith_number"].rsplit(":", 1)[1]
