@@ -85,7 +85,6 @@ def test_files_changed_between_verifying_and_rendering_are_rejected_and_the_rest
     assert not [o for o in again.outcomes if o.inspection.check == "file_changed"]
 
 
-
 def test_a_site_planned_again_without_changed_files_names_what_it_holds(tmp_path, pinned):
     """The site planned again without the records whose files changed while it was built names the units it
     holds as they are: every record it publishes, and each listing by the records it shows now.  So the next
@@ -109,6 +108,7 @@ def test_a_site_planned_again_without_changed_files_names_what_it_holds(tmp_path
     clean = tmp_path / "clean"
     build(BuildOptions(bundles=bundles, output=clean, trust=pinned, search=False, policy=BuildPolicy(use_cache=False)))
     assert tree(out) == tree(clean)
+
 
 @pytest.mark.slow
 def test_builds_while_bundles_are_rewritten_never_abort(tmp_path):

@@ -74,12 +74,54 @@ def test_the_resolver_url_is_the_link_to_the_resolver(tmp_path):
     ("//e.example/mirror/", "a host but no scheme"),  # (it named no host the links could use: they left it out)
     ("https:///mirror/", "no host"),
     ("https://me:secret@e.example/", "user name or password"),  # (every absolute link would publish them)
+    ("https://token@e.example/", "user name or password"),  # (a user name alone: a token given as one)
+    ("/x\x9f/", "'\\x9f'"), ("/x\x1f/", "'\\x1f'"),  # (the last C1 control, the last C0 control)
     ("//me:secret@e.example/", "user name or password"), ("https://me:secret@e.example/?q", "user name or password"),
 ])
 def test_a_base_url_that_is_not_a_plain_site_address_is_refused(value, reason):
     with pytest.raises(SettingsError, match=re.escape(reason)) as caught:
         normalize_base_url(value)
-    assert "secret" not in str(caught.value)  # (a password is not printed to a CI log)
+    assert "secret" not in str(caught.value) and "token" not in str(caught.value)  # (not printed to a CI log)
+
+
+@pytest.mark.parametrize("value", ["/papers!/", "/pith/~mirror/", "https://e.example/caf\u00e9/"])
+def test_a_base_url_holding_only_what_a_url_may_hold_is_taken(value):
+    """Only the characters a URL never holds as they are are refused: sub-delimiters, a tilde and a letter
+    beyond ASCII (an IRI) are a site's address."""
+    assert normalize_base_url(value) == value
+
+
+@pytest.mark.parametrize("key, low, high", [("page_size", 1, 10_000), ("search_shard_size", 1, 10_000_000),
+                                            ("search_max_shards", 1, 1024)])
+def test_each_count_is_taken_from_its_lowest_to_its_highest_value_and_refused_beyond(tmp_path, key, low, high):
+    settings = tmp_path / "site.toml"
+    for value in (low, high):
+        settings.write_text(f"{key} = {value}\n")
+        assert getattr(load_settings(settings), key) == value
+    for value in (low - 1, high + 1):
+        settings.write_text(f"{key} = {value}\n")
+        with pytest.raises(SettingsError, match=re.escape(f"{key} must be an integer from {low:,} to {high:,}")):
+            load_settings(settings)
+
+
+def test_a_settings_file_of_at_most_one_megabyte_is_read_and_a_larger_one_refused(tmp_path):
+    settings = tmp_path / "site.toml"
+    megabyte = 1 << 20
+    head = b'title = "Big"\n#'
+    settings.write_bytes(head + b"x" * (megabyte - len(head) - 1) + b"\n")
+    assert settings.stat().st_size == megabyte and load_settings(settings).title == "Big"
+    settings.write_bytes(head + b"x" * (megabyte - len(head)) + b"\n")
+    with pytest.raises(SettingsError, match=f"site.toml: {megabyte + 1} bytes is over the {megabyte}-byte limit"):
+        load_settings(settings)
+
+
+def test_a_settings_file_that_is_a_link_to_a_file_is_read(tmp_path):
+    """The settings file is one the user names (as the keys file), so a link to a shared one is followed; a
+    link to what is not a regular file is refused (tests/test_rendering.py)."""
+    (tmp_path / "shared.toml").write_text('title = "Shared"\n')
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "site.toml").symlink_to(tmp_path / "shared.toml")
+    assert load_settings(tmp_path / "project" / "site.toml").title == "Shared"
 
 
 @pytest.mark.parametrize("text", ['about_file = "/proc/self/environ"', 'static_dir = "/home"',
