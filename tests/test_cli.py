@@ -46,6 +46,8 @@ def test_usage_errors_exit_2(tmp_path):
     assert cli("build", "--bundles", tmp_path / "missing", "--output", tmp_path / "o").returncode == 2
     assert cli("build", "--no-such-flag").returncode == 2
     assert cli("verify").returncode == 2
+    r = cli()  # (no command)
+    assert r.returncode == 2 and "required: COMMAND" in r.stderr and "Traceback" not in r.stderr
     bad_key = tmp_path / "k.json"
     bad_key.write_text('{"key_id": "x", "public_key_hex": "abcd"}')
     r = cli("build", "--trusted-keys", bad_key, "--bundles", ROOT / "bundles", "--output", tmp_path / "o")
@@ -213,8 +215,10 @@ def test_help_documents_every_option_with_its_default():
         for option in options:
             described = re.search(rf"{option}(?:, -\w)?(?: [A-Z_]+)? (\S+)", text)
             assert described and not described.group(1).startswith("-"), f"{command} {option} has no help"
+        assert not re.search(r"\(default: (None|False|\[\])\)", text), text  # (no default to name)
     build_help = " ".join(cli("build", "--help").stdout.split())
     assert "(default: bundles)" in build_help and "(default: output)" in build_help
+    assert "downloads at once (default: 4)" in " ".join(cli("pull", "--help").stdout.split())  # (as README says)
     assert "(default: 8000)" in cli("serve", "--help").stdout
 
 
@@ -222,7 +226,7 @@ def test_help_documents_every_option_with_its_default():
 def test_numbers_out_of_range_are_usage_errors(tmp_path):
     for args, message in [(("build", "--jobs", "-1"), "argument --jobs: -1 is less than 0"),
                           (("build", "--jobs", "two"), "argument --jobs: 'two' is not a whole number"),
-                          (("serve", "--port", "99999"), "argument --port: 99999 is not a TCP port"),
+                          (("serve", "--port", "65536"), "argument --port: 65536 is not a TCP port"),
                           (("pull", "--concurrency", "0", "x"), "argument --concurrency: 0 is less than 1"),
                           (("pull", "--timeout", "-5", "x"), "argument --timeout: -5 is not a positive number"),
                           (("pull", "--timeout", "nan", "x"), "argument --timeout: nan is not a positive number"),
@@ -230,6 +234,8 @@ def test_numbers_out_of_range_are_usage_errors(tmp_path):
         r = cli(*args, cwd=tmp_path)
         assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
         assert "Traceback" not in r.stderr
+    # The highest port is one (an option is taken as it is read: the help after it is shown, exit 0).
+    assert cli("serve", "--port", "65535", "--help", cwd=tmp_path).returncode == 0
 
 
 @pytest.mark.slow
@@ -390,3 +396,47 @@ def test_a_build_says_why_it_reused_nothing_of_an_output_others_may_write_to(bun
     r = cli("build", "--bundles", bundles_dir, "--output", out, "--no-search")
     assert r.returncode == 0
     assert [line for line in r.stderr.splitlines() if line.startswith(f"NOTE {out}: others may write to it")]
+
+
+@pytest.mark.slow  # (seven builds on the command line)
+def test_what_a_build_says_by_default_with_quiet_and_with_verbose(bundles_dir, tmp_path):
+    """A CI log shows what went wrong and what the build did otherwise than asked: rejections always; the files
+    superseded, the notes and "up to date" unless --quiet; a line per published file only with --verbose."""
+    copy = bundles_dir / "copy.json"
+    copy.write_bytes(REAL_FILES[0].read_bytes())  # (the same record twice: one of the two is superseded)
+    (bundles_dir / "bad.json").write_bytes(b'{"a": 1, "a": 2}')
+    shared = tmp_path / "shared-cache"
+    shared.mkdir()
+    shared.chmod(0o1777)  # (a cache folder others may write to is not used, and a note says so)
+
+    def run(output, *flags):
+        r = cli("build", "--bundles", bundles_dir, "--output", tmp_path / output, "--no-search", *flags)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.splitlines(), r.stderr.splitlines()
+
+    rejected = "REJECTED bad.json: json_duplicate_key: duplicate key 'a'"
+    out, err = run("site")
+    superseded = [line for line in err if line.startswith("SUPERSEDED ")]
+    assert rejected in err and len(superseded) == 1
+    notes = [line for line in err if line.startswith("NOTE")]  # (a site without a full base URL: one note)
+    assert len(notes) == 1 and notes[0].startswith("NOTE base_url / is not a full URL"), notes
+    assert not [line for line in out if line.startswith("OK ")] and not [line for line in err if "stages:" in line]
+    loser = superseded[0].split()[1].rstrip(":")
+    assert loser in (copy.name, REAL_FILES[0].name)
+    out, err = run("site")
+    assert "output is up to date: nothing to write" in err
+    out, err = run("unshared", "--cache-dir", shared)
+    assert any(line.startswith("NOTE no build cache: ") for line in err)
+
+    out, err = run("quiet", "--quiet", "--cache-dir", shared)
+    assert rejected in err and not [line for line in err if line.startswith(("SUPERSEDED", "NOTE"))]
+    out, err = run("quiet", "--quiet")
+    out, err = run("quiet", "--quiet")
+    assert "output is up to date: nothing to write" not in err and rejected in err
+
+    out, err = run("verbose", "--verbose")
+    said = {line.split()[2]: line.split()[1] for line in out if line.startswith("OK ")}
+    published = {p.name for p in bundles_dir.iterdir()} - {"bad.json", loser}
+    assert set(said) == published and len(said) == 4
+    numbers = {p.name: json.loads(p.read_bytes())["pith_number"] for p in bundles_dir.iterdir() if p.name in published}
+    assert said == numbers
