@@ -218,8 +218,21 @@ def test_help_documents_every_option_with_its_default():
         assert not re.search(r"\(default: (None|False|\[\])\)", text), text  # (no default to name)
     build_help = " ".join(cli("build", "--help").stdout.split())
     assert "(default: bundles)" in build_help and "(default: output)" in build_help
-    assert "downloads at once (default: 4)" in " ".join(cli("pull", "--help").stdout.split())  # (as README says)
     assert "(default: 8000)" in cli("serve", "--help").stdout
+
+
+@pytest.mark.slow
+def test_the_defaults_readme_shows_in_a_usage_line_are_the_ones_help_names():
+    """README's usage lines show an option's default as its value (``[--retries 4]``): the same as --help's."""
+    readme = (ROOT / "README.md").read_text()
+    shown = [(command, option, value) for command, rest in re.findall(r"^site-builder (\w+) (.*(?:\n {10,}.*)*)",
+                                                                       readme, re.M)
+             for option, value in re.findall(r"\[(--[a-z-]+) ([0-9.]+|[0-9.:]+)\]", rest)]
+    assert {option for _, option, _ in shown} >= {"--port", "--host", "--timeout", "--retries", "--concurrency"}
+    for command, option, value in shown:
+        text = " ".join(cli(command, "--help").stdout.split())
+        named = re.search(rf"{option} [A-Z_]+ .*?\(default: ([^)]+)\)", text)
+        assert named and named.group(1) in (value, f"{value}.0"), (command, option, value)
 
 
 @pytest.mark.slow
