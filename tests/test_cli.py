@@ -453,3 +453,32 @@ def test_what_a_build_says_by_default_with_quiet_and_with_verbose(bundles_dir, t
     assert set(said) == published and len(said) == 4
     numbers = {p.name: json.loads(p.read_bytes())["pith_number"] for p in bundles_dir.iterdir() if p.name in published}
     assert said == numbers
+
+
+def test_a_path_that_is_not_there_is_one_line_and_exit_2(bundles_dir, tmp_path):
+    """A folder or file named on the command line that does not exist is a usage error naming it; a link named
+    to ``verify`` is not that (it is there): it is reported as the bundles folder would report it."""
+    missing = tmp_path / "missing"
+    for args, line in [(("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--templates", missing),
+                        f"error: {missing}: templates folder does not exist"),
+                       (("serve", "--bundles", missing, "--output", tmp_path / "site"),
+                        f"error: {missing}: bundles folder does not exist"),
+                       (("verify", bundles_dir, missing), f"error: {missing}: no such file or folder")]:
+        r = cli(*args, cwd=tmp_path)
+        assert r.returncode == 2 and r.stderr.splitlines() == [line] and r.stdout == "", (args, r.stderr)
+    assert not (tmp_path / "site").exists()
+    (tmp_path / "link.json").symlink_to(missing)
+    r = cli("verify", tmp_path / "link.json")
+    assert r.returncode == 1 and r.stdout.splitlines() == [
+        f"REJECTED {tmp_path / 'link.json'}: file_type: a symbolic link (not followed)"], r.stdout + r.stderr
+
+
+def test_ctrl_c_during_a_command_is_one_line_and_exit_130(bundles_dir, tmp_path, monkeypatch, capsys):
+    from site_builder import cli as cli_module
+
+    def interrupted(options):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli_module, "build", interrupted)
+    assert cli_module.main(["build", "--bundles", str(bundles_dir), "--output", str(tmp_path / "site")]) == 130
+    said = capsys.readouterr()
+    assert said.err == "interrupted\n" and said.out == ""

@@ -368,14 +368,20 @@ def test_cli_with_list_file_summary_and_exit_code(tmp_path):
     listing = tmp_path / "records.txt"
     listing.write_text(f"# my records\npith:2020:{IDS[0]}\n\n{IDS[1]}  # missing on the server\nnot-an-id\n")
     with running(s) as url:
-        r = subprocess.run([sys.executable, "-m", "site_builder", "pull", "--from", url, "--bundles",
-                            str(tmp_path / "b"), "--retries", "0", str(listing)], capture_output=True, text=True)
+        r, quiet = (subprocess.run([sys.executable, "-m", "site_builder", "pull", "--from", url, "--bundles",
+                                    str(tmp_path / folder), "--retries", "0", str(listing), *flags],
+                                   capture_output=True, text=True) for folder, flags in (("b", []), ("q", ["-q"])))
     assert r.returncode == 1
     assert r.stdout.strip() == "1 fetched, 0 unchanged, 0 kept (local copy newer), 0 rejected, 2 failed"
     assert f"FAILED {IDS[1]}" in r.stderr and f"FAILED {listing}:5: not a pith number" in r.stderr
     assert f"note: {url}/pith-mirrors.json: no list of mirrors in it; fetching from {url}/pith/<ID>/bundle.json" \
         in r.stderr.splitlines()
+    assert [line for line in r.stderr.splitlines() if line.startswith(f"FETCHED {IDS[0]}: ")]
     assert (tmp_path / "b" / f"{IDS[0]}.json").read_bytes() == REAL[IDS[0]]
+    # --quiet: the failures and the summary line only
+    assert quiet.returncode == 1 and quiet.stdout == r.stdout
+    assert sorted(quiet.stderr.splitlines()) == sorted(line for line in r.stderr.splitlines()
+                                                       if line.startswith("FAILED "))
 
 
 class _Misbehaving:
