@@ -61,6 +61,23 @@ PAGE_LINKS = """{% for pg in page_links(pages, page) %}{% if pg is none %}<span 
   {% endfor %}"""
 
 
+def test_a_listing_has_one_page_per_page_size_and_one_when_empty():
+    from site_builder.rendering import Page, pagination
+
+    assert pagination("papers/", 0, 100) == [Page(1, "papers/")]  # (an empty site's listing is one page)
+    assert pagination("papers/", 100, 100) == [Page(1, "papers/")]
+    assert pagination("papers/", 101, 100) == [Page(1, "papers/"), Page(2, "papers/page/2/")]
+
+
+def test_a_url_to_copy_is_absolute_with_a_full_base_url_and_completed_in_the_browser_without():
+    """The snippets a reader copies (citations, the record's address) hold the site's full address where
+    base_url gives one; otherwise the path, marked for the page's script to complete."""
+    full = SiteRenderer(SiteConfig(base_url="https://m.example/pith/"), template_dirs(None), load_trust_set())
+    assert full.site_url("/a/b/") == "https://m.example/pith/a/b/"
+    path = SiteRenderer(SiteConfig(base_url="/pith/"), template_dirs(None), load_trust_set())
+    assert path.site_url("/a/b/") == Markup('<span class="site-url">/pith/a/b/</span>')
+
+
 def test_page_links_name_what_a_loop_over_every_page_named():
     """A list page's navigation is picked from a few candidates (page_links) instead of a loop over every page,
     which made a listing's pages quadratic in its length; for every page of listings of 1 to 40 pages, the
@@ -90,6 +107,17 @@ def test_pathological_markdown_is_shown_as_plain_text_in_bounded_time(text):
     html = str(renderer.markdown(text + "<script>"))
     assert time.perf_counter() - started < 1.0
     assert "too complex to render as Markdown" in html and "<script>" not in html and "&lt;script&gt;" in html
+
+
+def test_a_field_at_the_markdown_bounds_is_markdown_and_one_past_them_is_plain_text():
+    """README's bounds: up to 100,000 characters and 1,000 square brackets a field is Markdown."""
+    renderer = SiteRenderer(SiteConfig(), template_dirs(None), load_trust_set())
+    link = "[a](https://example.org/) "  # (two brackets)
+    for text, markdown in [(link * 500, True), (link * 500 + "[", False),
+                           ("*x* " + "y" * 99_996, True), ("*x* " + "y" * 99_997, False)]:
+        html = str(renderer.markdown(text))
+        assert ("too complex to render as Markdown" not in html) == markdown, (len(text), text.count("["))
+        assert ('<a href="https://example.org/"' in html or "<em>x</em>" in html) == markdown
 
 
 def test_ordinary_markdown_is_still_rendered():
