@@ -9,6 +9,7 @@ import threading
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -188,6 +189,31 @@ def test_many_retries_wait_at_most_the_cap_and_fail_with_one_line(tmp_path):
     assert "capped" not in outcomes[IDS[0]].detail  # (the server asked for no wait: the backoff is ours)
     assert outcomes[IDS[1]].status == "fetched" and "Retry-After 3600 s capped at 30 s" in outcomes[IDS[1]].detail
     assert max(waits) == 30.0 and sorted(waits)[:6] == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
+    # Nine attempts with a wait between each two (eight), and none after the last; one for the 429.
+    assert [path for path, _ in s.requests].count(f"/pith/{IDS[0]}/bundle.json") == 9 and len(waits) == 9
+
+
+def test_a_server_that_cannot_be_reached_is_tried_again_with_a_wait_between_tries_and_none_after():
+    import socket
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    waits = []
+    with pytest.raises(OSError, match="refused.* after 3 attempts$"):
+        Fetcher(**{**FAST, "retries": 2}, sleep=waits.append).get(f"http://127.0.0.1:{port}/b", {})
+    assert waits == [0.05, 0.1]
+
+
+@pytest.mark.parametrize("length", [None, ""])  # (stated, or read to the end)
+def test_a_body_of_the_byte_limit_is_taken_and_one_byte_more_is_refused(length):
+    s = Server()
+    s.add("/b", {"body": b"x" * 100, **({"length": length} if length is not None else {})})
+    with running(s) as url:
+        assert Fetcher(**FAST, max_bytes=100).get(f"{url}/b", {}) == (200, b"x" * 100, mock.ANY)
+        with pytest.raises(OSError) as caught:
+            Fetcher(**FAST, max_bytes=99).get(f"{url}/b", {})
+    said = "response of 100 bytes is over the 99-byte limit" if length is None else "response is over the 99-byte limit"
+    assert str(caught.value).startswith(said), caught.value
 
 
 @pytest.mark.slow
