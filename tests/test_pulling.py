@@ -602,6 +602,25 @@ def test_a_tampered_pull_state_is_ignored_not_sent_or_waited_on(tmp_path):
             assert state.is_file() and not state.is_symlink()  # (written anew, as a file of its own)
 
 
+@pytest.mark.parametrize("etag, sent", [('"' + "a" * 1022 + '"', True), ('"' + "a" * 1023 + '"', False),
+                                        ('W/"a ~\tb"', True), ('"a\x7fb"', False), ('"a\x1fb"', False)])
+def test_a_kept_validator_is_sent_only_as_one_plain_header_value(tmp_path, etag, sent):
+    """A validator from the pull state is sent back only where it is visible ASCII, spaces or tabs, of at most
+    1,024 characters; any other is left out (the bundle is fetched in full)."""
+    s = Server()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]], "etag": '"v1"'})
+    bundles = tmp_path / "b"
+    state = bundles / STATE_FILE
+    with running(s) as url:
+        pull(IDS[:1], url, bundles, load_trust_set(), fetcher=Fetcher(**FAST))
+        kept = json.loads(state.read_text())
+        state.write_text(json.dumps({IDS[0]: {**kept[IDS[0]], "etag": etag}}))
+        s.requests.clear()
+        assert pull(IDS[:1], url, bundles, load_trust_set(), fetcher=Fetcher(**FAST)).count("unchanged") == 1
+    [headers] = [h for path, h in s.requests if path.endswith("bundle.json")]
+    assert headers.get("If-None-Match") == (etag if sent else None)
+
+
 def test_a_pull_within_its_deadline_fetches_everything_into_a_folder_it_makes_and_counts_each_record(tmp_path):
     """``--deadline`` bounds the run; a run that has time left fetches as one without it, and waits as asked.
     The bundles folder is made with its parents (as ``mkdir -p``); progress counts each record once."""
