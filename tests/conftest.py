@@ -4,6 +4,7 @@ import copy
 import dataclasses
 import itertools
 import shutil
+import signal
 import threading
 from pathlib import Path
 
@@ -20,6 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 BUNDLES = ROOT / "bundles"
 VECTORS = ROOT / "tests" / "vectors"
 REAL_FILES = sorted(BUNDLES.glob("*.json"))
+
+# A suite started in the background (``pytest &``) inherits SIGINT ignored, and so would every serve it starts: the
+# tests stop serve as a user does, with Ctrl-C's signal, which a terminal delivers.  Python's own handler here is
+# reset to the default in each child at exec, so serve stops on it as it does for the user.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def tree(root: Path) -> dict[str, bytes]:
