@@ -15,7 +15,7 @@ import pytest
 
 
 from site_builder.keys import load_trust_set
-from site_builder.pulling import STATE_FILE, Fetcher, PullError, pull
+from site_builder.pulling import STATE_FILE, Fetcher, PullError, bundle_url_pattern, pull
 
 from conftest import REAL_FILES, returns_past_fifos
 from signing import to_bytes
@@ -600,6 +600,16 @@ def test_a_tampered_pull_state_is_ignored_not_sent_or_waited_on(tmp_path):
             sent = [h for p, h in s.requests if p.endswith("bundle.json")]
             assert len(sent) == 4 and not any("If-None-Match" in h or "X-Injected" in h for h in sent)
             assert state.is_file() and not state.is_symlink()  # (written anew, as a file of its own)
+
+
+def test_a_mirror_manifest_of_up_to_one_megabyte_is_read_and_a_larger_one_is_not():
+    """pith-mirrors.json is the source's to write: read up to 1 MB, and past that the resolver's layout is used."""
+    s = Server()
+    with running(s) as url:
+        doc = json.dumps({"mirrors": [{"base_url": url, "bundle_pattern": url + "/b/{suffix}.json"}]}).encode()
+        for size, pattern in [(1 << 20, url + "/b/{suffix}.json"), ((1 << 20) + 1, url + "/pith/{suffix}/bundle.json")]:
+            s.add("/pith-mirrors.json", {"body": doc + b" " * (size - len(doc))})
+            assert bundle_url_pattern(url, Fetcher(**FAST)) == (pattern, None)
 
 
 @pytest.mark.parametrize("etag, sent", [('"' + "a" * 1022 + '"', True), ('"' + "a" * 1023 + '"', False),
