@@ -714,3 +714,18 @@ def test_a_link_or_a_pipe_in_the_output_is_never_served(plain_site):
         (output / "404.html").symlink_to(secret / "key.txt")  # (what every missing path is answered with)
         status, body = raw_get(port, "/no/such/page/")
         assert status == 404 and "private" not in body and "Not found" in body
+
+
+def test_the_root_and_the_base_path_without_its_slash_lead_to_the_site_under_its_base_path(plain_site):
+    """With ``--base-url /mirror/``, the address serve prints is under /mirror/: "/" and "/mirror" (typed by hand)
+    are sent there, and any other path outside it is not found."""
+    output, _ = plain_site
+    with handler_over(output, "/mirror/") as port:
+        for path in ("/", "/mirror"):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", path)
+            response = conn.getresponse()
+            response.read()
+            conn.close()
+            assert (response.status, response.getheader("Location")) == (302, "/mirror/"), path
+        assert raw_get(port, "/index.html")[0] == 404 and raw_get(port, "/mirror/")[0] == 200
