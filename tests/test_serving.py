@@ -729,3 +729,25 @@ def test_the_root_and_the_base_path_without_its_slash_lead_to_the_site_under_its
             conn.close()
             assert (response.status, response.getheader("Location")) == (302, "/mirror/"), path
         assert raw_get(port, "/index.html")[0] == 404 and raw_get(port, "/mirror/")[0] == 200
+
+
+def test_open_pages_are_told_which_pages_changed_and_to_reload_all_past_500_or_when_none_is_named():
+    from types import SimpleNamespace
+
+    from site_builder.serving import Site
+
+    def told(rendered, more=False):
+        published = []
+        live = SimpleNamespace(base_path="/m/", publish=lambda event, data: published.append((event, data)))
+        Site._announce(SimpleNamespace(live=live, builds=2),
+                       SimpleNamespace(rendered=rendered, removed=[], rendered_more=more))
+        [(event, data)] = published
+        assert event == "reload" and data["build"] == 3
+        return data["all"], data["paths"]
+
+    assert told(["pith/X/index.html", "pith/X/bundle.json", "index.html"]) == (False, ["/m/", "/m/pith/X/"])
+    pages = [f"p/{n:04}/index.html" for n in range(501)]
+    assert told(pages[:500]) == (False, [f"/m/p/{n:04}/" for n in range(500)])
+    assert told(pages) == (True, [f"/m/p/{n:04}/" for n in range(500)])
+    assert told(["pith/X/bundle.json"]) == (True, [])  # (no page named: every page may show it)
+    assert told(["index.html"], more=True)[0] is True  # (the report named only some of what it wrote)
