@@ -399,7 +399,8 @@ def test_cli_with_list_file_summary_and_exit_code(tmp_path):
                                    capture_output=True, text=True) for folder, flags in (("b", []), ("q", ["-q"])))
     assert r.returncode == 1
     assert r.stdout.strip() == "1 fetched, 0 unchanged, 0 kept (local copy newer), 0 rejected, 2 failed"
-    assert f"FAILED {IDS[1]}" in r.stderr and f"FAILED {listing}:5: not a pith number" in r.stderr
+    assert f"FAILED {IDS[1]}: {url}/pith/{IDS[1]}/bundle.json: not found" in r.stderr.splitlines()
+    assert f"FAILED {listing}:5: not a pith number" in r.stderr
     assert f"note: {url}/pith-mirrors.json: no list of mirrors in it; fetching from {url}/pith/<ID>/bundle.json" \
         in r.stderr.splitlines()
     assert [line for line in r.stderr.splitlines() if line.startswith(f"FETCHED {IDS[0]}: ")]
