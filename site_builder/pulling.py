@@ -44,6 +44,10 @@ class PullError(Exception):
     """A usage problem (bad list file, bad URL); the message names it."""
 
 
+class ResponseTooLarge(OSError):
+    """A response over the byte limit its request allowed; the message says how large."""
+
+
 @dataclass
 class PullOutcome:
     pith_id: str
@@ -221,13 +225,13 @@ class Fetcher:
                 stated = (response.headers.get("Content-Length") or "").strip()
                 length = int(stated) if _DIGITS.fullmatch(stated) else None  # (no number: read to the end)
                 if length is not None and length > limit:
-                    raise OSError(f"response of {length} bytes is over the {limit}-byte limit")
+                    raise ResponseTooLarge(f"response of {length} bytes is over the {limit}-byte limit")
                 chunks, size = [], 0
                 while chunk := response.read(min(1 << 16, limit + 1 - size)):
                     chunks.append(chunk)
                     size += len(chunk)
                     if size > limit:
-                        raise OSError(f"response is over the {limit}-byte limit")
+                        raise ResponseTooLarge(f"response is over the {limit}-byte limit")
                 body = b"".join(chunks)
                 if length is not None and len(body) != length:
                     raise http.client.IncompleteRead(body, length - len(body))
@@ -304,13 +308,16 @@ def bundle_url_pattern(base: str, fetcher: Fetcher) -> tuple[str, str | None]:
     default = base + "/pith/{suffix}/bundle.json"
     try:
         status, body, _ = fetcher.get(base + "/pith-mirrors.json", {}, MANIFEST_MAX_BYTES)
-    except OSError:
+    except ResponseTooLarge as exc:
+        problem = str(exc)
+    except OSError:  # (none there, or the source unreachable: each bundle's own line says so)
         return default, None
-    if status != 200:
-        return default, None
-    pattern, problem = _manifest_pattern(base, body)
-    if pattern is not None:
-        return pattern, None
+    else:
+        if status != 200:
+            return default, None
+        pattern, problem = _manifest_pattern(base, body)
+        if pattern is not None:
+            return pattern, None
     return default, f"{base}/pith-mirrors.json: {problem}; fetching from {default.replace('{suffix}', '<ID>')}"
 
 

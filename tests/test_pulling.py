@@ -604,13 +604,17 @@ def test_a_tampered_pull_state_is_ignored_not_sent_or_waited_on(tmp_path):
 
 
 def test_a_mirror_manifest_of_up_to_one_megabyte_is_read_and_a_larger_one_is_not():
-    """pith-mirrors.json is the source's to write: read up to 1 MB, and past that the resolver's layout is used."""
+    """pith-mirrors.json is the source's to write: read up to 1 MB, and past that the resolver's layout is used,
+    with a note saying why (as for any manifest that gives no usable pattern)."""
     s = Server()
     with running(s) as url:
         doc = json.dumps({"mirrors": [{"base_url": url, "bundle_pattern": url + "/b/{suffix}.json"}]}).encode()
-        for size, pattern in [(1 << 20, url + "/b/{suffix}.json"), ((1 << 20) + 1, url + "/pith/{suffix}/bundle.json")]:
-            s.add("/pith-mirrors.json", {"body": doc + b" " * (size - len(doc))})
-            assert bundle_url_pattern(url, Fetcher(**FAST)) == (pattern, None)
+        s.add("/pith-mirrors.json", {"body": doc + b" " * ((1 << 20) - len(doc))})
+        assert bundle_url_pattern(url, Fetcher(**FAST)) == (url + "/b/{suffix}.json", None)
+        s.add("/pith-mirrors.json", {"body": doc + b" " * ((1 << 20) + 1 - len(doc))})
+        assert bundle_url_pattern(url, Fetcher(**FAST)) == (
+            url + "/pith/{suffix}/bundle.json", f"{url}/pith-mirrors.json: response of 1048577 bytes is over the "
+                                                f"1048576-byte limit; fetching from {url}/pith/<ID>/bundle.json")
 
 
 @pytest.mark.parametrize("etag, sent", [('"' + "a" * 1022 + '"', True), ('"' + "a" * 1023 + '"', False),
