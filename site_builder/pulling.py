@@ -310,7 +310,7 @@ def bundle_url_pattern(base: str, fetcher: Fetcher) -> tuple[str, str | None]:
         status, body, _ = fetcher.get(base + "/pith-mirrors.json", {}, MANIFEST_MAX_BYTES)
     except ResponseTooLarge as exc:
         problem = str(exc)
-    except OSError:  # (none there, or the source unreachable: each bundle's own line says so)
+    except OSError:  # (the source unreachable or refusing: each bundle's own line says why)
         return default, None
     else:
         if status != 200:
