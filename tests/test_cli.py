@@ -243,12 +243,16 @@ def test_numbers_out_of_range_are_usage_errors(tmp_path):
                           (("pull", "--concurrency", "0", "x"), "argument --concurrency: 0 is less than 1"),
                           (("pull", "--timeout", "-5", "x"), "argument --timeout: -5 is not a positive number"),
                           (("pull", "--timeout", "nan", "x"), "argument --timeout: nan is not a positive number"),
+                          (("pull", "--timeout", "0", "x"), "argument --timeout: 0 is not a positive number"),
+                          (("pull", "--deadline", "inf", "x"), "argument --deadline: inf is not a positive number"),
                           (("build", "--quiet", "--verbose"), "not allowed with argument")]:
         r = cli(*args, cwd=tmp_path)
         assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
         assert "Traceback" not in r.stderr
-    # The highest port is one (an option is taken as it is read: the help after it is shown, exit 0).
-    assert cli("serve", "--port", "65535", "--help", cwd=tmp_path).returncode == 0
+    # The bounds themselves are taken (an option is taken as it is read: the help after it is shown, exit 0).
+    for args in (("serve", "--port", "65535"), ("build", "--jobs", "0"), ("pull", "--concurrency", "1"),
+                 ("pull", "--retries", "0"), ("pull", "--timeout", "0.5")):
+        assert cli(*args, "--help", cwd=tmp_path).returncode == 0, args
 
 
 @pytest.mark.slow
@@ -434,6 +438,7 @@ def test_what_a_build_says_by_default_with_quiet_and_with_verbose(bundles_dir, t
     notes = [line for line in err if line.startswith("NOTE")]  # (a site without a full base URL: one note)
     assert len(notes) == 1 and notes[0].startswith("NOTE base_url / is not a full URL"), notes
     assert not [line for line in out if line.startswith("OK ")] and not [line for line in err if "stages:" in line]
+    assert not [line for line in err if "saved in the background" in line]  # (said with --verbose only)
     loser = superseded[0].split()[1].rstrip(":")
     assert loser in (copy.name, REAL_FILES[0].name)
     _, err = run("site")
