@@ -72,6 +72,17 @@ def test_verify_lines_json_and_exit_code(bundles_dir, tmp_path):
     doc = json.loads(r.stdout)
     assert [x["status"] for x in doc["results"]] == ["rejected", "ok"]
     assert doc["results"][0]["check"] == "bundle_hash"
+    assert doc["results"][1]["check"] is None and doc["results"][1]["reason"] is None  # (null, not "")
+    # A file's name is the folder's to choose: in the JSON too, nothing of it reaches the terminal as it is (a C1
+    # control, U+009B, starts an escape sequence in some terminals; JSON would write it raw, but as \u009b).
+    hostile = tmp_path / "a\u009b31mred.json"
+    hostile.write_bytes(REAL_FILES[1].read_bytes())
+    r = cli("verify", "--json", hostile)
+    assert r.stdout.isascii() and json.loads(r.stdout)["results"][0]["path"] == str(hostile)
+    # A key file that cannot be used is one line on stderr, for verify as for build.
+    (tmp_path / "k.json").write_text('{"key_id": "x", "public_key_hex": "abcd"}')
+    r = cli("verify", "--trusted-keys", tmp_path / "k.json", REAL_FILES[1])
+    assert r.returncode == 2 and r.stdout == "" and "32 bytes" in r.stderr and len(r.stderr.splitlines()) == 1
 
 
 @pytest.mark.slow
