@@ -73,6 +73,8 @@ def test_verify_lines_json_and_exit_code(bundles_dir, tmp_path):
     assert [x["status"] for x in doc["results"]] == ["rejected", "ok"]
     assert doc["results"][0]["check"] == "bundle_hash"
     assert doc["results"][1]["check"] is None and doc["results"][1]["reason"] is None  # (null, not "")
+    assert [c["check"] for c in doc["results"][0]["failed_checks"]] == ["bundle_hash"]
+    assert doc["results"][1]["failed_checks"] == []
     # A file's name is the folder's to choose: in the JSON too, nothing of it reaches the terminal as it is (a C1
     # control, U+009B, starts an escape sequence in some terminals; JSON would write it raw, but as \u009b).
     hostile = tmp_path / "a\u009b31mred.json"
