@@ -306,19 +306,20 @@ def bundle_url_pattern(base: str, fetcher: Fetcher) -> tuple[str, str | None]:
     write: it is read as strict JSON, and only an http(s) URL holding ``{suffix}`` is taken from it."""
     base = base.rstrip("/")
     default = base + "/pith/{suffix}/bundle.json"
+
+    def falling_back(problem: str) -> tuple[str, str]:
+        return default, f"{base}/pith-mirrors.json: {problem}; fetching from {default.replace('{suffix}', '<ID>')}"
+
     try:
         status, body, _ = fetcher.get(base + "/pith-mirrors.json", {}, MANIFEST_MAX_BYTES)
     except ResponseTooLarge as exc:
-        problem = str(exc)
+        return falling_back(str(exc))
     except OSError:  # (the source unreachable or refusing: each bundle's own line says why)
         return default, None
-    else:
-        if status != 200:
-            return default, None
-        pattern, problem = _manifest_pattern(base, body)
-        if pattern is not None:
-            return pattern, None
-    return default, f"{base}/pith-mirrors.json: {problem}; fetching from {default.replace('{suffix}', '<ID>')}"
+    if status != 200:
+        return default, None
+    pattern, problem = _manifest_pattern(base, body)
+    return (pattern, None) if pattern is not None else falling_back(problem)
 
 
 MANIFEST_MAX_BYTES = 1 << 20

@@ -5,6 +5,7 @@ import dataclasses
 import itertools
 import shutil
 import signal
+import socket
 import threading
 from pathlib import Path
 
@@ -27,6 +28,13 @@ REAL_FILES = sorted(BUNDLES.glob("*.json"))
 # reset to the default in each child at exec, so serve stops on it as it does for the user.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def free_port() -> int:
+    """A port on the loopback that nobody listens on (as the kernel hands out: free when asked)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def tree(root: Path) -> dict[str, bytes]:

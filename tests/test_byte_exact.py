@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 
 from browser import serve as static_server
-from conftest import REAL_FILES
+from conftest import REAL_FILES, free_port
 
 IDS = [json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1] for p in REAL_FILES]
 
@@ -72,10 +72,7 @@ def test_build_mirrors_the_verified_bytes(unusual):
 @pytest.mark.slow  # (a serve process)
 def test_serve_sends_the_verified_bytes(unusual):
     root, raw = unusual
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "site_builder", "serve", "--port", str(port), "--no-search"],
                             cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

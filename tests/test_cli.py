@@ -52,6 +52,8 @@ def test_usage_errors_exit_2(tmp_path):
     bad_key.write_text('{"key_id": "x", "public_key_hex": "abcd"}')
     r = cli("build", "--trusted-keys", bad_key, "--bundles", ROOT / "bundles", "--output", tmp_path / "o")
     assert r.returncode == 2 and "32 bytes" in r.stderr
+    r = cli("verify", "--trusted-keys", bad_key, REAL_FILES[1])  # (one line on stderr, for verify as for build)
+    assert r.returncode == 2 and r.stdout == "" and "32 bytes" in r.stderr and len(r.stderr.splitlines()) == 1
 
 
 @pytest.mark.slow  # (a second or more: left to the full suite)
@@ -81,10 +83,6 @@ def test_verify_lines_json_and_exit_code(bundles_dir, tmp_path):
     hostile.write_bytes(REAL_FILES[1].read_bytes())
     r = cli("verify", "--json", hostile)
     assert r.stdout.isascii() and json.loads(r.stdout)["results"][0]["path"] == str(hostile)
-    # A key file that cannot be used is one line on stderr, for verify as for build.
-    (tmp_path / "k.json").write_text('{"key_id": "x", "public_key_hex": "abcd"}')
-    r = cli("verify", "--trusted-keys", tmp_path / "k.json", REAL_FILES[1])
-    assert r.returncode == 2 and r.stdout == "" and "32 bytes" in r.stderr and len(r.stderr.splitlines()) == 1
 
 
 @pytest.mark.slow

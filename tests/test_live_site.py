@@ -2,7 +2,6 @@
 no previous output, only the live site, served here by a local HTTP server or read from a folder."""
 
 import json
-import socket
 import subprocess
 import sys
 
@@ -13,7 +12,7 @@ from site_builder.options import BuildPolicy
 from site_builder.pulling import Fetcher
 
 from browser import serve
-from conftest import REAL_FILES
+from conftest import REAL_FILES, free_port
 from signing import sign_bundle, to_bytes
 from conftest import signed_project as setup, signed_version as make
 
@@ -208,9 +207,7 @@ def test_a_live_folder_that_is_missing_or_a_file_is_a_warning_saying_which(tmp_p
 @pytest.mark.slow  # (waits out the command line's retries)
 def test_an_unreachable_live_site_is_a_warning_and_strict_still_exits_0(deployed):
     d = deployed
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.run([sys.executable, "-m", "site_builder", "build", "--strict", "--no-search", "--no-cache",
                            "--bundles", d["bundles"], "--output", d["tmp"] / "fresh", "--trusted-keys",
                            d["tmp"] / "k.json", "--live", f"http://127.0.0.1:{port}/"],

@@ -17,7 +17,7 @@ import pytest
 from site_builder.keys import load_trust_set
 from site_builder.pulling import STATE_FILE, Fetcher, PullError, bundle_url_pattern, pull
 
-from conftest import REAL_FILES, returns_past_fifos
+from conftest import REAL_FILES, free_port, returns_past_fifos
 from signing import to_bytes
 
 REAL = {json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1]: p.read_bytes() for p in REAL_FILES}
@@ -194,10 +194,7 @@ def test_many_retries_wait_at_most_the_cap_and_fail_with_one_line(tmp_path):
 
 
 def test_a_server_that_cannot_be_reached_is_tried_again_with_a_wait_between_tries_and_none_after():
-    import socket
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     waits = []
     with pytest.raises(OSError, match="refused.* after 3 attempts$"):
         Fetcher(**{**FAST, "retries": 2}, sleep=waits.append).get(f"http://127.0.0.1:{port}/b", {})

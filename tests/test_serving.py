@@ -7,7 +7,6 @@ import queue
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,19 +18,13 @@ from pathlib import Path
 import pytest
 
 from browser import chromium
-from conftest import REAL_FILES, ROOT, calls_of, tree
+from conftest import REAL_FILES, ROOT, calls_of, free_port, tree
 from signing import TestKey, sign_bundle, to_bytes, with_paper
 
 IDS = [json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1] for p in REAL_FILES]
 # The tests that start serve (processes, the real watcher, a browser) are marked slow; those of the request
 # handler alone, over a plain folder, run in the quick loop.
 DEADLINE = 10.0  # a bound on waiting, not a speed target (bench_serve.py measures that): loaded CI machines are slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url):

@@ -177,7 +177,7 @@ def test_scholar_meta_jsonld_and_open_graph(sites):
     assert ld["datePublished"] == "2020-04-16" and ld["isAccessibleForFree"] is True
     arxiv_id = b["source"]["id"]
     assert ld["identifier"] == [b["pith_number"], f"arXiv:{arxiv_id}v1", f"doi:10.48550/arxiv.{arxiv_id}"]
-    assert ld["sameAs"][0] == f"https://arxiv.org/abs/{b['source']['id']}v1"
+    assert ld["sameAs"][0] == f"https://arxiv.org/abs/{arxiv_id}v1"
     assert f'<meta property="og:url" content="{SUB}pith/{ids(b)}/">' in html
 
 
