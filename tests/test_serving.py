@@ -7,6 +7,7 @@ import queue
 import json
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -744,3 +745,75 @@ def test_open_pages_are_told_which_pages_changed_and_to_reload_all_past_500_or_w
     assert told(pages) == (True, [f"/m/p/{n:04}/" for n in range(500)])
     assert told(["pith/X/bundle.json"]) == (True, [])  # (no page named: every page may show it)
     assert told(["index.html"], more=True)[0] is True  # (the report named only some of what it wrote)
+
+
+def _serve_in_thread(root: Path, lines: list, stop: threading.Event, open_browser: bool = False,
+                     ready=None, settings: str = "site.toml"):
+    """``serve`` run as the command line runs it, in a thread of this process, stopped by *stop*; returns the
+    thread, the port and the list its return value goes to."""
+    from site_builder.serving import ServeOptions, serve
+
+    port = free_port()
+    options = ServeOptions(bundles=root / "bundles", output=root / "output", templates=root / "templates",
+                           settings=root / settings, trusted_keys=_keys(root), port=port, search=False,
+                           log=lines.append)
+    returned = []
+    thread = threading.Thread(target=lambda: returned.append(serve(options, open_browser, ready, stop)), daemon=True)
+    thread.start()
+    return thread, port, returned
+
+
+def _port_is_free(port: int) -> bool:
+    with contextlib.closing(socket.socket()) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("open_browser", [False, True])
+def test_serve_stopped_once_it_is_up_frees_its_port_and_opens_a_browser_only_when_asked(served_project, monkeypatch,
+                                                                                        open_browser):
+    from site_builder import serving
+
+    root, _ = served_project
+    opened, lines, stop = [], [], threading.Event()
+    monkeypatch.setattr(serving.webbrowser, "open", opened.append)
+    urls = []
+    thread, port, returned = _serve_in_thread(root, lines, stop, open_browser,
+                                              ready=lambda url: (urls.append(url), stop.set()))
+    thread.join(DEADLINE * 3)
+    assert returned == [0] and lines[-1] == "stopped"
+    assert opened == (urls if open_browser else []) and urls == [f"http://127.0.0.1:{port}/"]
+    assert _port_is_free(port)
+
+
+def test_ctrl_c_during_the_first_build_stops_serve_at_once(served_project, monkeypatch):
+    """Ctrl-C may come before the server thread runs: stopping then must not wait for a server that never
+    started."""
+    from site_builder import serving
+
+    def interrupted(site, reason, changed=None):
+        raise KeyboardInterrupt
+
+    root, _ = served_project
+    monkeypatch.setattr(serving.Site, "rebuild", interrupted)
+    lines = []
+    thread, port, returned = _serve_in_thread(root, lines, threading.Event())
+    thread.join(DEADLINE)
+    assert returned == [0] and lines == ["stopped"]
+    assert _port_is_free(port)
+
+
+def test_a_first_build_that_fails_prepares_no_second_tree(served_project):
+    """The tree incremental builds update in place is linked after a first build that worked; after one that
+    failed (here a broken site.toml) serve says the error and waits for the fix, with nothing else to say."""
+    root, _ = served_project
+    (root / "broken.toml").write_text("title = \n")
+    lines, stop = [], threading.Event()
+    thread, _, returned = _serve_in_thread(root, lines, stop, settings="broken.toml",
+                                           ready=lambda url: threading.Timer(0.5, stop.set).start())
+    thread.join(DEADLINE * 3)
+    assert returned == [0]
+    assert any("broken.toml" in line for line in lines) and not [line for line in lines if "second tree" in line]
