@@ -817,3 +817,35 @@ def test_a_first_build_that_fails_prepares_no_second_tree(served_project):
     thread.join(DEADLINE * 3)
     assert returned == [0]
     assert any("broken.toml" in line for line in lines) and not [line for line in lines if "second tree" in line]
+
+
+def test_a_rebuild_that_fails_says_so_and_keeps_the_last_good_site(served_project):
+    root, _ = served_project
+    lines = []
+    site, _ = _site(root, search=False, log=lines.append)
+    assert site.rebuild("start")
+    page = (root / "output" / "index.html").read_bytes()
+    (root / "site.toml").write_text('title = "unterminated\n')
+    assert not site.rebuild("change", None)
+    assert lines[-1].startswith("ERROR ") and "site.toml" in lines[-1]
+    assert lines[-1].endswith("(serving the last good site)") and "site.toml" in site.live.error
+    assert (root / "output" / "index.html").read_bytes() == page
+
+
+@pytest.mark.slow
+def test_serve_started_on_a_site_that_is_behind_is_up_before_its_search_index(served_project, tmp_path):
+    """The first build of a serve session is a change like any other: with records changed since the site was
+    built, it is up with the previous search index, and the build that follows makes the index."""
+    root, key = served_project
+    site, _ = _site(root)
+    assert site.rebuild("start")
+    indexed = (root / "output" / "pagefind" / "pagefind-entry.json").read_bytes()
+    site.store.close()  # serve stopped
+    page = _retitle(root, key, "Changed while serve was stopped")
+    site, asked = _site(root)
+    assert site.rebuild("start") and site.index_next and asked == [True]
+    assert "Changed while serve was stopped" in page.read_text()
+    assert (root / "output" / "pagefind" / "pagefind-entry.json").read_bytes() == indexed
+    assert site.rebuild("change", set()) and not site.index_next
+    site.store.close()
+    _assert_as_a_clean_build(root, tmp_path)
