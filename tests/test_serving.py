@@ -787,6 +787,7 @@ def test_serve_stopped_once_it_is_up_frees_its_port_and_opens_a_browser_only_whe
     assert returned == [0] and lines[-1] == "stopped"
     assert opened == (urls if open_browser else []) and urls == [f"http://127.0.0.1:{port}/"]
     assert _port_is_free(port)
+    assert not [t for t in threading.enumerate() if "serve_forever" in t.name]  # the server's thread is done
 
 
 def test_ctrl_c_during_the_first_build_stops_serve_at_once(served_project, monkeypatch):
@@ -849,3 +850,41 @@ def test_serve_started_on_a_site_that_is_behind_is_up_before_its_search_index(se
     assert site.rebuild("change", set()) and not site.index_next
     site.store.close()
     _assert_as_a_clean_build(root, tmp_path)
+
+
+def test_lookups_ahead_start_once_a_cache_is_open_and_once_per_change(served_project):
+    """serve starts the lookups of the mirrored bundles when a change is first seen: not before the first build
+    opened the cache, and not again for the same change's later events (the first lookups would be lost)."""
+    from site_builder.serving import LiveState
+
+    root, key = served_project
+    live = LiveState()
+    events = queue.Queue()
+    live.clients.append(events)
+    site, _ = _site(root, search=False, live=live)
+    site.look_ahead()
+    assert site.ahead is None
+    assert site.rebuild("start")
+    site.look_ahead()
+    ahead = site.ahead
+    site.look_ahead()
+    assert ahead is not None and site.ahead is ahead
+    _retitle(root, key, "Looked up ahead")
+    assert site.rebuild("change", None) and site.ahead is None  # taken over by the build
+    assert [data["build"] for event, data in list(events.queue) if event == "reload"] == [1, 2]
+    site.store.close()
+
+
+def test_serve_says_when_the_second_tree_is_ready_and_only_then(served_project):
+    root, _ = served_project
+    lines = []
+    site, _ = _site(root, search=False, log=lines.append)
+    assert site.rebuild("start")
+    lines.clear()
+    site.prepare_spare_tree(lambda: True)  # a change came first: given up
+    assert lines == [] and not (root / ".output.prev").exists()
+    site.prepare_spare_tree(lambda: False)
+    site.prepare_spare_tree(lambda: False)  # there is one already
+    assert len(lines) == 1 and lines[0].startswith("ready for fast rebuilds (linked a second tree in ")
+    assert (root / ".output.prev" / "index.html").is_file()
+    site.store.close()
