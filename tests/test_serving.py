@@ -888,3 +888,18 @@ def test_serve_says_when_the_second_tree_is_ready_and_only_then(served_project):
     assert len(lines) == 1 and lines[0].startswith("ready for fast rebuilds (linked a second tree in ")
     assert (root / ".output.prev" / "index.html").is_file()
     site.store.close()
+
+
+def test_every_page_served_carries_the_live_reload_script_before_its_body_ends(plain_site):
+    """Pages get the script that listens for changes: before ``</body>``, or at the end of a page (a template of
+    the user's) that has none; other files are served as they are."""
+    from site_builder.serving import live_reload_tag
+
+    output, _ = plain_site
+    (output / "bare.html").write_text("<p>no body end")
+    (output / "data.json").write_text('{"a": "</body>"}')
+    tag = live_reload_tag("/").decode()
+    with handler_over(output) as port:
+        assert raw_get(port, "/")[1] == f"<html><body>home{tag}</body></html>"
+        assert raw_get(port, "/bare.html")[1] == f"<p>no body end{tag}"
+        assert raw_get(port, "/data.json")[1] == '{"a": "</body>"}'
