@@ -125,6 +125,10 @@ def test_a_state_that_is_not_the_merge_names_the_part_that_differs(real_bundle, 
     failure = verify_bundle(real_bundle, pinned).first_failure
     assert (failure.name, failure.detail) == ("state_recomputed",
                                               "state differs from the merge of the events (in current)")
+    real_bundle["state"]["event_count"] += 1
+    fix_state_hash(real_bundle)
+    failure = verify_bundle(real_bundle, pinned).first_failure
+    assert failure.detail == "state differs from the merge of the events (in current, event_count)"
 
 
 def test_a_receipt_signed_by_a_pinned_key_for_another_record_is_rejected(real_bundle, pinned):
