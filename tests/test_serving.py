@@ -898,8 +898,11 @@ def test_every_page_served_carries_the_live_reload_script_before_its_body_ends(p
     output, _ = plain_site
     (output / "bare.html").write_text("<p>no body end")
     (output / "data.json").write_text('{"a": "</body>"}')
+    (output / "twice.html").write_text("<body>a</body><body>b</body>")
     tag = live_reload_tag("/").decode()
     with handler_over(output) as port:
         assert raw_get(port, "/")[1] == f"<html><body>home{tag}</body></html>"
         assert raw_get(port, "/bare.html")[1] == f"<p>no body end{tag}"
+        assert raw_get(port, "/twice.html")[1] == f"<body>a{tag}</body><body>b</body>"  # (one script a page)
+        assert raw_get(port, "/__site_builder__/live.js")[0] == 200
         assert raw_get(port, "/data.json")[1] == '{"a": "</body>"}'

@@ -264,6 +264,10 @@ def test_names_a_warning_lists_are_escaped_cut_and_counted(real_bundle):
     message = verify_bundle(sign_bundle(real_bundle, key), trust).warnings[0].message
     cut = [f"z{i:02d}" + "x" * 57 for i in range(9)]
     assert message == "unknown top-level fields: a\\x1b[2J\\x00, " + ", ".join(cut) + " and 3 more"
+    for i in range(9, 12):  # ten names: each is shown, none counted
+        del real_bundle[f"z{i:02d}" + "x" * 100]
+    message = verify_bundle(sign_bundle(real_bundle, key), trust).warnings[0].message
+    assert message == "unknown top-level fields: a\\x1b[2J\\x00, " + ", ".join(cut)
 
 
 @pytest.mark.parametrize("mutate", [
