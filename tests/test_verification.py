@@ -316,3 +316,24 @@ def test_readmes_list_of_checks_is_the_registrys():
     listed = [name for line in section.splitlines() if re.match(r"\d+\. ", line)
               for name in re.findall(r"`(\w+)`(?=[,:])", line.split(":")[0] + ":")]
     assert listed == list(CHECK_ORDER)
+
+
+@pytest.mark.parametrize("tamper", [
+    lambda b, v: b.update(built_at=v),
+    lambda b, v: b.update(pith_number=v),
+    lambda b, v: b["canonical_record"]["source"].update(kind=v),
+    lambda b, v: b["canonical_record"]["metadata"].update(submitted_at=v),
+    lambda b, v: b["canonical_record"]["metadata"].update(primary_cat=v),
+    lambda b, v: b.update(canonical_sha256=v),
+    lambda b, v: b.update(short_pith_number=v),
+    lambda b, v: b["source_aliases"][0].update(alias_value=v),
+    lambda b, v: b["state"].update(state_sha256=v),
+    lambda b, v: b["bundle_signature"].update(bundle_sha256=v),
+], ids=["built_at", "pith_number", "source kind", "submitted_at", "category", "canonical_sha256",
+        "short_pith_number", "alias", "state_sha256", "bundle_sha256"])
+def test_a_rejection_quotes_only_the_start_of_what_the_bundle_says(real_bundle, pinned, tamper):
+    """A reason is one line of the report and of the terminal: a value of 10,000 characters is quoted by its
+    start, not whole."""
+    tamper(real_bundle, "Z" * 10_000)
+    failure = verify_bundle(real_bundle, pinned).first_failure
+    assert failure is not None and "ZZZZZZZZZZZZZZZZ" in failure.detail and len(failure.detail) < 200
