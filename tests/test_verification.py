@@ -329,11 +329,25 @@ def test_readmes_list_of_checks_is_the_registrys():
     lambda b, v: b["source_aliases"][0].update(alias_value=v),
     lambda b, v: b["state"].update(state_sha256=v),
     lambda b, v: b["bundle_signature"].update(bundle_sha256=v),
+    lambda b, v: b["bundle_signature"].update(signed_message=v),
 ], ids=["built_at", "pith_number", "source kind", "submitted_at", "category", "canonical_sha256",
-        "short_pith_number", "alias", "state_sha256", "bundle_sha256"])
+        "short_pith_number", "alias", "state_sha256", "bundle_sha256", "signed_message"])
 def test_a_rejection_quotes_only_the_start_of_what_the_bundle_says(real_bundle, pinned, tamper):
     """A reason is one line of the report and of the terminal: a value of 10,000 characters is quoted by its
     start, not whole."""
     tamper(real_bundle, "Z" * 10_000)
     failure = verify_bundle(real_bundle, pinned).first_failure
     assert failure is not None and "ZZZZZZZZZZZZZZZZ" in failure.detail and len(failure.detail) < 200
+
+
+def test_a_signed_event_about_another_record_and_an_unpinned_key_are_quoted_by_their_start(real_bundle):
+    """The same bound holds where the bundle is signed (by a pinned key) and only its content is hostile."""
+    key = TestKey()
+    trust = TrustSet((key_from_document(key.document()),))
+    snapshot(real_bundle)["subject_pith_number"] = "Z" * 10_000
+    failure = verify_bundle(sign_bundle(real_bundle, key, keep_subject=True), trust).first_failure
+    assert failure.name == "event_subject" and "ZZZZZZZZ" in failure.detail and len(failure.detail) < 200
+    other = TestKey("other")
+    embedded = sign_bundle(real_bundle, key, embed=dict(other.document(), key_id="Z" * 10_000))
+    [warning] = [w for w in verify_bundle(embedded, trust).warnings if w.code == "unpinned_embedded_key"]
+    assert "ZZZZZZZZ" in warning.message and len(warning.message) < 200
