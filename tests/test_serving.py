@@ -906,3 +906,27 @@ def test_every_page_served_carries_the_live_reload_script_before_its_body_ends(p
         assert raw_get(port, "/twice.html")[1] == f"<body>a{tag}</body><body>b</body>"  # (one script a page)
         assert raw_get(port, "/__site_builder__/live.js")[0] == 200
         assert raw_get(port, "/data.json")[1] == '{"a": "</body>"}'
+
+
+def test_serve_names_where_it_serves_and_the_first_three_folders_it_watches(served_project):
+    root, _ = served_project
+    for folders in (3, 4):
+        if folders == 4:
+            (root / "static").mkdir()  # (watched too: its files are copied into the site)
+        lines, stop, urls = [], threading.Event(), []
+        thread, port, returned = _serve_in_thread(root, lines, stop, ready=lambda url: (urls.append(url), stop.set()))
+        thread.join(DEADLINE * 3)
+        watched = f"{root}, {root / 'bundles'}, {root / 'static' if folders == 4 else root / 'templates'}"
+        assert f"serving {root / 'output'} at {urls[0]} (Ctrl-C to stop); watching {watched}" + (
+            " and more" if folders == 4 else "") in lines
+
+
+def test_a_broken_template_is_named_by_its_path_and_line(served_project):
+    root, _ = served_project
+    lines = []
+    site, _ = _site(root, search=False, log=lines.append)
+    home = root / "templates" / "home.html"
+    home.write_text(home.read_text().replace("{% block main %}", "{% block main %}\n{% if %}"))
+    assert not site.rebuild("start")
+    assert lines[-1].startswith(f"ERROR template error: {home}:")
+    site.store.close()
