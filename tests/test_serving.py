@@ -930,3 +930,22 @@ def test_a_broken_template_is_named_by_its_path_and_line(served_project):
     assert not site.rebuild("start")
     assert lines[-1].startswith(f"ERROR template error: {home}:")
     site.store.close()
+
+
+def test_the_second_tree_is_wanted_after_serves_first_build_and_after_one_that_wrote_everything(served_project):
+    """The tree the next change updates in place may be missing after serve's first build, whatever that build
+    wrote (the site may have been built without one), and after a build that rendered every file anew."""
+    root, key = served_project
+    site, _ = _site(root, search=False)
+    assert site.rebuild("start") and site.twin_wanted
+    site.twin_wanted = False  # (serve's loop takes the wish when it starts linking)
+    assert site.rebuild("change", set()) and not site.twin_wanted  # nothing to write
+    site.store.close()
+    site, _ = _site(root, search=False)  # serve started again on the site it built
+    assert site.rebuild("start") and site.twin_wanted
+    site.twin_wanted = False
+    _retitle(root, key, "One record changed")
+    assert site.rebuild("change", None) and not site.twin_wanted  # the other records' files reused
+    (root / "templates" / "badge.svg").write_text((ROOT / "templates" / "badge.svg").read_text() + "<!-- x -->")
+    assert site.rebuild("change", None) and site.twin_wanted  # a template edit: every file is new
+    site.store.close()
