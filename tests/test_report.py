@@ -128,3 +128,38 @@ def test_a_line_lists_every_failed_and_skipped_check_and_a_passed_file_none():
     assert FileOutcome(skipped, REJECTED).as_json()["skipped_checks"] == ["bundle_signature"]
     clean = FileOutcome(passed, PUBLISHED).as_json()
     assert clean["failed_checks"] == [] and "skipped_checks" not in clean and "rejected_by" not in clean
+
+
+def test_past_1000_others_the_rest_go_to_pages_of_10000_lines_as_readme_says():
+    def paging(others: int):
+        report = BuildReport()
+        report.outcomes = [FileOutcome(rejected(f"junk{n:05d}.json", "json_syntax", "line 1: bad"), REJECTED)
+                           for n in range(others)]
+        doc = report.document([], None)
+        return len(doc.inline), doc.head.get("more_files", {}).get("pages")
+
+    assert paging(1_000) == (1_000, None)  # (no "more_files" at all)
+    assert paging(1_001) == (1_000, ["verification/files-0001.json"])
+    assert paging(11_000) == (1_000, ["verification/files-0001.json"])
+    assert paging(11_001) == (1_000, ["verification/files-0001.json", "verification/files-0002.json"])
+
+
+def test_a_build_names_up_to_5000_files_it_rendered_and_says_when_there_were_more():
+    report = BuildReport()
+    report.note_rendered([f"p{n}.html" for n in range(4_000)])
+    report.note_rendered([f"q{n}.html" for n in range(1_000)])
+    assert len(report.rendered) == 5_000 and not report.rendered_more
+    report.note_rendered(["one-more.html"])
+    assert len(report.rendered) == 5_000 and report.rendered_more
+    report = BuildReport()
+    report.note_rendered([f"p{n}.html" for n in range(5_001)])
+    assert report.rendered[-1] == "p4999.html" and report.rendered_more
+
+
+def test_the_stage_line_names_the_stages_of_10_ms_or_more():
+    report = BuildReport(timings={"discover": 0.009, "verify": 0.01, "render_records": 2.5},
+                         cpu={"render_records": (0.2, 4.0), "verify": (0.01, 0.009)})
+    assert report.stage_line() == "stages: verify 0.01s; render_records 2.50s (CPU 0.20s, workers 4.00s)"
+    assert BuildReport(timings={"discover": 0.004}).stage_line() == "stages: none took 10 ms"
+    fresh = BuildReport()
+    assert not (fresh.rendered_more or fresh.search_behind or fresh.saved_in_background) and fresh.changed
