@@ -157,9 +157,10 @@ def test_a_build_names_up_to_5000_files_it_rendered_and_says_when_there_were_mor
 
 
 def test_the_stage_line_names_the_stages_of_10_ms_or_more():
-    report = BuildReport(timings={"discover": 0.009, "verify": 0.01, "render_records": 2.5},
-                         cpu={"render_records": (0.2, 4.0), "verify": (0.01, 0.009)})
-    assert report.stage_line() == "stages: verify 0.01s; render_records 2.50s (CPU 0.20s, workers 4.00s)"
+    report = BuildReport(timings={"discover": 0.009, "verify": 0.01, "plan": 0.02, "render_records": 2.5},
+                         cpu={"render_records": (0.2, 4.0), "verify": (0.01, 0.01), "plan": (0.02, 0.009)})
+    assert report.stage_line() == ("stages: verify 0.01s (CPU 0.01s, workers 0.01s); plan 0.02s; "
+                                   "render_records 2.50s (CPU 0.20s, workers 4.00s)")
     assert BuildReport(timings={"discover": 0.004}).stage_line() == "stages: none took 10 ms"
     fresh = BuildReport()
     assert not (fresh.rendered_more or fresh.search_behind or fresh.saved_in_background) and fresh.changed
