@@ -7,6 +7,7 @@ from site_builder.inspection import inspect_bytes, rejected
 from site_builder.keys import load_trust_set
 from site_builder.incremental import IncrementalStore
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportRows
+from site_builder.verification import VerificationWarning
 
 from conftest import REAL_FILES
 
@@ -164,3 +165,13 @@ def test_the_stage_line_names_the_stages_of_10_ms_or_more():
     assert BuildReport(timings={"discover": 0.004}).stage_line() == "stages: none took 10 ms"
     fresh = BuildReport()
     assert not (fresh.rendered_more or fresh.search_behind or fresh.saved_in_background) and fresh.changed
+
+
+def test_the_report_draws_attention_to_the_files_not_published_then_to_published_files_with_warnings():
+    report = _report()
+    warning = VerificationWarning("unknown_fields", "unknown top-level fields: x")
+    warned = replace(report.outcomes[2], inspection=replace(report.outcomes[2].inspection, warnings=(warning,)))
+    report.outcomes[2] = warned
+    doc = report.document([], None)
+    assert [a["path"] for a in doc.attention] == ["0-" + REAL_FILES[0].name, "a-unread.json", "z-broken.json",
+                                                  warned.inspection.rel]

@@ -387,9 +387,9 @@ def test_a_change_the_watcher_missed_is_caught_after_the_build(served_project):
 def test_a_change_is_live_before_the_search_index_which_follows(served_project, tmp_path, sharded):
     """With search on, serve publishes a change with the previous index (Pagefind makes the index of the
     record's shard again: ~2.5 s for 2,500 records) and asks for the next build at once, which makes the index
-    anew and tells the search page to reload; then the site is what a clean build makes.  *sharded*: a search index per shard
-    of records (here 2 of 4 hold the 3 records): the changed record's shard follows, the other is never made
-    again."""
+    anew and tells the search page to reload; then the site is what a clean build makes.  *sharded*: a search
+    index per shard of records (here 2 of 4 hold the 3 records): the changed record's shard follows, the other is
+    never made again."""
     from site_builder.serving import LiveState
 
     root, key = served_project
