@@ -831,6 +831,7 @@ def test_a_rebuild_that_fails_says_so_and_keeps_the_last_good_site(served_projec
     assert lines[-1].startswith("ERROR ") and "site.toml" in lines[-1]
     assert lines[-1].endswith("(serving the last good site)") and "site.toml" in site.live.error
     assert (root / "output" / "index.html").read_bytes() == page
+    site.store.close()
 
 
 @pytest.mark.slow
@@ -914,8 +915,9 @@ def test_serve_names_where_it_serves_and_the_first_three_folders_it_watches(serv
         if folders == 4:
             (root / "static").mkdir()  # (watched too: its files are copied into the site)
         lines, stop, urls = [], threading.Event(), []
-        thread, port, returned = _serve_in_thread(root, lines, stop, ready=lambda url: (urls.append(url), stop.set()))
+        thread, _, returned = _serve_in_thread(root, lines, stop, ready=lambda url: (urls.append(url), stop.set()))
         thread.join(DEADLINE * 3)
+        assert returned == [0]
         watched = f"{root}, {root / 'bundles'}, {root / 'static' if folders == 4 else root / 'templates'}"
         assert f"serving {root / 'output'} at {urls[0]} (Ctrl-C to stop); watching {watched}" + (
             " and more" if folders == 4 else "") in lines
