@@ -39,9 +39,10 @@ class Inspection:
         return f"{self.rel}: {self.check}: {self.reason}"
 
 
-def rejected(rel: str, check: str, reason: str, raw: bytes | None = None) -> Inspection:
-    sha = hashlib.sha256(raw).hexdigest() if raw is not None else None
-    return Inspection(rel, sha, len(raw) if raw is not None else 0, check, reason)
+def rejected(rel: str, check: str, reason: str) -> Inspection:
+    """A file rejected with no bytes of it verified (unreadable, too large, not a plain file, changed after it
+    was verified): it has no digest to name."""
+    return Inspection(rel, None, 0, check, reason)
 
 
 def inspect_bytes(rel: str, raw: bytes, trust: TrustSet) -> Inspection:

@@ -53,7 +53,7 @@ class SitewidePartials:
     (tests/test_speedups.py), each partial rendered on every page: slower than inline, 0.91–1.10 ms against
     0.67–0.87 ms a record's files."""
 
-    def __init__(self, env: jinja2.Environment, once: bool = True):
+    def __init__(self, env: jinja2.Environment, once: bool):
         self._env = env
         self._once = once
         self._rendered: dict[str, Markup] = {}
