@@ -49,11 +49,13 @@ def test_a_finished_build_forgets_what_it_did_not_use():
     store = IncrementalStore()
     store.keep("gone", 1, "old")
     store.keep("stays", 1, "value")
+    store.keep("patched", 1, "plan")
     store.start_build()
     store.recall("stays", 2)  # asked for (even with other material: the build makes and keeps it again)
+    store.last("patched")  # taken to be patched
     store.keep("new", 1, "n")
     store.forget_unused()
-    assert "gone" not in store and "stays" in store and "new" in store
+    assert "gone" not in store and "stays" in store and "patched" in store and "new" in store
 
 
 def test_serve_builds_drop_the_entries_of_records_that_are_gone(project):
