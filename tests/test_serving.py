@@ -270,14 +270,20 @@ def test_ctrl_c_stops_cleanly(server):
 def _site(root: Path, search: bool = True, live=None, log=lambda line: None):
     """A serve ``Site`` over the served_project, as ``serve`` runs it (search on unless told), and the list its requests
     for another build go to."""
-    from site_builder.serving import LiveState, ServeOptions, Site
+    from site_builder.serving import LiveState, Site
 
-    site = Site(ServeOptions(bundles=root / "bundles", output=root / "output", templates=root / "templates",
-                             settings=root / "site.toml", trusted_keys=_keys(root), search=search,
-                             log=log), live or LiveState())
+    site = Site(_serve_options(root, search=search, log=log), live or LiveState())
     asked = []
     site.request_rebuild = lambda: asked.append(True)
     return site, asked
+
+
+def _serve_options(root: Path, settings: str = "site.toml", **options):
+    """serve's options over the served_project (*settings*: the settings file's name in it)."""
+    from site_builder.serving import ServeOptions
+
+    return ServeOptions(bundles=root / "bundles", output=root / "output", templates=root / "templates",
+                        settings=root / settings, trusted_keys=_keys(root), **options)
 
 
 def _keys(root: Path) -> list[Path]:
@@ -751,12 +757,10 @@ def _serve_in_thread(root: Path, lines: list, stop: threading.Event, open_browse
                      ready=None, settings: str = "site.toml"):
     """``serve`` run as the command line runs it, in a thread of this process, stopped by *stop*; returns the
     thread, the port and the list its return value goes to."""
-    from site_builder.serving import ServeOptions, serve
+    from site_builder.serving import serve
 
     port = free_port()
-    options = ServeOptions(bundles=root / "bundles", output=root / "output", templates=root / "templates",
-                           settings=root / settings, trusted_keys=_keys(root), port=port, search=False,
-                           log=lines.append)
+    options = _serve_options(root, settings, port=port, search=False, log=lines.append)
     returned = []
     thread = threading.Thread(target=lambda: returned.append(serve(options, open_browser, ready, stop)), daemon=True)
     thread.start()
@@ -764,7 +768,7 @@ def _serve_in_thread(root: Path, lines: list, stop: threading.Event, open_browse
 
 
 def _port_is_free(port: int) -> bool:
-    with contextlib.closing(socket.socket()) as probe:
+    with socket.socket() as probe:
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:
