@@ -3,19 +3,44 @@ inputs count, never the build's own writes."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import pytest
-from watchdog.events import FileClosedEvent, FileCreatedEvent, FileModifiedEvent
+from watchdog.events import (
+    DirModifiedEvent,
+    FileClosedEvent,
+    FileClosedNoWriteEvent,
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileOpenedEvent,
+)
 
-from site_builder.watching import SETTLED_DEBOUNCE_SECONDS, Watcher
+from site_builder import watching
+from site_builder.watching import DEBOUNCE_SECONDS, SETTLED_DEBOUNCE_SECONDS, Watcher, follow
+
+
+def _batch(watcher: Watcher, started=lambda: None) -> bool:
+    """``wait_for_batch``, given up after 5 s (a watcher that lost the change fails the test, not hangs it)."""
+    given_up = threading.Event()
+    timer = threading.Timer(5, given_up.set)
+    timer.start()
+    try:
+        return watcher.wait_for_batch(given_up, started)
+    finally:
+        timer.cancel()
+
+
+def _watcher(tmp_path, bundles=None) -> Watcher:
+    return Watcher(tmp_path / "output", tmp_path, {"site.toml"}, bundles or tmp_path / "bundles",
+                   tmp_path / "templates", tmp_path / "static")
 
 
 def test_a_burst_of_events_becomes_one_rebuild(tmp_path):
     """200 files written back to back (as by cp -r) make one batch; the batch ends once writing stops."""
-    watcher = Watcher(tmp_path / "output", tmp_path, {"site.toml"}, tmp_path / "bundles", tmp_path / "templates",
-                       tmp_path / "static")
+    watcher = _watcher(tmp_path)
     stop = threading.Event()
     batches = []
 
@@ -64,7 +89,7 @@ def test_the_watcher_takes_bundles_templates_and_settings_not_the_builds_own_fil
     for rel in ["templates/paper.html", "templates/assets/style.css", "site.toml", "about.md", "static/CNAME",
                 "static/img/logo.png", "static/.well-known/security.txt"]:
         assert watcher.relevant(str(tmp_path / rel)), rel
-    for rel in ["output/pith/X/index.html", "output", ".output.prev/pith/X/index.html",
+    for rel in ["output/pith/X/index.html", "output/pith/X/bundle.json", "output", ".output.prev/pith/X/index.html",
                 ".output.staging-12/pith/X/bundle.json", ".site-builder-cache/output/cache.sqlite",
                 "templates/.paper.html.swp", "templates/assets/.#style.css", "static/.CNAME.swp"]:
         assert not watcher.relevant(str(tmp_path / rel)), rel
@@ -78,8 +103,7 @@ def test_a_batch_says_when_its_first_change_is_seen_before_it_settles(tmp_path):
     """``wait_for_batch`` calls its *started* as soon as a batch's first change is seen (serve starts the
     lookups of the output's mirrored bundles then), not once the batch has settled: a change made from there
     on is still in that batch."""
-    watcher = Watcher(tmp_path / "output", tmp_path, {"site.toml"}, tmp_path / "bundles", tmp_path / "templates",
-                      tmp_path / "static")
+    watcher = _watcher(tmp_path)
     first, second = str(tmp_path / "bundles" / "a.json"), str(tmp_path / "bundles" / "b.json")
     watcher.on_any_event(FileClosedEvent(first))
     calls = []
@@ -88,6 +112,100 @@ def test_a_batch_says_when_its_first_change_is_seen_before_it_settles(tmp_path):
         calls.append(True)
         watcher.on_any_event(FileClosedEvent(second))  # (while the batch waits for quiet)
 
-    assert watcher.wait_for_batch(threading.Event(), started)
+    assert _batch(watcher, started)
     assert calls == [True] and not watcher.pending.is_set()  # (the second change did not start another batch)
     assert watcher.take_changes() == {first, second}
+
+
+def test_reads_a_folders_own_stamp_and_the_builds_writes_start_no_batch(tmp_path):
+    """The build reads every bundle and writes a bundle.json per record into the output; with the bundles in the
+    project root (``--bundles .``) those are events about *.json files in the bundles folder, and each would
+    start a rebuild that starts another.  A file moved into place counts by its new name."""
+    watcher = _watcher(tmp_path, bundles=tmp_path)
+    bundle = str(tmp_path / "a.json")
+    for event in (FileOpenedEvent(bundle), FileClosedNoWriteEvent(bundle), DirModifiedEvent(str(tmp_path)),
+                  FileCreatedEvent(str(tmp_path / "output" / "pith" / "X" / "bundle.json")),
+                  FileClosedEvent(str(tmp_path / "output" / "pith" / "X" / "bundle.json")),
+                  FileModifiedEvent(str(tmp_path / "notes.txt"))):
+        watcher.on_any_event(event)
+        assert not watcher.pending.is_set(), event
+    assert watcher.take_changes() == set()
+    hidden, placed = str(tmp_path / ".a.json.tmp"), str(tmp_path / "b.json")
+    watcher.on_any_event(FileMovedEvent(hidden, placed))
+    assert watcher.pending.is_set() and watcher.settled  # (complete once moved into place: the short quiet)
+    assert watcher.take_changes() == {hidden, placed}
+
+
+def test_a_change_waits_for_quiet_and_a_change_that_goes_on_is_cut_into_batches(tmp_path, monkeypatch):
+    """A lone change that did not finish a write waits DEBOUNCE_SECONDS of quiet, a serve's very first one
+    too; changes that never stop (a long copy) still make a batch every MAX_BATCH_SECONDS."""
+    watcher = _watcher(tmp_path)
+    watcher.on_any_event(FileModifiedEvent(str(tmp_path / "bundles" / "a.json")))
+    began = time.monotonic()
+    assert _batch(watcher)
+    assert time.monotonic() - began >= DEBOUNCE_SECONDS * 0.9
+
+    monkeypatch.setattr(watching, "MAX_BATCH_SECONDS", 0.4)
+    writing = threading.Event()
+
+    def write_on():
+        while not writing.is_set():
+            watcher.on_any_event(FileModifiedEvent(str(tmp_path / "bundles" / "b.json")))
+            time.sleep(0.01)
+    writer = threading.Thread(target=write_on, daemon=True)
+    writer.start()
+    try:
+        began = time.monotonic()
+        assert _batch(watcher)
+        took = time.monotonic() - began
+    finally:
+        writing.set()
+        writer.join(2)
+    assert 0.4 * 0.9 <= took < 2.0  # (quiet never came: cut at the most a batch may wait)
+
+
+def test_a_poke_asks_for_a_batch_of_unknown_changes(tmp_path):
+    """serve pokes the watcher when a change may have been missed: a batch follows, and its changes are
+    unknown (None: the next build lists the bundles folder in full), after which they are counted afresh."""
+    watcher = _watcher(tmp_path)
+    watcher.on_any_event(FileClosedEvent(str(tmp_path / "bundles" / "a.json")))
+    watcher.poke()
+    assert watcher.pending.is_set() and not watcher.settled
+    assert _batch(watcher)
+    assert watcher.take_changes() is None
+    assert watcher.take_changes() == set()
+
+
+class _Observer:
+    """The two calls ``follow`` makes of watchdog's Observer, noted."""
+
+    def __init__(self):
+        self.scheduled: list[tuple[str, bool]] = []
+        self.unscheduled: list[tuple[str, bool]] = []
+
+    def schedule(self, handler, path, recursive):
+        if not os.path.isdir(path):
+            raise FileNotFoundError(path)
+        self.scheduled.append((path, recursive))
+        return (path, recursive)
+
+    def unschedule(self, watch):
+        self.unscheduled.append(watch)
+
+
+def test_follow_watches_the_folders_that_come_and_stops_watching_those_that_go(tmp_path):
+    """With the bundles in the project root every folder beside the output is watched on its own: one made
+    after serve started is watched from the next build on, one removed is no longer watched, and the rest are
+    not scheduled twice."""
+    for folder in ["output", "old", "templates"]:
+        (tmp_path / folder).mkdir()
+    watcher, observer, watches = _watcher(tmp_path, bundles=tmp_path), _Observer(), {}
+    follow(observer, watcher, watches)
+    first = [(str(tmp_path), False), (str(tmp_path / "old"), True), (str(tmp_path / "templates"), True)]
+    assert sorted(observer.scheduled) == first
+    (tmp_path / "old").rmdir()
+    (tmp_path / "new").mkdir()
+    follow(observer, watcher, watches)
+    assert observer.scheduled[3:] == [(str(tmp_path / "new"), True)]
+    assert observer.unscheduled == [(str(tmp_path / "old"), True)]
+    assert sorted(watches) == [(tmp_path, False), (tmp_path / "new", True), (tmp_path / "templates", True)]
