@@ -89,14 +89,16 @@ def test_a_site_planned_again_without_changed_files_names_what_it_holds(tmp_path
     """The site planned again without the records whose files changed while it was built names the units it
     holds as they are: every record it publishes, and each listing by the records it shows now.  So the next
     build, with the files back as they were, gives the very site a clean build gives (a listing named by the
-    plan made before the change would be reused then, showing one record instead of four)."""
+    plan made before the change would be reused then, showing one record instead of four).  The twin the
+    first build links as it writes is kept, and holds that site: the records dropped wrote no file in it."""
     bundles, originals = real_bundles(tmp_path)
     progress, done = after_first_render(lambda: [tamper_keeping_size(bundles / n) for n in sorted(originals)[1:]])
     out = tmp_path / "site"
     report = build(BuildOptions(bundles=bundles, output=out, trust=pinned, search=False,
-                                policy=BuildPolicy(jobs=1, progress=progress)))
+                                policy=BuildPolicy(jobs=1, progress=progress, link_twin=True)))
     published = {o.inspection.pith_id for o in report.outcomes if o.status == "published"}
     assert done and len(published) == 1
+    assert tree(tmp_path / ".site.prev") == tree(out)
     build_id = json.loads((out / "verification.json").read_text())["build_id"]
     cache = BuildCache(default_cache_dir(out) / "cache.sqlite", key=user_cache_key())
     units = cache.units(build_id)
