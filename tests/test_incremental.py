@@ -473,8 +473,9 @@ def test_no_twin_where_the_file_system_is_short_of_inodes(project, free_inodes):
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_twin_that_cannot_be_linked_is_dropped_and_the_build_goes_on(project, monkeypatch, jobs):
     """A twin that runs out of inodes or links half-way (one unit's files could not be linked) is deleted before
-    the build returns (its links share the site's files), and the site is exact.  With workers (*jobs* 2), which link each record's files in the twin as
-    they write them, the failure happens in one of them (the patched method is forked with them)."""
+    the build returns (its links share the site's files), and the site is exact.  With workers (*jobs* 2), which
+    link each record's files in the twin as they write them, the failure happens in one of them (the patched
+    method is forked with them)."""
     from site_builder import writing
 
     real_mirror = writing.StagingTree.mirror
