@@ -4,6 +4,7 @@ file the cache recorded, and nothing counts without a record."""
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 
 from site_builder.mirrors import (
@@ -70,7 +71,10 @@ def test_edited_counts_only_a_changed_digest_and_everything_without_a_record(tmp
     second = tree / ".well-known" / "pith" / "BBBB" / "bundle.json"
     second.unlink()
     second.write_bytes(b'{"a": 2}')  # another file at one path
-    assert edited_in(tree, recorded) == {"BBBB"}
+    check = check_live(tree, recorded)
+    assert set(check.edited) == {"BBBB"}
+    # the touched record is the next build's to record by its signature now, so that it is not hashed again
+    assert check.touched == {"AAAA": dict(mirror_signatures(tree, ["AAAA"]))["AAAA"]} != {"AAAA": recorded["AAAA"][0]}
     assert edited_in(tree, None) == records_in(tree) == {"AAAA", "BBBB"}
 
 
@@ -137,3 +141,47 @@ def test_lookups_with_no_tree_beside_or_no_record_leave_the_checks_to_look(tmp_p
             assert made(lookups) is None
         finally:
             lookups.close()
+
+
+def test_the_record_after_a_build_looks_up_only_what_it_cannot_carry_over(tmp_path):
+    """What the next build checks the output against: a record the build took over keeps the signature it was
+    checked by (the recorded one, or the one it was found touched with); one it wrote, found edited, recorded
+    for other bytes or not recorded at all is looked up in the tree as it is now; a record missing there, or no
+    longer published, is left out."""
+    tree = _tree(tmp_path, ids=("AAAA", "BBBB", "CCCC", "DDDD", "EEEE", "FFFF"))
+    now = dict(mirror_signatures(tree, ["AAAA", "BBBB", "CCCC", "DDDD", "EEEE", "FFFF"]))
+    (tree / "pith" / "FFFF" / "bundle.json").unlink()
+    other = hashlib.sha256(b"other bytes").hexdigest()
+    recorded = {pid: ("as-checked", SHA) for pid in ("AAAA", "BBBB", "CCCC", "FFFF", "GONE")}
+    recorded["DDDD"] = ("as-checked", other)
+    check = MirrorCheck(frozenset({"CCCC"}), {"BBBB": "touched"}, recorded)
+    published = {pid: SHA for pid in ("AAAA", "BBBB", "CCCC", "DDDD", "EEEE", "FFFF")}
+    assert record_after(tree, check, published, set()) == {
+        "AAAA": ("as-checked", SHA),  # taken over: not looked up (its signature now differs)
+        "BBBB": ("touched", SHA),
+        "CCCC": (now["CCCC"], SHA),  # edited: looked up
+        "DDDD": (now["DDDD"], SHA),  # recorded for other bytes
+        "EEEE": (now["EEEE"], SHA),  # no record
+        "FFFF": ("as-checked", SHA)}  # (taken over: its record stands until a build looks)
+    after_writing = record_after(tree, check, published, {"AAAA", "FFFF"})
+    assert after_writing["AAAA"] == (now["AAAA"], SHA) and "FFFF" not in after_writing  # written, then gone
+
+
+def test_lookups_are_taken_over_only_for_the_same_trees_and_record_and_close_their_child(tmp_path):
+    """serve starts the lookups when it first sees a change; the build takes them over only when they were made
+    of its output and the tree beside it against the very record it read (an equal copy of it is another
+    record: it may have been read after a build saved), and closing them stops their child."""
+    live = _tree(tmp_path / "live")
+    recorded = signatures_now(live, {"AAAA": SHA, "BBBB": SHA})
+    recorded.update((f"X{n:06d}", ("gone", SHA)) for n in range(300_000))  # (a child still at work when closed)
+    beside = tmp_path / "beside"
+    lookups = MirrorLookups(live, beside, recorded, "fork")
+    try:
+        assert multiprocessing.active_children()
+        assert lookups.made_for(live, beside, recorded)
+        assert not lookups.made_for(tmp_path / "other", beside, recorded)
+        assert not lookups.made_for(live, tmp_path / "other", recorded)
+        assert not lookups.made_for(live, beside, dict(recorded))
+    finally:
+        lookups.close()
+    assert not multiprocessing.active_children()
