@@ -63,6 +63,21 @@ def test_a_folder_of_mirrors_that_is_a_link_proves_nothing(tmp_path):
     assert dict(mirror_signatures(tree, ["AAAA"])) == {"AAAA": None}
 
 
+def test_looking_up_leaves_no_folder_open(tmp_path):
+    """serve looks up both trees on every change, for hours: each lookup closes the folders it opened, when it
+    ends early, when a tree is missing and when a folder on the way is a link."""
+    tree = _tree(tmp_path / "site")
+    before = sorted(os.listdir("/proc/self/fd"))
+    assert dict(mirror_signatures(tree, ["AAAA"]))["AAAA"] is not None
+    looking = mirror_signatures(tree, ["AAAA", "BBBB"])
+    next(looking)
+    looking.close()
+    assert dict(mirror_signatures(tmp_path / "missing", ["AAAA"])) == {"AAAA": None}
+    (tree / ".well-known" / "pith").rename(tmp_path / "elsewhere")
+    (tree / ".well-known" / "pith").symlink_to(tmp_path / "elsewhere")
+    assert dict(mirror_signatures(tree, ["AAAA"])) == {"AAAA": None}
+    assert sorted(os.listdir("/proc/self/fd")) == before
+
 def test_edited_counts_only_a_changed_digest_and_everything_without_a_record(tmp_path):
     tree = _tree(tmp_path)
     recorded = signatures_now(tree, {"AAAA": SHA, "BBBB": SHA})
