@@ -11,9 +11,12 @@ from types import SimpleNamespace
 from conftest import both_keys, opts, returns_past_fifos
 from generate import make_bundle
 
+import pytest
+
 from site_builder.build import build
 from site_builder.pages import ALL_ADDRESSES, record_files
-from site_builder.stages.publish import RECORD_ENTRIES, kept_and_stale, twin_shortfall
+from site_builder.stages.publish import RECORD_ENTRIES, kept_and_stale, prepare_spare_tree, twin_shortfall
+from site_builder.writing import OutputError, OutputSlot
 
 
 def test_of_the_previous_tree_only_units_with_the_planned_key_are_kept():
@@ -109,3 +112,24 @@ def test_a_twin_is_linked_only_where_the_site_and_its_twin_fit_twice_in_the_free
     free_inodes["count"] = needed - 1
     why = twin_shortfall(slot, 100, 50)
     assert why.startswith("no twin linked") and f"{needed - 1:,} inodes free" in why and f"wants {needed:,}" in why
+
+
+def test_a_twin_is_prepared_only_for_an_output_a_build_may_write(project, tmp_path):
+    """serve prepares the twin while the user reads; like a build it waits for no other build of the output (it
+    would link a tree that build is swapping) and takes no output that is a link."""
+    out = project / "site"
+    build(opts(project, out, both_keys()))
+    other_build = OutputSlot(out)
+    other_build.acquire()
+    try:
+        with pytest.raises(OutputError, match="another site-builder build is writing this output"):
+            prepare_spare_tree(opts(project, out, both_keys()))
+    finally:
+        other_build.release()
+    assert not (project / ".site.prev").exists()
+    link = tmp_path / "link-to-site"
+    link.symlink_to(out)
+    with pytest.raises(OutputError, match="is a symbolic link"):
+        prepare_spare_tree(opts(project, link, both_keys()))
+    assert not (tmp_path / ".link-to-site.prev").exists()
+    assert prepare_spare_tree(opts(project, out, both_keys()))
