@@ -8,10 +8,9 @@ import os
 import random
 from types import SimpleNamespace
 
+import pytest
 from conftest import both_keys, opts, returns_past_fifos
 from generate import make_bundle
-
-import pytest
 
 from site_builder.build import build
 from site_builder.pages import ALL_ADDRESSES, record_files
