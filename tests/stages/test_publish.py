@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import os
 import random
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from conftest import both_keys, opts, returns_past_fifos
+from conftest import both_keys, opts, returns_past_fifos, tree
 from generate import make_bundle
 
 from site_builder.build import build
+from site_builder.stages import write
 from site_builder.pages import ALL_ADDRESSES, record_files
 from site_builder.stages.publish import RECORD_ENTRIES, kept_and_stale, prepare_spare_tree, twin_shortfall
 from site_builder.writing import OutputError, OutputSlot
@@ -132,3 +134,26 @@ def test_a_twin_is_prepared_only_for_an_output_a_build_may_write(project, tmp_pa
         prepare_spare_tree(opts(project, link, both_keys()))
     assert not (tmp_path / ".link-to-site.prev").exists()
     assert prepare_spare_tree(opts(project, out, both_keys()))
+
+
+def test_a_tree_beside_left_half_updated_is_not_taken_for_what_it_was(project, monkeypatch):
+    """A build that updates the tree beside the output in place and fails half-way (here: a full disk once the
+    records are written) leaves that tree holding files of no build; the next build must not take it for the
+    tree it was, or it would publish them (the page of a record that is gone by then)."""
+    out, trust = project / "site", both_keys()
+    build(opts(project, out, trust, link_twin=True))  # (the tree beside: a twin of the site)
+    (project / "bundles" / "gen9.json").write_bytes(make_bundle(9))
+
+    def full_disk(ctx, site, out_tree, names):
+        raise OSError(28, "No space left on device")
+    kinds = tuple(replace(kind, write=full_disk) if kind.name == "collection" else kind for kind in write.OUTPUT_KINDS)
+    monkeypatch.setattr(write, "OUTPUT_KINDS", kinds)
+    with pytest.raises(OSError, match="No space left"):
+        build(opts(project, out, trust, link_twin=True))
+    monkeypatch.undo()
+    (project / "bundles" / "gen9.json").unlink()
+    (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=1))  # (a site to build, not the live)
+    build(opts(project, out, trust, link_twin=True))
+    clean = project / "clean"
+    build(opts(project, clean, trust, use_cache=False))
+    assert tree(out) == tree(clean)
