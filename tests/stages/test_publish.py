@@ -14,8 +14,8 @@ from conftest import both_keys, opts, returns_past_fifos, tree
 from generate import make_bundle
 
 from site_builder.build import build
-from site_builder.stages import write
 from site_builder.pages import ALL_ADDRESSES, record_files
+from site_builder.stages import write
 from site_builder.stages.publish import RECORD_ENTRIES, kept_and_stale, prepare_spare_tree, twin_shortfall
 from site_builder.writing import OutputError, OutputSlot
 
