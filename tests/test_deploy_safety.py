@@ -274,7 +274,7 @@ def test_a_tree_beside_the_site_that_others_may_write_to_is_not_brought_up_to_da
     run = _builds(bundles_dir, out)
     run()
     (bundles_dir / REAL_FILES[3].name).unlink()
-    run()
+    assert run().reuse_note == ""  # (the live site and the tree beside are this user's alone: nothing to say)
     prev = OutputSlot(out).prev
     pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
     page = prev / "pith" / pid / "index.html"
