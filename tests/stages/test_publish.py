@@ -93,6 +93,8 @@ def test_a_record_that_goes_is_named_among_the_pages_removed(project, tmp_path):
     assert build(opts(project, out, both_keys())).removed == [f"pith/{gone}/index.html"]
     (project / "bundles" / "gen4.json").write_bytes(make_bundle(4, variant=2))  # (renewed: not removed)
     assert build(opts(project, out, both_keys())).removed == []
+    # That build updated the tree beside, which still held the record gone: no empty folder of it is left.
+    assert not (out / "pith" / gone).exists() and not [d for d in out.rglob("*") if d.is_dir() and not any(d.iterdir())]
 
 
 def test_the_twins_inode_estimate_counts_every_entry_a_record_puts_in_the_tree():
