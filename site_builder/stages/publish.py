@@ -84,18 +84,19 @@ def link_twin(slot: OutputSlot, units: dict, staging: StagingTree, cancelled: Ca
     return True
 
 
-def prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict, live_units: dict, trust_twin: bool = True,
-                 mirrors: MirrorLookups | None = None) -> tuple[StagingTree, dict, set[str]]:
+def prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict, live_units: dict, trust_twin: bool,
+                 mirrors: MirrorLookups) -> tuple[StagingTree, dict, set[str]]:
     """The tree to build into: the previous tree, updated in place when the cache knows exactly what it holds
     (its stale files are removed here), else a fresh staging folder -- also when nearly every file changes, as
-    after a template edit, where writing afresh beats removing the whole tree first.  *mirrors*: the build's
-    lookups of the mirrored bundles, if it made them."""
+    after a template edit, where writing afresh beats removing the whole tree first.  *trust_twin*: False where
+    the live site's mirrored bundles were found edited (the tree beside shares their files); *mirrors*: the
+    build's lookups of the mirrored bundles."""
     prev = slot.prev
     prev_units = twin_units(slot, cache) if trust_twin else None
     kept, stale = kept_and_stale(prev_units or {}, units)
     if prev_units is not None:  # (a record's mirrored bundle kept there must be the live one's, proven file)
         doubtful = unproven(prev, [name[7:] for name in kept if name.startswith("record:")], cache.mirrored(),
-                            mirrors.twin() if mirrors is not None else None)
+                            mirrors.twin())
         stale += [kept.pop(f"record:{pid}")[1] for pid in sorted(doubtful)]
     if prev_units is None or mostly_stale(prev_units, stale):
         # Of no use: its deletion starts now, beside the build.  The new site takes old files only from the live

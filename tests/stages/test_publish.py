@@ -135,6 +135,7 @@ def test_a_twin_is_prepared_only_for_an_output_a_build_may_write(project, tmp_pa
     with pytest.raises(OutputError, match="is a symbolic link"):
         prepare_spare_tree(opts(project, link, both_keys()))
     assert not (tmp_path / ".link-to-site.prev").exists()
+    assert not prepare_spare_tree(opts(project, tmp_path / "never-built", both_keys()))  # (no site to twin)
     assert prepare_spare_tree(opts(project, out, both_keys()))
 
 
