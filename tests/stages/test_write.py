@@ -91,3 +91,4 @@ def test_a_writer_that_fails_leaves_the_site_and_the_renderer_as_they_were(proje
     assert calls[-1][0] == fail_at and calls[0][0] == "records"
     assert failed_with.renderer.read_words is None
     assert tree(out) == live
+    assert not [p.name for p in project.iterdir() if ".staging-" in p.name]  # (the tree it began: deleted)
