@@ -11,7 +11,7 @@ from site_builder import report as report_module
 from site_builder.build import BuildOptions, build
 from site_builder.options import BuildPolicy
 
-from conftest import REAL_FILES, resigned_real_bundles
+from conftest import REAL_FILES, resigned_real_bundles, tree
 from linkcheck import broken_links
 from signing import sign_bundle, to_bytes, with_paper
 
@@ -97,3 +97,15 @@ def test_past_a_thousand_others_the_report_is_paged(signed_set, tmp_path, monkey
     # The manifest a later build reads is whole: every published record is in verification.json itself.
     again = build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
     assert again.count("published") == 4
+    # Pages the report no longer needs go with it, also from the tree beside that a build updates in place.
+    for junk in sorted(bundles.glob("junk*.json"))[:40]:
+        junk.unlink()
+    build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
+    assert json.loads((out / "verification.json").read_text())["more_files"]["pages"] == [
+        "verification/files-0001.json"]
+    for junk in bundles.glob("junk*.json"):
+        junk.unlink()
+    build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))  # (the tree of two pages, updated)
+    clean = tmp_path / "clean"
+    build(BuildOptions(bundles=bundles, output=clean, trust=trust, search=False, policy=BuildPolicy(use_cache=False)))
+    assert tree(out) == tree(clean) and not (out / "verification" / "files-0001.json").exists()
