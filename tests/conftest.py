@@ -14,6 +14,7 @@ import pytest
 from site_builder.build import BuildOptions
 from site_builder.options import BuildPolicy
 from site_builder.keys import TrustSet, key_from_document, load_trust_set
+from site_builder.stages import write
 
 from generate import benchmark_key, make_bundle
 from signing import TestKey, sign_bundle, to_bytes, with_paper
@@ -291,3 +292,19 @@ def returns_past_fifos(call, fifos, seconds: float = 30) -> list:
             pass
     worker.join(10)
     return []
+
+
+def recording_writers(monkeypatch, fail_at: str | None = None) -> list[tuple[str, list[str], object]]:
+    """The output kinds as they are, each writer noting (kind, the units it was handed, the plan) first; the
+    writer of the kind *fail_at* then fails as a full disk would."""
+    calls = []
+
+    def noted(kind):
+        def write_noted(ctx, site, out, names):
+            calls.append((kind.name, list(names), site))
+            if kind.name == fail_at:
+                raise OSError(28, "No space left on device")
+            return kind.write(ctx, site, out, names)
+        return dataclasses.replace(kind, write=write_noted)
+    monkeypatch.setattr(write, "OUTPUT_KINDS", tuple(noted(kind) for kind in write.OUTPUT_KINDS))
+    return calls

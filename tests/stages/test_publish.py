@@ -6,16 +6,14 @@ from __future__ import annotations
 import json
 import os
 import random
-from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from conftest import both_keys, opts, returns_past_fifos, tree
+from conftest import both_keys, opts, recording_writers, returns_past_fifos, tree
 from generate import make_bundle
 
 from site_builder.build import build
 from site_builder.pages import ALL_ADDRESSES, record_files
-from site_builder.stages import write
 from site_builder.stages.publish import RECORD_ENTRIES, kept_and_stale, prepare_spare_tree, twin_shortfall
 from site_builder.writing import OutputError, OutputSlot
 
@@ -146,11 +144,7 @@ def test_a_tree_beside_left_half_updated_is_not_taken_for_what_it_was(project, m
     out, trust = project / "site", both_keys()
     build(opts(project, out, trust, link_twin=True))  # (the tree beside: a twin of the site)
     (project / "bundles" / "gen9.json").write_bytes(make_bundle(9))
-
-    def full_disk(ctx, site, out_tree, names):
-        raise OSError(28, "No space left on device")
-    kinds = tuple(replace(kind, write=full_disk) if kind.name == "collection" else kind for kind in write.OUTPUT_KINDS)
-    monkeypatch.setattr(write, "OUTPUT_KINDS", kinds)
+    recording_writers(monkeypatch, fail_at="collection")
     with pytest.raises(OSError, match="No space left"):
         build(opts(project, out, trust, link_twin=True))
     monkeypatch.undo()

@@ -5,31 +5,14 @@ report is written by every build that writes."""
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from conftest import both_keys, opts, tree
+from conftest import both_keys, opts, recording_writers, tree
 from generate import make_bundle
 from site_builder.build import build
 from site_builder.stages import write
-
-
-def _recording(monkeypatch, fail_at: str | None = None) -> list[tuple[str, list[str], object]]:
-    """The output kinds as they are, each writer noting (kind, the units it was handed, the plan) first; the
-    writer of the kind *fail_at* then fails as a full disk would."""
-    calls = []
-
-    def noted(kind):
-        def write_noted(ctx, site, out, names):
-            calls.append((kind.name, list(names), site))
-            if kind.name == fail_at:
-                raise OSError(28, "No space left on device")
-            return kind.write(ctx, site, out, names)
-        return replace(kind, write=write_noted)
-    monkeypatch.setattr(write, "OUTPUT_KINDS", tuple(noted(kind) for kind in write.OUTPUT_KINDS))
-    return calls
 
 
 def test_every_planned_unit_belongs_to_one_kind_in_plan_order(project):
@@ -49,7 +32,7 @@ def test_only_the_units_the_reuse_rule_cannot_keep_reach_their_writer(project, m
     build."""
     out = project / "site"
     options = opts(project, out, both_keys(), search=True, left_for_exit=[])
-    calls = _recording(monkeypatch)
+    calls = recording_writers(monkeypatch)
     build(options)
     site = options.policy.left_for_exit[2]
     assert [(kind, names) for kind, names, _ in calls] == [
@@ -84,7 +67,7 @@ def test_a_writer_that_fails_leaves_the_site_and_the_renderer_as_they_were(proje
     build(opts(project, out, both_keys()))
     live = tree(out)
     (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=1))
-    calls = _recording(monkeypatch, fail_at)
+    calls = recording_writers(monkeypatch, fail_at)
     with pytest.raises(OSError, match="No space left"):
         build(opts(project, out, both_keys()))
     failed_with = calls[-1][2]
