@@ -81,18 +81,17 @@ def _run_stages(ctx: BuildContext) -> None:
     ctx.report.warnings.extend(inputs.warnings)
     verified = verify(ctx, inputs)
     site = plan(ctx, inputs, verified, choose(ctx, inputs, verified))
-    edited = ctx.mirrors.edited()  # (serve: looked up while it verified and planned)
-    if site.is_live(ctx, edited):
+    if site.is_live(ctx):
         remember_unchanged(ctx, site)
         return
-    out = open_tree(ctx, site, edited)
+    out = open_tree(ctx, site)
     try:
         site = write_units(ctx, site, out)
         swap(ctx, out)
     except BaseException:
         out.discard()
         raise
-    remember_build(ctx, site, out.records_written)
+    remember_build(ctx, site, out.records_written, out.check)
 
 
 def _unchanged(ctx: BuildContext, inputs: Inputs) -> bool:

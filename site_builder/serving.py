@@ -216,7 +216,7 @@ class Site:
             cache = self.store.cache
             if self.ahead is None and cache is not None and cache.db is not None:
                 slot = OutputSlot(self.options.output)
-                self.ahead = MirrorLookups(slot.output, slot.prev, cache.mirrored(), "forkserver")
+                self.ahead = MirrorLookups(slot.output, slot.prev, cache.mirrored(), "forkserver", twin_first=True)
 
     def prepare_spare_tree(self, cancelled: Callable[[], bool]) -> None:
         """Link the second tree incremental builds update in place, while the user is still reading (given up as

@@ -264,6 +264,31 @@ def test_a_link_planted_in_the_tree_beside_the_site_leads_nothing_outside_the_ou
     assert tree(out) == tree(tmp_path / "clean")
 
 
+def test_a_tree_beside_given_up_halfway_leaves_every_live_bundle_checked(bundles_dir, tmp_path):
+    """A build that starts updating the tree beside in place checks only the live bundles that tree does not
+    keep; when a link found there makes it write a fresh tree instead, every record comes from the live site,
+    and every one is checked: an edited live bundle.json of a record the tree beside had kept is not taken."""
+    from site_builder.writing import OutputSlot
+    out = tmp_path / "site"
+
+    run = _builds(bundles_dir, out)
+    run()
+    (bundles_dir / REAL_FILES[3].name).unlink()
+    run()  # (the tree beside still holds that record: its files are stale there)
+    gone = json.loads(REAL_FILES[3].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    folder = OutputSlot(out).prev / "pith" / gone
+    shutil.rmtree(folder)
+    folder.symlink_to(_outside(tmp_path))
+    pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    genuine = (out / "pith" / pid / "bundle.json").read_bytes()
+    _tamper(out / "pith" / pid / "bundle.json", "replaced")
+    (bundles_dir / REAL_FILES[2].name).unlink()  # (a change: the tree beside is brought up to date, then not)
+    assert run().changed
+    assert all((out / folder / pid / "bundle.json").read_bytes() == genuine for folder in ("pith", ".well-known/pith"))
+    run(output=tmp_path / "clean", use_cache=False)
+    assert tree(out) == tree(tmp_path / "clean")
+
+
 def test_a_tree_beside_the_site_that_others_may_write_to_is_not_brought_up_to_date_but_replaced(bundles_dir,
                                                                                                  tmp_path):
     """Files of the tree beside are kept unchecked but for the mirrored bundles, so it is used only while no other
@@ -388,6 +413,35 @@ def test_an_edit_of_a_live_bundle_json_does_not_survive_the_next_build(bundles_d
     run(output=tmp_path / "clean", use_cache=False)
     assert tree(out) == tree(tmp_path / "clean")
     assert not run().changed  # and then it is a no-op again
+
+
+@pytest.mark.parametrize("how", ["in-place", "replaced"])
+def test_a_tree_updated_in_place_takes_only_checked_bundles_from_the_live_site(project, how):
+    """A change updates the tree beside the site in place: the records that tree keeps are proven by its own
+    lookups (a live file edited in place is the same inode there), and those it does not hold as planned come
+    from the live site, whose files are checked for exactly those records.  Here the live copy of a record
+    renewed by the last build (so the tree beside holds it stale) is edited, and so is one the tree beside
+    keeps: neither edit is published, and the tree beside is still the one updated."""
+    from site_builder.writing import OutputSlot
+    out = project / "site"
+    run = lambda **kw: build(opts(project, out, both_keys(), link_twin=True, **kw))  # noqa: E731
+    run()
+    (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=2))
+    run()  # (the tree beside now holds gen1's record as it was before)
+    renewed, kept = (json.loads(make_bundle(n))["pith_number"].rsplit(":", 1)[1] for n in (1, 2))
+    genuine = {pid: (out / "pith" / pid / "bundle.json").read_bytes() for pid in (renewed, kept)}
+    _tamper(out / "pith" / renewed / "bundle.json", how)
+    _tamper(out / ".well-known" / "pith" / kept / "bundle.json", "replaced")
+    beside = OutputSlot(out).prev.stat().st_ino
+    (project / "bundles" / "gen3.json").write_bytes(make_bundle(3, variant=2))
+    assert run().changed
+    for pid in (renewed, kept):
+        assert all((out / folder / pid / "bundle.json").read_bytes() == genuine[pid]
+                   for folder in ("pith", ".well-known/pith")), pid
+    assert out.stat().st_ino == beside  # (updated in place and swapped in, not a fresh tree)
+    build(opts(project, project / "clean", both_keys(), use_cache=False))
+    assert tree(out) == tree(project / "clean")
+    assert not run().changed
 
 
 @pytest.mark.parametrize("twin", [False, pytest.param(True, marks=pytest.mark.slow)])

@@ -6,6 +6,9 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import os
+import time
+
+import pytest
 
 from site_builder.mirrors import (
     MirrorCheck,
@@ -202,3 +205,54 @@ def test_lookups_are_taken_over_only_for_the_same_trees_and_record_and_close_the
     finally:
         lookups.close()
     assert not set(multiprocessing.active_children()) - others
+
+
+def test_a_check_among_some_records_looks_at_them_alone(tmp_path):
+    """What a build that updates the tree beside in place checks of the live site: only the records it may take
+    from it, an unrecorded one counting as edited; the whole check where that is made already, and where
+    nothing is recorded."""
+    live = _tree(tmp_path / "live", ids=("AAAA", "BBBB", "CCCC"))
+    recorded = signatures_now(live, {"AAAA": SHA, "BBBB": SHA, "CCCC": SHA})
+    for pid in ("AAAA", "BBBB"):  # another file in each one's place
+        path = live / "pith" / pid / "bundle.json"
+        path.unlink()
+        path.write_bytes(b'{"a": 2}')
+    os.utime(live / "pith" / "CCCC" / "bundle.json", ns=(0, 10**9))  # (the same bytes, touched)
+    lookups = MirrorLookups(live, tmp_path / "none", recorded, None)
+    try:
+        some = lookups.check_among(["AAAA", "CCCC", "DDDD"])
+        assert some.edited == {"AAAA", "DDDD"} and set(some.touched) == {"CCCC"} and some.recorded is recorded
+        assert lookups.check().edited == {"AAAA", "BBBB"}
+        assert lookups.check_among(["CCCC"]) is lookups.check()
+    finally:
+        lookups.close()
+    nothing = MirrorLookups(live, tmp_path / "none", None, None)
+    assert nothing.check_among([]).edited == {"AAAA", "BBBB", "CCCC"}  # (every record in the tree)
+
+
+@pytest.mark.parametrize("twin_first", [True, False])
+def test_the_lookups_hand_back_first_the_tree_the_build_waits_on_first(tmp_path, monkeypatch, twin_first):
+    """serve's build waits on the tree beside's lookups (it updates that tree in place) and on the live tree's
+    only for a plan equal to the live site's: its child looks up the tree beside first.  A build from the
+    command line, whose quick no-op check waits on the live tree, has it the other way round."""
+    from site_builder import mirrors
+
+    live = _tree(tmp_path / "live")
+    beside = _tree(tmp_path / "beside")
+    recorded = signatures_now(live, {"AAAA": SHA, "BBBB": SHA})
+    looked_up = mirrors.differing_signatures
+    slow = live if twin_first else beside
+
+    def slow_for_one_tree(tree, record):
+        if tree == slow:
+            time.sleep(20)
+        return looked_up(tree, record)
+    monkeypatch.setattr(mirrors, "differing_signatures", slow_for_one_tree)
+    lookups = MirrorLookups(live, beside, recorded, "fork", twin_first=twin_first)
+    try:
+        started = time.perf_counter()
+        first = lookups.twin() if twin_first else lookups.live()
+        assert time.perf_counter() - started < 10
+    finally:
+        lookups.close()
+    assert set(first) == ({"AAAA", "BBBB"} if twin_first else set())  # (the tree beside: other files)

@@ -337,7 +337,7 @@ def test_the_lookups_started_at_a_changes_first_event_see_the_output_as_it_was_t
     with open(mirrored, "ab") as f:  # edited in place, before the change is seen
         f.write(b" ")
     site.look_ahead()
-    assert site.ahead is not None
+    assert site.ahead is not None and site.ahead.twin_first
     _retitle(root, key, "First change")
     made = calls_of(monkeypatch, context, "MirrorLookups")
     assert site.rebuild("change", None)

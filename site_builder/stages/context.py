@@ -143,7 +143,8 @@ def mirror_lookups(options: BuildOptions, slot: OutputSlot, recorded: dict[str, 
             return ahead
         ahead.close()
     policy = options.policy
-    return MirrorLookups(slot.output, slot.prev, recorded, policy.mp_context if policy.look_ahead else None)
+    return MirrorLookups(slot.output, slot.prev, recorded, policy.mp_context if policy.look_ahead else None,
+                         twin_first=options.session is not None)  # (serve: no quick no-op check)
 
 
 def check_folders_apart(options: BuildOptions, slot: OutputSlot) -> None:

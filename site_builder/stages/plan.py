@@ -245,10 +245,12 @@ class SitePlan:
     def selection(self) -> Selection:
         return self.chosen.selection
 
-    def is_live(self, ctx: BuildContext, edited: set[str]) -> bool:
-        """Whether the site in the output is this very plan (and its mirrored bundles are intact)."""
+    def is_live(self, ctx: BuildContext) -> bool:
+        """Whether the site in the output is this very plan (and its mirrored bundles are intact: asked only
+        then, serve's lookups of the live tree may still be under way)."""
         previous = self.chosen.previous
-        return previous.build_id == self.build_id and ctx.cache.units(previous.build_id) is not None and not edited
+        return (previous.build_id == self.build_id and ctx.cache.units(previous.build_id) is not None
+                and not ctx.mirrors.edited())
 
 
 def plan(ctx: BuildContext, inputs: Inputs, verified: Verified, chosen: Chosen) -> SitePlan:

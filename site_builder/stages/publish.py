@@ -11,7 +11,7 @@ from typing import Callable, Iterable
 
 from site_builder.cache import BuildCache, file_count, join_files, split_files
 from site_builder.loading import FileReadError, read_bytes
-from site_builder.mirrors import MirrorLookups, unproven
+from site_builder.mirrors import MirrorCheck, MirrorLookups, unproven
 from site_builder.options import BuildOptions
 from site_builder.pages import report_files
 from site_builder.report import BuildReport
@@ -84,15 +84,15 @@ def link_twin(slot: OutputSlot, units: dict, staging: StagingTree, cancelled: Ca
     return True
 
 
-def prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict, live_units: dict, trust_twin: bool,
-                 mirrors: MirrorLookups) -> tuple[StagingTree, dict, set[str]]:
+def prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict, live_units: dict, mirrors: MirrorLookups
+                 ) -> tuple[StagingTree, dict, set[str], MirrorCheck]:
     """The tree to build into: the previous tree, updated in place when the cache knows exactly what it holds
     (its stale files are removed here), else a fresh staging folder -- also when nearly every file changes, as
-    after a template edit, where writing afresh beats removing the whole tree first.  *trust_twin*: False where
-    the live site's mirrored bundles were found edited (the tree beside shares their files); *mirrors*: the
-    build's lookups of the mirrored bundles."""
+    after a template edit, where writing afresh beats removing the whole tree first.  Also the live site's check
+    of the mirrored bundles the build may take from it (*mirrors*: the build's lookups): of every record for a
+    fresh tree, of those the tree beside does not keep for one updated in place (``linked_records``)."""
     prev = slot.prev
-    prev_units = twin_units(slot, cache) if trust_twin else None
+    prev_units = twin_units(slot, cache)
     kept, stale = kept_and_stale(prev_units or {}, units)
     if prev_units is not None:  # (a record's mirrored bundle kept there must be the live one's, proven file)
         doubtful = unproven(prev, [name[7:] for name in kept if name.startswith("record:")], cache.mirrored(),
@@ -102,10 +102,13 @@ def prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict, live_units: d
         # Of no use: its deletion starts now, beside the build.  The new site takes old files only from the live
         # one (its units whose key did not change), and the live site shares a file with this tree only through
         # a unit the two have alike (same key); a tree the cache does not know may share any.
+        check = mirrors.check()
+        live_units = without_edited(live_units, check.edited)
         shares = prev_units is None or any(units.get(name, (None,))[0] == key == live_units.get(name, (None,))[0]
                                            for name, (key, _) in prev_units.items() if name != "report")
         slot.retire_prev(shares_files=shares)
-        return slot.new_staging(), {}, set()
+        return slot.new_staging(), {}, set(), check
+    check = mirrors.check_among(linked_records(units, kept, live_units))
     (prev / MARKER).unlink()  # from here on the previous tree counts as unknown until it is swapped in
     tree = StagingTree(prev, existing=True)
     stale_dirs: set[str] = set()
@@ -116,8 +119,23 @@ def prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict, live_units: d
                 stale_dirs.add(rel.rpartition("/")[0])
     except TreeChanged:  # (a link where a folder was: nothing of that tree is used, nothing it leads to touched)
         slot.retire_prev(shares_files=True)
-        return slot.new_staging(), {}, set()
-    return tree, kept, stale_dirs
+        return slot.new_staging(), {}, set(), mirrors.check()  # (every record may be taken from the live site now)
+    return tree, kept, stale_dirs, check
+
+
+def linked_records(units: dict, kept: dict, live_units: dict) -> list[str]:
+    """The records whose files a build that keeps *kept* in the tree beside may take from the live site (its
+    *live_units*): those it does not keep whose key is the live one's (``place_unit``)."""
+    return [name[7:] for name, (key, _) in units.items()
+            if name.startswith("record:") and name not in kept and live_units.get(name, (None,))[0] == key]
+
+
+def without_edited(live_units: dict, edited: frozenset[str]) -> dict:
+    """*live_units* with the *edited* records' keys made unequal to any plan's: their files are written again."""
+    if not edited:
+        return live_units
+    return {name: ("(edited in the output)", files) if name.removeprefix("record:") in edited else (key, files)
+            for name, (key, files) in live_units.items()}
 
 
 def renders_everything(tree: StagingTree, slot: OutputSlot, units: dict, live_units: dict) -> bool:
@@ -248,13 +266,16 @@ class OutputTree:
     """The tree a build writes into, what of it is already right, and the twin it links as it goes.
 
     *kept*: the units the previous tree, updated in place, already holds as planned; *live_units*: the live
-    site's, which unchanged units are hard-linked from; *spare*: the twin (None when none is linked)."""
+    site's, which unchanged units are hard-linked from (an edited record's with a key no plan has); *check*: the
+    live site's mirrored bundles checked, as far as the build takes them (``prepare_tree``); *spare*: the twin
+    (None when none is linked)."""
 
     slot: OutputSlot
     tree: StagingTree
     kept: dict
     live_units: dict
     stale_dirs: set[str]
+    check: MirrorCheck
     spare: StagingTree | None = None
     records_written: set[str] = field(default_factory=set)  # pith ids of the records whose files were written
 
@@ -295,20 +316,17 @@ def reuse_units(ctx: BuildContext, site: SitePlan, out: OutputTree, names: Itera
     return to_write
 
 
-def open_tree(ctx: BuildContext, site: SitePlan, edited: set[str]) -> OutputTree:
+def open_tree(ctx: BuildContext, site: SitePlan) -> OutputTree:
     """The tree to write *site* into, and a twin when the build writes everything afresh and is asked to."""
     live_units = ctx.cache.units(site.chosen.previous.build_id) or {}
     live_private = owned_privately(ctx.slot.output)  # (linked from only while no other user could change it)
     ctx.report.reuse_note = not_reused(ctx, bool(live_units), live_private)
     if not live_private:
         live_units = {}
-    if edited:  # those records' files are written again, into a fresh tree (the twin shares their inodes)
-        live_units = {name: ("(edited in the output)", files) if name.removeprefix("record:") in edited
-                      else (key, files) for name, (key, files) in live_units.items()}
-    tree, kept, stale_dirs = prepare_tree(ctx.slot, ctx.cache, site.units, live_units, not edited, ctx.mirrors)
-    out = OutputTree(ctx.slot, tree, kept, live_units, stale_dirs)
+    tree, kept, stale_dirs, check = prepare_tree(ctx.slot, ctx.cache, site.units, live_units, ctx.mirrors)
+    out = OutputTree(ctx.slot, tree, kept, without_edited(live_units, check.edited), stale_dirs, check)
     policy = ctx.options.policy
-    if policy.link_twin and policy.use_cache and renders_everything(tree, ctx.slot, site.units, live_units):
+    if policy.link_twin and policy.use_cache and renders_everything(tree, ctx.slot, site.units, out.live_units):
         ctx.report.twin_note = twin_shortfall(ctx.slot, len(site.selection.published), len(site.collection))
         out.spare = None if ctx.report.twin_note else new_twin(ctx.slot)
     ctx.clock.lap("prepare_tree")

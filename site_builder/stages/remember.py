@@ -11,7 +11,7 @@ from typing import Callable
 
 from site_builder.cache import BuildCache
 from site_builder.incremental import IncrementalStore
-from site_builder.mirrors import record_after
+from site_builder.mirrors import MirrorCheck, record_after
 from site_builder.options import BuildOptions
 from site_builder.pages import Catalogue
 from site_builder.rendering import SiteRenderer
@@ -131,14 +131,14 @@ def remember_unchanged(ctx: BuildContext, site: SitePlan) -> None:
         options.policy.left_for_exit[:] = [cache, verified, site.units]
 
 
-def remember_build(ctx: BuildContext, site: SitePlan, written: set[str]) -> None:
+def remember_build(ctx: BuildContext, site: SitePlan, written: set[str], check: MirrorCheck) -> None:
     """Everything the next build starts from, for the site just published (*written*: the records whose files
-    this build wrote)."""
+    this build wrote; *check*: the live site's mirrored bundles as the build checked them, ``prepare_tree``)."""
     inputs, verified = site.inputs, site.verified
     cache, options, report = ctx.cache, ctx.options, ctx.report
     marker_sig = stat_sig(ctx.slot.output / MARKER)
     mirrored = {} if cache.db is None else record_after(  # (no cache to keep it in: nothing to look up)
-        ctx.slot.output, ctx.mirrors.check(),
+        ctx.slot.output, check,
         {pid: chosen.inspection.sha256 for pid, chosen in site.selection.published.items()
          if f"record:{pid}" in site.units},  # (not a record whose bytes changed after they were verified)
         written)

@@ -132,9 +132,11 @@ def test_a_build_takes_over_lookups_started_ahead_only_for_its_output_and_record
     for other in (dict(recorded), None):  # (another record, even an equal one: the cache's own is asked for)
         made = mirror_lookups(serving(ahead), slot, other)
         assert made is not ahead and made.recorded is other
+        assert made.twin_first  # (serve has no quick no-op check: ``MirrorLookups``)
     elsewhere = OutputSlot(tmp_path / "other")
     assert mirror_lookups(serving(ahead), elsewhere, recorded).output == elsewhere.output
-    assert mirror_lookups(options, slot, recorded) is not ahead  # (a one-shot build has none)
+    one_shot = mirror_lookups(options, slot, recorded)
+    assert one_shot is not ahead and not one_shot.twin_first  # (a one-shot build has none)
 
 
 def _other_database(path):
