@@ -146,8 +146,9 @@ class MirrorLookups:
     The child looks up the live tree first, which a build with nothing to do waits on (its quick no-op check),
     or with *twin_first* the tree beside first (serve, which has no quick check: a change updates that tree in
     place and waits on its lookups, and on the live tree's only for a plan equal to the live site's or a fresh
-    tree, ``check_among``).  Measured at 10,000 records (``bench_serve.py``, two rounds side by side): save to
-    reload 149-171 ms against 193-206 ms with the live tree looked up first and in full."""
+    tree, ``check_among``).  Measured at 10,000 records (``bench_serve.py``, rounds side by side with the same
+    commit before and after, BENCHMARKS.md): save to reload 149-171 ms against 193-206 ms with the live tree
+    looked up first and in full."""
 
     def __init__(self, output: Path, twin: Path, recorded: dict[str, tuple[str, str]] | None,
                  start_method: str | None, twin_first: bool = False):

@@ -211,8 +211,8 @@ def test_a_check_among_some_records_looks_at_them_alone(tmp_path):
     """What a build that updates the tree beside in place checks of the live site: only the records it may take
     from it, an unrecorded one counting as edited; the whole check where that is made already, and where
     nothing is recorded."""
-    live = _tree(tmp_path / "live", ids=("AAAA", "BBBB", "CCCC"))
-    recorded = signatures_now(live, {"AAAA": SHA, "BBBB": SHA, "CCCC": SHA})
+    live = _tree(tmp_path / "live", ids=("AAAA", "BBBB", "CCCC", "EEEE"))
+    recorded = signatures_now(live, {"AAAA": SHA, "BBBB": SHA, "CCCC": SHA, "EEEE": SHA})
     for pid in ("AAAA", "BBBB"):  # another file in each one's place
         path = live / "pith" / pid / "bundle.json"
         path.unlink()
@@ -220,14 +220,14 @@ def test_a_check_among_some_records_looks_at_them_alone(tmp_path):
     os.utime(live / "pith" / "CCCC" / "bundle.json", ns=(0, 10**9))  # (the same bytes, touched)
     lookups = MirrorLookups(live, tmp_path / "none", recorded, None)
     try:
-        some = lookups.check_among(["AAAA", "CCCC", "DDDD"])
+        some = lookups.check_among(["AAAA", "CCCC", "DDDD", "EEEE"])  # (EEEE: as recorded)
         assert some.edited == {"AAAA", "DDDD"} and set(some.touched) == {"CCCC"} and some.recorded is recorded
         assert lookups.check().edited == {"AAAA", "BBBB"}
         assert lookups.check_among(["CCCC"]) is lookups.check()
     finally:
         lookups.close()
     nothing = MirrorLookups(live, tmp_path / "none", None, None)
-    assert nothing.check_among([]).edited == {"AAAA", "BBBB", "CCCC"}  # (every record in the tree)
+    assert nothing.check_among([]).edited == {"AAAA", "BBBB", "CCCC", "EEEE"}  # (every record in the tree)
 
 
 @pytest.mark.parametrize("twin_first", [True, False])

@@ -246,8 +246,8 @@ class SitePlan:
         return self.chosen.selection
 
     def is_live(self, ctx: BuildContext) -> bool:
-        """Whether the site in the output is this very plan (and its mirrored bundles are intact: asked only
-        then, serve's lookups of the live tree may still be under way)."""
+        """Whether the site in the output is this very plan, its mirrored bundles intact (those of the live tree
+        are asked for only when the build ids are equal: a change in serve does not wait for their lookups)."""
         previous = self.chosen.previous
         return (previous.build_id == self.build_id and ctx.cache.units(previous.build_id) is not None
                 and not ctx.mirrors.edited())
