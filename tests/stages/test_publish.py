@@ -158,11 +158,11 @@ def test_a_tree_beside_left_half_updated_is_not_taken_for_what_it_was(project, m
 
 def test_a_unit_a_file_of_which_is_gone_from_the_live_site_is_written_again(project, tmp_path):
     """A unit is taken over from the live site only whole: one whose file was deleted there (by hand, by a deploy
-    step) is written again, and the site equals a clean build."""
+    step) is written again, its files linked before the missing one taken back first, and the site equals a
+    clean build."""
     out = tmp_path / "out"
     build(opts(project, out, both_keys()))
-    (out / "robots.txt").unlink()
-    (out / "assets" / "style.css").unlink()
+    (out / "assets" / "style.css").unlink()  # (a file the static unit names after robots.txt, 404.html...)
     (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=1))  # (a site to build, not the live)
     build(opts(project, out, both_keys()))
     build(opts(project, tmp_path / "clean", both_keys(), use_cache=False))
