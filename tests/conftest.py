@@ -169,14 +169,15 @@ def bundles_dir(tmp_path) -> Path:
 
 @pytest.fixture
 def free_inodes(monkeypatch) -> dict[str, int]:
-    """``os.statvfs`` reporting an inode budget with ``free_inodes["count"]`` free (the rest as it is): a build
-    links its twin only where the output's file system has the inodes for it (tmpfs counts hard links)."""
+    """``os.statvfs`` reporting an inode budget of ``free_inodes["total"]`` with ``free_inodes["count"]`` free (the
+    rest as it is): a build links its twin only where the output's file system has the inodes for it (tmpfs counts
+    hard links)."""
     real_statvfs = os.statvfs
-    free = {"count": 10**6}
+    free = {"count": 10**6, "total": 10**7}
 
     def statvfs(path):
         fs = real_statvfs(path)
-        return os.statvfs_result((fs.f_bsize, fs.f_frsize, fs.f_blocks, fs.f_bfree, fs.f_bavail, 10**7,
+        return os.statvfs_result((fs.f_bsize, fs.f_frsize, fs.f_blocks, fs.f_bfree, fs.f_bavail, free["total"],
                                   free["count"], free["count"], fs.f_flag, fs.f_namemax))
 
     monkeypatch.setattr(os, "statvfs", statvfs)
