@@ -155,7 +155,6 @@ class MirrorLookups:
         self.output = output
         self.twin_path = twin
         self.recorded = recorded
-        self.twin_first = twin_first
         steps = {}
         if recorded:
             steps["live"] = functools.partial(differing_signatures, output, recorded)

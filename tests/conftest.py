@@ -276,6 +276,19 @@ def calls_of(monkeypatch, module, name: str) -> list:
     return calls
 
 
+def keyword_of_calls(monkeypatch, module, name: str, keyword: str) -> list:
+    """The keyword argument *keyword* (None where not given) of each call of *module*'s function *name* from now
+    on, noted as the calls happen (the function still does its work)."""
+    given = []
+    real = getattr(module, name)
+
+    def noted(*args, **kwargs):
+        given.append(kwargs.get(keyword))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(module, name, noted)
+    return given
+
+
 def returns_past_fifos(call, fifos, seconds: float = 30) -> list:
     """``[call()]`` where *call*, run in a thread of its own, returns within *seconds*; else ``[]``, once it is
     let go: a call that opened one of *fifos* to read waits for a writer, and opening each for writing (then

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from browser import chromium
-from conftest import REAL_FILES, ROOT, calls_of, free_port, tree
+from conftest import REAL_FILES, ROOT, calls_of, free_port, keyword_of_calls, tree
 from signing import TestKey, sign_bundle, to_bytes, with_paper
 
 IDS = [json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1] for p in REAL_FILES]
@@ -323,6 +323,7 @@ def test_the_lookups_started_at_a_changes_first_event_see_the_output_as_it_was_t
     """serve starts the lookups of the output's mirrored bundles at a change's first event, before the quiet
     time the watcher waits for (``Site.look_ahead``), and the rebuild takes them over: a live bundle.json
     edited before then is written over by that rebuild, one edited after them by the next."""
+    from site_builder import serving
     from site_builder.stages import context
 
     root, key = served_project
@@ -336,8 +337,9 @@ def test_the_lookups_started_at_a_changes_first_event_see_the_output_as_it_was_t
 
     with open(mirrored, "ab") as f:  # edited in place, before the change is seen
         f.write(b" ")
+    asked = keyword_of_calls(monkeypatch, serving, "MirrorLookups", "twin_first")
     site.look_ahead()
-    assert site.ahead is not None and site.ahead.twin_first
+    assert site.ahead is not None and asked == [True]  # (the tree beside first: ``MirrorLookups``)
     _retitle(root, key, "First change")
     made = calls_of(monkeypatch, context, "MirrorLookups")
     assert site.rebuild("change", None)

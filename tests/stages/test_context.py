@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import both_keys, opts, tree
+from conftest import both_keys, keyword_of_calls, opts, tree
 from site_builder.build import build
 from site_builder.keys import load_trust_set
 from site_builder.options import BuildPolicy
@@ -110,13 +110,14 @@ def test_a_cache_folder_inside_the_output_is_refused_before_anything_is_written(
     assert (project / "elsewhere" / "cache.sqlite").is_file()
 
 
-def test_a_build_takes_over_lookups_started_ahead_only_for_its_output_and_record(project, tmp_path):
+def test_a_build_takes_over_lookups_started_ahead_only_for_its_output_and_record(project, tmp_path, monkeypatch):
     """serve starts the lookups of the mirrored bundles before the build (``ServeSession.lookups``); the build
     takes them over where they are of its output and tree beside it against the cache's record as it stands,
-    else stops them and makes its own."""
+    else stops them and makes its own (the tree beside first: serve has no quick no-op check, ``MirrorLookups``)."""
     from site_builder.incremental import IncrementalStore
     from site_builder.mirrors import MirrorLookups
     from site_builder.options import ServeSession
+    from site_builder.stages import context
     from site_builder.stages.context import mirror_lookups
     from site_builder.writing import OutputSlot
 
@@ -128,15 +129,16 @@ def test_a_build_takes_over_lookups_started_ahead_only_for_its_output_and_record
         return replace(options, session=ServeSession(IncrementalStore(), lookups=ahead))
 
     ahead = MirrorLookups(slot.output, slot.prev, recorded, None)
+    twin_first = keyword_of_calls(monkeypatch, context, "MirrorLookups", "twin_first")
     assert mirror_lookups(serving(ahead), slot, recorded) is ahead
     for other in (dict(recorded), None):  # (another record, even an equal one: the cache's own is asked for)
         made = mirror_lookups(serving(ahead), slot, other)
         assert made is not ahead and made.recorded is other
-        assert made.twin_first  # (serve has no quick no-op check: ``MirrorLookups``)
     elsewhere = OutputSlot(tmp_path / "other")
     assert mirror_lookups(serving(ahead), elsewhere, recorded).output == elsewhere.output
-    one_shot = mirror_lookups(options, slot, recorded)
-    assert one_shot is not ahead and not one_shot.twin_first  # (a one-shot build has none)
+    assert twin_first == [True, True, True]
+    assert mirror_lookups(options, slot, recorded) is not ahead  # (a one-shot build has none)
+    assert twin_first[-1] is False
 
 
 def _other_database(path):
