@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+import orjson
+
 from site_builder.loading import FileReadError, read_bytes
 from site_builder.parallel import WorkAhead
 
@@ -91,6 +93,25 @@ class MirrorCheck:
     recorded: dict[str, tuple[str, str]]  # the record checked against: pith id -> (signature, sha256)
 
 
+def recorded_in(document: bytes | None) -> dict[str, tuple[str, str]] | None:
+    """The cache's record of the mirrored bundles (``BuildCache.mirrored``: JSON whose tag has checked): pith
+    id -> (signature, sha256); None where there is none, or it is no such record."""
+    if document is None:
+        return None
+    try:
+        return {pid: (sig, sha) for pid, (sig, sha) in orjson.loads(document).items()}
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def differing_in(tree: Path, document: bytes) -> dict[str, str | None] | None:
+    """``differing_signatures`` against the record *document* (``recorded_in``), read here: the child that
+    makes the lookups parses it, and the build need not where it is told that nothing differs.  None where it
+    holds no record."""
+    recorded = recorded_in(document)
+    return None if recorded is None else differing_signatures(tree, recorded)
+
+
 def differing_signatures(tree: Path, recorded: dict[str, tuple[str, str]]) -> dict[str, str | None]:
     """Of the records the cache *recorded*, those whose mirrored bundle in *tree* has another signature now:
     pith id -> the signature now (None: missing, or behind a link).  Plain data (``MirrorLookups``)."""
@@ -148,30 +169,39 @@ class MirrorLookups:
     place and waits on its lookups, and on the live tree's only for a plan equal to the live site's or a fresh
     tree, ``check_among``).  Measured at 10,000 records (``bench_serve.py``, rounds side by side with the same
     commit before and after, BENCHMARKS.md): save to reload 149-171 ms against 193-206 ms with the live tree
-    looked up first and in full."""
+    looked up first and in full.
 
-    def __init__(self, output: Path, twin: Path, recorded: dict[str, tuple[str, str]] | None,
-                 start_method: str | None, twin_first: bool = False):
+    The cache's record is handed over as stored (JSON whose tag has checked) and parsed by the child; the build
+    parses it only where it needs more than "nothing differs" (``recorded``)."""
+
+    def __init__(self, output: Path, twin: Path, document: bytes | None, start_method: str | None,
+                 twin_first: bool = False):
         self.output = output
         self.twin_path = twin
-        self.recorded = recorded
+        self.document = document  # the cache's record, as stored (``BuildCache.mirrored``)
         steps = {}
-        if recorded:
-            steps["live"] = functools.partial(differing_signatures, output, recorded)
+        if document is not None:
+            steps["live"] = functools.partial(differing_in, output, document)
             if os.path.isdir(twin):  # (none after a first build: its lookups would only say so 10,000 times)
-                steps["twin"] = functools.partial(differing_signatures, twin, recorded)
+                steps["twin"] = functools.partial(differing_in, twin, document)
                 if twin_first:
                     steps = {"twin": steps["twin"], "live": steps["live"]}
         self._work = WorkAhead(steps, start_method)
         self._check: MirrorCheck | None = None
 
+    @functools.cached_property
+    def recorded(self) -> dict[str, tuple[str, str]] | None:
+        """The record the lookups are made against (pith id -> (signature, sha256)), parsed here when first
+        needed; None where there is none."""
+        return recorded_in(self.document)
+
     def live(self) -> dict[str, str | None] | None:
         """``differing_signatures`` of the output (None: nothing recorded, ``check_live`` looks at the tree)."""
-        return self._work.result("live") if self.recorded else None  # type: ignore[return-value]
+        return self._work.result("live") if self.document is not None else None  # type: ignore[return-value]
 
     def twin(self) -> dict[str, str | None] | None:
         """``differing_signatures`` of the tree beside the output (None: nothing recorded, or no such tree)."""
-        if not self.recorded or "twin" not in self._work.steps:
+        if "twin" not in self._work.steps:
             return None
         return self._work.result("twin")  # type: ignore[return-value]
 
@@ -183,6 +213,8 @@ class MirrorLookups:
 
     def edited(self) -> frozenset[str]:
         """The records whose mirrored bundle in the output may have been edited since the last build."""
+        if self._check is None and self.live() == {}:  # (nothing differs from a record: not parsed here)
+            return frozenset()
         return self.check().edited
 
     def check_among(self, pith_ids: Iterable[str]) -> MirrorCheck:
@@ -200,10 +232,10 @@ class MirrorLookups:
         return MirrorCheck(found.edited.union(pid for pid in pith_ids if pid not in self.recorded), found.touched,
                            found.recorded)
 
-    def made_for(self, output: Path, twin: Path, recorded: dict[str, tuple[str, str]] | None) -> bool:
+    def made_for(self, output: Path, twin: Path, document: bytes | None) -> bool:
         """Whether these are the lookups of *output* and *twin* against this very record (serve starts them when
         it first sees a change, before the build that takes them over: ``ServeSession.lookups``)."""
-        return self.output == output and self.twin_path == twin and self.recorded is recorded
+        return self.output == output and self.twin_path == twin and self.document == document
 
     def close(self) -> None:
         self._work.close()

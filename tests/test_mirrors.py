@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import time
 
+import orjson
 import pytest
 
 from site_builder.mirrors import (
@@ -137,7 +138,7 @@ def test_lookups_made_ahead_by_a_child_are_those_made_here(tmp_path):
     copy.write_bytes(RAW)  # the same bytes in the tree beside, but not the file recorded
     found = []
     for start_method in ("fork", "forkserver", None):
-        lookups = MirrorLookups(live, beside, recorded, start_method)
+        lookups = MirrorLookups(live, beside, orjson.dumps(recorded), start_method)
         try:
             found.append((lookups.live(), lookups.twin()))
         finally:
@@ -153,11 +154,25 @@ def test_lookups_made_ahead_by_a_child_are_those_made_here(tmp_path):
 
 def test_lookups_with_no_tree_beside_or_no_record_leave_the_checks_to_look(tmp_path):
     live = _tree(tmp_path / "live")
-    recorded = signatures_now(live, {"AAAA": SHA, "BBBB": SHA})
-    for lookups, made in ((MirrorLookups(live, tmp_path / "none", recorded, "fork"), lambda m: m.twin()),
+    stored = orjson.dumps(signatures_now(live, {"AAAA": SHA, "BBBB": SHA}))
+    for lookups, made in ((MirrorLookups(live, tmp_path / "none", stored, "fork"), lambda m: m.twin()),
                           (MirrorLookups(live, tmp_path / "none", None, "fork"), lambda m: m.live())):
         try:
             assert made(lookups) is None
+        finally:
+            lookups.close()
+
+
+@pytest.mark.parametrize("start_method", ["fork", None])
+def test_a_stored_record_that_is_no_record_proves_nothing(tmp_path, start_method):
+    """The record is parsed where it is used (the lookups' child, or the build); bytes that are no record (of
+    another shape) count as no record at all, in either place: every record in the tree counts as edited."""
+    live = _tree(tmp_path / "live")
+    for document in (b"[1, 2]", b'{"AAAA": ["1:2:3"]}', b'{"AAAA": 7}', b"{"):
+        lookups = MirrorLookups(live, tmp_path / "none", document, start_method)
+        try:
+            assert lookups.live() is None and lookups.recorded is None
+            assert lookups.edited() == {"AAAA", "BBBB"}
         finally:
             lookups.close()
 
@@ -188,20 +203,22 @@ def test_the_record_after_a_build_looks_up_only_what_it_cannot_carry_over(tmp_pa
 
 def test_lookups_are_taken_over_only_for_the_same_trees_and_record_and_close_their_child(tmp_path):
     """serve starts the lookups when it first sees a change; the build takes them over only when they were made
-    of its output and the tree beside it against the very record it read (not one equal to it), and closing them
-    stops their child."""
+    of its output and the tree beside it against the record it read (the same bytes), and closing them stops
+    their child."""
     live = _tree(tmp_path / "live")
     recorded = signatures_now(live, {"AAAA": SHA, "BBBB": SHA})
     recorded.update((f"X{n:06d}", ("gone", SHA)) for n in range(300_000))  # (a child still at work when closed)
     beside = tmp_path / "beside"
     others = set(multiprocessing.active_children())
-    lookups = MirrorLookups(live, beside, recorded, "fork")
+    stored = orjson.dumps(recorded)
+    lookups = MirrorLookups(live, beside, stored, "fork")
     try:
         assert set(multiprocessing.active_children()) - others
-        assert lookups.made_for(live, beside, recorded)
-        assert not lookups.made_for(tmp_path / "other", beside, recorded)
-        assert not lookups.made_for(live, tmp_path / "other", recorded)
-        assert not lookups.made_for(live, beside, dict(recorded))
+        assert lookups.made_for(live, beside, stored) and lookups.made_for(live, beside, bytes(bytearray(stored)))
+        assert not lookups.made_for(tmp_path / "other", beside, stored)
+        assert not lookups.made_for(live, tmp_path / "other", stored)
+        assert not lookups.made_for(live, beside, orjson.dumps(recorded | {"AAAA": ("0:0:0 0:0:0", SHA)}))
+        assert not lookups.made_for(live, beside, None)
     finally:
         lookups.close()
     assert not set(multiprocessing.active_children()) - others
@@ -218,10 +235,10 @@ def test_a_check_among_some_records_looks_at_them_alone(tmp_path):
         path.unlink()
         path.write_bytes(b'{"a": 2}')
     os.utime(live / "pith" / "CCCC" / "bundle.json", ns=(0, 10**9))  # (the same bytes, touched)
-    lookups = MirrorLookups(live, tmp_path / "none", recorded, None)
+    lookups = MirrorLookups(live, tmp_path / "none", orjson.dumps(recorded), None)
     try:
         some = lookups.check_among(["AAAA", "CCCC", "DDDD", "EEEE"])  # (EEEE: as recorded)
-        assert some.edited == {"AAAA", "DDDD"} and set(some.touched) == {"CCCC"} and some.recorded is recorded
+        assert some.edited == {"AAAA", "DDDD"} and set(some.touched) == {"CCCC"} and some.recorded == recorded
         assert lookups.check().edited == {"AAAA", "BBBB"}
         assert lookups.check_among(["CCCC"]) is lookups.check()
     finally:
@@ -248,7 +265,7 @@ def test_the_lookups_hand_back_first_the_tree_the_build_waits_on_first(tmp_path,
             time.sleep(20)
         return looked_up(tree, record)
     monkeypatch.setattr(mirrors, "differing_signatures", slow_for_one_tree)
-    lookups = MirrorLookups(live, beside, recorded, "fork", twin_first=twin_first)
+    lookups = MirrorLookups(live, beside, orjson.dumps(recorded), "fork", twin_first=twin_first)
     try:
         started = time.perf_counter()
         first = lookups.twin() if twin_first else lookups.live()

@@ -132,18 +132,17 @@ def opened_context(options: BuildOptions, scratch: Path, report: BuildReport,
         slot.release()
 
 
-def mirror_lookups(options: BuildOptions, slot: OutputSlot, recorded: dict[str, tuple[str, str]] | None
-                   ) -> MirrorLookups:
+def mirror_lookups(options: BuildOptions, slot: OutputSlot, document: bytes | None) -> MirrorLookups:
     """The lookups of the mirrored bundles this build checks: those serve started ahead when they are of this
-    output against this very *recorded* (else they are stopped), or new ones, made beside the build where the
-    policy looks ahead."""
+    output against this very record (*document*: ``BuildCache.mirrored``; else they are stopped), or new ones,
+    made beside the build where the policy looks ahead."""
     ahead = options.session.lookups if options.session is not None else None
     if ahead is not None:
-        if ahead.made_for(slot.output, slot.prev, recorded):
+        if ahead.made_for(slot.output, slot.prev, document):
             return ahead
         ahead.close()
     policy = options.policy
-    return MirrorLookups(slot.output, slot.prev, recorded, policy.mp_context if policy.look_ahead else None,
+    return MirrorLookups(slot.output, slot.prev, document, policy.mp_context if policy.look_ahead else None,
                          twin_first=options.session is not None)  # (serve: no quick no-op check)
 
 

@@ -95,7 +95,7 @@ def prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict, live_units: d
     prev_units = twin_units(slot, cache)
     kept, stale = kept_and_stale(prev_units or {}, units)
     if prev_units is not None:  # (a record's mirrored bundle kept there must be the live one's, proven file)
-        doubtful = unproven(prev, [name[7:] for name in kept if name.startswith("record:")], cache.mirrored(),
+        doubtful = unproven(prev, [name[7:] for name in kept if name.startswith("record:")], mirrors.recorded,
                             mirrors.twin())
         stale += [kept.pop(f"record:{pid}")[1] for pid in sorted(doubtful)]
     if prev_units is None or mostly_stale(prev_units, stale):

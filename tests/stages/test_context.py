@@ -123,7 +123,7 @@ def test_a_build_takes_over_lookups_started_ahead_only_for_its_output_and_record
 
     options = opts(project, project / "site", both_keys())
     slot = OutputSlot(options.output)
-    recorded = {"A" * 26: ("1:2:3 1:2:3", "0" * 64)}
+    recorded = b'{"%s": ["1:2:3 1:2:3", "%s"]}' % (b"A" * 26, b"0" * 64)  # (as the cache stores it)
 
     def serving(ahead):
         return replace(options, session=ServeSession(IncrementalStore(), lookups=ahead))
@@ -131,9 +131,10 @@ def test_a_build_takes_over_lookups_started_ahead_only_for_its_output_and_record
     ahead = MirrorLookups(slot.output, slot.prev, recorded, None)
     twin_first = keyword_of_calls(monkeypatch, context, "MirrorLookups", "twin_first")
     assert mirror_lookups(serving(ahead), slot, recorded) is ahead
-    for other in (dict(recorded), None):  # (another record, even an equal one: the cache's own is asked for)
+    assert mirror_lookups(serving(ahead), slot, bytes(bytearray(recorded))) is ahead  # (the same record, read again)
+    for other in (recorded.replace(b"1:2:3", b"1:2:4"), None):  # (another record, or none)
         made = mirror_lookups(serving(ahead), slot, other)
-        assert made is not ahead and made.recorded is other
+        assert made is not ahead and made.document is other
     elsewhere = OutputSlot(tmp_path / "other")
     assert mirror_lookups(serving(ahead), elsewhere, recorded).output == elsewhere.output
     assert twin_first == [True, True, True]
