@@ -51,6 +51,7 @@ import orjson
 from site_builder import builder_identity
 from site_builder.cache_key import CacheKey
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
+from site_builder.mirrors import MirrorRecord
 from site_builder.pages import record_file_count, record_files
 from site_builder.selection import PreviousSite, PublishedBefore
 from site_builder.writing import check_relative_path, make_folders, not_private
@@ -123,7 +124,7 @@ class BuildCache:
         self._files: dict[str, tuple[str, str]] = {}
         self._units: dict[str, dict[str, tuple[str, str]]] = {}  # build id -> unit -> (key, files joined)
         self._rows: tuple[str, dict[str, set[str]]] = ("", {})  # build key, the digests stored under it, by part
-        self._mirrored: bytes | None = None  # as stored (read once: serve builds again and again)
+        self._mirrored: MirrorRecord | None = None  # (read once: serve builds again and again)
         self._addresses_records: list | None = None  # the records the stored short-address plan was made for
         self._loaded = False
         self.lock_fd: int | None = None
@@ -371,21 +372,20 @@ class BuildCache:
         """The stored results of the digests starting with *part* under *trust* (``_part``)."""
         return self._part("inspections", part, "trust", trust, "results")
 
-    def mirrored(self) -> bytes | None:
-        """The record of each published record's bundle.json as the last build left it in the output (JSON: pith
-        id -> [stat signature, sha256], ``mirrors.recorded_in``), as stored, its tag checked: a file whose
-        signature differs is hashed again (an edit of the live site).  Left unparsed here: the child that looks
-        the files up parses it, and a build only where it needs more than their answer (a no-op never does:
-        ~12 ms at 10,000 records).  None where this cache holds no such record that checks, or there is no
-        cache: nothing in the output is proven then."""
+    def mirrored(self) -> MirrorRecord | None:
+        """The record of each published record's bundle.json as the last build left it in the output (stat
+        signature and sha256: a file whose signature differs is hashed again, an edit of the live site), its tag
+        checked; None where this cache holds no such record that checks, or there is no cache: nothing in the
+        output is proven then."""
         if self.db is None:
             return None
         if self._mirrored is None:
             try:
-                self._mirrored = self._checked_bytes("mirrored")
+                data = self._checked_bytes("mirrored")
             except sqlite3.DatabaseError:
                 self._reset()
                 return None
+            self._mirrored = MirrorRecord(data) if data is not None else None
         return self._mirrored
 
     def save_mirrored(self, entries: dict[str, tuple[str, str]]) -> None:
@@ -393,9 +393,9 @@ class BuildCache:
         stored (a document whose tag did not check counts as not stored, and is replaced)."""
         if self.db is None:
             return
-        data = orjson.dumps(entries)
-        if self.mirrored() != data and self._save_document("mirrored", data):
-            self._mirrored = data
+        data, stored = orjson.dumps(entries), self.mirrored()
+        if (stored is None or stored.document != data) and self._save_document("mirrored", data):
+            self._mirrored = MirrorRecord(data, dict(entries))
 
     def list_rows(self, build_key: str) -> dict[str, bytes]:
         """Row digest -> a record's list row (UTF-8) rendered under *build_key*, from the parts whose tag checks

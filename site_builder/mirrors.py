@@ -84,6 +84,22 @@ def holds_verified_bytes(tree: Path, pith_id: str, sha256: str) -> bool:
     return True
 
 
+@dataclass(frozen=True, eq=False)
+class MirrorRecord:
+    """The cache's record of the mirrored bundles (``BuildCache.mirrored``): as stored (JSON whose tag has
+    checked), which the child that looks the files up parses, and parsed here only where a build needs more than
+    their answer (a no-op build never does: ~10 ms at 10,000 records).  *known*: the entries, where whoever
+    made the record has them already (the cache that wrote them: serve, which builds again and again)."""
+
+    document: bytes
+    known: dict[str, tuple[str, str]] | None = None
+
+    @functools.cached_property
+    def entries(self) -> dict[str, tuple[str, str]] | None:
+        """Pith id -> (stat signature, sha256) of the record's bundle.json; None where it is no such record."""
+        return self.known if self.known is not None else recorded_in(self.document)
+
+
 @dataclass(frozen=True)
 class MirrorCheck:
     """The live site's mirrored bundles against the cache's record of them (``check_live``)."""
@@ -93,11 +109,9 @@ class MirrorCheck:
     recorded: dict[str, tuple[str, str]]  # the record checked against: pith id -> (signature, sha256)
 
 
-def recorded_in(document: bytes | None) -> dict[str, tuple[str, str]] | None:
-    """The cache's record of the mirrored bundles (``BuildCache.mirrored``: JSON whose tag has checked): pith
-    id -> (signature, sha256); None where there is none, or it is no such record."""
-    if document is None:
-        return None
+def recorded_in(document: bytes) -> dict[str, tuple[str, str]] | None:
+    """The cache's record of the mirrored bundles (``MirrorRecord.document``): pith id -> (signature, sha256);
+    None where it is no such record."""
     try:
         return {pid: (sig, sha) for pid, (sig, sha) in orjson.loads(document).items()}
     except (ValueError, TypeError, AttributeError):
@@ -169,31 +183,29 @@ class MirrorLookups:
     place and waits on its lookups, and on the live tree's only for a plan equal to the live site's or a fresh
     tree, ``check_among``).  Measured at 10,000 records (``bench_serve.py``, rounds side by side with the same
     commit before and after, BENCHMARKS.md): save to reload 149-171 ms against 193-206 ms with the live tree
-    looked up first and in full.
+    looked up first and in full."""
 
-    The cache's record is handed over as stored (JSON whose tag has checked) and parsed by the child; the build
-    parses it only where it needs more than "nothing differs" (``recorded``)."""
-
-    def __init__(self, output: Path, twin: Path, document: bytes | None, start_method: str | None,
+    def __init__(self, output: Path, twin: Path, record: MirrorRecord | None, start_method: str | None,
                  twin_first: bool = False):
         self.output = output
         self.twin_path = twin
-        self.document = document  # the cache's record, as stored (``BuildCache.mirrored``)
+        self.document = record.document if record is not None else None  # (what the child is handed)
+        self._record = record
         steps = {}
-        if document is not None:
-            steps["live"] = functools.partial(differing_in, output, document)
+        if record is not None:
+            steps["live"] = functools.partial(differing_in, output, record.document)
             if os.path.isdir(twin):  # (none after a first build: its lookups would only say so 10,000 times)
-                steps["twin"] = functools.partial(differing_in, twin, document)
+                steps["twin"] = functools.partial(differing_in, twin, record.document)
                 if twin_first:
                     steps = {"twin": steps["twin"], "live": steps["live"]}
         self._work = WorkAhead(steps, start_method)
         self._check: MirrorCheck | None = None
 
-    @functools.cached_property
+    @property
     def recorded(self) -> dict[str, tuple[str, str]] | None:
         """The record the lookups are made against (pith id -> (signature, sha256)), parsed here when first
         needed; None where there is none."""
-        return recorded_in(self.document)
+        return self._record.entries if self._record is not None else None
 
     def live(self) -> dict[str, str | None] | None:
         """``differing_signatures`` of the output (None: nothing recorded, ``check_live`` looks at the tree)."""
@@ -232,10 +244,11 @@ class MirrorLookups:
         return MirrorCheck(found.edited.union(pid for pid in pith_ids if pid not in self.recorded), found.touched,
                            found.recorded)
 
-    def made_for(self, output: Path, twin: Path, document: bytes | None) -> bool:
-        """Whether these are the lookups of *output* and *twin* against this very record (serve starts them when
-        it first sees a change, before the build that takes them over: ``ServeSession.lookups``)."""
-        return self.output == output and self.twin_path == twin and self.document == document
+    def made_for(self, output: Path, twin: Path, record: MirrorRecord | None) -> bool:
+        """Whether these are the lookups of *output* and *twin* against this record (the same bytes: serve starts
+        them when it first sees a change, before the build that takes them over, ``ServeSession.lookups``)."""
+        return (self.output == output and self.twin_path == twin
+                and self.document == (record.document if record is not None else None))
 
     def close(self) -> None:
         self._work.close()

@@ -14,6 +14,7 @@ import pytest
 from site_builder.mirrors import (
     MirrorCheck,
     MirrorLookups,
+    MirrorRecord,
     check_live,
     mirror_signatures,
     record_after,
@@ -138,7 +139,7 @@ def test_lookups_made_ahead_by_a_child_are_those_made_here(tmp_path):
     copy.write_bytes(RAW)  # the same bytes in the tree beside, but not the file recorded
     found = []
     for start_method in ("fork", "forkserver", None):
-        lookups = MirrorLookups(live, beside, orjson.dumps(recorded), start_method)
+        lookups = MirrorLookups(live, beside, MirrorRecord(orjson.dumps(recorded)), start_method)
         try:
             found.append((lookups.live(), lookups.twin()))
         finally:
@@ -154,7 +155,7 @@ def test_lookups_made_ahead_by_a_child_are_those_made_here(tmp_path):
 
 def test_lookups_with_no_tree_beside_or_no_record_leave_the_checks_to_look(tmp_path):
     live = _tree(tmp_path / "live")
-    stored = orjson.dumps(signatures_now(live, {"AAAA": SHA, "BBBB": SHA}))
+    stored = MirrorRecord(orjson.dumps(signatures_now(live, {"AAAA": SHA, "BBBB": SHA})))
     for lookups, made in ((MirrorLookups(live, tmp_path / "none", stored, "fork"), lambda m: m.twin()),
                           (MirrorLookups(live, tmp_path / "none", None, "fork"), lambda m: m.live())):
         try:
@@ -169,7 +170,7 @@ def test_a_stored_record_that_is_no_record_proves_nothing(tmp_path, start_method
     another shape) count as no record at all, in either place: every record in the tree counts as edited."""
     live = _tree(tmp_path / "live")
     for document in (b"[1, 2]", b'{"AAAA": ["1:2:3"]}', b'{"AAAA": 7}', b"{"):
-        lookups = MirrorLookups(live, tmp_path / "none", document, start_method)
+        lookups = MirrorLookups(live, tmp_path / "none", MirrorRecord(document), start_method)
         try:
             assert lookups.live() is None and lookups.recorded is None
             assert lookups.edited() == {"AAAA", "BBBB"}
@@ -210,14 +211,15 @@ def test_lookups_are_taken_over_only_for_the_same_trees_and_record_and_close_the
     recorded.update((f"X{n:06d}", ("gone", SHA)) for n in range(300_000))  # (a child still at work when closed)
     beside = tmp_path / "beside"
     others = set(multiprocessing.active_children())
-    stored = orjson.dumps(recorded)
+    stored = MirrorRecord(orjson.dumps(recorded))
     lookups = MirrorLookups(live, beside, stored, "fork")
     try:
         assert set(multiprocessing.active_children()) - others
-        assert lookups.made_for(live, beside, stored) and lookups.made_for(live, beside, bytes(bytearray(stored)))
+        assert lookups.made_for(live, beside, stored) and lookups.made_for(live, beside, MirrorRecord(
+            orjson.dumps(recorded), recorded))  # (the same record, read again or written)
         assert not lookups.made_for(tmp_path / "other", beside, stored)
         assert not lookups.made_for(live, tmp_path / "other", stored)
-        assert not lookups.made_for(live, beside, orjson.dumps(recorded | {"AAAA": ("0:0:0 0:0:0", SHA)}))
+        assert not lookups.made_for(live, beside, MirrorRecord(orjson.dumps(recorded | {"AAAA": ("0:0:0", SHA)})))
         assert not lookups.made_for(live, beside, None)
     finally:
         lookups.close()
@@ -235,7 +237,7 @@ def test_a_check_among_some_records_looks_at_them_alone(tmp_path):
         path.unlink()
         path.write_bytes(b'{"a": 2}')
     os.utime(live / "pith" / "CCCC" / "bundle.json", ns=(0, 10**9))  # (the same bytes, touched)
-    lookups = MirrorLookups(live, tmp_path / "none", orjson.dumps(recorded), None)
+    lookups = MirrorLookups(live, tmp_path / "none", MirrorRecord(orjson.dumps(recorded)), None)
     try:
         some = lookups.check_among(["AAAA", "CCCC", "DDDD", "EEEE"])  # (EEEE: as recorded)
         assert some.edited == {"AAAA", "DDDD"} and set(some.touched) == {"CCCC"} and some.recorded == recorded
@@ -265,7 +267,7 @@ def test_the_lookups_hand_back_first_the_tree_the_build_waits_on_first(tmp_path,
             time.sleep(20)
         return looked_up(tree, record)
     monkeypatch.setattr(mirrors, "differing_signatures", slow_for_one_tree)
-    lookups = MirrorLookups(live, beside, orjson.dumps(recorded), "fork", twin_first=twin_first)
+    lookups = MirrorLookups(live, beside, MirrorRecord(orjson.dumps(recorded)), "fork", twin_first=twin_first)
     try:
         started = time.perf_counter()
         first = lookups.twin() if twin_first else lookups.live()

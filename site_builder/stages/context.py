@@ -19,7 +19,7 @@ from site_builder.cache_key import CacheKey, CacheKeyUnavailable, user_cache_key
 from site_builder.compiled_templates import CompiledTemplates
 from site_builder.loading import stat_signature
 from site_builder.incremental import IncrementalStore
-from site_builder.mirrors import MirrorLookups
+from site_builder.mirrors import MirrorLookups, MirrorRecord
 from site_builder.options import BuildOptions
 from site_builder.parallel import cpu_seconds
 from site_builder.rendering import template_dirs, templates_identity
@@ -132,17 +132,17 @@ def opened_context(options: BuildOptions, scratch: Path, report: BuildReport,
         slot.release()
 
 
-def mirror_lookups(options: BuildOptions, slot: OutputSlot, document: bytes | None) -> MirrorLookups:
+def mirror_lookups(options: BuildOptions, slot: OutputSlot, record: MirrorRecord | None) -> MirrorLookups:
     """The lookups of the mirrored bundles this build checks: those serve started ahead when they are of this
-    output against this very record (*document*: ``BuildCache.mirrored``; else they are stopped), or new ones,
-    made beside the build where the policy looks ahead."""
+    output against this *record* (``BuildCache.mirrored``; else they are stopped), or new ones, made beside the
+    build where the policy looks ahead."""
     ahead = options.session.lookups if options.session is not None else None
     if ahead is not None:
-        if ahead.made_for(slot.output, slot.prev, document):
+        if ahead.made_for(slot.output, slot.prev, record):
             return ahead
         ahead.close()
     policy = options.policy
-    return MirrorLookups(slot.output, slot.prev, document, policy.mp_context if policy.look_ahead else None,
+    return MirrorLookups(slot.output, slot.prev, record, policy.mp_context if policy.look_ahead else None,
                          twin_first=options.session is not None)  # (serve: no quick no-op check)
 
 

@@ -115,7 +115,7 @@ def test_a_build_takes_over_lookups_started_ahead_only_for_its_output_and_record
     takes them over where they are of its output and tree beside it against the cache's record as it stands,
     else stops them and makes its own (the tree beside first: serve has no quick no-op check, ``MirrorLookups``)."""
     from site_builder.incremental import IncrementalStore
-    from site_builder.mirrors import MirrorLookups
+    from site_builder.mirrors import MirrorLookups, MirrorRecord
     from site_builder.options import ServeSession
     from site_builder.stages import context
     from site_builder.stages.context import mirror_lookups
@@ -123,7 +123,8 @@ def test_a_build_takes_over_lookups_started_ahead_only_for_its_output_and_record
 
     options = opts(project, project / "site", both_keys())
     slot = OutputSlot(options.output)
-    recorded = b'{"%s": ["1:2:3 1:2:3", "%s"]}' % (b"A" * 26, b"0" * 64)  # (as the cache stores it)
+    stored = b'{"%s": ["1:2:3 1:2:3", "%s"]}' % (b"A" * 26, b"0" * 64)  # (as the cache stores it)
+    recorded = MirrorRecord(stored)
 
     def serving(ahead):
         return replace(options, session=ServeSession(IncrementalStore(), lookups=ahead))
@@ -131,10 +132,10 @@ def test_a_build_takes_over_lookups_started_ahead_only_for_its_output_and_record
     ahead = MirrorLookups(slot.output, slot.prev, recorded, None)
     twin_first = keyword_of_calls(monkeypatch, context, "MirrorLookups", "twin_first")
     assert mirror_lookups(serving(ahead), slot, recorded) is ahead
-    assert mirror_lookups(serving(ahead), slot, bytes(bytearray(recorded))) is ahead  # (the same record, read again)
-    for other in (recorded.replace(b"1:2:3", b"1:2:4"), None):  # (another record, or none)
+    assert mirror_lookups(serving(ahead), slot, MirrorRecord(bytes(stored))) is ahead  # (the same, read again)
+    for other in (MirrorRecord(stored.replace(b"1:2:3", b"1:2:4")), None):  # (another record, or none)
         made = mirror_lookups(serving(ahead), slot, other)
-        assert made is not ahead and made.document is other
+        assert made is not ahead and made.recorded == (other.entries if other else None)
     elsewhere = OutputSlot(tmp_path / "other")
     assert mirror_lookups(serving(ahead), elsewhere, recorded).output == elsewhere.output
     assert twin_first == [True, True, True]
