@@ -5,9 +5,10 @@
 Generates N realistic bundles signed with a benchmark key (cached in the work folder), then, each in a fresh
 process: a full build into an empty output, a no-op rebuild, and rebuilds after changing one bundle (a newer
 bundle of the same record), replacing one (the file now holds another record), adding one, deleting one,
-giving 40 % of the bundles a newer version and editing one template.  Prints wall time, bundles/second, files written and reused, how long the scenario first
-waited (untimed) for the previous build's detached cache saver, peak RSS of the main process and of the largest
-worker, and the time of each build stage.  Builds save their cache in the background and link a twin of a site
+giving 40 % of the bundles a newer version and editing one template (``--rounds N``: the no-op, change, add
+and delete builds N times each, with their medians).  Prints wall time, bundles/second, files written and
+reused, how long the scenario first waited (untimed) for the previous build's detached cache saver, peak RSS of
+the main process and of the largest worker, and the time of each build stage.  Builds save their cache in the background and link a twin of a site
 written afresh, as the command line does (``--no-twin``: as ``build --no-twin``).  An earlier run's output is
 deleted after this run's builds, or before them where the work folder is in memory (tmpfs), as it holds RAM.
 """
@@ -19,6 +20,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -133,12 +135,18 @@ def main() -> None:
                              "(BuildPolicy(look_ahead=False))")
     parser.add_argument("--no-twin", action="store_true",
                         help="build as `build --no-twin` does (no twin linked by builds that write every file)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the no-op, change, add and delete scenarios this many times each, in rounds, and "
+                             "print each one's median (single builds of a few tenths of a second vary by more "
+                             "than the differences worth measuring on a busy machine)")
     parser.add_argument("--only", help="comma-separated scenario names to run (default: all), e.g. "
                                        "'full build,no-op rebuild' for a quick run at 100,000 bundles; every "
                                        "scenario builds on 'full build', and 'delete one bundle' on 'add one "
                                        "bundle'")
     args = parser.parse_args()
     wanted = _wanted(parser, args.only) if args.only else None
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
 
     work = args.workdir / str(args.n)
     bundles = work / "bundles"
@@ -196,6 +204,13 @@ def main() -> None:
     step("replace one record", lambda: (bundles / "b0000006.json").write_bytes(make_bundle(6, record=args.n + 7)))
     step("add one bundle", lambda: extra.write_bytes(make_bundle(args.n + 1)))
     step("delete one bundle", extra.unlink)
+    paired = wanted is None or "delete one bundle" in wanted  # (another add needs the last one deleted)
+    for later in range(1, args.rounds):  # (each change a newer bundle again: a later variant, never a rollback)
+        step("no-op rebuild")
+        step("change one bundle", lambda: (bundles / "b0000005.json").write_bytes(make_bundle(5, variant=3 + later)))
+        if paired:
+            step("add one bundle", lambda: extra.write_bytes(make_bundle(args.n + 1)))
+            step("delete one bundle", extra.unlink)
     # A newer bundle for 40 % of the records (a day's pull after the resolver re-signed many): the twin is updated
     # in place (most listing pages change too).
     step("change 40 %", lambda: _rewrite(work, bundles, many))
@@ -219,6 +234,14 @@ def main() -> None:
         main_cpu, worker_cpu = (sum(cpu[i] for cpu in s["cpu"].values()) for i in (0, 1))
         print(f"{s['name']:<22}{s['wall']:8.2f}{rate:>11}{s['written']:9}{s['reused']:9}{s['saver_wait']:8.2f}"
               f"{main_cpu:12.2f}{worker_cpu:15.2f}{s['rss_main_mb']:13.0f}{s['rss_worker_mb']:15.0f}  {stages}")
+    if args.rounds > 1:
+        walls: dict[str, list[float]] = {}
+        for s in steps:
+            walls.setdefault(s["name"], []).append(s["wall"])
+        print(f"\nmedians over {args.rounds} rounds (wall s, each build in the order run):")
+        for name, times in walls.items():
+            if len(times) > 1:
+                print(f"{name:<22}{statistics.median(times):8.3f}  " + " / ".join(f"{t:.3f}" for t in times))
     if args.search:  # (the build's children include Pagefind, which holds the whole index in memory)
         print("with the search index, \"CPU workers\" and \"RSS worker\" include Pagefind's (its stage: search_index)")
     if args.json:

@@ -50,16 +50,41 @@ def test_build_benchmark_runs_every_scenario_and_writes_json(tmp_path):
     assert re.search(r"^no-op rebuild +[0-9.]+ +– +0 +0 +[0-9.]+ +[0-9.]+ +0\.00 ", table, re.M)
 
 
-@pytest.mark.parametrize("only, error", [
-    ("full build,noop", "no scenario named 'noop'"),
-    ("no-op rebuild", "'no-op rebuild' builds on 'full build': name it too"),
-    ("full build,delete one bundle", "'delete one bundle' builds on 'add one bundle': name it too"),
-])
-def test_build_benchmark_refuses_a_scenario_without_what_it_builds_on(tmp_path, only, error):
-    """A scenario run without the one it builds on would time other work (a full build, or a build with nothing
-    to do) under its name: refused before anything is generated or built."""
+def test_build_benchmark_repeats_the_small_scenarios_in_rounds(tmp_path):
+    """``--rounds``: the no-op, change, add and delete builds again, each a real one of its kind (a change a newer
+    bundle, not a refused rollback; an add after the last delete), and each one's median printed."""
+    out = tmp_path / "bench.json"
     result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_build.py"), "--n", "20", "--workdir",
-                             str(tmp_path / "work"), "--only", only], capture_output=True, text=True, timeout=60)
+                             str(tmp_path / "work"), "--json", str(out), "--jobs", "2", "--rounds", "3", "--only",
+                             "full build,no-op rebuild,change one bundle,add one bundle,delete one bundle"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    steps = json.loads(out.read_text())["steps"]
+    small = ["no-op rebuild", "change one bundle", "add one bundle", "delete one bundle"]
+    assert [s["name"] for s in steps] == ["full build"] + small * 3
+    for s in steps[1:]:
+        published = 21 if s["name"] == "add one bundle" else 20
+        assert s["published"] == published and (s["written"] == 0) == (s["name"] == "no-op rebuild"), s
+    medians = result.stdout[result.stdout.index("medians over 3 rounds"):]
+    for name in small:
+        walls = [s["wall"] for s in steps if s["name"] == name]
+        row = re.search(rf"^{name} +([0-9.]+)  (.+)$", medians, re.M)
+        assert row and float(row[1]) == pytest.approx(sorted(walls)[1], abs=0.001), medians
+        assert row[2] == " / ".join(f"{t:.3f}" for t in walls)
+    assert "full build" not in medians
+
+
+@pytest.mark.parametrize("arguments, error", [
+    (["--only", "full build,noop"], "no scenario named 'noop'"),
+    (["--only", "no-op rebuild"], "'no-op rebuild' builds on 'full build': name it too"),
+    (["--only", "full build,delete one bundle"], "'delete one bundle' builds on 'add one bundle': name it too"),
+    (["--rounds", "0"], "--rounds: at least 1"),
+])
+def test_build_benchmark_refuses_a_scenario_without_what_it_builds_on(tmp_path, arguments, error):
+    """A scenario run without the one it builds on would time other work (a full build, or a build with nothing
+    to do) under its name, and no rounds would time nothing: refused before anything is generated or built."""
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_build.py"), "--n", "20", "--workdir",
+                             str(tmp_path / "work"), *arguments], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and error in result.stderr, result.stderr
     assert not (tmp_path / "work").exists()
 
