@@ -74,6 +74,49 @@ def test_build_benchmark_repeats_the_small_scenarios_in_rounds(tmp_path):
     assert "full build" not in medians
 
 
+def test_compare_benchmark_interleaves_checkouts_build_by_build(tmp_path):
+    """Two checkouts timed scenario by scenario, one build of each after the other, each from its own copy of the
+    bundles: every scenario's median per checkout with its ratio to the first's, and every build's time.  The
+    second checkout here is this one, timed through a runner of its own that adds a quarter of a second."""
+    slower = tmp_path / "slower"
+    (slower / "benchmarks").mkdir(parents=True)
+    for name in ("site_builder", "templates"):
+        (slower / name).symlink_to(ROOT / name)
+    runner = (BENCHMARKS / "bench_build.py").read_text()
+    assert runner.count("wall = time.perf_counter() - t\n") == 1
+    (slower / "benchmarks" / "bench_build.py").write_text(
+        runner.replace("wall = time.perf_counter() - t\n", "wall = time.perf_counter() - t + 0.25\n"))
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
+                             str(tmp_path / "work"), "--rounds", "2", str(ROOT), str(slower)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["20-0", "20-1", "20-bundles"]
+    for name in ("no-op rebuild", "change one bundle", "add one bundle", "delete one bundle"):
+        row = re.search(rf"^{name} +([0-9.]+) +([0-9.]+) \(([0-9.]+)x\)$", result.stdout, re.M)
+        assert row, result.stdout
+        first, second, ratio = map(float, row.groups())
+        assert second > first + 0.2 and ratio == pytest.approx(second / first, rel=0.05), result.stdout
+        for checkout in (ROOT, slower):  # (a line per checkout, a time per round)
+            assert re.search(rf"^{name} +{re.escape(str(checkout))}: [0-9.]+ / [0-9.]+$", result.stdout, re.M)
+    assert (tmp_path / "work" / "20-1" / "site" / "pith").is_dir()  # (each checkout built its own copy)
+
+
+def test_compare_benchmark_stops_where_a_build_did_not_do_its_scenarios_work(tmp_path):
+    """A "change" that wrote nothing (a checkout that took the new bundle for nothing new, say) would time a
+    no-op under the change's name: the comparison stops and says which."""
+    idle = tmp_path / "idle"
+    (idle / "benchmarks").mkdir(parents=True)
+    for name in ("site_builder", "templates"):
+        (idle / name).symlink_to(ROOT / name)
+    runner = (BENCHMARKS / "bench_build.py").read_text()
+    assert runner.count('"written": r.files_written') == 1
+    (idle / "benchmarks" / "bench_build.py").write_text(runner.replace('"written": r.files_written', '"written": 0'))
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
+                             str(tmp_path / "work"), "--rounds", "1", str(ROOT), str(idle)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1 and f"{idle}: the 'change one bundle' build wrote 0 files" in result.stderr
+
+
 @pytest.mark.parametrize("arguments, error", [
     (["--only", "full build,noop"], "no scenario named 'noop'"),
     (["--only", "no-op rebuild"], "'no-op rebuild' builds on 'full build': name it too"),

@@ -1,0 +1,123 @@
+"""Time the small builds of two or more checkouts side by side, interleaved build by build (see BENCHMARKS.md).
+
+    python benchmarks/bench_compare.py --n 10000 --workdir /dev/shm/sb-compare --rounds 12 CHECKOUT [CHECKOUT ...]
+
+A no-op build of 10,000 bundles takes about a tenth of a second and a one-bundle change a few tenths; on a
+shared machine, single runs of them vary by more than the differences worth measuring, and a machine that gets
+busier between one checkout's runs and the next's shows up as a difference between the checkouts.  So each round
+here runs every scenario once in every checkout, one build after the other (A B C, A B C, ...), each in a fresh
+process as ``bench_build.py`` runs it (with that checkout's own runner, so an older checkout is timed through its
+own interface), and the medians over the rounds are compared.
+
+Each checkout builds its own copy of the same generated bundles, with its own templates, in its own work folder
+(``<workdir>/<n>-<i>``), after an untimed full build.  The scenarios of a round: a no-op rebuild, one bundle
+changed (a newer bundle of the same record: a later variant each round, never a rollback), one added, and that
+one deleted again.  Prints each scenario's median per checkout, its ratio to the first checkout's, and every
+build's wall time in the order run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from generate import generate, make_bundle  # (beside this script)
+
+SCENARIOS = ("no-op rebuild", "change one bundle", "add one bundle", "delete one bundle")
+
+
+def runner_of(checkout: Path) -> str:
+    """The build runner of *checkout*'s own ``bench_build.py`` (what it times a build with, through the
+    interface that checkout has)."""
+    source = (checkout / "benchmarks" / "bench_build.py").read_text()
+    start = source.find('RUNNER = r"""')
+    if start < 0:
+        sys.exit(f"{checkout}: no benchmarks/bench_build.py with a RUNNER to time its builds with")
+    return source[start + len('RUNNER = r"""'):].split('"""', 1)[0]
+
+
+def timed_build(checkout: Path, runner: str, work: Path, jobs: int) -> dict:
+    """One build of *work* by *checkout*'s code in a fresh process: what the runner says of it (``wall``, its
+    time in seconds; ``written``, the files it wrote; ...)."""
+    args = {"bundles": str(work / "bundles"), "output": str(work / "site"), "key": str(work / "bench-key.json"),
+            "templates": str(work / "templates"), "search": False, "jobs": jobs, "twin": True,
+            "look_ahead": True, "shard_size": 1000}
+    env = {**os.environ, "PYTHONPATH": str(checkout)}  # (the code measured is that checkout's)
+    out = subprocess.run([sys.executable, "-c", runner, json.dumps(args)], capture_output=True, text=True,
+                         cwd=checkout, env=env)
+    if out.returncode != 0:
+        sys.exit(f"{checkout}: the build failed (exit {out.returncode}):\n{out.stderr.strip()}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def prepare(work: Path, source: Path, checkout: Path) -> None:
+    """*work* holding a copy of the bundles in *source* and *checkout*'s templates, and nothing built yet."""
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    shutil.copytree(source / "bundles", work / "bundles")
+    shutil.copy2(source / "bench-key.json", work / "bench-key.json")
+    shutil.copytree(checkout / "templates", work / "templates")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkouts", type=Path, nargs="+", help="the source trees to compare (the first is the "
+                        "one the others' ratios are against)")
+    parser.add_argument("--n", type=int, default=10000)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/site-builder-compare"))
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
+    checkouts = [c.resolve() for c in args.checkouts]
+    runners = [runner_of(c) for c in checkouts]
+
+    source = args.workdir / f"{args.n}-bundles"
+    if not (source / "bundles").is_dir() or len(list((source / "bundles").iterdir())) != args.n:
+        shutil.rmtree(source, ignore_errors=True)
+        generate(source / "bundles", args.n)
+    works = [args.workdir / f"{args.n}-{i}" for i in range(len(checkouts))]
+    for checkout, runner, work in zip(checkouts, runners, works):
+        prepare(work, source, checkout)
+        timed_build(checkout, runner, work, args.jobs)  # (the full build each scenario starts from: untimed)
+        timed_build(checkout, runner, work, args.jobs)  # (and the first no-op, which may still tidy up)
+
+    walls = {(i, name): [] for i in range(len(checkouts)) for name in SCENARIOS}
+    for later in range(args.rounds):
+        for name in SCENARIOS:
+            for i, (checkout, runner, work) in enumerate(zip(checkouts, runners, works)):
+                extra = work / "bundles" / "zz-added.json"
+                if name == "change one bundle":
+                    (work / "bundles" / "b0000005.json").write_bytes(make_bundle(5, variant=3 + later))
+                elif name == "add one bundle":
+                    extra.write_bytes(make_bundle(args.n + 1))
+                elif name == "delete one bundle":
+                    extra.unlink()
+                result = timed_build(checkout, runner, work, args.jobs)
+                if (result["written"] == 0) != (name == "no-op rebuild"):  # (it would time other work)
+                    sys.exit(f"{checkout}: the {name!r} build wrote {result['written']} files")
+                walls[i, name].append(result["wall"])
+        print(f"round {later + 1} of {args.rounds} done", file=sys.stderr)
+
+    print(f"{args.n} bundles, {args.rounds} rounds, builds interleaved checkout by checkout; medians (wall s):")
+    print(f"{'scenario':<20}" + "".join(f"{str(c):>28}" for c in checkouts))
+    for name in SCENARIOS:
+        first = statistics.median(walls[0, name])
+        cells = [f"{statistics.median(walls[i, name]):.3f}" + ("" if i == 0 else
+                 f" ({statistics.median(walls[i, name]) / first:.2f}x)") for i in range(len(checkouts))]
+        print(f"{name:<20}" + "".join(f"{cell:>28}" for cell in cells))
+    print("\nevery build, in the order run:")
+    for (i, name), times in walls.items():
+        print(f"{name:<20} {str(checkouts[i])}: " + " / ".join(f"{t:.3f}" for t in times))
+
+
+if __name__ == "__main__":
+    main()
