@@ -81,9 +81,11 @@ def main() -> None:
     runners = [runner_of(c) for c in checkouts]
 
     source = args.workdir / f"{args.n}-bundles"
-    if not (source / "bundles").is_dir() or len(list((source / "bundles").iterdir())) != args.n:
+    if not (source / "bundles").is_dir() or len(list((source / "bundles").glob("b*.json"))) != args.n:
         shutil.rmtree(source, ignore_errors=True)
         generate(source / "bundles", args.n)
+    (source / "bundles" / "b0000005.json").write_bytes(make_bundle(5))  # (as generated: each change is newer)
+    (source / "bundles" / "zz-added.json").unlink(missing_ok=True)
     works = [args.workdir / f"{args.n}-{i}" for i in range(len(checkouts))]
     for checkout, runner, work in zip(checkouts, runners, works):
         prepare(work, source, checkout)
