@@ -7,7 +7,8 @@ shared machine, single runs of them vary by more than the differences worth meas
 busier between one checkout's runs and the next's shows up as a difference between the checkouts.  So each round
 here runs every scenario once in every checkout, one build after the other (A B C, A B C, ...), each in a fresh
 process as ``bench_build.py`` runs it (with that checkout's own runner, so an older checkout is timed through its
-own interface), and the medians over the rounds are compared.
+own interface) once the build before it has saved its cache (untimed), and the medians over the rounds are
+compared.
 
 Each checkout builds its own copy of the same generated bundles, with its own templates, in its own work folder
 (``<workdir>/<n>-<i>``), after an untimed full build.  The scenarios of a round: a no-op rebuild, one bundle
@@ -19,6 +20,7 @@ build's wall time in the order run.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
@@ -53,7 +55,20 @@ def timed_build(checkout: Path, runner: str, work: Path, jobs: int) -> dict:
                          cwd=checkout, env=env)
     if out.returncode != 0:
         sys.exit(f"{checkout}: the build failed (exit {out.returncode}):\n{out.stderr.strip()}")
+    saved(work)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def saved(work: Path) -> None:
+    """Wait (untimed) until the build in *work* has saved its cache: a build hands that to a detached process,
+    which would otherwise run beside the next checkout's build and slow it down instead of its own."""
+    lock = work / ".site-builder-cache" / "site" / "cache.lock"  # (where every checkout keeps it, beside "site")
+    if lock.exists():
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        finally:
+            os.close(fd)
 
 
 def prepare(work: Path, source: Path, checkout: Path) -> None:

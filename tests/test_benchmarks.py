@@ -101,6 +101,26 @@ def test_compare_benchmark_interleaves_checkouts_build_by_build(tmp_path):
     assert (tmp_path / "work" / "20-1" / "site" / "pith").is_dir()  # (each checkout built its own copy)
 
 
+def test_compare_benchmark_waits_for_the_last_builds_cache_save_before_the_next_build(tmp_path):
+    """A build's detached cache saver would otherwise run beside the next checkout's build (and count there)."""
+    import fcntl
+    import threading
+    import time
+
+    from bench_compare import saved
+
+    lock = tmp_path / ".site-builder-cache" / "site" / "cache.lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    fd = os.open(lock, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # (a saver at work)
+    threading.Timer(0.5, os.close, [fd]).start()
+    started = time.perf_counter()
+    saved(tmp_path)
+    assert time.perf_counter() - started >= 0.4
+    saved(tmp_path / "nothing built yet")  # (no cache: nothing to wait for)
+
+
 def test_compare_benchmark_stops_where_a_build_did_not_do_its_scenarios_work(tmp_path):
     """A "change" that wrote nothing (a checkout that took the new bundle for nothing new, say) would time a
     no-op under the change's name: the comparison stops and says which."""
