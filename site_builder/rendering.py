@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
@@ -94,8 +95,8 @@ def templates_identity(dirs: Iterable[Path]) -> str:
                 if name.startswith("."):
                     continue
                 p = Path(root, name)
-                if not inside_templates(d, p):  # (no template: never read, see ``TemplateLoader``)
-                    continue
+                if not (is_regular_file(p) or inside_templates(d, p)):  # (no template: never read, see
+                    continue                                           # ``TemplateLoader``)
                 rel, data = str(p.relative_to(d)).encode("utf-8", "surrogateescape"), p.read_bytes()
                 h.update(b"%d:%s%d:" % (len(rel), rel, len(data)))  # (lengths first: no two trees share a digest)
                 h.update(data)
@@ -151,6 +152,16 @@ class _ShownPaper:
             return getattr(self._summary, name)
         except WordsHeldByReference:  # (a field made of the words: read them)
             return getattr(self.full(), name)
+
+
+def is_regular_file(path: Path) -> bool:
+    """Whether *path* is a regular file itself, no link: one found by walking a folder without following links
+    lies inside it, as ``inside_templates`` would find at a dozen system calls more (4 ms a build for the ~70
+    templates of the two folders)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def inside_templates(folder: Path, path: str | Path) -> bool:

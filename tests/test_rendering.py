@@ -214,6 +214,9 @@ def test_a_template_or_settings_file_that_is_no_regular_file_is_never_read(tmp_p
     before = templates_identity([tmp_path])
     (tmp_path / "zero.html").symlink_to("/dev/zero")
     os.mkfifo(tmp_path / "fifo.html")
+    outside = tmp_path.parent / f"{tmp_path.name}-secret.txt"
+    outside.write_text("a regular file, but not the project's")
+    (tmp_path / "secret.html").symlink_to(outside)
     assert templates_identity([tmp_path]) == before
     renderer = SiteRenderer(SiteConfig(), [tmp_path], load_trust_set())
     for name in ("zero.html", "fifo.html"):
