@@ -64,11 +64,8 @@ def saved(work: Path) -> None:
     which would otherwise run beside the next checkout's build and slow it down instead of its own."""
     lock = work / ".site-builder-cache" / "site" / "cache.lock"  # (where every checkout keeps it, beside "site")
     if lock.exists():
-        fd = os.open(lock, os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        finally:
-            os.close(fd)
+        with open(lock, "rb") as held:  # (the lock is released as the file is closed)
+            fcntl.flock(held, fcntl.LOCK_EX)
 
 
 def prepare(work: Path, source: Path, checkout: Path) -> None:

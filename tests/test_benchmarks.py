@@ -74,18 +74,23 @@ def test_build_benchmark_repeats_the_small_scenarios_in_rounds(tmp_path):
     assert "full build" not in medians
 
 
+def this_checkout_with_its_runner_edited(folder: Path, old: str, new: str) -> Path:
+    """A checkout at *folder* with this one's code and templates, whose build runner has *old* (once) made *new*."""
+    (folder / "benchmarks").mkdir(parents=True)
+    for name in ("site_builder", "templates"):
+        (folder / name).symlink_to(ROOT / name)
+    runner = (BENCHMARKS / "bench_build.py").read_text()
+    assert runner.count(old) == 1
+    (folder / "benchmarks" / "bench_build.py").write_text(runner.replace(old, new))
+    return folder
+
+
 def test_compare_benchmark_interleaves_checkouts_build_by_build(tmp_path):
     """Two checkouts timed scenario by scenario, one build of each after the other, each from its own copy of the
     bundles: every scenario's median per checkout with its ratio to the first's, and every build's time.  The
     second checkout here is this one, timed through a runner of its own that adds a quarter of a second."""
-    slower = tmp_path / "slower"
-    (slower / "benchmarks").mkdir(parents=True)
-    for name in ("site_builder", "templates"):
-        (slower / name).symlink_to(ROOT / name)
-    runner = (BENCHMARKS / "bench_build.py").read_text()
-    assert runner.count("wall = time.perf_counter() - t\n") == 1
-    (slower / "benchmarks" / "bench_build.py").write_text(
-        runner.replace("wall = time.perf_counter() - t\n", "wall = time.perf_counter() - t + 0.25\n"))
+    slower = this_checkout_with_its_runner_edited(tmp_path / "slower", "wall = time.perf_counter() - t\n",
+                                                  "wall = time.perf_counter() - t + 0.25\n")
     result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
                              str(tmp_path / "work"), "--rounds", "2", str(ROOT), str(slower)],
                             capture_output=True, text=True, timeout=600)
@@ -124,13 +129,7 @@ def test_compare_benchmark_waits_for_the_last_builds_cache_save_before_the_next_
 def test_compare_benchmark_stops_where_a_build_did_not_do_its_scenarios_work(tmp_path):
     """A "change" that wrote nothing (a checkout that took the new bundle for nothing new, say) would time a
     no-op under the change's name: the comparison stops and says which."""
-    idle = tmp_path / "idle"
-    (idle / "benchmarks").mkdir(parents=True)
-    for name in ("site_builder", "templates"):
-        (idle / name).symlink_to(ROOT / name)
-    runner = (BENCHMARKS / "bench_build.py").read_text()
-    assert runner.count('"written": r.files_written') == 1
-    (idle / "benchmarks" / "bench_build.py").write_text(runner.replace('"written": r.files_written', '"written": 0'))
+    idle = this_checkout_with_its_runner_edited(tmp_path / "idle", '"written": r.files_written', '"written": 0')
     result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
                              str(tmp_path / "work"), "--rounds", "1", str(ROOT), str(idle)],
                             capture_output=True, text=True, timeout=600)
