@@ -8,9 +8,10 @@ bundle of the same record), replacing one (the file now holds another record), a
 giving 40 % of the bundles a newer version and editing one template (``--rounds N``: the no-op, change, add
 and delete builds N times each, with their medians).  Prints wall time, bundles/second, files written and
 reused, how long the scenario first waited (untimed) for the previous build's detached cache saver, peak RSS of
-the main process and of the largest worker, and the time of each build stage.  Builds save their cache in the background and link a twin of a site
-written afresh, as the command line does (``--no-twin``: as ``build --no-twin``).  An earlier run's output is
-deleted after this run's builds, or before them where the work folder is in memory (tmpfs), as it holds RAM.
+the main process and of the largest worker, and the time of each build stage.  Builds save their cache in the
+background and link a twin of a site written afresh, as the command line does (``--no-twin``: as ``build
+--no-twin``).  An earlier run's output is deleted after this run's builds, or before them where the work folder
+is in memory (tmpfs), as it holds RAM.  To compare checkouts side by side, see ``bench_compare.py``.
 """
 
 from __future__ import annotations
