@@ -198,6 +198,17 @@ def test_the_templates_identity_tells_every_two_trees_apart(tmp_path):
     (three / os.fsdecode(b"\xff.html")).write_bytes(b"x")
     assert templates_identity([one]) != templates_identity([two])
     assert templates_identity([three]) != templates_identity([tmp_path / "none"])
+    before = templates_identity([two])
+    (two / "b").write_bytes(b"3")  # (an edit: the same names, other bytes)
+    assert templates_identity([two]) != before
+    (two / "b").write_bytes(b"2")
+    (two / "b").rename(two / "c")  # (a rename: the same bytes under another name)
+    assert templates_identity([two]) != before
+    (two / "feed.xml").symlink_to("a")  # (a link inside the folder is a template like the file it names)
+    linked = templates_identity([two])
+    (two / "feed.xml").unlink()
+    (two / "feed.xml").symlink_to("c")
+    assert templates_identity([two]) != linked
 
 
 def test_a_template_or_settings_file_that_is_no_regular_file_is_never_read(tmp_path):
