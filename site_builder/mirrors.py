@@ -118,11 +118,11 @@ def recorded_in(document: bytes) -> dict[str, tuple[str, str]] | None:
         return None
 
 
-def differing_in(tree: Path, document: bytes) -> dict[str, str | None] | None:
-    """``differing_signatures`` against the record *document* (``recorded_in``), read here: the child that
-    makes the lookups parses it, and the build need not where it is told that nothing differs.  None where it
-    holds no record."""
-    recorded = recorded_in(document)
+def differing_in(tree: Path, record: MirrorRecord) -> dict[str, str | None] | None:
+    """``differing_signatures`` against *record*, parsed where this runs: the child that makes the lookups
+    parses it (once for both trees, which share the object), and the build need not where it is told that
+    nothing differs.  None where it holds no record."""
+    recorded = record.entries
     return None if recorded is None else differing_signatures(tree, recorded)
 
 
@@ -193,9 +193,10 @@ class MirrorLookups:
         self._record = record
         steps = {}
         if record is not None:
-            steps["live"] = functools.partial(differing_in, output, record.document)
+            handed = MirrorRecord(record.document)  # (the bytes alone: the child parses them once, for both steps)
+            steps["live"] = functools.partial(differing_in, output, handed)
             if os.path.isdir(twin):  # (none after a first build: its lookups would only say so 10,000 times)
-                steps["twin"] = functools.partial(differing_in, twin, record.document)
+                steps["twin"] = functools.partial(differing_in, twin, handed)
                 if twin_first:
                     steps = {"twin": steps["twin"], "live": steps["live"]}
         self._work = WorkAhead(steps, start_method)
