@@ -189,7 +189,6 @@ class MirrorLookups:
                  twin_first: bool = False):
         self.output = output
         self.twin_path = twin
-        self.document = record.document if record is not None else None  # (what the child is handed)
         self._record = record
         steps = {}
         if record is not None:
@@ -210,7 +209,7 @@ class MirrorLookups:
 
     def live(self) -> dict[str, str | None] | None:
         """``differing_signatures`` of the output (None: nothing recorded, ``check_live`` looks at the tree)."""
-        return self._work.result("live") if self.document is not None else None  # type: ignore[return-value]
+        return self._work.result("live") if self._record is not None else None  # type: ignore[return-value]
 
     def twin(self) -> dict[str, str | None] | None:
         """``differing_signatures`` of the tree beside the output (None: nothing recorded, or no such tree)."""
@@ -248,8 +247,9 @@ class MirrorLookups:
     def made_for(self, output: Path, twin: Path, record: MirrorRecord | None) -> bool:
         """Whether these are the lookups of *output* and *twin* against this record (the same bytes: serve starts
         them when it first sees a change, before the build that takes them over, ``ServeSession.lookups``)."""
-        return (self.output == output and self.twin_path == twin
-                and self.document == (record.document if record is not None else None))
+        def stored(r: MirrorRecord | None) -> bytes | None:
+            return r.document if r is not None else None
+        return self.output == output and self.twin_path == twin and stored(self._record) == stored(record)
 
     def close(self) -> None:
         self._work.close()
