@@ -72,15 +72,18 @@ print(json.dumps({"wall": wall, "written": r.files_written, "reused": r.files_re
 
 
 def run_build(work: Path, search: bool, jobs: int, twin: bool = True, shard_size: int = SiteConfig.search_shard_size,
-              look_ahead: bool = True) -> dict:
+              look_ahead: bool = True, checkout: Path = ROOT, runner: str = RUNNER) -> dict:
+    """One build of *work* in a fresh process by *checkout*'s code through *runner* (another checkout's own, for
+    ``bench_compare.py``): what the runner says of it."""
     args = {"bundles": str(work / "bundles"), "output": str(work / "site"), "key": str(work / "bench-key.json"),
             "templates": str(work / "templates"), "search": search, "jobs": jobs, "twin": twin,
             "look_ahead": look_ahead,
             "shard_size": shard_size}
-    # The code measured is this checkout's (``python -c`` puts the working folder first on the import path).
-    out = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(args)], capture_output=True, text=True, cwd=ROOT)
+    # The code measured is *checkout*'s (``python -c`` puts the working folder first on the import path).
+    out = subprocess.run([sys.executable, "-c", runner, json.dumps(args)], capture_output=True, text=True,
+                         cwd=checkout)
     if out.returncode != 0:  # say why, not only that it failed
-        sys.exit(f"the build failed (exit {out.returncode}):\n{out.stderr.strip()}")
+        sys.exit(f"{checkout}: the build failed (exit {out.returncode}):\n{out.stderr.strip()}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

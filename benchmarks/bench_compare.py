@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
-from generate import generate, make_bundle  # (beside this script)
+from bench_build import run_build  # (beside this script)
+from generate import generate, make_bundle
 
 SCENARIOS = ("no-op rebuild", "change one bundle", "add one bundle", "delete one bundle")
 
@@ -45,18 +43,11 @@ def runner_of(checkout: Path) -> str:
 
 
 def timed_build(checkout: Path, runner: str, work: Path, jobs: int) -> dict:
-    """One build of *work* by *checkout*'s code in a fresh process: what the runner says of it (``wall``, its
-    time in seconds; ``written``, the files it wrote; ...)."""
-    args = {"bundles": str(work / "bundles"), "output": str(work / "site"), "key": str(work / "bench-key.json"),
-            "templates": str(work / "templates"), "search": False, "jobs": jobs, "twin": True,
-            "look_ahead": True, "shard_size": 1000}
-    env = {**os.environ, "PYTHONPATH": str(checkout)}  # (the code measured is that checkout's)
-    out = subprocess.run([sys.executable, "-c", runner, json.dumps(args)], capture_output=True, text=True,
-                         cwd=checkout, env=env)
-    if out.returncode != 0:
-        sys.exit(f"{checkout}: the build failed (exit {out.returncode}):\n{out.stderr.strip()}")
+    """One build of *work* by *checkout*'s code in a fresh process (``bench_build.run_build``), once the cache
+    is saved: what the runner says of it (``wall``, its time in seconds; ``written``, the files it wrote; ...)."""
+    result = run_build(work, False, jobs, checkout=checkout, runner=runner)
     saved(work)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return result
 
 
 def saved(work: Path) -> None:
