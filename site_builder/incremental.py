@@ -20,7 +20,9 @@ misses, and the build starts from the cache alone.
 Entry names say what the value is: ``addresses``, ``catalogue``, ``selection``, ``previous_site``,
 ``renderer``, ``inspections`` (every input file's stat and result, under one trust set), ``unit-keys`` (every
 unit's key and material, under one build key), ``report-lines`` (every input file's outcome and report lines),
-and one entry each for ``unit-rows:<unit>``.  A build that finishes drops the entries it did not use
+one entry each for ``unit-rows:<unit>``, and the report's pieces of ``report.PIECE_LINES`` files each: their
+outcomes (``report-outcomes:<first>``), their lines in a report file (``report-lines:<file>:<first>``) and in
+the report's identity (``report-identity:<first>``).  A build that finishes drops the entries it did not use
 (``forget_unused``), which would otherwise hold records that are gone; the entries of every file or unit hold
 this build's alone.
 """

@@ -5,6 +5,7 @@ from dataclasses import replace
 
 from site_builder.inspection import inspect_bytes, rejected
 from site_builder.keys import load_trust_set
+from site_builder import report as report_module
 from site_builder.incremental import IncrementalStore
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportRows
 from site_builder.verification import VerificationWarning
@@ -24,12 +25,13 @@ def _report() -> BuildReport:
     return report
 
 
-def test_the_report_written_in_pieces_is_one_json_document_in_path_order():
+def test_the_report_written_in_pieces_is_one_json_document_in_path_order(monkeypatch):
     report = _report()
     doc = report.document(["k1"], "2026-01-01T00:00:00Z")
-    whole = b"".join(doc.chunks())
-    for per_chunk in (1, 2, 3, 1000):
-        assert b"".join(doc.chunks(lines_per_chunk=per_chunk)) == whole
+    whole, identity = b"".join(doc.chunks()), doc.identity()
+    for per_piece in (1, 2, 3, 1000):
+        monkeypatch.setattr(report_module, "PIECE_LINES", per_piece)
+        assert b"".join(doc.chunks()) == whole and doc.identity() == identity
     parsed = json.loads(whole)
     assert [f["path"] for f in parsed["files"]] == sorted(o.inspection.rel for o in report.outcomes)
     assert parsed["counts"] == {"read": 6, "published": 3, "rejected": 2, "superseded": 1}
@@ -86,6 +88,37 @@ def test_lines_are_kept_by_the_saver_not_while_writing():
     assert ReportRows(store).line_unkept(second) is ReportRows(store).line_unkept(second)
     # A line is kept for its result, status and note: another note is another line.
     assert ReportRows(store).outcome(second.inspection, second.status, second.note + " (again)") is not second
+
+
+def test_serve_remakes_only_the_pieces_whose_outcomes_changed_and_writes_what_a_fresh_build_writes(monkeypatch):
+    """Serve keeps each piece of the report (its lines, its identity) with the outcomes it was made of: a build
+    with the very same outcomes reuses it, one where an outcome changed makes that piece again, and either way
+    the report is the one a build that keeps nothing writes."""
+    monkeypatch.setattr(report_module, "PIECE_LINES", 2)  # six outcomes: three pieces
+    report = _report()
+    store = IncrementalStore()
+
+    def served(outcomes: list[FileOutcome]) -> tuple[bytes, str, list]:
+        store.start_build()
+        doc = BuildReport(outcomes=outcomes).document([], None, ReportRows(store))
+        written, identity = b"".join(doc.chunks()), doc.identity()
+        pieces = [store.last(f"report-lines:verification.json:{start}")[1] for start in (0, 2, 4)]
+        fresh = BuildReport(outcomes=outcomes).document([], None)  # (a store that keeps nothing)
+        assert written == b"".join(fresh.chunks()) and identity == fresh.identity()
+        store.forget_unused()
+        return written, identity, pieces
+
+    written, identity, pieces = served(report.outcomes)
+    again, identity_again, pieces_again = served(list(report.outcomes))
+    assert again == written and identity_again == identity
+    assert all(a is b for a, b in zip(pieces, pieces_again))  # all three reused
+    ordered = sorted(report.outcomes, key=lambda o: o.inspection.rel)
+    changed = ordered[3]  # in the second piece
+    edited = [FileOutcome(changed.inspection, changed.status, changed.note + " (edited)") if o is changed else o
+              for o in report.outcomes]
+    written_now, identity_now, pieces_now = served(edited)
+    assert b"(edited)" in written_now and identity_now != identity
+    assert pieces_now[0] is pieces[0] and pieces_now[2] is pieces[2] and pieces_now[1] != pieces[1]
 
 
 def test_every_line_is_its_outcome_as_json_even_holding_text_the_fast_encoder_refuses():

@@ -8,6 +8,7 @@ import pytest
 
 from site_builder.build import BuildOptions, build, default_cache_dir
 from site_builder.incremental import IncrementalStore
+from site_builder.report import BuildReport
 from site_builder.inspection import inspect_bytes
 from site_builder.selection import Candidate, select
 from site_builder.stages import select as select_stage
@@ -256,3 +257,35 @@ def test_a_few_files_changed_or_gone_patch_the_last_selection_to_what_select_cho
     assert patched is not None
     assert list(patched.published.items()) == list(select(now).published.items())
     assert patched.published[renewed.pith_id].inspection is renewed and len(patched.published) == len(paths) - 1
+
+
+def test_outcomes_kept_in_pieces_follow_every_change_of_what_they_are_made_of(tmp_path, monkeypatch):
+    """serve keeps the files' outcomes a piece at a time (``record_outcomes``): the same results give the very
+    same outcomes again, and a file newly superseded, or a record whose bundle changed after it was verified,
+    gives the outcomes a build that keeps nothing gives."""
+    monkeypatch.setattr(select_stage, "PIECE_LINES", 2)
+    key, trust, bundles = resigned_real_bundles(tmp_path)
+    inspections = [inspect_bytes(p.name, p.read_bytes(), trust) for p in sorted(bundles.iterdir())]
+    inspections.append(inspect_bytes("zz-broken.json", b"{", trust))  # five files: three pieces
+    selection = select([Candidate(i, bundles / i.rel) for i in inspections if i.verified])
+    store = IncrementalStore()
+
+    def outcomes(changed: dict, keeping: bool = True) -> list:
+        report = BuildReport()
+        select_stage.record_outcomes(report, inspections, selection, changed, store if keeping else
+                                     IncrementalStore(keeps=False))
+        return report.outcomes
+
+    def shown(found: list) -> list:
+        return [(o.inspection.rel, o.status, o.note, o.inspection.check, o.inspection.reason) for o in found]
+
+    first = outcomes({})
+    assert all(a is b for a, b in zip(outcomes({}), first)) and shown(first) == shown(outcomes({}, keeping=False))
+    victim = inspections[2]
+    selection.superseded[victim.rel] = "by a newer bundle of its record"
+    now = outcomes({})
+    assert shown(now) == shown(outcomes({}, keeping=False)) and ("by a newer bundle of its record" in
+                                                                  [o.note for o in now])
+    changed = {inspections[0].pith_id: "file_changed: changed after it was verified"}
+    now = outcomes(changed)
+    assert shown(now) == shown(outcomes(changed, keeping=False)) and now[0].inspection.check == "file_changed"
