@@ -93,9 +93,6 @@ class IncrementalStore:
         """Drop the entries the build that just finished did not use (of records and units that are gone)."""
         self._entries = {name: entry for name, entry in self._entries.items() if name in self._used}
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
     def __contains__(self, name: str) -> bool:
         return name in self._entries
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from site_builder import report as report_module
 from site_builder.build import build, prepare_spare_tree
 from site_builder.cache import cache_context
 from site_builder.cache_key import user_cache_key
@@ -20,6 +21,7 @@ from site_builder.options import ServeSession
 from site_builder.parallel import PARALLEL_THRESHOLD
 from site_builder.keys import load_trust_set
 from site_builder.settings import SiteConfig
+from site_builder.stages import select as select_stage
 
 from conftest import REAL_FILES, ROOT, both_keys, cache_document, document_tag, opts, plant_document, tree
 from generate import make_bundle
@@ -42,7 +44,7 @@ def test_the_store_reuses_a_value_only_for_equal_material():
 def test_a_store_that_keeps_nothing_always_makes_the_value():
     store = IncrementalStore(keeps=False)
     assert store.keep("a", 1, "v") == "v"
-    assert store.recall("a", 1) is None and store.last("a") is None and len(store) == 0
+    assert store.recall("a", 1) is None and store.last("a") is None and "a" not in store
 
 
 def test_a_finished_build_forgets_what_it_did_not_use():
@@ -91,6 +93,9 @@ def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkey
     trust = both_keys()
     inc = project / "inc"
     memory = IncrementalStore() if mode == "serve" else None
+    if memory is not None:  # the report's outcomes and lines kept in pieces of two files: several of them here
+        monkeypatch.setattr(report_module, "PIECE_LINES", 2)
+        monkeypatch.setattr(select_stage, "PIECE_LINES", 2)
     twin = mode == "separate-twin"
     search = {"search": True, "config": SiteConfig(search_shard_size=3)} if mode == "separate-search-shards" else {}
 
@@ -98,7 +103,9 @@ def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkey
         if mode == "separate-foreign-cache":
             monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("other-user")))
     another_user()
-    build(opts(project, inc, trust, session=ServeSession(memory) if memory else None, link_twin=twin, **search))
+    def session() -> ServeSession | None:  # (serve hands each build a session around its one store)
+        return ServeSession(memory) if memory is not None else None
+    build(opts(project, inc, trust, session=session(), link_twin=twin, **search))
     layouts = set()  # (the search index's shards, as records come and go)
     assert not list(project.rglob("*.pickle"))
     next_id = 100
@@ -136,7 +143,7 @@ def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkey
         elif action == "keys":
             trust = load_trust_set() if len(trust.keys) == 2 else both_keys()
         another_user()
-        report = build(opts(project, inc, trust, session=ServeSession(memory) if memory else None, link_twin=twin, **search))
+        report = build(opts(project, inc, trust, session=session(), link_twin=twin, **search))
         clean = project / f"clean{step}"
         build(opts(project, clean, trust, use_cache=False, **search))
         assert tree(inc) == tree(clean), f"step {step}: {action}"
