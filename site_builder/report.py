@@ -277,8 +277,9 @@ class ReportRows:
         """The *line*s of *outcomes* joined by *separator*: a piece of a report file, or of the report's
         identity, kept in the store under *name* (``report-<name>``) with the outcomes it was made of, and
         reused while they are equal (a list of the very same outcomes compares at once).  A serve build that
-        changes one file's outcome makes one piece of each again, not every line: 0.013 s less of a change's
-        rebuild at 10,000 files."""
+        changes one file's outcome makes one piece of each again, not every line: at 10,000 files, 0.005-0.007 s
+        less writing verification.json and 0.0035-0.005 s less naming the build (``bench_serve.py``'s changes,
+        timed stage by stage against the commit before)."""
         return self.store.reuse(f"report-{name}", outcomes, lambda: separator.join([line(o) for o in outcomes]))
 
     def keep_lines(self, outcomes: list[FileOutcome]) -> None:
