@@ -154,6 +154,9 @@ def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkey
         shutil.rmtree(clean)
     if search:  # the number of shards changed as records came and went (fewer while the benchmark key is untrusted)
         assert len(layouts) >= 2
+    if memory is not None:  # (the builds were serve's: each kept what the next reused, the report in pieces)
+        assert all(name in memory for name in ("unit-keys", "report-lines", "report-outcomes:2",
+                                               "report-lines:verification.json:2", "report-identity:2"))
 
 
 def test_noop_rebuild_writes_nothing(project):
