@@ -8,8 +8,8 @@ import pytest
 
 from site_builder.build import BuildOptions, build, default_cache_dir
 from site_builder.incremental import IncrementalStore
-from site_builder.report import BuildReport
 from site_builder.inspection import inspect_bytes
+from site_builder.report import BuildReport
 from site_builder.selection import Candidate, select
 from site_builder.stages import select as select_stage
 from site_builder.stages.select import select_bundles
