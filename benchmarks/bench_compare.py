@@ -15,13 +15,22 @@ Each checkout builds its own copy of the same generated bundles, with its own te
 changed (a newer bundle of the same record: a later variant each round, never a rollback), one added, and that
 one deleted again.  Prints each scenario's median per checkout, its ratio to the first checkout's, and every
 build's wall time in the order run.
+
+With ``--serve CHANGES``, the live preview's save to reload instead: each round runs every checkout's own
+``bench_serve.py`` in turn (a ``serve`` started afresh, then CHANGES bundles saved one after the other), in its own
+work folder (``<workdir>/serve-<i>``), and the latencies of all rounds are pooled per checkout: one serve session's
+changes vary by tens of milliseconds from one session to the next, more than the differences worth measuring.
+
+    python benchmarks/bench_compare.py --n 10000 --workdir /dev/shm/sb-compare --rounds 5 --serve 9 CHECKOUT ...
 """
 
 from __future__ import annotations
 
 import argparse
 import fcntl
+import re
 import shutil
+import subprocess
 import statistics
 import sys
 from pathlib import Path
@@ -69,6 +78,39 @@ def prepare(work: Path, source: Path, checkout: Path) -> None:
     shutil.copytree(checkout / "templates", work / "templates")
 
 
+def serve_latencies(checkout: Path, work: Path, n: int, changes: int) -> list[int]:
+    """Save to reload of *changes* changes, in ms, as *checkout*'s own ``bench_serve.py`` times them in *work*."""
+    run = subprocess.run([sys.executable, str(checkout / "benchmarks" / "bench_serve.py"), "--n", str(n),
+                          "--workdir", str(work), "--repeat", str(changes)], capture_output=True, text=True)
+    found = [int(ms) for ms in re.findall(r"^change \d+: reload event after (\d+) ms$", run.stderr, re.M)]
+    if run.returncode != 0 or len(found) != changes:
+        sys.exit(f"{checkout}: bench_serve.py timed {len(found)} of {changes} changes (exit {run.returncode}): "
+                 f"{run.stderr.strip()[-300:]}")
+    return found
+
+
+def compare_serve(checkouts: list[Path], source: Path, args: argparse.Namespace) -> None:
+    """``--serve``: every checkout's save to reload, round by round, pooled (see the module's docstring)."""
+    works = [args.workdir / f"serve-{i}" for i in range(len(checkouts))]
+    for work in works:  # (bench_serve.py takes the bundles it finds there, as many as it is asked for)
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(source / "bundles", work / f"serve-{args.n}" / "bundles")
+        shutil.copy2(source / "bench-key.json", work / f"serve-{args.n}" / "bench-key.json")
+    pooled: dict[int, list[int]] = {i: [] for i in range(len(checkouts))}
+    for later in range(args.rounds):
+        for i, (checkout, work) in enumerate(zip(checkouts, works)):
+            found = serve_latencies(checkout, work, args.n, args.serve)
+            pooled[i] += found
+            print(f"round {later + 1} {checkout}: " + " / ".join(map(str, found)), file=sys.stderr)
+    first = statistics.median(pooled[0])
+    print(f"{args.n} bundles, {args.rounds} rounds of {args.serve} changes, checkouts in turn; save to reload, "
+          f"the median of every change (ms):")
+    for i, checkout in enumerate(checkouts):
+        median = statistics.median(pooled[i])
+        print(f"{str(checkout):<40} {median:>6.0f}" + ("" if i == 0 else f" ({median / first:.2f}x)")
+              + f"   {len(pooled[i])} changes, {min(pooled[i])}-{max(pooled[i])}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkouts", type=Path, nargs="+", help="the source trees to compare (the first is the "
@@ -77,11 +119,15 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/site-builder-compare"))
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--serve", type=int, metavar="CHANGES", help="time serve's save to reload instead of the "
+                        "builds: each round, CHANGES changes in each checkout's own serve session")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds: at least 1")
+    if args.serve is not None and args.serve < 1:
+        parser.error("--serve: at least 1 change")
     checkouts = [c.resolve() for c in args.checkouts]
-    runners = [runner_of(c) for c in checkouts]
+    runners = [runner_of(c) for c in checkouts] if args.serve is None else []
 
     source = args.workdir / f"{args.n}-bundles"
     if not (source / "bundles").is_dir() or len(list((source / "bundles").glob("b*.json"))) != args.n:
@@ -89,6 +135,9 @@ def main() -> None:
         generate(source / "bundles", args.n)
     (source / "bundles" / "b0000005.json").write_bytes(make_bundle(5))  # (as generated: each change is newer)
     (source / "bundles" / "zz-added.json").unlink(missing_ok=True)
+    if args.serve is not None:
+        compare_serve(checkouts, source, args)
+        return
     works = [args.workdir / f"{args.n}-{i}" for i in range(len(checkouts))]
     for checkout, runner, work in zip(checkouts, runners, works):
         prepare(work, source, checkout)

@@ -74,14 +74,18 @@ def test_build_benchmark_repeats_the_small_scenarios_in_rounds(tmp_path):
     assert "full build" not in medians
 
 
-def this_checkout_with_its_runner_edited(folder: Path, old: str, new: str) -> Path:
-    """A checkout at *folder* with this one's code and templates, whose build runner has *old* (once) made *new*."""
+def this_checkout_with_a_benchmark_edited(folder: Path, old: str, new: str, script: str = "bench_build.py") -> Path:
+    """A checkout at *folder* with this one's code, templates and benchmarks, whose *script* (the build runner's,
+    unless named) has *old* (once) made *new*."""
     (folder / "benchmarks").mkdir(parents=True)
     for name in ("site_builder", "templates"):
         (folder / name).symlink_to(ROOT / name)
-    runner = (BENCHMARKS / "bench_build.py").read_text()
-    assert runner.count(old) == 1
-    (folder / "benchmarks" / "bench_build.py").write_text(runner.replace(old, new))
+    for other in BENCHMARKS.glob("*.py"):
+        if other.name != script:
+            (folder / "benchmarks" / other.name).symlink_to(other)
+    source = (BENCHMARKS / script).read_text()
+    assert source.count(old) == 1
+    (folder / "benchmarks" / script).write_text(source.replace(old, new))
     return folder
 
 
@@ -89,7 +93,7 @@ def test_compare_benchmark_interleaves_checkouts_build_by_build(tmp_path):
     """Two checkouts timed scenario by scenario, one build of each after the other, each from its own copy of the
     bundles: every scenario's median per checkout with its ratio to the first's, and every build's time.  The
     second checkout here is this one, timed through a runner of its own that adds a quarter of a second."""
-    slower = this_checkout_with_its_runner_edited(tmp_path / "slower", "wall = time.perf_counter() - t\n",
+    slower = this_checkout_with_a_benchmark_edited(tmp_path / "slower", "wall = time.perf_counter() - t\n",
                                                   "wall = time.perf_counter() - t + 0.25\n")
     result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
                              str(tmp_path / "work"), "--rounds", "2", str(ROOT), str(slower)],
@@ -129,11 +133,38 @@ def test_compare_benchmark_waits_for_the_last_builds_cache_save_before_the_next_
 def test_compare_benchmark_stops_where_a_build_did_not_do_its_scenarios_work(tmp_path):
     """A "change" that wrote nothing (a checkout that took the new bundle for nothing new, say) would time a
     no-op under the change's name: the comparison stops and says which."""
-    idle = this_checkout_with_its_runner_edited(tmp_path / "idle", '"written": r.files_written', '"written": 0')
+    idle = this_checkout_with_a_benchmark_edited(tmp_path / "idle", '"written": r.files_written', '"written": 0')
     result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
                              str(tmp_path / "work"), "--rounds", "1", str(ROOT), str(idle)],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 1 and f"{idle}: the 'change one bundle' build wrote 0 files" in result.stderr
+
+
+def test_compare_benchmark_pools_each_checkouts_serve_sessions_round_by_round(tmp_path):
+    """``--serve``: each round, every checkout's own serve benchmark in turn, in its own work folder; the median of
+    all its changes, with the ratio to the first checkout's.  The second checkout is this one, its serve
+    benchmark reporting a quarter of a second more than it measures."""
+    slower = this_checkout_with_a_benchmark_edited(tmp_path / "slower", "{latency * 1000:.0f} ms",
+                                                   "{latency * 1000 + 250:.0f} ms", script="bench_serve.py")
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
+                             str(tmp_path / "work"), "--rounds", "2", "--serve", "2", str(ROOT), str(slower)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["20-bundles", "serve-0", "serve-1"]
+    first = re.search(rf"^{re.escape(str(ROOT))} +(\d+) +4 changes, \d+-\d+$", result.stdout, re.M)
+    second = re.search(rf"^{re.escape(str(slower))} +(\d+) \(([0-9.]+)x\) +4 changes, \d+-\d+$", result.stdout,
+                       re.M)
+    assert first and second, result.stdout
+    assert int(second.group(1)) > int(first.group(1)) + 200
+    assert float(second.group(2)) == pytest.approx(int(second.group(1)) / int(first.group(1)), abs=0.01)
+    for checkout in (ROOT, slower):  # (a line per round and checkout, in turn)
+        assert len(re.findall(rf"^round [12] {re.escape(str(checkout))}: \d+ / \d+$", result.stderr, re.M)) == 2
+    lost = this_checkout_with_a_benchmark_edited(tmp_path / "lost", "reload event after", "reload after",
+                                                script="bench_serve.py")
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
+                             str(tmp_path / "work"), "--rounds", "1", "--serve", "1", str(lost)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1 and f"{lost}: bench_serve.py timed 0 of 1 changes (exit 0)" in result.stderr
 
 
 @pytest.mark.parametrize("arguments, error", [
