@@ -30,8 +30,8 @@ import argparse
 import fcntl
 import re
 import shutil
-import subprocess
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 

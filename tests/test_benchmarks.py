@@ -94,7 +94,7 @@ def test_compare_benchmark_interleaves_checkouts_build_by_build(tmp_path):
     bundles: every scenario's median per checkout with its ratio to the first's, and every build's time.  The
     second checkout here is this one, timed through a runner of its own that adds a quarter of a second."""
     slower = this_checkout_with_a_benchmark_edited(tmp_path / "slower", "wall = time.perf_counter() - t\n",
-                                                  "wall = time.perf_counter() - t + 0.25\n")
+                                                   "wall = time.perf_counter() - t + 0.25\n")
     result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
                              str(tmp_path / "work"), "--rounds", "2", str(ROOT), str(slower)],
                             capture_output=True, text=True, timeout=600)
