@@ -143,9 +143,9 @@ def test_compare_benchmark_stops_where_a_build_did_not_do_its_scenarios_work(tmp
 def test_compare_benchmark_pools_each_checkouts_serve_sessions_round_by_round(tmp_path):
     """``--serve``: each round, every checkout's own serve benchmark in turn, in its own work folder; the median of
     all its changes, with the ratio to the first checkout's.  The second checkout is this one, its serve
-    benchmark reporting a quarter of a second more than it measures."""
+    benchmark reporting a second more than it measures."""
     slower = this_checkout_with_a_benchmark_edited(tmp_path / "slower", "{latency * 1000:.0f} ms",
-                                                   "{latency * 1000 + 250:.0f} ms", script="bench_serve.py")
+                                                   "{latency * 1000 + 1000:.0f} ms", script="bench_serve.py")
     result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
                              str(tmp_path / "work"), "--rounds", "2", "--serve", "2", str(ROOT), str(slower)],
                             capture_output=True, text=True, timeout=600)
@@ -156,7 +156,7 @@ def test_compare_benchmark_pools_each_checkouts_serve_sessions_round_by_round(tm
                        re.M)
     assert first and second, result.stdout
     shown_first, shown_second, ratio = int(first.group(1)), int(second.group(1)), float(second.group(2))
-    assert shown_second > shown_first + 200
+    assert shown_second > shown_first + 700  # (a second more, whatever the two sessions took)
     # (the medians are shown to the millisecond, the ratio made of them unrounded, to the hundredth)
     lowest, highest = (shown_second - 0.5) / (shown_first + 0.5), (shown_second + 0.5) / (shown_first - 0.5)
     assert lowest - 0.005 <= ratio <= highest + 0.005
