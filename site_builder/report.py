@@ -86,6 +86,11 @@ PAGE_LINES = 10_000
 PIECE_LINES = 2_000
 
 
+def pieces(items: list) -> Iterator[tuple[int, list]]:
+    """*items* PIECE_LINES at a time: (the first's index, the piece)."""
+    return ((start, items[start:start + PIECE_LINES]) for start in range(0, len(items), PIECE_LINES))
+
+
 @dataclass
 class BuildReport:
     outcomes: list[FileOutcome] = field(default_factory=list)
@@ -206,10 +211,8 @@ class ReportDocument:
     def identity(self) -> str:
         """What the "files" arrays are made of, one short line per file (``identity_line``), for the build id.
         Hashing this instead of the lines spares the build serialising 100,000 lines to name it."""
-        ordered = self.ordered
-        return "\n".join([self.rows.piece(f"identity:{start}", ordered[start:start + PIECE_LINES], "\n",
-                                           self.rows.identity_line)
-                          for start in range(0, len(ordered), PIECE_LINES)])
+        return "\n".join([self.rows.piece(f"identity:{start}", piece, "\n", self.rows.identity_line)
+                          for start, piece in pieces(self.ordered)])
 
     def chunks(self) -> Iterator[bytes]:
         """verification.json in pieces: one line per file (readable, diffable, fast to write for 100,000
@@ -226,9 +229,8 @@ class ReportDocument:
     def _document(self, name: str, head: dict, outcomes: list[FileOutcome]) -> Iterator[bytes]:
         """*head* with a "files" array of *outcomes*' lines, in pieces (the file *name*'s)."""
         yield (json.dumps(head, ensure_ascii=False)[:-1] + ',\n"files": [\n').encode("utf-8")
-        for start in range(0, len(outcomes), PIECE_LINES):
-            text = self.rows.piece(f"lines:{name}:{start}", outcomes[start:start + PIECE_LINES], ",\n",
-                                   self.rows.line_unkept)
+        for start, piece in pieces(outcomes):
+            text = self.rows.piece(f"lines:{name}:{start}", piece, ",\n", self.rows.line_unkept)
             yield ((",\n" if start else "") + text).encode("utf-8")
         yield b"\n]}\n"
 

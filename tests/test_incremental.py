@@ -21,7 +21,6 @@ from site_builder.options import ServeSession
 from site_builder.parallel import PARALLEL_THRESHOLD
 from site_builder.keys import load_trust_set
 from site_builder.settings import SiteConfig
-from site_builder.stages import select as select_stage
 
 from conftest import REAL_FILES, ROOT, both_keys, cache_document, document_tag, opts, plant_document, tree
 from generate import make_bundle
@@ -95,7 +94,6 @@ def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkey
     memory = IncrementalStore() if mode == "serve" else None
     if memory is not None:  # the report's outcomes and lines kept in pieces of two files: several of them here
         monkeypatch.setattr(report_module, "PIECE_LINES", 2)
-        monkeypatch.setattr(select_stage, "PIECE_LINES", 2)
     twin = mode == "separate-twin"
     search = {"search": True, "config": SiteConfig(search_shard_size=3)} if mode == "separate-search-shards" else {}
 

@@ -6,6 +6,7 @@ import sqlite3
 
 import pytest
 
+from site_builder import report as report_module
 from site_builder.build import BuildOptions, build, default_cache_dir
 from site_builder.incremental import IncrementalStore
 from site_builder.inspection import inspect_bytes
@@ -263,7 +264,7 @@ def test_outcomes_kept_in_pieces_follow_every_change_of_what_they_are_made_of(tm
     """serve keeps the files' outcomes a piece at a time (``record_outcomes``): the same results give the very
     same outcomes again, and a file newly superseded, or a record whose bundle changed after it was verified,
     gives the outcomes a build that keeps nothing gives."""
-    monkeypatch.setattr(select_stage, "PIECE_LINES", 2)
+    monkeypatch.setattr(report_module, "PIECE_LINES", 2)
     key, trust, bundles = resigned_real_bundles(tmp_path)
     inspections = [inspect_bytes(p.name, p.read_bytes(), trust) for p in sorted(bundles.iterdir())]
     inspections.append(inspect_bytes("zz-broken.json", b"{", trust))  # five files: three pieces
