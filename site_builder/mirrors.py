@@ -34,21 +34,25 @@ MIRROR_FOLDERS = ("pith", ".well-known/pith")  # where a record's bundle.json is
 def mirror_signatures(tree: Path, pith_ids: Iterable[str]) -> Iterator[tuple[str, str | None]]:
     """Each record's mirrored bundle in *tree*: the signatures of its two paths, or None where either is
     missing or one of the two folders holding them is a link.  (A record's own folder that is a link is looked
-    through: its bundle.json must still be the very file recorded, which only a hard link to it can be.)"""
-    folders = [_open_folder(tree, folder) for folder in MIRROR_FOLDERS]
+    through: its bundle.json must still be the very file recorded, which only a hard link to it can be.)
+
+    Written for the two folders of ``MIRROR_FOLDERS`` and one string a record: a no-op build waits for these
+    lookups, 20,000 at 10,000 records, and the loop's own work beside the ``lstat`` calls was a fifth of it."""
+    first, second = folders = [_open_folder(tree, folder) for folder in MIRROR_FOLDERS]
     lstat = os.lstat
     try:
         for pid in pith_ids:
-            signatures = []
-            for folder in folders:
-                try:
-                    st = lstat(f"{pid}/bundle.json", dir_fd=folder) if folder is not None else None
-                except OSError:
-                    st = None
-                if st is None:
-                    break
-                signatures.append(f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}")
-            yield pid, " ".join(signatures) if len(signatures) == len(folders) else None
+            if first is None or second is None:  # (a folder missing or a link: no lookup is made at all)
+                yield pid, None
+                continue
+            name = f"{pid}/bundle.json"
+            try:
+                a = lstat(name, dir_fd=first)
+                b = lstat(name, dir_fd=second)
+            except OSError:
+                yield pid, None
+                continue
+            yield pid, f"{a.st_size}:{a.st_mtime_ns}:{a.st_ino} {b.st_size}:{b.st_mtime_ns}:{b.st_ino}"
     finally:
         for folder in folders:
             if folder is not None:

@@ -68,6 +68,18 @@ def test_a_folder_of_mirrors_that_is_a_link_proves_nothing(tmp_path):
     assert dict(mirror_signatures(tree, ["AAAA"])) == {"AAAA": None}
 
 
+@pytest.mark.parametrize("missing", ["pith", ".well-known/pith"])
+def test_a_missing_folder_of_mirrors_proves_nothing_whatever_the_working_folder_holds(tmp_path, monkeypatch,
+                                                                                         missing):
+    """Lookups are made relative to the two folders held open: with one of them missing, none is made (never
+    relative to the working folder, where a bundle.json by that name would be another file altogether)."""
+    tree = _tree(tmp_path / "site")
+    lookalike = _tree(tmp_path / "elsewhere", linked=False)
+    os.replace(tree / missing, tmp_path / "gone")
+    monkeypatch.chdir(lookalike / "pith")  # (holds AAAA/bundle.json)
+    assert dict(mirror_signatures(tree, ["AAAA", "BBBB"])) == {"AAAA": None, "BBBB": None}
+
+
 def test_looking_up_leaves_no_folder_open(tmp_path):
     """serve looks up both trees on every change, for hours: each lookup closes the folders it opened, when it
     ends early, when a tree is missing and when a folder on the way is a link."""
