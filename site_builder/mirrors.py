@@ -36,8 +36,9 @@ def mirror_signatures(tree: Path, pith_ids: Iterable[str]) -> Iterator[tuple[str
     missing or one of the two folders holding them is a link.  (A record's own folder that is a link is looked
     through: its bundle.json must still be the very file recorded, which only a hard link to it can be.)
 
-    Written for the two folders of ``MIRROR_FOLDERS`` and one string a record: a no-op build waits for these
-    lookups, 20,000 at 10,000 records, and the loop's own work beside the ``lstat`` calls was a fifth of it."""
+    Written for the two folders of ``MIRROR_FOLDERS``, one string a record: a no-op build may wait for these
+    lookups (20,000 at 10,000 records), and the loop's own work beside the ``lstat`` calls was a fifth of
+    their time (the child's lookups against the record, alone in a process: 71-83 ms before, 65-70 after)."""
     first, second = folders = [_open_folder(tree, folder) for folder in MIRROR_FOLDERS]
     lstat = os.lstat
     try:
