@@ -1,6 +1,7 @@
 """Incremental builds give exactly the tree a clean full build gives, and a no-op writes nothing."""
 
 import errno
+import itertools
 import json
 import random
 import re
@@ -81,17 +82,19 @@ def test_serve_builds_drop_the_entries_of_records_that_are_gone(project):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["separate", "separate-foreign-cache", "separate-twin", "separate-search-shards",
-                                  "serve"])
+                                  "serve", "serve-and-separate"])
 def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkeypatch):
     """As separate builds (each starting from the cache the last one saved; from a cache written under another
     user's key every time, which must count for nothing; linking a twin whenever every file is written afresh,
     as the command line does; with the search index in shards of at most 3 records, 2 to 4 of them as records
-    come and go) and as ``serve`` builds: one IncrementalStore (open cache, compiled templates) across all the
-    builds."""
+    come and go), as ``serve`` builds: one IncrementalStore (open cache, compiled templates) across all the
+    builds, and as both by turns (``build`` run in another terminal while ``serve`` runs: serve's next build
+    must not take what it keeps for the output as the build before the other left it)."""
     rng = random.Random(20261129)
     trust = both_keys()
     inc = project / "inc"
-    memory = IncrementalStore() if mode == "serve" else None
+    memory = IncrementalStore() if mode.startswith("serve") else None
+    builds = itertools.count()
     if memory is not None:  # the report's outcomes and lines kept in pieces of two files: several of them here
         monkeypatch.setattr(report_module, "PIECE_LINES", 2)
     twin = mode == "separate-twin"
@@ -102,6 +105,8 @@ def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkey
             monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("other-user")))
     another_user()
     def session() -> ServeSession | None:  # (serve hands each build a session around its one store)
+        if mode == "serve-and-separate" and next(builds) % 3 == 2:  # (every third build a separate one)
+            return None
         return ServeSession(memory) if memory is not None else None
     build(opts(project, inc, trust, session=session(), link_twin=twin, **search))
     layouts = set()  # (the search index's shards, as records come and go)
