@@ -10,6 +10,7 @@ from site_builder import report as report_module
 from site_builder.build import BuildOptions, build, default_cache_dir
 from site_builder.incremental import IncrementalStore
 from site_builder.inspection import inspect_bytes
+from site_builder.options import ServeSession
 from site_builder.report import BuildReport
 from site_builder.selection import Candidate, select
 from site_builder.stages import select as select_stage
@@ -210,6 +211,30 @@ def test_a_planted_record_of_the_live_site_is_not_taken(tmp_path, monkeypatch, t
     report = build_with(bundles, out, trust, older)
     assert parsed == [out]
     assert (out / "pith" / pith_id / "bundle.json").read_bytes() == newer
+    assert any("rollback refused" in w for w in report.warnings)
+
+
+def test_serve_refuses_a_rollback_behind_what_a_build_in_another_terminal_published(tmp_path):
+    """serve keeps what the live site published between its builds; ``build`` run meanwhile in another terminal
+    publishes a newer bundle, and serve's next build must refuse the older one the inputs hold again, as any
+    build would: the live site is the one that build left, not the one serve made last."""
+    key, trust, bundles, base = setup(tmp_path)
+    older = make(base, key, "Older title", "2026-09-01T00:00:00Z")
+    newer = make(base, key, "Newer title", "2026-10-10T00:00:00Z")
+    pith_id = json.loads(newer)["pith_number"].rsplit(":", 1)[1]
+    out = tmp_path / "site"
+    store = IncrementalStore()
+
+    def serve_build(data: bytes) -> BuildReport:
+        (bundles / "r.json").write_bytes(data)
+        return build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False,
+                                  session=ServeSession(store)))
+    serve_build(older)
+    build_with(bundles, out, trust, newer)  # (the other terminal)
+    report = serve_build(older)
+    store.close()
+    assert (out / "pith" / pith_id / "bundle.json").read_bytes() == newer
+    assert "Newer title" in (out / "pith" / pith_id / "index.html").read_text()
     assert any("rollback refused" in w for w in report.warnings)
 
 
