@@ -8,13 +8,14 @@ busier between one checkout's runs and the next's shows up as a difference betwe
 here runs every scenario once in every checkout, one build after the other (A B C, A B C, ...), each in a fresh
 process as ``bench_build.py`` runs it (with that checkout's own runner, so an older checkout is timed through its
 own interface) once the build before it has saved its cache (untimed), and the medians over the rounds are
-compared.
+compared, as are the builds of each round (each checkout's over the first's: the median and middle half of
+those ratios).
 
 Each checkout builds its own copy of the same generated bundles, with its own templates, in its own work folder
 (``<workdir>/<n>-<i>``), after an untimed full build.  The scenarios of a round: a no-op rebuild, one bundle
 changed (a newer bundle of the same record: a later variant each round, never a rollback), one added, and that
-one deleted again.  Prints each scenario's median per checkout, its ratio to the first checkout's, and every
-build's wall time in the order run.
+one deleted again.  Prints each scenario's median per checkout, its ratio to the first checkout's, the ratios
+round by round, and every build's wall time in the order run.
 
 With ``--serve CHANGES``, the live preview's save to reload instead: each round runs every checkout's own
 ``bench_serve.py`` in turn (a ``serve`` started afresh, then CHANGES bundles saved one after the other), in its own
@@ -168,9 +169,27 @@ def main() -> None:
         cells = [f"{statistics.median(walls[i, name]):.3f}" + ("" if i == 0 else
                  f" ({statistics.median(walls[i, name]) / first:.2f}x)") for i in range(len(checkouts))]
         print(f"{name:<20}" + "".join(f"{cell:>28}" for cell in cells))
+    if len(checkouts) > 1:
+        print("\neach build over the first checkout's in the same round (a few seconds apart): median, middle half")
+        print(f"{'scenario':<20}" + "".join(f"{str(c):>28}" for c in checkouts[1:]))
+        for name in SCENARIOS:
+            cells = [paired_ratios(walls[i, name], walls[0, name]) for i in range(1, len(checkouts))]
+            print(f"{name:<20}" + "".join(f"{cell:>28}" for cell in cells))
     print("\nevery build, in the order run:")
     for (i, name), times in walls.items():
         print(f"{name:<20} {str(checkouts[i])}: " + " / ".join(f"{t:.3f}" for t in times))
+
+
+def paired_ratios(times: list[float], first: list[float]) -> str:
+    """Each round's build over the first checkout's of the same round, as "median (lowest quarter-highest
+    quarter)": a machine that gets busier for a few rounds moves both builds of a round, and the medians of the
+    two columns can then differ by more than these ratios do (a no-op run of 12 rounds: 1.05 times by the
+    medians, 1.13 times by the rounds, 1.02-1.38 in the middle half)."""
+    ratios = [t / f for t, f in zip(times, first)]
+    if len(ratios) < 2:
+        return f"{ratios[0]:.2f}x"
+    low, _, high = statistics.quantiles(ratios, n=4, method="inclusive")  # (within the ratios measured)
+    return f"{statistics.median(ratios):.2f}x ({low:.2f}-{high:.2f})"
 
 
 if __name__ == "__main__":

@@ -106,7 +106,20 @@ def test_compare_benchmark_interleaves_checkouts_build_by_build(tmp_path):
         first, second, ratio = map(float, row.groups())
         assert second > first + 0.2 and ratio == pytest.approx(second / first, rel=0.05), result.stdout
         for checkout in (ROOT, slower):  # (a line per checkout, a time per round)
-            assert re.search(rf"^{name} +{re.escape(str(checkout))}: [0-9.]+ / [0-9.]+$", result.stdout, re.M)
+            times = re.search(rf"^{name} +{re.escape(str(checkout))}: ([0-9.]+) / ([0-9.]+)$", result.stdout, re.M)
+            assert times
+            if checkout == ROOT:
+                firsts = list(map(float, times.groups()))
+            else:  # each round's build over the first checkout's: their median and middle half, in order
+                ratios = sorted(float(t) / f for t, f in zip(times.groups(), firsts))
+                paired = re.search(rf"^{name} +([0-9.]+)x \(([0-9.]+)-([0-9.]+)\)$",
+                                   result.stdout.split("same round")[1], re.M)
+                assert paired, result.stdout
+                median, low, high = map(float, paired.groups())
+                # (from times printed to the millisecond: a no-op of 20 bundles takes a few hundredths)
+                assert median == pytest.approx(sum(ratios) / 2, rel=0.1) and 1 < low <= median <= high
+                assert low == pytest.approx(ratios[0], rel=0.1) or low > ratios[0]
+                assert high == pytest.approx(ratios[1], rel=0.1) or high < ratios[1]
     assert (tmp_path / "work" / "20-1" / "site" / "pith").is_dir()  # (each checkout built its own copy)
 
 
