@@ -131,10 +131,13 @@ def differing_in(tree: Path, record: MirrorRecord) -> dict[str, str | None] | No
     return None if recorded is None else differing_signatures(tree, recorded)
 
 
-def differing_signatures(tree: Path, recorded: dict[str, tuple[str, str]]) -> dict[str, str | None]:
-    """Of the records the cache *recorded*, those whose mirrored bundle in *tree* has another signature now:
-    pith id -> the signature now (None: missing, or behind a link).  Plain data (``MirrorLookups``)."""
-    return {pid: sig for pid, sig in mirror_signatures(tree, recorded) if sig != recorded[pid][0]}
+def differing_signatures(tree: Path, recorded: dict[str, tuple[str, str]],
+                         pith_ids: Iterable[str] | None = None) -> dict[str, str | None]:
+    """Of the records the cache *recorded* (or of *pith_ids*, each one it recorded), those whose mirrored bundle
+    in *tree* has another signature now: pith id -> the signature now (None: missing, or behind a link).  Plain
+    data (``MirrorLookups``)."""
+    looked_up = recorded if pith_ids is None else pith_ids
+    return {pid: sig for pid, sig in mirror_signatures(tree, looked_up) if sig != recorded[pid][0]}
 
 
 def check_live(tree: Path, recorded: dict[str, tuple[str, str]] | None,
@@ -244,7 +247,7 @@ class MirrorLookups:
             return self.check()
         pith_ids = list(pith_ids)
         known = [pid for pid in pith_ids if pid in self.recorded]
-        differing = {pid: sig for pid, sig in mirror_signatures(self.output, known) if sig != self.recorded[pid][0]}
+        differing = differing_signatures(self.output, self.recorded, known)
         found = check_live(self.output, self.recorded, differing)
         return MirrorCheck(found.edited.union(pid for pid in pith_ids if pid not in self.recorded), found.touched,
                            found.recorded)
