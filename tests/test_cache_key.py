@@ -3,6 +3,8 @@ it, and a tag that binds every field and its context."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from site_builder import cache_key
@@ -57,6 +59,22 @@ def test_a_key_that_others_could_read_or_plant_is_refused(tmp_path, flaw):
         env = {}
     with pytest.raises(CacheKeyUnavailable):
         user_cache_key(env)
+
+
+def test_a_key_that_cannot_be_kept_says_where_and_why(tmp_path, monkeypatch):
+    """The build then runs without a cache, and its note names the folder or file and the system's reason."""
+    home_file = tmp_path / "home"
+    home_file.write_text("a file where the home folder should be")
+    with pytest.raises(CacheKeyUnavailable, match=r"cannot make .*/home/\.cache/site-builder: Not a directory"):
+        user_cache_key({"HOME": str(home_file)})
+    env = {"HOME": str(tmp_path / "elsewhere")}
+    path = key_path(env)
+    path.parent.mkdir(parents=True, mode=0o700)
+    monkeypatch.setattr(os, "getpid", lambda: 4242)
+    (path.parent / f".{path.name}.4242").mkdir()  # (the new key's temporary file cannot be made: as on a full disk)
+    with pytest.raises(CacheKeyUnavailable, match=f"cannot write {path}: File exists"):
+        user_cache_key(env)
+    assert not path.exists()
 
 
 def test_the_key_module_has_no_state(tmp_path):

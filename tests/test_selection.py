@@ -41,6 +41,18 @@ def test_a_rollback_is_an_older_built_at_or_fewer_events_never_the_same_bytes():
     assert is_rollback(old.inspection, more_events)
 
 
+def test_an_equally_new_bundle_in_other_bytes_is_no_rollback():
+    """The same built_at and event count in other bytes (the bundle written out again, indented) replaces the
+    published one: only an older built_at or fewer events is refused (README, "No rollback")."""
+    import json
+
+    raw = make_bundle(1)
+    published = published_record(candidate("a.json", raw).inspection)
+    rewritten = candidate("b.json", json.dumps(json.loads(raw), indent=2).encode())
+    assert rewritten.inspection.sha256 != published.sha256
+    assert not is_rollback(rewritten.inspection, published)
+
+
 def test_a_tie_is_broken_by_the_bytes_digest_whatever_the_files_are_called():
     """Two files of one record, equally new (the same bundle written out twice, compact and indented): the same
     one is published whichever name sorts first, so renaming files never changes the site."""

@@ -87,6 +87,33 @@ def test_each_condition_of_a_check_is_checked(name, real_bundle, pinned):
     assert verify_bundle(real_bundle, pinned).first_failure.name == check
 
 
+def cut_signature(block: dict, length: int) -> None:
+    raw = base64.b64decode(block["signature_b64"])
+    block["signature_b64"] = base64.b64encode((raw * 2)[:length]).decode()
+
+
+# The reason a mirror's operator reads: the field and what is wrong with it, not a Python error.
+REASONS = {
+    "a missing field": (lambda b: b.pop("events"), "structure", "bundle.events is missing"),
+    "a missing nested field": (lambda b: b["state"].pop("current"), "structure", "bundle.state.current is missing"),
+    "a list where an object belongs": (lambda b: b.update(state=[]), "structure", "bundle.state is not an object"),
+    "true where an integer belongs": (lambda b: b["canonical_record"]["source"].update(version=True), "structure",
+                                      "bundle.canonical_record.source.version is not an integer"),
+    "a bundle signature one byte short": (lambda b: cut_signature(b["bundle_signature"], 63), "bundle_signature",
+                                          "bundle_signature: an Ed25519 signature is 64 bytes, got 63"),
+    "an event signature one byte long": (lambda b: cut_signature(b["events"][0]["signature"], 65), "event_signature",
+                                         "events[0]: an Ed25519 signature is 64 bytes, got 65"),
+}
+
+
+@pytest.mark.parametrize("name", list(REASONS))
+def test_a_rejection_names_the_field_and_what_is_wrong(name, real_bundle, pinned):
+    tamper, check, detail = REASONS[name]
+    tamper(real_bundle)
+    failure = verify_bundle(real_bundle, pinned).first_failure
+    assert (failure.name, failure.detail) == (check, detail)
+
+
 @pytest.mark.parametrize("field, value", [("version", 1), ("version", 999), ("id", "hep-th/9901001"),
                                           ("id", "math.AG/0601001"), ("id", "0704.0001"), ("id", "2501.00001")])
 def test_identifiers_at_the_ends_of_what_arxiv_issues_pass_their_check(field, value, real_bundle, pinned):
