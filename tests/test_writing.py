@@ -226,12 +226,15 @@ def test_every_folder_of_a_tree_is_its_owners_alone_whatever_the_umask(tmp_path)
         slot = OutputSlot(tmp_path / "site")
         tree = slot.new_staging()
         tree.write("a/b/c/index.html", b"x")
+        os.umask(0)  # (none at all: a file is made with the very mode asked for)
         tree.write("a/d/index.html", b"x")
     finally:
         os.umask(old)
     for folder in (tree.root, tree.root / "a", tree.root / "a" / "b", tree.root / "a" / "b" / "c", tree.root / "a" / "d"):
         assert folder.stat().st_mode & 0o777 == FOLDER_MODE, folder
     assert owned_privately(tree.root)
+    for page in (tree.root / "a" / "b" / "c" / "index.html", tree.root / "a" / "d" / "index.html"):
+        assert page.stat().st_mode & 0o777 == 0o644, page  # (readable by the web server, written by no one else)
 
 
 def test_a_folder_others_may_write_to_or_a_link_is_not_owned_privately(tmp_path):
@@ -244,6 +247,16 @@ def test_a_folder_others_may_write_to_or_a_link_is_not_owned_privately(tmp_path)
     folder.chmod(0o755)
     (tmp_path / "link").symlink_to(folder)
     assert not owned_privately(tmp_path / "link") and not owned_privately(tmp_path / "missing")
+    (tmp_path / "file").write_text("not a folder")
+    (tmp_path / "file").chmod(0o700)
+    assert not owned_privately(tmp_path / "file")
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o755)
+        os.chown(theirs, 1, -1)
+    else:
+        theirs = Path("/")  # (root's, and no one else may write to it: only its owner is not this user)
+    assert not owned_privately(theirs)
 
 
 def test_a_link_planted_where_a_staging_tree_goes_is_removed_not_followed(tmp_path):
