@@ -64,6 +64,53 @@ def test_discover_and_list_bundles_leave_out_the_output_folder(tmp_path):
     assert len(discover(tmp_path)[0]) == 3
 
 
+def plant_kinds(folder):
+    """One file of each kind that is not a bundle, named *.json: a link, a FIFO, a socket, a device, a folder."""
+    import socket
+
+    target = folder / "target.txt"
+    target.write_text("the link's target")
+    os.symlink(target, folder / "link.json")
+    os.mkfifo(folder / "fifo.json")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(folder / "socket.json"))
+    os.symlink("/dev/null", folder / "device-link")  # (a device node needs mknod's privilege: /dev/null is one)
+    (folder / "folder.json").mkdir()
+    return listener
+
+
+LINK, FIFO = "a symbolic link (not followed)", "a FIFO, not a regular file"
+
+
+def test_each_kind_of_file_that_is_no_bundle_is_named_in_its_reason(tmp_path):
+    """discover skips what is not a regular file, and read_bytes (for every file the build did not list itself: a
+    previous site's bundle, a live copy, a key) refuses it without following or waiting; both say what it is."""
+    listener = plant_kinds(tmp_path)
+    try:
+        found, skipped = discover(tmp_path)
+        assert [f.rel for f in found] == []
+        assert {s.rel: (s.check, s.reason) for s in skipped} == {
+            "link.json": ("file_type", LINK), "fifo.json": ("file_type", FIFO),
+            "socket.json": ("file_type", "a socket, not a regular file")}
+        read = {"link.json": LINK, "fifo.json": FIFO, "folder.json": "a folder, not a regular file"}
+        for name, reason in read.items():
+            with pytest.raises(FileReadError) as info:
+                read_bytes(tmp_path / name)
+            assert (info.value.check, info.value.reason) == ("file_type", reason), name
+        with pytest.raises(FileReadError) as info:
+            read_bytes(tmp_path / "device-link", follow_links=True)
+        assert (info.value.check, info.value.reason) == ("file_type", "a device, not a regular file")
+    finally:
+        listener.close()
+
+
+def test_a_bundles_folder_that_is_missing_or_a_file_stops_the_build_with_a_reason(tmp_path):
+    (tmp_path / "a-file").write_text("{}")
+    for name, reason in (("missing", "bundles folder does not exist"), ("a-file", "not a folder")):
+        with pytest.raises(BundlesFolderError, match=f"^{tmp_path / name}: {reason}$"):
+            discover(tmp_path / name)
+
+
 def test_size_limit_and_vanished_file(tmp_path):
     big = tmp_path / "big.json"
     big.write_bytes(b" " * 2048)
