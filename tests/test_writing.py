@@ -295,6 +295,14 @@ def test_mount_points_are_read_from_the_mount_table(tmp_path):
         assert "/proc" in mount_points(f.read())
 
 
+def test_an_output_that_is_a_file_is_refused_and_left_as_it_was(tmp_path):
+    output = tmp_path / "site"
+    output.write_text("someone's notes")
+    with pytest.raises(OutputError, match=f"^{output}: exists and is not a folder$"):
+        OutputSlot(output).check_usable()
+    assert output.read_text() == "someone's notes"
+
+
 def test_the_root_folder_as_output_is_refused_with_a_folder_to_use_instead():
     """``--output /``: the root is a mount point, and the folder suggested instead is /site (not //site)."""
     with pytest.raises(OutputError, match="is a mount point") as caught:
