@@ -116,7 +116,7 @@ def test_size_limit_and_vanished_file(tmp_path):
     big.write_bytes(b" " * 2048)
     with pytest.raises(FileReadError) as info:
         read_bytes(big, max_bytes=1024)
-    assert info.value.check == "file_size"
+    assert (info.value.check, info.value.reason) == ("file_size", "2048 bytes is over the 1024-byte limit")
     with pytest.raises(FileReadError) as info:
         read_bytes(tmp_path / "gone.json")
     assert info.value.reason == "file vanished during the build"
