@@ -212,6 +212,18 @@ def test_a_tree_an_earlier_build_left_is_never_followed_through_a_link(tmp_path)
     assert (root / "pith" / "NEW" / "index.html").read_bytes() == b"new"
 
 
+def test_folders_a_removal_empties_go_with_it_up_to_the_first_that_holds_something(tmp_path):
+    """A listing's last page removed from a tree updated in place leaves no empty folder above it (the same
+    tree written afresh would not have it): up to the first folder that still holds a file."""
+    tree = StagingTree(tmp_path / "tree")
+    for rel in ("category/hep-th/page/2/index.html", "category/hep-th/index.html", "other/index.html"):
+        tree.write(rel, b"x")
+    tree.remove("category/hep-th/page/2/index.html")
+    tree.remove_empty_folders({"category/hep-th/page/2"})
+    assert sorted(str(p.relative_to(tree.root)) for p in tree.root.rglob("*")) == [
+        "category", "category/hep-th", "category/hep-th/index.html", "other", "other/index.html"]
+
+
 def test_a_file_where_a_folder_should_be_is_refused_too(tmp_path):
     root = tmp_path / "tree"
     root.mkdir()
