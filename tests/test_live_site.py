@@ -196,6 +196,43 @@ def test_a_live_folder_with_nothing_published_is_a_first_deploy(tmp_path):
         LiveSite(str(tmp_path)).manifest()
 
 
+def test_a_live_manifest_that_is_not_one_says_so(tmp_path):
+    from site_builder.live_site import LiveSite, LiveSiteUnavailable
+    (tmp_path / "verification.json").write_bytes(b'{"published": [1, 2,]}')
+    with pytest.raises(LiveSiteUnavailable, match="^verification.json is not a manifest: "):
+        LiveSite(str(tmp_path)).manifest()
+
+
+@pytest.mark.parametrize("status", [403, 500, 503])
+def test_a_live_server_answering_with_an_error_is_unavailable_not_read_as_a_manifest(status):
+    """An error page is not the site: the build warns that the live site could not be read (HTTP 404 alone means
+    nothing is published there yet)."""
+    import http.server
+    import threading
+    from site_builder.live_site import LiveSite, LiveSiteUnavailable
+
+    class Failing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'{"build_id": "an error page that is JSON too", "files": []}'
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+    try:
+        site = LiveSite(f"http://127.0.0.1:{server.server_address[1]}/", Fetcher(timeout=5, retries=0))
+        with pytest.raises(LiveSiteUnavailable, match=f"^HTTP {status}\\b"):
+            site.manifest()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_a_live_folder_that_is_missing_or_a_file_is_a_warning_saying_which(tmp_path):
     from site_builder.live_site import LiveSite, LiveSiteUnavailable
     (tmp_path / "a-file").write_text("x")
