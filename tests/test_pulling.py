@@ -119,6 +119,15 @@ def test_a_list_file_as_editors_save_it_and_ids_in_any_letter_case(tmp_path):
     assert [(o.pith_id, o.status) for o in bad] == [(f"{listed}:6", "failed"), ("typed-wrong", "failed")]
 
 
+def test_a_list_file_that_is_not_text_stops_the_pull_naming_it(tmp_path):
+    from site_builder.pulling import PullError, parse_targets
+
+    listed = tmp_path / "records.txt"
+    listed.write_bytes(b"pith:2020:\xff\xfe not UTF-8\n")
+    with pytest.raises(PullError, match=f"^{listed}: cannot read list: 'utf-8' codec can't decode"):
+        parse_targets([str(listed)])
+
+
 def test_tampered_bundle_is_not_written(tmp_path):
     b = json.loads(REAL[IDS[0]])
     b["links"]["resolver"] = "https://evil.example/"
