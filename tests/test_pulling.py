@@ -593,6 +593,7 @@ def test_a_tampered_pull_state_is_ignored_not_sent_or_waited_on(tmp_path):
                     IDS[3]: {**good[IDS[3]], "etag": 5, "last_modified": ["Mon"]}}
         plants = [lambda: state.write_text(json.dumps(tampered)),
                   lambda: state.write_text('{"a": 1, "a": 2}'),  # (not strict JSON: a key twice)
+                  lambda: state.write_text(json.dumps([good])),  # (strict JSON, but no object)
                   lambda: os.mkfifo(state),
                   lambda: state.symlink_to(tmp_path / "elsewhere.json")]
         (tmp_path / "elsewhere.json").write_text(json.dumps(good))
@@ -621,6 +622,24 @@ def test_a_mirror_manifest_of_up_to_one_megabyte_is_read_and_a_larger_one_is_not
         assert bundle_url_pattern(url, Fetcher(**FAST)) == (
             url + "/pith/{suffix}/bundle.json", f"{url}/pith-mirrors.json: response of 1048577 bytes is over the "
                                                 f"1048576-byte limit; fetching from {url}/pith/<ID>/bundle.json")
+
+
+def test_a_kept_validator_is_sent_only_for_the_local_copy_it_was_kept_for(tmp_path):
+    """A local bundle replaced since the last pull (here by the same record written out again, indented) is not
+    the one the kept ETag names: the request names no version, and the served bundle is fetched in full and
+    written, so the folder holds its source's bytes (a 304 would have kept the other file as "unchanged")."""
+    s = Server()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]], "etag": '"v1"'})
+    bundles = tmp_path / "b"
+    with running(s) as url:
+        pull(IDS[:1], url, bundles, load_trust_set(), fetcher=Fetcher(**FAST))
+        local = bundles / f"{IDS[0]}.json"
+        local.write_bytes(json.dumps(json.loads(REAL[IDS[0]]), indent=2).encode())
+        s.requests.clear()
+        report = pull(IDS[:1], url, bundles, load_trust_set(), fetcher=Fetcher(**FAST))
+    [headers] = [h for path, h in s.requests if path.endswith("bundle.json")]
+    assert "If-None-Match" not in headers and "If-Modified-Since" not in headers
+    assert report.count("fetched") == 1 and local.read_bytes() == REAL[IDS[0]]
 
 
 @pytest.mark.parametrize("etag, sent", [('"' + "a" * 1022 + '"', True), ('"' + "a" * 1023 + '"', False),
