@@ -642,6 +642,19 @@ def test_a_kept_validator_is_sent_only_for_the_local_copy_it_was_kept_for(tmp_pa
     assert report.count("fetched") == 1 and local.read_bytes() == REAL[IDS[0]]
 
 
+def test_a_server_that_gives_only_a_date_is_asked_since_that_date(tmp_path):
+    """Without an ETag, the Last-Modified date kept from the last pull is sent back as If-Modified-Since."""
+    date = "Wed, 02 Dec 2026 10:00:00 GMT"
+    s = Server()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]], "headers": {"Last-Modified": date}})
+    with running(s) as url:
+        pull(IDS[:1], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
+        s.requests.clear()
+        assert pull(IDS[:1], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST)).count("unchanged") == 1
+    [headers] = [h for path, h in s.requests if path.endswith("bundle.json")]
+    assert headers.get("If-Modified-Since") == date and "If-None-Match" not in headers
+
+
 @pytest.mark.parametrize("etag, sent", [('"' + "a" * 1022 + '"', True), ('"' + "a" * 1023 + '"', False),
                                         ('W/"a ~\tb"', True), ('"a\x7fb"', False), ('"a\x1fb"', False)])
 def test_a_kept_validator_is_sent_only_as_one_plain_header_value(tmp_path, etag, sent):
