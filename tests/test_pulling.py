@@ -642,6 +642,15 @@ def test_a_kept_validator_is_sent_only_for_the_local_copy_it_was_kept_for(tmp_pa
     assert report.count("fetched") == 1 and local.read_bytes() == REAL[IDS[0]]
 
 
+@pytest.mark.parametrize("source", ["ftp://mirror.example/", "file:///srv/mirror", "/srv/mirror"])
+def test_a_source_that_is_no_http_url_is_refused_before_anything_is_made(tmp_path, source):
+    from site_builder.pulling import PullError
+
+    with pytest.raises(PullError, match="--from must be an http\\(s\\) URL$"):
+        pull(IDS[:1], source, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
+    assert not (tmp_path / "b").exists()
+
+
 def test_a_server_that_gives_only_a_date_is_asked_since_that_date(tmp_path):
     """Without an ETag, the Last-Modified date kept from the last pull is sent back as If-Modified-Since."""
     date = "Wed, 02 Dec 2026 10:00:00 GMT"
