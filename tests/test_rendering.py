@@ -252,3 +252,22 @@ def test_a_projects_asset_stands_in_for_the_builtin_one_of_its_name_and_hidden_f
     assert chosen["style.css"] == assets / "style.css" and chosen["extra.js"] == assets / "extra.js"
     assert chosen["copy.js"].parent.parent == template_dirs(None)[0]  # (the built-in ones it does not replace)
     assert ".DS_Store" not in chosen and "fonts" not in chosen and warnings == []
+
+
+def test_an_asset_that_links_out_of_the_templates_folder_or_has_no_plain_name_is_not_copied(tmp_path):
+    """A link planted in a project's assets (a pull request may bring one) would publish what it leads to, such as
+    a key file beside the project: never copied, and said; nor a file whose name a static host would not serve."""
+    secret = tmp_path / "deploy-key"
+    secret.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    assets = tmp_path / "templates" / "assets"
+    assets.mkdir(parents=True)
+    (assets / "key.txt").symlink_to(secret)
+    (assets / "my style.css").write_text("body { color: teal }\n")
+    (assets / "inside.css").write_text("p { margin: 0 }\n")
+    (assets / "alias.css").symlink_to(assets / "inside.css")  # (a link within the folder is fine)
+    chosen, warnings = template_assets(template_dirs(tmp_path / "templates"))
+    assert "key.txt" not in chosen and "my style.css" not in chosen
+    assert chosen["alias.css"] == assets / "alias.css" and chosen["inside.css"] == assets / "inside.css"
+    assert warnings == ["templates/assets/key.txt: a link leading out of the templates folder, or not a regular file; "
+                        "not copied",
+                        "templates/assets/my style.css: not a plain file name a static host serves; not copied"]
