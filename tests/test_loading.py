@@ -118,6 +118,10 @@ def test_size_limit_and_vanished_file(tmp_path):
     with pytest.raises(FileReadError) as info:
         read_bytes(big, max_bytes=1024)
     assert (info.value.check, info.value.reason) == ("file_size", "2048 bytes is over the 1024-byte limit")
+    # A file whose stat says less than it holds (as /proc's files say 0 bytes) is cut off at the limit all the same.
+    with pytest.raises(FileReadError) as info:
+        read_bytes("/proc/self/status", max_bytes=64)
+    assert (info.value.check, info.value.reason) == ("file_size", "file grew over the 64-byte limit while reading")
     with pytest.raises(FileReadError) as info:
         read_bytes(tmp_path / "gone.json")
     assert info.value.reason == "file vanished during the build"
