@@ -164,6 +164,20 @@ def test_a_line_lists_every_failed_and_skipped_check_and_a_passed_file_none():
     assert clean["failed_checks"] == [] and "skipped_checks" not in clean and "rejected_by" not in clean
 
 
+def test_a_file_rejected_before_any_check_names_its_reason_and_counts_in_its_class():
+    """A file that is no JSON, or could not be read, ran none of the bundle's checks: its line still names what
+    rejected it, and the head counts it in that class."""
+    not_json = inspect_bytes("a.json", b"{not json", load_trust_set())
+    unreadable = rejected("b.json", "file_type", "a FIFO, not a regular file")
+    report = BuildReport([FileOutcome(not_json, REJECTED), FileOutcome(unreadable, REJECTED)])
+    line = report.outcomes[0].as_json()
+    assert line["failed_checks"] == [{"check": "json_syntax", "reason": not_json.reason}] and not_json.reason
+    assert (line["rejected_by"], line["class"]) == ("json_syntax", "json")
+    assert report.outcomes[1].as_json()["failed_checks"] == [{"check": "file_type",
+                                                               "reason": "a FIFO, not a regular file"}]
+    assert report.class_counts() == {"filesystem": 1, "json": 1}
+
+
 def test_past_1000_others_the_rest_go_to_pages_of_10000_lines_as_readme_says():
     def paging(others: int):
         report = BuildReport()
