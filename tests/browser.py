@@ -11,6 +11,7 @@ import http.server
 import shutil
 import threading
 from pathlib import Path
+from typing import Iterator
 from urllib.parse import unquote, urlsplit
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").is_file() else None)
@@ -51,18 +52,25 @@ _Handler.extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map
 
 
 @contextlib.contextmanager
-def serve(folder: Path, prefix: str = "/"):
-    """Serve *folder* at http://127.0.0.1:<port><prefix>; yields the base URL."""
-    handler = type("Handler", (_Handler,), {"prefix": prefix})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
-    # (polled often: shutdown() waits for the next poll, half a second by default)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
-    thread.start()
+def serving(handler) -> Iterator[str]:
+    """Answer requests on 127.0.0.1 with *handler* (a request handler class, or a factory of one) in a thread;
+    yields http://127.0.0.1:<port>."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    # (polled often: shutdown() waits for the next poll, half a second by default, in every test that serves)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}{prefix}"
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def serve(folder: Path, prefix: str = "/"):
+    """Serve *folder* at http://127.0.0.1:<port><prefix>; yields the base URL."""
+    handler = type("Handler", (_Handler,), {"prefix": prefix})
+    with serving(functools.partial(handler, directory=str(folder))) as url:
+        yield url + prefix
 
 
 @contextlib.contextmanager

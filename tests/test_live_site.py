@@ -11,7 +11,7 @@ from site_builder.build import BuildOptions, build
 from site_builder.options import BuildPolicy
 from site_builder.pulling import Fetcher
 
-from browser import serve
+from browser import serve, serving
 from conftest import REAL_FILES, free_port
 from signing import sign_bundle, to_bytes
 from conftest import signed_project as setup, signed_version as make
@@ -208,7 +208,7 @@ def test_a_live_server_answering_with_an_error_is_unavailable_not_read_as_a_mani
     """An error page is not the site: the build warns that the live site could not be read (HTTP 404 alone means
     nothing is published there yet)."""
     import http.server
-    import threading
+
     from site_builder.live_site import LiveSite, LiveSiteUnavailable
 
     class Failing(http.server.BaseHTTPRequestHandler):
@@ -222,15 +222,9 @@ def test_a_live_server_answering_with_an_error_is_unavailable_not_read_as_a_mani
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Failing)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
-    try:
-        site = LiveSite(f"http://127.0.0.1:{server.server_address[1]}/", Fetcher(timeout=5, retries=0))
+    with serving(Failing) as url:
         with pytest.raises(LiveSiteUnavailable, match=f"^HTTP {status}\\b"):
-            site.manifest()
-    finally:
-        server.shutdown()
-        server.server_close()
+            LiveSite(url, Fetcher(timeout=5, retries=0)).manifest()
 
 
 def test_a_live_folder_that_is_missing_or_a_file_is_a_warning_saying_which(tmp_path):

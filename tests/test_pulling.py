@@ -1,6 +1,5 @@
 """``site-builder pull`` against a local HTTP server that misbehaves in every way a real one can."""
 
-import contextlib
 import http.server
 import json
 import re
@@ -16,8 +15,9 @@ import pytest
 
 
 from site_builder.keys import load_trust_set
-from site_builder.pulling import STATE_FILE, Fetcher, PullError, bundle_url_pattern, pull
+from site_builder.pulling import STATE_FILE, Fetcher, PullError, bundle_url_pattern, parse_targets, pull
 
+from browser import serving
 from conftest import REAL_FILES, free_port, returns_past_fifos
 from signing import to_bytes
 
@@ -74,16 +74,8 @@ class Server:
         return Handler
 
 
-@contextlib.contextmanager
 def running(server: Server):
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), server.handler())
-    # (polled often: shutdown() waits for the next poll, half a second by default, in every test that serves)
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    return serving(server.handler())
 
 
 FAST = dict(timeout=1.0, retries=3, backoff=0.05)
@@ -109,8 +101,6 @@ def test_fetches_verifies_and_writes(tmp_path):
 def test_a_list_file_as_editors_save_it_and_ids_in_any_letter_case(tmp_path):
     """A list saved with a byte-order mark and Windows line ends, and IDs in lower case (base32 has one case of
     letters), name the records they name; what is no ID is one failed line each."""
-    from site_builder.pulling import parse_targets
-
     listed = tmp_path / "records.txt"
     listed.write_bytes(f"\ufeffpith:2020:{IDS[0]}\r\n{IDS[1].lower()}  # ours\r\n\r\n# a comment\r\n"
                        f"PITH:2020:{IDS[2]}\r\nnot-an-id\r\n".encode())
@@ -121,8 +111,6 @@ def test_a_list_file_as_editors_save_it_and_ids_in_any_letter_case(tmp_path):
 
 
 def test_a_list_file_that_is_not_text_stops_the_pull_naming_it(tmp_path):
-    from site_builder.pulling import PullError, parse_targets
-
     listed = tmp_path / "records.txt"
     listed.write_bytes(b"pith:2020:\xff\xfe not UTF-8\n")
     with pytest.raises(PullError, match=f"^{re.escape(str(listed))}: cannot read list: 'utf-8' codec can't decode"):
@@ -645,8 +633,6 @@ def test_a_kept_validator_is_sent_only_for_the_local_copy_it_was_kept_for(tmp_pa
 
 @pytest.mark.parametrize("source", ["ftp://mirror.example/", "file:///srv/mirror", "/srv/mirror"])
 def test_a_source_that_is_no_http_url_is_refused_before_anything_is_made(tmp_path, source):
-    from site_builder.pulling import PullError
-
     with pytest.raises(PullError, match="--from must be an http\\(s\\) URL$"):
         pull(IDS[:1], source, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
     assert not (tmp_path / "b").exists()
