@@ -54,7 +54,8 @@ from site_builder.inspection import Inspection, inspection_from_json, inspection
 from site_builder.mirrors import MirrorRecord
 from site_builder.pages import record_file_count, record_files
 from site_builder.selection import PreviousSite, PublishedBefore
-from site_builder.writing import check_relative_path, make_folders, not_private
+from site_builder.verification import ARXIV_ID
+from site_builder.writing import check_relative_path, is_plain_path, make_folders, not_private
 
 SCHEMA = "12"
 
@@ -547,7 +548,7 @@ class BuildCache:
 # files are a function of four values (``pages.record_files``) and are kept as those: "@<pith id> <arXiv id>
 # <version> <address mask>", ~50 characters instead of ~700 (no output path starts with "@").
 
-_RECORD_UNIT = re.compile(r"@([A-Z2-7]+) (\S+) ([0-9]+) ([0-9]|[12][0-9]|3[01])")  # (the mask: five bits)
+_RECORD_UNIT = re.compile(rf"@([A-Z2-7]+) ({ARXIV_ID}) ([0-9]+) ([0-9]|[12][0-9]|3[01])")  # (the mask: five bits)
 
 
 def record_unit_files(pith_id: str, arxiv_id: str, version: int, mask: int, written: list[str]) -> str:
@@ -590,7 +591,9 @@ def _units_from_text(text: str) -> dict[str, tuple[str, str]]:
     for line in text.split("\n") if text else []:
         name, key, files = line.split("\t", 2)
         if files.startswith("@"):
-            if _RECORD_UNIT.fullmatch(files) is None:
+            record = _RECORD_UNIT.fullmatch(files)
+            # (an old-style arXiv id is a folder and a name: neither may be a name Windows reserves)
+            if record is None or "/" in record[2] and not is_plain_path(f"arxiv/{record[2]}/"):
                 raise ValueError(f"damaged unit {name}")
         elif files:
             for rel in files.split("\t"):
