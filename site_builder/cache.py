@@ -28,7 +28,9 @@ the mirrored bundles and each part of the results and of the list rows are one d
 tag, as the unit lists are: a build reads all of one or none, and checking one tag over it is ~10 ms at 10,000
 files against ~35-65 ms for a tag a row.  So a row planted by someone else (a fork, a clone, another user of a
 shared folder) or written by another builder version can only cost work: the file is read, hashed and verified
-again.
+again.  So can an entry of another shape under this user's own tag, as a builder's bug could leave it: values are
+checked for their types before a build uses them, and a unit list is read only where every file it names is a
+plain path inside the site (unit_files.py), since the build links and removes those files.
 
 ``cache.lock`` beside it is held by the build using the cache, and then by the detached process that saves
 it (``stages/remember.py``); a build opening the cache waits for that save first.  The same folder holds the
@@ -40,7 +42,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import sqlite3
 import stat
 from dataclasses import dataclass
@@ -52,10 +53,10 @@ from site_builder import builder_identity
 from site_builder.cache_key import CacheKey
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
 from site_builder.mirrors import MirrorRecord
-from site_builder.pages import record_file_count, record_files
+from site_builder.pages import ALL_ADDRESSES
 from site_builder.selection import PreviousSite, PublishedBefore
-from site_builder.verification import ARXIV_ID
-from site_builder.writing import check_relative_path, is_plain_path, make_folders, not_private
+from site_builder.unit_files import units_from_text, units_to_text
+from site_builder.writing import is_plain_path, make_folders, not_private
 
 SCHEMA = "12"
 
@@ -104,6 +105,17 @@ class RecordedAddresses:
     records: list[tuple[str, str, int]]  # what it was made for: (pith id, arXiv id, version), in pith-id order
     per_record: dict[str, int]  # pith id -> bit mask of its own addresses
     shared: list[tuple[str, str, list[str]]]  # (folder, label, pith ids), in folder order
+
+    def well_formed(self) -> bool:
+        """Whether every value is of the type a build records, every mask one of the five addresses and every
+        shared folder a plain path in the site: a plan of another shape (even under this user's tag, as a
+        builder's bug could leave it) is planned again, never written from or stopped at."""
+        return (isinstance(self.per_record, dict)
+                and all(type(p) is str and type(a) is str and type(v) is int for p, a, v in self.records)
+                and all(type(mask) is int and 0 <= mask <= ALL_ADDRESSES for mask in self.per_record.values())
+                and all(type(folder) is str and type(label) is str and is_plain_path(folder + "index.html")
+                        and type(pids) is list and all(type(pid) is str for pid in pids)
+                        for folder, label, pids in self.shared))
 
 
 def cache_context() -> str:
@@ -190,7 +202,7 @@ class BuildCache:
             self._files = self._document("files") or {}
             for build_id, data, tag in self.db.execute("SELECT build_id, data, tag FROM units"):
                 if checks(tag, "units", build_id, data):
-                    self._units[build_id] = _units_from_text(data)
+                    self._units[build_id] = units_from_text(data)
         except (sqlite3.DatabaseError, ValueError, TypeError, OSError, AttributeError):
             self._reset()
 
@@ -235,7 +247,12 @@ class BuildCache:
         """The document *name* (``files`` or ``mirrored``: a name -> (stat signature, sha256)), or None where
         there is none or its tag does not check."""
         entries = self._read_document(name)
-        return None if entries is None else {entry: (sig, sha) for entry, (sig, sha) in entries.items()}
+        if entries is None:
+            return None
+        document = {entry: (sig, sha) for entry, (sig, sha) in entries.items()}
+        if not all(type(sig) is str and type(sha) is str for sig, sha in document.values()):
+            raise ValueError(f"the cache's {name} holds an entry of another shape")
+        return document
 
     def _read_document(self, name: str) -> object | None:
         """The JSON of the document *name*, or None where there is none or its tag does not check."""
@@ -295,10 +312,16 @@ class BuildCache:
         if doc is None:
             return None
         try:
-            return PreviousSite(doc["build_id"], {pid: PublishedBefore(pid, sha256, built_at, events)
+            site = PreviousSite(doc["build_id"], {pid: PublishedBefore(pid, sha256, built_at, events)
                                                   for pid, (sha256, built_at, events) in doc["published"].items()})
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
+        # (values of another type, even under this user's tag, would stop the rollback rule's comparisons)
+        if (site.build_id is None or type(site.build_id) is str) and all(
+                type(p.sha256) is type(p.built_at) is str and type(p.event_count) is int
+                for p in site.published.values()):
+            return site
+        return None
 
     def save_previous_site(self, marker_sig: str, site: PreviousSite) -> None:
         """Record what the site whose verification.json has the stat *marker_sig* published (``previous_site``)."""
@@ -322,7 +345,7 @@ class BuildCache:
             return None
         except (ValueError, TypeError, KeyError):
             return None
-        if not isinstance(found.per_record, dict):
+        if not found.well_formed():
             return None
         self._addresses_records = found.records
         return found
@@ -444,7 +467,7 @@ class BuildCache:
             self.db.execute("ROLLBACK")
 
     def units(self, build_id: str | None) -> dict[str, tuple[str, str]] | None:
-        """unit -> (key, files joined by join_files) of the tree built with *build_id*, if this cache saw it."""
+        """unit -> (key, files as ``unit_files`` keeps them) of the tree built with *build_id*, if this cache saw it."""
         return self._units.get(build_id) if build_id else None
 
     # --- writes (after a successful build) --------------------------------------------------------
@@ -493,7 +516,7 @@ class BuildCache:
             self.db.execute("BEGIN")
             self._write_inputs(files, new_inspections, trust)
             self.db.execute("DELETE FROM units WHERE build_id NOT IN (?, ?)", (build_id, keep_build_id or ""))
-            data = _units_to_text(units)
+            data = units_to_text(units)
             self.db.execute("INSERT OR REPLACE INTO units VALUES (?, ?, ?)",
                             (build_id, data, self._key.tag("units", build_id, data)))
             self.db.execute("COMMIT")
@@ -540,63 +563,3 @@ class BuildCache:
             self.db.close()
             self.db = None
         self.release_lock()
-
-
-# A unit's files are kept as one tab-joined string (output paths never hold tabs or newlines): one object
-# instead of ten per record, for each of the two trees the cache describes (100,000 records: ~150 MB less),
-# and reading the cache does not split two million paths that a build mostly only compares keys of.  A record's
-# files are a function of four values (``pages.record_files``) and are kept as those: "@<pith id> <arXiv id>
-# <version> <address mask>", ~50 characters instead of ~700 (no output path starts with "@").
-
-_RECORD_UNIT = re.compile(rf"@([A-Z2-7]+) ({ARXIV_ID}) ([0-9]+) ([0-9]|[12][0-9]|3[01])")  # (the mask: five bits)
-
-
-def record_unit_files(pith_id: str, arxiv_id: str, version: int, mask: int, written: list[str]) -> str:
-    """A record's files as they are kept: its four values where they make exactly *written* (they always do:
-    ``paper_files`` writes ``pages.record_files``), the files joined otherwise."""
-    kept = f"@{pith_id} {arxiv_id} {version} {mask}"
-    if _RECORD_UNIT.fullmatch(kept) is None or record_files(pith_id, arxiv_id, version, mask) != written:
-        return join_files(written)
-    return kept
-
-
-def join_files(files: list[str]) -> str:
-    return "\t".join(files)
-
-
-def split_files(files: str) -> list[str]:
-    if files.startswith("@"):
-        pith_id, arxiv_id, version, mask = _RECORD_UNIT.fullmatch(files).groups()
-        return record_files(pith_id, arxiv_id, int(version), int(mask))
-    return files.split("\t") if files else []
-
-
-def file_count(files: str) -> int:
-    """How many files *files* names (without expanding a record's: a build counts every unit's)."""
-    if files.startswith("@"):
-        return record_file_count(int(files.rpartition(" ")[2]))
-    return files.count("\t") + 1 if files else 0
-
-
-def _units_to_text(units: dict[str, tuple[str, str]]) -> str:
-    """One line per unit: name, key, files, tab-separated."""
-    return "\n".join(f"{name}\t{key}\t{files}" for name, (key, files) in units.items())
-
-
-def _units_from_text(text: str) -> dict[str, tuple[str, str]]:
-    """The unit lists as saved; ValueError (the cache is then thrown away) for a unit whose files are not what a
-    build writes: the build unlinks and links the files its cache names, so a damaged entry such as
-    ``../x`` must never reach it (a record's files are checked by their four values, the others path by path)."""
-    units = {}
-    for line in text.split("\n") if text else []:
-        name, key, files = line.split("\t", 2)
-        if files.startswith("@"):
-            record = _RECORD_UNIT.fullmatch(files)
-            # (an old-style arXiv id is a folder and a name: neither may be a name Windows reserves)
-            if record is None or "/" in record[2] and not is_plain_path(f"arxiv/{record[2]}/"):
-                raise ValueError(f"damaged unit {name}")
-        elif files:
-            for rel in files.split("\t"):
-                check_relative_path(rel)
-        units[name] = (key, files)
-    return units

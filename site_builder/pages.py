@@ -226,7 +226,7 @@ def record_file_count(mask: int) -> int:
 def record_files(pith_id: str, arxiv_id: str, version: int, mask: int) -> list[str]:
     """The files of a record (``paper_files`` writes them, in this order): its page, bundle, state, the bundle's
     second path, badge, and the short addresses in *mask*.  A function of four values, so that the build can
-    remember a record's files as those (``cache.record_unit_files``) instead of as ten paths."""
+    remember a record's files as those (``unit_files.record_unit_files``) instead of as ten paths."""
     base = paper_dir(pith_id)
     return [base + "index.html", base + "bundle.json", base + "state.json", f".well-known/pith/{pith_id}/bundle.json",
             base + "badge.svg", *(folder + "index.html" for folder, _ in _addresses(pith_id, arxiv_id, version, mask))]

@@ -14,6 +14,7 @@ from site_builder.inspection import Inspection
 from site_builder.verification import ALL_PASSED, CHECK_FAMILIES, CHECK_ORDER
 
 PUBLISHED, REJECTED, SUPERSEDED = "published", "rejected", "superseded"
+STATUSES = frozenset((PUBLISHED, REJECTED, SUPERSEDED))
 
 # Rejection classes: a reader of verification.json sees at a glance what kind of attack or damage it was.
 CHECK_CLASSES = {
@@ -47,6 +48,9 @@ class FileOutcome:
         """The outcome ``brief`` shows (without the result's checks and summary); TypeError/ValueError for an
         array of another shape."""
         rel, sha256, status, check, reason, note, pith_number = brief
+        if not (type(rel) is type(sha256) is type(reason) is type(note) is str and status in STATUSES
+                and (check is None or type(check) is str) and (pith_number is None or type(pith_number) is str)):
+            raise TypeError("an outcome of another shape")  # (even under the user's tag: a builder's bug)
         return cls(Inspection(rel, sha256, 0, check or None, reason), status, note, pith_number)
 
     def as_json(self) -> dict:

@@ -265,18 +265,8 @@ def test_worker_processes_build_what_one_process_builds_and_render_the_list_rows
 def test_a_records_files_are_remembered_as_four_values(tmp_path, bundles_dir):
     """The cache keeps a record's ten output paths as what makes them (pith id, arXiv id, version, short
     addresses): what it expands them to are the files the build wrote for the record."""
-    from site_builder.cache import file_count, record_unit_files, split_files
-    from site_builder.pages import record_files
+    from site_builder.unit_files import split_files
 
-    written = record_files("A" * 26, "hep-th/9901001", 3, 0b10110)
-    assert record_unit_files("A" * 26, "hep-th/9901001", 3, 0b10110, written) == "@" + "A" * 26 + " hep-th/9901001 3 22"
-    assert split_files(record_unit_files("A" * 26, "hep-th/9901001", 3, 0b10110, written)) == written
-    for mask in range(32):
-        files = record_unit_files("A" * 26, "2401.00001", 1, mask, record_files("A" * 26, "2401.00001", 1, mask))
-        assert file_count(files) == len(split_files(files)) == 5 + mask.bit_count()
-    # Files that are not what the four values make are kept as they are.
-    other = [*written, "pith/" + "A" * 26 + "/extra.html"]
-    assert split_files(record_unit_files("A" * 26, "hep-th/9901001", 3, 0b10110, other)) == other
     out = tmp_path / "site"
     report = build(BuildOptions(bundles=bundles_dir, output=out, trust=load_trust_set()))
     build_id = json.loads((out / "verification.json").read_text())["build_id"]

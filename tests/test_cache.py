@@ -424,3 +424,54 @@ def test_a_record_unit_whose_arxiv_id_is_no_plain_folder_is_never_acted_on(trust
     build(BuildOptions(bundles=trust_project / "bundles", output=trust_project / "clean", trust=load_trust_set(),
                        search=False))
     assert tree(trust_project / "site") == tree(trust_project / "clean")
+
+
+def _leaves(doc: object, value: object) -> object:
+    """*doc* with each value that is no object or array replaced by *value* (its shape kept, its types not)."""
+    if isinstance(doc, dict):
+        return {k: _leaves(v, value) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_leaves(v, value) for v in doc]
+    return value
+
+
+@pytest.mark.parametrize("leaf", [[1, 2], *(pytest.param(v, marks=pytest.mark.slow) for v in (-1, None, {"a": 1}))],
+                         ids=["array", "number", "null", "object"])
+@pytest.mark.parametrize("name", ["files", "mirrored", "addresses", "previous_site", "inspections/", "rows/",
+                                  "no-op answer"])
+def test_a_cache_document_of_another_shape_under_the_users_own_tag_costs_only_work(project, name, leaf):
+    """Every document the cache keeps (all its parts), its values of another type but tagged with this user's
+    key, as a builder's bug could leave it: the next build neither stops nor publishes anything else than a
+    build without a cache."""
+    from conftest import both_keys, opts
+    from generate import make_bundle
+    from site_builder.build import build, default_cache_dir
+    out = project / "site"
+    build(opts(project, out, both_keys()))
+    (project / "bundles" / "gen4.json").write_bytes(make_bundle(4, variant=1))  # (the previous site now recorded)
+    build(opts(project, out, both_keys()))
+    key = user_cache_key().bound_to(cache_context())
+    db = sqlite3.connect(default_cache_dir(out) / "cache.sqlite")
+    if name == "no-op answer":
+        (quick_key,), (doc,) = (db.execute("SELECT value FROM meta WHERE key=?", (n,)).fetchone()
+                                for n in ("quick_key", "quick"))
+        doc = json.dumps(_leaves(json.loads(doc), leaf))
+        db.execute("UPDATE meta SET value=? WHERE key='quick'", (doc,))
+        db.execute("UPDATE meta SET value=? WHERE key='quick_tag'", (key.tag("quick", quick_key, doc),))
+    else:
+        parts = [n for (n,) in db.execute("SELECT name FROM documents")
+                 if n == name or name.endswith("/") and n.startswith(name)]  # (a document kept in parts: all)
+        assert parts
+        for part in parts:
+            genuine = cache_document(db, part)[0]
+            matched_by = {k: genuine[k] for k in ("marker", "trust", "build_key") if k in genuine}
+            damaged = {**_leaves(genuine, leaf), **matched_by}  # (still the document for this output, keys, templates)
+            plant_document(db, part, damaged, document_tag(key, part, damaged))
+    db.commit()
+    db.close()
+    if name != "no-op answer":  # (the no-op answer is taken for inputs as they are)
+        (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=1))
+    report = build(opts(project, out, both_keys()))
+    assert report.summary_line() and all(o.as_json() for o in report.outcomes)
+    build(opts(project, project / "clean", both_keys(), use_cache=False))
+    assert tree(out) == tree(project / "clean")

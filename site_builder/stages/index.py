@@ -7,11 +7,11 @@ import shutil
 import time
 from dataclasses import replace
 
-from site_builder.cache import join_files
 from site_builder.search_index import SEARCH_STAGE, SearchShard, files_under, index_search
 from site_builder.stages.context import BuildContext
 from site_builder.stages.plan import SitePlan
 from site_builder.stages.publish import OutputTree, reuse_units
+from site_builder.unit_files import join_files
 
 
 def index(ctx: BuildContext, site: SitePlan, out: OutputTree, names: list[str]) -> SitePlan:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from site_builder.cache import BuildCache, file_count, join_files, split_files
+from site_builder.cache import BuildCache
 from site_builder.loading import FileReadError, read_bytes
 from site_builder.mirrors import MirrorCheck, MirrorLookups, unproven
 from site_builder.options import BuildOptions
@@ -18,6 +18,7 @@ from site_builder.report import BuildReport
 from site_builder.stages.context import BuildContext, open_cache, put_cache_back
 from site_builder.stages.plan import SitePlan, identified, read_build_id
 from site_builder.terminal import printable
+from site_builder.unit_files import file_count, join_files, split_files
 from site_builder.writing import MARKER, OutputSlot, StagingTree, TreeChanged, owned_privately
 
 # Update the previous tree in place unless more than this share of its files is stale.  Unlinking a stale file

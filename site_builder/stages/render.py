@@ -14,7 +14,6 @@ from typing import Callable
 
 import orjson
 
-from site_builder.cache import file_count, join_files, record_unit_files, split_files
 from site_builder.compiled_templates import CompiledTemplates
 from site_builder.inspection import Inspection
 from site_builder.keys import TrustSet
@@ -27,6 +26,7 @@ from site_builder.settings import SiteConfig
 from site_builder.stages.context import BuildContext, template_cache
 from site_builder.stages.plan import SitePlan, without_changed
 from site_builder.stages.publish import OutputTree
+from site_builder.unit_files import file_count, join_files, record_unit_files, split_files
 from site_builder.writing import OutputError, StagingTree
 
 
