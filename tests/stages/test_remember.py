@@ -2,6 +2,7 @@
 and nothing the save does changes the output after ``build`` returns."""
 
 import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -13,11 +14,12 @@ import pytest
 from site_builder.build import build
 from site_builder.cache import BuildCache
 from site_builder.cache_key import user_cache_key
+from site_builder.keys import load_trust_set
 
 from conftest import ROOT
 from conftest import both_keys, cache_document, document_tag, opts, plant_document, tree
 
-from generate import make_bundle  # noqa: E402
+from generate import benchmark_key, make_bundle  # noqa: E402
 
 
 def cache_dir(project):
@@ -50,6 +52,7 @@ def test_cache_waits_for_a_background_saver(tmp_path):
         import fcntl, os, sqlite3, sys, time
         from site_builder.cache import cache_context
         from site_builder.cache_key import user_cache_key
+from site_builder.keys import load_trust_set
         fd = os.open({str(path.parent / "cache.lock")!r}, os.O_RDWR | os.O_CREAT)
         fcntl.flock(fd, fcntl.LOCK_EX)
         print("locked", flush=True)
@@ -250,30 +253,49 @@ def test_a_one_shot_build_leaves_its_objects_only_where_the_caller_asked(project
     assert not [name for name, value in vars(remember).items() if isinstance(value, list) and value]
 
 
+# A build and the edits its caller makes as soon as it returns, in a process of their own: only a process running
+# no other thread forks the saver (a test process that ran ``serve`` keeps its file watcher's thread).
+BUILD_THEN_EDIT = """
+import json, sys
+from pathlib import Path
+from site_builder.build import BuildOptions, build
+from site_builder.keys import load_trust_set
+from site_builder.options import BuildPolicy
+project, keys = Path(sys.argv[1]), [Path(k) for k in sys.argv[2:]]
+report = build(BuildOptions(bundles=project / "bundles", output=project / "site", trust=load_trust_set(keys),
+                            templates=project / "templates", search=False,
+                            policy=BuildPolicy(one_shot=True, left_for_exit=[])))
+for path in sorted((project / "site").glob("pith/*/bundle.json")):  # at once, while the saver may be at work
+    with open(path, "r+b") as f:
+        f.seek(path.read_bytes().index(b'"pith_number"'))
+        f.write(b" ")
+print(json.dumps({"saved_in_background": report.saved_in_background, "changed": report.changed}))
+"""
+
+
 @pytest.mark.parametrize("changed_first", [False, True])
 def test_a_mirrored_bundle_edited_as_soon_as_the_build_returns_is_found_by_the_next(project, changed_first):
     """The cache is saved in the background after ``build`` returns; what it records of the mirrored bundles
     must be the files as the build left them, not as they are by the time the saver gets to them (a
     post-processing step run right after the build had its edits taken for the build's own)."""
-    out = project / "site"
-    options = opts(project, out, both_keys(), one_shot=True, left_for_exit=[])
-    report = build(options)
+    (project / "bench-key.json").write_text(json.dumps(benchmark_key().document()))
+    keys = [ROOT / "site_builder" / "data" / "pith-signing-key.json", project / "bench-key.json"]
+    options = opts(project, project / "site", load_trust_set(keys))
     if changed_first:  # (a build that wrote some records and took the others over)
-        _wait_for_saver(project)
+        build(options)
         victim = sorted((project / "bundles").glob("gen*.json"))[1]
         victim.write_bytes(victim.read_bytes().replace(b'"built_at"', b' "built_at"', 1))
-        report = build(options)
-    mirrored = sorted(out.glob("pith/*/bundle.json"))
-    genuine = {path: path.read_bytes() for path in mirrored}
-    for path in mirrored:  # at once, while the saver may still be at work
-        with open(path, "r+b") as f:
-            f.seek(genuine[path].index(b'"pith_number"'))
-            f.write(b" ")
-    assert report.saved_in_background
+    edited = subprocess.run([sys.executable, "-c", BUILD_THEN_EDIT, project, *keys], capture_output=True, text=True,
+                            timeout=300)
+    assert edited.returncode == 0, edited.stderr
+    assert json.loads(edited.stdout) == {"saved_in_background": True, "changed": True}
+    build(opts(project, project / "clean", load_trust_set(keys), use_cache=False))
+    mirrored = lambda root: {p.relative_to(root): p.read_bytes() for p in root.glob("pith/*/bundle.json")}  # noqa: E731
+    genuine = mirrored(project / "clean")
+    assert len(genuine) == 10 and not set(mirrored(project / "site").items()) & set(genuine.items())  # (all edited)
     _wait_for_saver(project)
     assert build(options).changed
-    _wait_for_saver(project)
-    assert {path: path.read_bytes() for path in mirrored} == genuine
+    assert mirrored(project / "site") == genuine
 
 
 def test_the_detached_saver_holds_no_descriptor_of_its_caller_but_the_cache_lock(tmp_path):
