@@ -3,6 +3,7 @@ authenticated cache already holds its result for the same bytes and keys."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from dataclasses import replace
 
@@ -89,3 +90,16 @@ def test_files_with_the_same_bytes_each_keep_their_own_name(project, tmp_path):
     statuses = {o.inspection.rel: o.status for o in report.outcomes}
     assert sorted(statuses) == names
     assert sorted([statuses["copy.json"], statuses["gen3.json"]]) == ["published", "superseded"]
+
+
+def test_a_file_only_touched_is_not_verified_again_once_a_build_found_it_the_same(project, tmp_path):
+    """A build that finds its inputs touched but the same (a checkout, a copy) writes nothing, and remembers their
+    new stat: the builds after it verify none of them again."""
+    options = opts(project, project / "site", both_keys())
+    build(options)
+    for n, path in enumerate(sorted((project / "bundles").glob("*.json"))):
+        os.utime(path, ns=(0, (n + 1) * 1_000_000_000))
+    assert len(verified(options, tmp_path).fresh) == 10  # (unknown stats: read and checked again)
+    assert build(options).changed is False
+    (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=2))
+    assert [i.rel for i in verified(options, tmp_path).fresh] == ["gen1.json"]
