@@ -355,47 +355,43 @@ def test_taking_the_lock_this_cache_already_holds_returns_at_once(tmp_path):
         cache.close()
 
 
+def _files_added(path: str):
+    """An edit of a unit list's line: *path* added to the files of the static files' unit (kept as it is by the
+    next build: its files linked) and of the report's (made again: its files removed from a tree updated in
+    place)."""
+    return lambda line: line + "\t" + path if line.startswith(("static\t", "report\t")) else line
+
+
+def _arxiv_id_of_records(arxiv_id: str):
+    """An edit of a unit list's line: a record's files kept as its four values, with *arxiv_id* and its one
+    address ``arxiv/<arXiv id>/``."""
+    def edit(line: str) -> str:
+        if not line.startswith("record:"):
+            return line
+        name, key, files = line.split("\t")
+        pith_id, _, version, _ = files.split(" ")
+        return f"{name}\t{key}\t{pith_id} {arxiv_id} {version} 1"
+    return edit
+
+
+DAMAGED_UNIT_LISTS = {
+    "a path out of the site": _files_added("../victim/index.html"),
+    "a record's arXiv id out of the site": _arxiv_id_of_records("../../victim"),
+    "a path in and out of the site": _files_added("../site/../victim/index.html"),
+    "an absolute path": _files_added("/VICTIM"),
+    "a record's arXiv id that Windows reserves": _arxiv_id_of_records("aux/1234567"),
+}
+
+
 @pytest.mark.parametrize("twin", [False, True])
-@pytest.mark.parametrize("where", ["../victim.txt", *(pytest.param(w, marks=pytest.mark.slow)
-                                                      for w in ("../site/../victim.txt", "/tmp/victim.txt"))])
+@pytest.mark.parametrize("damage", [*list(DAMAGED_UNIT_LISTS)[:2], *(pytest.param(d, marks=pytest.mark.slow)
+                                                                      for d in list(DAMAGED_UNIT_LISTS)[2:])])
 def test_a_unit_list_naming_a_file_outside_the_site_is_never_acted_on_even_under_the_users_own_tag(trust_project,
-                                                                                                    where, twin):
+                                                                                                    damage, twin):
     """The build links, and in a tree it updates in place removes, the files its cache names for each unit: a
-    unit list that names one outside the site (here with this user's own tag, as a damaged or hand-edited cache
-    would carry it) is never acted on.  The cache is thrown away, and the site built as without one."""
-    from site_builder.build import BuildOptions, build
-    from site_builder.options import BuildPolicy
-    options = BuildOptions(bundles=trust_project / "bundles", output=trust_project / "site", trust=load_trust_set(),
-                           search=False, policy=BuildPolicy(link_twin=twin))
-    build(options)
-    victim = trust_project / "victim.txt"
-    victim.write_text("not the site's")
-    db = sqlite3.connect(cache_folder(trust_project) / "cache.sqlite")
-    ((build_id, data),) = db.execute("SELECT build_id, data FROM units").fetchall()
-    lines = data.split("\n")
-    for n, line in enumerate(lines):  # a unit kept as it is (its files linked) and one made again (its removed)
-        if line.startswith(("static\t", "report\t")):
-            lines[n] += "\t" + where.replace("/tmp/victim.txt", str(victim))
-    data = "\n".join(lines)
-    tag = user_cache_key().bound_to(cache_context()).tag("units", build_id, data)
-    db.execute("UPDATE units SET data=?, tag=? WHERE build_id=?", (data, tag, build_id))
-    db.commit()
-    db.close()
-    (trust_project / "bundles" / REAL_FILES[1].name).unlink()
-    again = build(options)
-    assert victim.read_text() == "not the site's"
-    assert again.changed and again.files_reused == 0  # (nothing reused: the cache was thrown away)
-    build(BuildOptions(bundles=trust_project / "bundles", output=trust_project / "clean", trust=load_trust_set(),
-                       search=False))
-    assert tree(trust_project / "site") == tree(trust_project / "clean")
-
-
-@pytest.mark.parametrize("twin", [False, True])
-@pytest.mark.parametrize("arxiv_id", ["../../victim", pytest.param("aux/1234567", marks=pytest.mark.slow)])
-def test_a_record_unit_whose_arxiv_id_is_no_plain_folder_is_never_acted_on(trust_project, twin, arxiv_id):
-    """A record's files are kept as its four values (``@<pith id> <arXiv id> <version> <mask>``) and made again
-    from them: an arXiv id there that is a path out of the site (``../../victim``) or a name Windows reserves,
-    under this user's own tag, is a damaged unit list like any other, not a build that stops."""
+    unit list that names one outside the site or one no build writes (here with this user's own tag, as a
+    damaged or hand-edited cache would carry it) is never acted on, and never stops the build.  The cache is
+    thrown away, and the site built as without one."""
     from site_builder.build import BuildOptions, build
     from site_builder.options import BuildPolicy
     options = BuildOptions(bundles=trust_project / "bundles", output=trust_project / "site", trust=load_trust_set(),
@@ -406,13 +402,8 @@ def test_a_record_unit_whose_arxiv_id_is_no_plain_folder_is_never_acted_on(trust
     victim.write_text("not the site's")
     db = sqlite3.connect(cache_folder(trust_project) / "cache.sqlite")
     ((build_id, data),) = db.execute("SELECT build_id, data FROM units").fetchall()
-    lines = data.split("\n")
-    for n, line in enumerate(lines):
-        if line.startswith("record:"):
-            name, key, files = line.split("\t")
-            pith_id, _, version, _ = files.split(" ")
-            lines[n] = f"{name}\t{key}\t{pith_id} {arxiv_id} {version} 1"  # (its one address: arxiv/<id>/)
-    data = "\n".join(lines)
+    edit = DAMAGED_UNIT_LISTS[damage]
+    data = "\n".join(edit(line) for line in data.split("\n")).replace("/VICTIM", str(victim))
     tag = user_cache_key().bound_to(cache_context()).tag("units", build_id, data)
     db.execute("UPDATE units SET data=?, tag=? WHERE build_id=?", (data, tag, build_id))
     db.commit()
