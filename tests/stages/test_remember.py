@@ -52,7 +52,6 @@ def test_cache_waits_for_a_background_saver(tmp_path):
         import fcntl, os, sqlite3, sys, time
         from site_builder.cache import cache_context
         from site_builder.cache_key import user_cache_key
-from site_builder.keys import load_trust_set
         fd = os.open({str(path.parent / "cache.lock")!r}, os.O_RDWR | os.O_CREAT)
         fcntl.flock(fd, fcntl.LOCK_EX)
         print("locked", flush=True)
