@@ -289,7 +289,9 @@ def test_a_mirrored_bundle_edited_as_soon_as_the_build_returns_is_found_by_the_n
     assert edited.returncode == 0, edited.stderr
     assert json.loads(edited.stdout) == {"saved_in_background": True, "changed": True}
     build(opts(project, project / "clean", load_trust_set(keys), use_cache=False))
-    mirrored = lambda root: {p.relative_to(root): p.read_bytes() for p in root.glob("pith/*/bundle.json")}  # noqa: E731
+
+    def mirrored(root):
+        return {p.relative_to(root): p.read_bytes() for p in root.glob("pith/*/bundle.json")}
     genuine = mirrored(project / "clean")
     assert len(genuine) == 10 and not set(mirrored(project / "site").items()) & set(genuine.items())  # (all edited)
     _wait_for_saver(project)
