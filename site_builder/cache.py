@@ -367,6 +367,12 @@ class BuildCache:
         entry = self._files.get(rel)
         return entry[1] if entry and entry[0] == sig else None
 
+    def same_size(self, rel: str, sig: str) -> bool:
+        """Whether the file index knows *rel* with another stat of the same size as *sig* says: the file may be
+        the same bytes, touched (a checkout, a copy without its times), and is worth hashing before verifying."""
+        entry = self._files.get(rel)
+        return entry is not None and entry[0] != sig and entry[0].partition(":")[0] == sig.partition(":")[0]
+
     def inspections(self, shas: list[str], trust: str) -> dict[str, Inspection]:
         """Cached verification results for these digests under this trust set (a part whose tag does not check
         counts as none, and a damaged result is skipped: each is verified again)."""

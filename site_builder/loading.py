@@ -8,6 +8,7 @@ blocking, hidden entries are ignored, and size is capped before reading.
 from __future__ import annotations
 
 import errno
+import hashlib
 import operator
 import os
 import stat
@@ -232,6 +233,14 @@ def read_bytes(path: Path, max_bytes: int = DEFAULT_MAX_BYTES, follow_links: boo
         raise FileReadError("file_read", f"cannot read: {exc.strerror}") from None
     finally:
         os.close(fd)
+
+
+def file_sha256(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> str | None:
+    """The sha256 of the regular file at *path* (read as ``read_bytes`` reads it), None where it cannot be read."""
+    try:
+        return hashlib.sha256(read_bytes(path, max_bytes)).hexdigest()
+    except FileReadError:
+        return None
 
 
 @dataclass

@@ -11,7 +11,7 @@ from site_builder.cache import BuildCache
 from site_builder.incremental import IncrementalStore
 from site_builder.inspection import Inspection, by_reference, compact, inspect_bytes, rejected
 from site_builder.keys import TrustSet
-from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, read_bytes
+from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, file_sha256, read_bytes
 from site_builder.options import BuildOptions
 from site_builder.parallel import Workers, map_in_workers
 from site_builder.stages.context import BuildContext
@@ -57,6 +57,10 @@ def inspect_all(options: BuildOptions, cache: BuildCache, store: IncrementalStor
         else:
             rest.append(f)
     known_sha = {f.rel: cache.file_sha(f.rel, f.sig) for f in rest}
+    # A file of a known name and size whose stat alone changed (touched, checked out or copied without its times)
+    # is hashed: where its bytes are ones the cache holds a result for, it is not verified again.
+    known_sha.update((f.rel, file_sha256(f.path, options.max_bytes)) for f in rest
+                     if known_sha[f.rel] is None and cache.same_size(f.rel, f.sig))
     cached = cache.inspections([s for s in known_sha.values() if s], trust_id)
     todo = []
     for f in rest:

@@ -7,13 +7,14 @@ import os
 import sqlite3
 from dataclasses import replace
 
-from conftest import both_keys, cache_document, opts
+from conftest import both_keys, cache_document, calls_of, opts
 from generate import make_bundle
 from site_builder.build import build
 from site_builder.incremental import IncrementalStore
 from site_builder.keys import load_trust_set
 from site_builder.options import ServeSession
 from site_builder.report import BuildReport
+from site_builder.stages import verify as verify_stage
 from site_builder.stages.context import opened_context
 from site_builder.stages.gather import gather
 from site_builder.stages.verify import verify
@@ -92,14 +93,24 @@ def test_files_with_the_same_bytes_each_keep_their_own_name(project, tmp_path):
     assert sorted([statuses["copy.json"], statuses["gen3.json"]]) == ["published", "superseded"]
 
 
-def test_a_file_only_touched_is_not_verified_again_once_a_build_found_it_the_same(project, tmp_path):
-    """A build that finds its inputs touched but the same (a checkout, a copy) writes nothing, and remembers their
-    new stat: the builds after it verify none of them again."""
+def test_a_file_only_touched_is_not_verified_again(project, tmp_path, monkeypatch):
+    """A file whose stat alone changed (touched, checked out again, copied without its times) is hashed, not
+    verified again, where the cache holds a result for its bytes; the build that finds it so writes nothing and
+    remembers its new stat, so the builds after it do not even hash it.  A file of the same size whose bytes
+    changed is verified."""
     options = opts(project, project / "site", both_keys())
     build(options)
+    hashed = calls_of(monkeypatch, verify_stage, "file_sha256")
     for n, path in enumerate(sorted((project / "bundles").glob("*.json"))):
         os.utime(path, ns=(0, (n + 1) * 1_000_000_000))
-    assert len(verified(options, tmp_path).fresh) == 10  # (unknown stats: read and checked again)
+    assert verified(options, tmp_path).fresh == [] and len(hashed) == 10
     assert build(options).changed is False
-    (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=2))
-    assert [i.rel for i in verified(options, tmp_path).fresh] == ["gen1.json"]
+    hashed.clear()
+    assert verified(options, tmp_path).fresh == [] and hashed == []
+    tampered = project / "bundles" / "gen1.json"
+    raw = bytearray(tampered.read_bytes())
+    raw[raw.index(b'"title"') + 10] ^= 1  # (the same size, other bytes)
+    tampered.write_bytes(bytes(raw))
+    again = verified(options, tmp_path)
+    assert [i.rel for i in again.fresh] == ["gen1.json"] and again.fresh[0].check is not None
+    assert hashed == [str(tampered)]
