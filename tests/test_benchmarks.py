@@ -27,14 +27,16 @@ def test_build_benchmark_runs_every_scenario_and_writes_json(tmp_path):
     report = json.loads(out.read_text())
     steps = {s["name"]: s for s in report["steps"]}
     assert list(steps) == ["full build", "no-op rebuild", "first incremental", "change one bundle",
-                           "replace one record", "add one bundle", "delete one bundle", "change 40 %",
-                           "edit one template"]
+                           "replace one record", "add one bundle", "delete one bundle", "touch every bundle",
+                           "change 40 %", "edit one template"]
     full = steps["full build"]
     assert report["n"] == 80 and full["published"] == 80 and full["reused"] == 0
     assert steps["no-op rebuild"]["written"] == 0  # writing no file
     for name in ("change one bundle", "replace one record", "add one bundle", "delete one bundle"):
         # a few record and listing files; everything else is reused
         assert 0 < steps[name]["written"] < 60 < steps[name]["reused"], name
+    touched = steps["touch every bundle"]  # (hashed and found in the cache: no worker verified any again)
+    assert touched["written"] == 0 and all(workers == 0 for _, workers in touched["cpu"].values())
     assert 80 * 2 // 5 * 5 < steps["change 40 %"]["written"] < full["written"]
     assert steps["edit one template"]["written"] == full["written"] and steps["edit one template"]["reused"] == 0
     assert all(s["wall"] > 0 and s["rss_main_mb"] > 0 and s["timings"] for s in steps.values())
