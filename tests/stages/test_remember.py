@@ -14,7 +14,10 @@ import pytest
 from site_builder.build import build
 from site_builder.cache import BuildCache
 from site_builder.cache_key import user_cache_key
+from site_builder.incremental import IncrementalStore
 from site_builder.keys import load_trust_set
+from site_builder.options import ServeSession
+from site_builder.settings import SiteConfig
 
 from conftest import ROOT
 from conftest import both_keys, cache_document, document_tag, opts, plant_document, tree
@@ -337,3 +340,24 @@ def test_inputs_touched_but_the_same_make_the_live_site_again_and_say_nothing_ch
     os.utime(touched, ns=(0, 1_000_000_000))
     again = build(opts(project, out, both_keys()))
     assert again.changed is False and again.files_written == 0 and tree(out) == before
+
+
+def test_a_serve_build_that_left_the_search_index_behind_is_no_no_op_answer(project):
+    """serve puts a change live with the last search index while its next build makes the new one.  Stopped
+    between the two (Ctrl-C), the next ``build`` with the same inputs must make the index, not find the site up
+    to date."""
+    config = SiteConfig(search_shard_size=12)  # (the project's records fit in one shard)
+    out = project / "site"
+    build(opts(project, out, both_keys(), search=True, config=config))
+    (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=2))
+    store = IncrementalStore()
+    try:
+        behind = build(opts(project, out, both_keys(), search=True, config=config,
+                            session=ServeSession(store, defer_search=True)))
+    finally:
+        store.close()
+    assert behind.changed and behind.search_behind
+    again = build(opts(project, out, both_keys(), search=True, config=config))
+    assert again.changed and again.search_seconds > 0
+    build(opts(project, project / "clean", both_keys(), search=True, config=config, use_cache=False))
+    assert tree(out) == tree(project / "clean")
