@@ -52,6 +52,7 @@ import orjson
 from site_builder import builder_identity
 from site_builder.cache_key import CacheKey
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
+from site_builder.loading import signature_size
 from site_builder.mirrors import MirrorRecord
 from site_builder.pages import ALL_ADDRESSES
 from site_builder.selection import PreviousSite, PublishedBefore
@@ -371,7 +372,7 @@ class BuildCache:
         """Whether the file index knows *rel* with another stat of the same size as *sig* says: the file may be
         the same bytes, touched (a checkout, a copy without its times), and is worth hashing before verifying."""
         entry = self._files.get(rel)
-        return entry is not None and entry[0] != sig and entry[0].partition(":")[0] == sig.partition(":")[0]
+        return entry is not None and entry[0] != sig and signature_size(entry[0]) == signature_size(sig)
 
     def inspections(self, shas: list[str], trust: str) -> dict[str, Inspection]:
         """Cached verification results for these digests under this trust set (a part whose tag does not check

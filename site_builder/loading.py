@@ -71,6 +71,11 @@ def stat_signature(st: os.stat_result) -> str:
     return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
 
 
+def signature_size(sig: str) -> str:
+    """The size a stat signature (``stat_signature``) records, as it records it."""
+    return sig.partition(":")[0]
+
+
 def _folder_stamp(st: os.stat_result) -> tuple[int, int, int]:
     """What changes when a folder's entries do (an entry created, deleted or renamed)."""
     return st.st_ino, st.st_mtime_ns, st.st_ctime_ns

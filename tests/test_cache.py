@@ -28,7 +28,8 @@ from site_builder.loading import stat_signature
 from site_builder.rendering import template_dirs
 from site_builder.verification import Verdict
 
-from conftest import REAL_FILES, ROOT, cache_document, document_tag, plant_document, tree
+from conftest import REAL_FILES, ROOT, both_keys, cache_document, document_tag, opts, plant_document, tree
+from generate import make_bundle
 from signing import TestKey, sign_bundle, to_bytes, with_paper
 
 PINNED = json.loads((ROOT / "site_builder" / "data" / "pith-signing-key.json").read_text())
@@ -434,8 +435,6 @@ def test_a_cache_document_of_another_shape_under_the_users_own_tag_costs_only_wo
     """Every document the cache keeps (all its parts), its values of another type but tagged with this user's
     key, as a builder's bug could leave it: the next build neither stops nor publishes anything else than a
     build without a cache."""
-    from conftest import both_keys, opts
-    from generate import make_bundle
     from site_builder.build import build, default_cache_dir
     out = project / "site"
     build(opts(project, out, both_keys()))
