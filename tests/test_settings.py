@@ -53,6 +53,13 @@ def test_a_bad_setting_is_refused_naming_the_file(tmp_path, text, reason):
     assert "site.toml" in str(caught.value) and "secret" not in str(caught.value)
 
 
+def test_a_settings_file_that_is_not_utf8_is_refused_naming_the_file(tmp_path):
+    """TOML is UTF-8: a site.toml saved in Latin-1 is a one-line error, not a traceback."""
+    (tmp_path / "site.toml").write_bytes('title = "Gödel"\n'.encode("latin-1"))
+    with pytest.raises(SettingsError, match=r"site\.toml: cannot read: 'utf-8' codec can't decode byte 0xf6"):
+        load_settings(tmp_path / "site.toml")
+
+
 def test_a_description_may_run_over_lines(tmp_path):
     (tmp_path / "site.toml").write_text('description = """Papers we cite.\n\tAll verified."""\n')
     assert load_settings(tmp_path / "site.toml").description == "Papers we cite.\n\tAll verified."
