@@ -36,6 +36,19 @@ def test_the_build_key_names_templates_settings_keys_about_page_and_search(proje
     assert build_key_of(options, template_dirs(options.templates), None) != base
 
 
+def test_each_stage_is_timed_once_and_the_stages_add_up_to_the_build(project):
+    """``build --verbose`` and the benchmarks print each stage's time and CPU: each is the stage's own share,
+    none below zero, and together they are the build's time, no more."""
+    report = build(opts(project, project / "site", both_keys()))
+    stages = ["start", "discover", "verify", "select", "plan_collection", "identify", "render_records",
+              "render_collection", "write_report", "swap"]
+    assert set(stages) <= set(report.timings) and set(report.cpu) == set(report.timings)
+    assert all(seconds >= 0 for seconds in report.timings.values())
+    assert all(main >= 0 and workers >= 0 for main, workers in report.cpu.values())
+    assert 0.5 * report.seconds < sum(report.timings.values()) <= report.seconds
+    assert sum(main for main, _ in report.cpu.values()) <= report.seconds + 0.05  # (one thread: CPU within wall)
+
+
 def test_the_source_date_is_part_of_the_build_key(project, monkeypatch):
     options = opts(project, project / "site", both_keys())
     dirs = template_dirs(options.templates)
