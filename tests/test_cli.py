@@ -255,13 +255,14 @@ def test_numbers_out_of_range_are_usage_errors(tmp_path):
                           (("pull", "--timeout", "-5", "x"), "argument --timeout: -5 is not a positive number"),
                           (("pull", "--timeout", "nan", "x"), "argument --timeout: nan is not a positive number"),
                           (("pull", "--timeout", "0", "x"), "argument --timeout: 0 is not a positive number"),
+                          (("pull", "--timeout", "soon", "x"), "argument --timeout: 'soon' is not a number of seconds"),
                           (("pull", "--deadline", "inf", "x"), "argument --deadline: inf is not a positive number"),
                           (("build", "--quiet", "--verbose"), "not allowed with argument")]:
         r = cli(*args, cwd=tmp_path)
         assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
         assert "Traceback" not in r.stderr
     # The bounds themselves are taken (an option is taken as it is read: the help after it is shown, exit 0).
-    for args in (("serve", "--port", "65535"), ("build", "--jobs", "0"), ("pull", "--concurrency", "1"),
+    for args in (("serve", "--port", "65535"), ("serve", "--port", "0"), ("build", "--jobs", "0"), ("pull", "--concurrency", "1"),
                  ("pull", "--retries", "0"), ("pull", "--timeout", "0.5")):
         assert cli(*args, "--help", cwd=tmp_path).returncode == 0, args
 
