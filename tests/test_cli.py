@@ -262,8 +262,9 @@ def test_numbers_out_of_range_are_usage_errors(tmp_path):
         assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
         assert "Traceback" not in r.stderr
     # The bounds themselves are taken (an option is taken as it is read: the help after it is shown, exit 0).
-    for args in (("serve", "--port", "65535"), ("serve", "--port", "0"), ("build", "--jobs", "0"), ("pull", "--concurrency", "1"),
-                 ("pull", "--retries", "0"), ("pull", "--timeout", "0.5")):
+    for args in (("serve", "--port", "65535"), ("serve", "--port", "0"), ("build", "--jobs", "0"),
+                 ("verify", "--jobs", "0"), ("pull", "--concurrency", "1"), ("pull", "--retries", "0"),
+                 ("pull", "--timeout", "0.5")):
         assert cli(*args, "--help", cwd=tmp_path).returncode == 0, args
 
 
