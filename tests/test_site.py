@@ -16,7 +16,7 @@ from lxml import etree
 from site_builder import pages
 from site_builder.build import BuildOptions, build
 from site_builder.options import BuildPolicy
-from site_builder.keys import load_trust_set
+from site_builder.keys import TrustSet, load_trust_set
 from site_builder.rendering import SiteRenderer, template_dirs
 from site_builder.settings import SiteConfig
 
@@ -251,7 +251,7 @@ def test_short_addresses_redirect(sites):
         assert f'<a href="/mirror/pith/{ids(b)}/">' in html
 
 
-def _two_records_of_one_version(tmp_path: Path) -> tuple[Path, object, list[str]]:
+def _two_records_of_one_version(tmp_path: Path) -> tuple[Path, TrustSet, list[str]]:
     """A bundles folder with a real record and the same arXiv version issued again as another record (other
     metadata, so another pith id), both signed with a key made here; returns the folder, the trust set and the
     two pith ids."""

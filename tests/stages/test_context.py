@@ -46,7 +46,8 @@ def test_each_stage_is_timed_once_and_the_stages_add_up_to_the_build(project):
     assert all(seconds >= 0 for seconds in report.timings.values())
     assert all(main >= 0 and workers >= 0 for main, workers in report.cpu.values())
     assert 0.5 * report.seconds < sum(report.timings.values()) <= report.seconds
-    assert sum(main for main, _ in report.cpu.values()) <= report.seconds + 0.05  # (one thread: CPU within wall)
+    # (the build's process runs two threads at most: the main one and the one reading bundles ahead)
+    assert sum(main for main, _ in report.cpu.values()) <= 2 * report.seconds + 0.05
 
 
 def test_the_source_date_is_part_of_the_build_key(project, monkeypatch):
