@@ -17,7 +17,6 @@ change); 10,000 records are 20,000 lookups, ~60 ms on a 2-core VM.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Iterable, Iterator
 
 import orjson
 
-from site_builder.loading import FileReadError, read_bytes
+from site_builder.loading import file_sha256
 from site_builder.parallel import WorkAhead
 
 MIRROR_FOLDERS = ("pith", ".well-known/pith")  # where a record's bundle.json is: <folder>/<pith id>/bundle.json
@@ -79,14 +78,8 @@ def _open_folder(tree: Path, folder: str) -> int | None:
 
 def holds_verified_bytes(tree: Path, pith_id: str, sha256: str) -> bool:
     """Whether both of the record's paths in *tree* hold bytes with digest *sha256* (the slow way: read)."""
-    for folder in MIRROR_FOLDERS:
-        try:
-            data = read_bytes(os.path.join(tree, folder, pith_id, "bundle.json"))
-        except FileReadError:
-            return False
-        if hashlib.sha256(data).hexdigest() != sha256:
-            return False
-    return True
+    digests = (file_sha256(Path(tree, folder, pith_id, "bundle.json")) for folder in MIRROR_FOLDERS)
+    return all(found is not None and found == sha256 for found in digests)  # (unreadable: never verified bytes)
 
 
 @dataclass(frozen=True, eq=False)
