@@ -280,8 +280,7 @@ def test_a_mirrored_bundle_edited_as_soon_as_the_build_returns_is_found_by_the_n
     """The cache is saved in the background after ``build`` returns; what it records of the mirrored bundles
     must be the files as the build left them, not as they are by the time the saver gets to them (a
     post-processing step run right after the build had its edits taken for the build's own)."""
-    (project / "bench-key.json").write_text(json.dumps(benchmark_key().document()))
-    keys = [ROOT / "site_builder" / "data" / "pith-signing-key.json", project / "bench-key.json"]
+    keys = [ROOT / "site_builder" / "data" / "pith-signing-key.json", benchmark_key().write(project / "bench-key.json")]
     options = opts(project, project / "site", load_trust_set(keys))
     if changed_first:  # (a build that wrote some records and took the others over)
         build(options)
