@@ -110,12 +110,17 @@ def test_an_interrupted_search_index_leaves_no_pagefind_running(tmp_path, monkey
 
 
 # A stand-in Pagefind that notes when it ran (by the folder it writes), then sleeps or fails as its folder says.
+# One that fails waits until a slow one beside it has noted its process (on a busy machine it could fail before
+# the other had started, and the test could not tell that one killed).
 TIMED_STAND_IN = """import os, sys, time
 folder = sys.argv[sys.argv.index("--output-subdir") + 1].replace("/", "_")
 log = os.environ["STAND_IN_LOG"]
-open(os.path.join(log, folder + ".pid"), "w").write(str(os.getpid()))
+open(os.path.join(log, folder + ".pid.part"), "w").write(str(os.getpid()))
+os.replace(os.path.join(log, folder + ".pid.part"), os.path.join(log, folder + ".pid"))
 start = time.monotonic()
 if "fail" in folder:
+    while not any(n.endswith("slow.pid") for n in os.listdir(log)) and time.monotonic() - start < 20:
+        time.sleep(0.01)
     sys.exit("Error: " + folder + " cannot be made")
 time.sleep(60 if "slow" in folder else 0.6)
 open(os.path.join(log, folder + ".span"), "w").write(f"{start} {time.monotonic()}")
