@@ -295,6 +295,8 @@ class _PreviewHandler(http.server.BaseHTTPRequestHandler):
         if found is None:  # (missing, or through a link: the builder makes none, so one in the output was put there)
             return self._not_found()
         name, data = found
+        if name != "" and path.endswith("/"):  # a file asked for as a folder (as a static host answers it)
+            return self._not_found()
         if name == "":  # a folder: its index.html
             if not path.endswith("/"):  # (the path as asked, still quoted: a header holds ASCII only)
                 return self._send(301, b"", "text/plain", {"Location": urlsplit(self.path).path + "/"})

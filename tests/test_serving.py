@@ -915,6 +915,69 @@ def test_every_page_served_carries_the_live_reload_script_before_its_body_ends(p
         assert raw_get(port, "/data.json")[1] == '{"a": "</body>"}'
 
 
+def test_head_answers_with_the_headers_alone_and_the_connection_goes_on(plain_site):
+    """``curl -I`` and link checkers ask with HEAD: the answer is GET's status and headers without its body.  A
+    body sent anyway would be read as the next answer on the same connection (HTTP/1.1 keeps it open)."""
+    output, _ = plain_site
+    with handler_over(output) as port:
+        page = raw_get(port, "/")[1].encode()
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        try:
+            for path, status in (("/", 200), ("/no/such/page/", 404)):
+                conn.request("HEAD", path)
+                response = conn.getresponse()
+                assert response.status == status and response.read() == b"", path
+                if status == 200:
+                    assert response.getheader("Content-Length") == str(len(page))
+            conn.request("GET", "/")
+            response = conn.getresponse()
+            assert (response.status, response.read()) == (200, page)
+        finally:
+            conn.close()
+
+
+def test_the_sites_other_files_are_served_with_their_types(plain_site):
+    """A static file of the user's (a logo, a paper's PDF) is served with its type, as a browser needs to show
+    it; a file of no known type as bytes to download."""
+    output, _ = plain_site
+    (output / "assets").mkdir()
+    for name in ("logo.png", "paper.pdf", "data.unknownsuffix"):
+        (output / "assets" / name).write_bytes(b"\x89bytes")
+    with handler_over(output) as port:
+        for name, ctype in (("logo.png", "image/png"), ("paper.pdf", "application/pdf"),
+                            ("data.unknownsuffix", "application/octet-stream")):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", f"/assets/{name}")
+            response = conn.getresponse()
+            assert (response.status, response.getheader("Content-Type"), response.read()) == (200, ctype, b"\x89bytes")
+            conn.close()
+
+
+def test_a_path_that_goes_on_past_a_file_is_not_found(plain_site):
+    """``/index.html/more`` names nothing (as on GitHub Pages): not the file before it."""
+    output, _ = plain_site
+    (output / "pith" / "bundle.json").write_text("{}")
+    with handler_over(output) as port:
+        for path in ("/index.html/more", "/index.html/", "/pith/bundle.json/x/index.html"):
+            status, body = raw_get(port, path)
+            assert status == 404 and "Not found here" in body, path
+
+
+def test_serving_pages_for_a_long_session_keeps_no_file_open(plain_site):
+    """Each request opens the folders on its path and the file it answers with; all are closed again, or a
+    long serve session would run out of file descriptors (1,024 by default) and answer nothing more."""
+    output, _ = plain_site
+    (output / "pith" / "index.html").write_text("<body>list</body>")
+    open_files = Path("/proc/self/fd")
+    with handler_over(output) as port:
+        raw_get(port, "/pith/")
+        before = len(list(open_files.iterdir()))
+        for _ in range(100):
+            for path in ("/", "/pith/", "/pith", "/404.html", "/no/such/page/"):
+                raw_get(port, path)
+        assert len(list(open_files.iterdir())) < before + 20
+
+
 def test_serve_names_where_it_serves_and_the_first_three_folders_it_watches(served_project):
     root, _ = served_project
     for folders in (3, 4):
