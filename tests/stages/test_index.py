@@ -28,7 +28,8 @@ def test_a_change_re_indexes_only_its_shard_and_equals_a_clean_build(bundles_dir
 
     (bundles_dir / "A2G3QVIG5OIYJVZB5MA4S6VDQP.json").unlink()  # shares 1-of-4 with AOU3...
     report = build(options)
-    assert report.search_seconds > 0 and not report.search_behind  # (made now: a build out of serve never defers)
+    assert not report.search_behind  # (made now: a build out of serve never defers)
+    assert 0 < report.search_seconds < report.seconds  # (the summary line gives it as the index's share)
     assert search_page_counts(out) == {"pagefind/1-of-4": 1, "pagefind/3-of-4": 1, "pagefind/4-of-4": 1}
     assert {rel: inode(rel) for rel in kept} == kept  # the other shards' indexes were not made again
 
@@ -39,6 +40,22 @@ def test_a_change_re_indexes_only_its_shard_and_equals_a_clean_build(bundles_dir
     clean = tmp_path / "clean"
     build(BuildOptions(bundles=bundles_dir, output=clean, trust=load_trust_set(), config=config))
     assert tree(out) == tree(clean)
+
+
+def test_a_build_whose_record_pages_are_the_same_indexes_nothing(bundles_dir, tmp_path):
+    """A static file edited is that file rewritten alone: no shard's pages changed, so Pagefind is not run, the
+    summary line names no search index, and serve is not told that the search page changed."""
+    static = tmp_path / "static"
+    static.mkdir()
+    (static / "notice.txt").write_text("Mirrored daily.\n")
+    options = BuildOptions(bundles=bundles_dir, output=tmp_path / "site", trust=load_trust_set(), static_dir=static,
+                           config=SiteConfig(search_shard_size=1))
+    build(options)
+    (static / "notice.txt").write_text("Mirrored hourly.\n")
+    report = build(options)
+    assert report.changed and (tmp_path / "site" / "notice.txt").read_text() == "Mirrored hourly.\n"
+    assert report.search_seconds == 0 and "search index" not in report.summary_line()
+    assert "search/index.html" not in report.rendered
 
 
 @pytest.mark.slow  # (a second or more: left to the full suite)
