@@ -221,6 +221,40 @@ def test_versions_of_a_paper_link_each_other_and_stay_exact_as_they_come_and_go(
     assert tree(out) == tree(clean)
 
 
+@pytest.mark.parametrize("serving", [False, True])
+def test_an_edit_of_the_about_page_rewrites_that_page_alone_and_equals_a_clean_build(project, serving):
+    """The about page is shown by its own page, the home page's link and the sitemap: editing it renders those
+    again and reuses every record's files (it rendered the whole site); adding and removing it is seen too (the
+    quick no-op check included), each build equal to a clean one."""
+    trust = both_keys()
+    out, about = project / "site", project / "about.md"
+    session = ServeSession(IncrementalStore()) if serving else None
+    run = lambda target, **kw: build(opts(project, target, trust, about_file=about, **kw))  # noqa: E731
+
+    def equals_clean() -> None:
+        clean = project / "clean"
+        shutil.rmtree(clean, ignore_errors=True)
+        run(clean, use_cache=False)
+        assert tree(out) == tree(clean)
+
+    run(out, session=session)
+    assert not (out / "about").exists() and "about/" not in (out / "index.html").read_text()
+    record_page = next(out.glob("pith/*/index.html"))
+    inode = record_page.stat().st_ino
+    for text in ("# About\n\nA mirror.\n", "# About\n\nA mirror of ten records.\n"):
+        about.write_text(text)
+        report = run(out, session=session)
+        assert report.changed and report.files_reused > 4 * report.files_written > 0
+        assert text.split("\n")[-2] in (out / "about" / "index.html").read_text()
+        assert 'href="/about/"' in (out / "index.html").read_text()
+        assert record_page.stat().st_ino == inode  # (the record's page kept, not written again)
+        equals_clean()
+    about.unlink()
+    assert run(out, session=session).changed and not (out / "about").exists()
+    assert "about/" not in (out / "index.html").read_text()
+    equals_clean()
+
+
 def test_one_change_rebuilds_only_that_record(project):
     trust = both_keys()
     out = project / "site"

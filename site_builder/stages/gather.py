@@ -87,11 +87,12 @@ class Inputs:
     deployed_manifest: LiveManifest | None
     build_key: str
     indexer: str | None
+    about: str | None  # the about page's Markdown
 
     @functools.cached_property
     def fingerprint(self) -> str:
         """The inputs by stat, for the no-op check; computed only when needed, once (10,000 entries)."""
-        return digest_of(self.build_key, [(f.rel, f.sig) for f in self.found],
+        return digest_of(self.build_key, self.about, [(f.rel, f.sig) for f in self.found],
                          [(x.rel, x.reason) for x in self.skipped],
                          self.static_unit.material if self.static_unit else None, self.warnings,
                          self.indexer, self.deployed_manifest.sha256 if self.deployed_manifest else None)
@@ -113,6 +114,6 @@ def gather(ctx: BuildContext) -> Inputs:
     ctx.clock.lap("discover")
     return Inputs(found, skipped, static_unit(static) if static else None,
                   static_warnings + asset_warnings + deployed_lines,
-                  deployed, manifest, ctx.build_key, ctx.indexer)
+                  deployed, manifest, ctx.build_key, ctx.indexer, ctx.about)
 
 

@@ -19,21 +19,21 @@ from site_builder.stages.context import build_key_of, cache_folder, digest_of, o
 from site_builder.writing import OutputError
 
 
-def test_the_build_key_names_templates_settings_keys_about_page_and_search(project):
+def test_the_build_key_names_templates_settings_keys_and_search(project):
+    """What every page shows; the about page is an input of the pages that show it (tests/test_incremental.py)."""
     options = opts(project, project / "site", both_keys())
     dirs = template_dirs(options.templates)
-    base = build_key_of(options, dirs, None)
-    assert build_key_of(options, template_dirs(options.templates), None) == base
-    assert build_key_of(replace(options, config=SiteConfig(title="Another")), dirs, None) != base
-    assert build_key_of(replace(options, trust=load_trust_set()), dirs, None) != base
-    assert build_key_of(options, dirs, "# About") != base
-    assert build_key_of(replace(options, search=True), dirs, None) != base
-    assert build_key_of(replace(options, max_bytes=options.max_bytes // 2), dirs, None) != base
+    base = build_key_of(options, dirs)
+    assert build_key_of(options, template_dirs(options.templates)) == base
+    assert build_key_of(replace(options, config=SiteConfig(title="Another")), dirs) != base
+    assert build_key_of(replace(options, trust=load_trust_set()), dirs) != base
+    assert build_key_of(replace(options, search=True), dirs) != base
+    assert build_key_of(replace(options, max_bytes=options.max_bytes // 2), dirs) != base
     # How the build goes about it never changes what it publishes, so the key leaves the policy out.
     policy = BuildPolicy(jobs=1, cache_dir=project / "elsewhere", use_cache=False, one_shot=True, link_twin=True)
-    assert build_key_of(replace(options, policy=policy), dirs, None) == base
+    assert build_key_of(replace(options, policy=policy), dirs) == base
     (project / "templates" / "home.html").write_text("{% extends 'base.html' %}")
-    assert build_key_of(options, template_dirs(options.templates), None) != base
+    assert build_key_of(options, template_dirs(options.templates)) != base
 
 
 def test_each_stage_is_timed_once_and_the_stages_add_up_to_the_build(project):
@@ -54,9 +54,9 @@ def test_the_source_date_is_part_of_the_build_key(project, monkeypatch):
     options = opts(project, project / "site", both_keys())
     dirs = template_dirs(options.templates)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
-    first = build_key_of(options, dirs, None)
+    first = build_key_of(options, dirs)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000001")
-    assert build_key_of(options, dirs, None) != first
+    assert build_key_of(options, dirs) != first
 
 
 def test_digests_of_parts_are_unambiguous():
