@@ -99,6 +99,8 @@ def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkey
         monkeypatch.setattr(report_module, "PIECE_LINES", 2)
     twin = mode == "separate-twin"
     search = {"search": True, "config": SiteConfig(search_shard_size=3)} if mode == "separate-search-shards" else {}
+    about = project / "about.md"  # (none at first)
+    settings = {**search, "about_file": about}
 
     def another_user() -> None:
         if mode == "separate-foreign-cache":
@@ -108,12 +110,12 @@ def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkey
         if mode == "serve-and-separate" and next(builds) % 3 == 2:  # (every third build a separate one)
             return None
         return ServeSession(memory) if memory is not None else None
-    build(opts(project, inc, trust, session=session(), link_twin=twin, **search))
+    build(opts(project, inc, trust, session=session(), link_twin=twin, **settings))
     layouts = set()  # (the search index's shards, as records come and go)
     assert not list(project.rglob("*.pickle"))
     next_id = 100
     actions = ["add", "remove", "change", "change", "replace", "duplicate", "template", "keys", "noop", "version",
-               "remove-version"] * 2
+               "remove-version", "about"] * 2
     rng.shuffle(actions)  # every kind of edit, twice, in a random order
     for step, action in enumerate(actions):
         bundles = sorted((project / "bundles").iterdir())
@@ -145,10 +147,15 @@ def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkey
             (project / "templates" / name).write_text((ROOT / "templates" / name).read_text() + f"<!-- {step} -->\n")
         elif action == "keys":
             trust = load_trust_set() if len(trust.keys) == 2 else both_keys()
+        elif action == "about":  # written, edited or removed: its own unit, the sitemap and the home page
+            if about.exists() and rng.random() < 0.5:
+                about.unlink()
+            else:
+                about.write_text(f"# About\n\nAs of step {step}.\n")
         another_user()
-        report = build(opts(project, inc, trust, session=session(), link_twin=twin, **search))
+        report = build(opts(project, inc, trust, session=session(), link_twin=twin, **settings))
         clean = project / f"clean{step}"
-        build(opts(project, clean, trust, use_cache=False, **search))
+        build(opts(project, clean, trust, use_cache=False, **settings))
         assert tree(inc) == tree(clean), f"step {step}: {action}"
         if search:
             layouts.add(tuple(sorted(p.name for p in (inc / "pagefind").iterdir() if p.is_dir())))
