@@ -180,9 +180,9 @@ def read_about(path: Path | None) -> str | None:
 
 
 def build_key_of(options: BuildOptions, dirs: list[Path]) -> str:
-    """What every output file depends on besides the inputs.  The about page is an input, not part of this: only
-    its own page, the sitemap and the home page's link show it, and each names it in its own material, so an
-    edit of it rewrites those alone, not every record's pages (~100,000 files at 10,000 records)."""
+    """What every output file depends on besides the inputs.  The about page is an input, not part of this: its
+    own unit and the sitemap show it (their material names it) and the home page links it (rendered by every
+    build), so an edit of it rewrites those alone, not every record's pages (~100,000 files at 10,000 records)."""
     return digest_of(builder_identity(), options.trust.identity(), templates_identity(dirs), repr(options.config),
                      options.max_bytes, source_date(), options.search)
 
