@@ -20,6 +20,7 @@ from site_builder.inspection import Inspection, rejected
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundlesFolderError, InputFile, discover
 from site_builder.options import BuildPolicy
+from site_builder.rendering import describe_template_error
 from site_builder.search_index import SearchIndexError
 from site_builder.settings import SETTINGS_FILE, SettingsError, load_settings, normalize_base_url, project_paths
 from site_builder.terminal import printable
@@ -246,10 +247,7 @@ def cmd_build(args, left_for_exit: list | None = None) -> int:
         say(f"error: {exc}; previous output left untouched", err=True)
         return EXIT_USAGE
     except jinja2.TemplateError as exc:
-        where = f"{getattr(exc, 'filename', None) or getattr(exc, 'name', None) or 'template'}"
-        line = getattr(exc, "lineno", None)
-        say(f"error: {where}{f':{line}' if line else ''}: {exc.message if hasattr(exc, 'message') else exc}; "
-            f"previous output left untouched", err=True)
+        say(f"error: {describe_template_error(exc)}; previous output left untouched", err=True)
         return EXIT_USAGE
     except OSError as exc:  # (after TemplateError: a missing template is an OSError too)
         # the disk full, a folder not writable: the staging tree is gone, the old site kept

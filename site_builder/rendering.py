@@ -386,8 +386,40 @@ class SiteRenderer:
             # page's context: ~12 µs of a redirect page's ~40.  The environment's globals are set once, above,
             # so a plain dict of them is the same mapping.
             found.globals = dict(found.globals)
-        return found.render(**context)
+        try:
+            return found.render(**context)
+        except jinja2.TemplateError as exc:
+            locate_template_error(exc)
+            raise
 
     def assets(self) -> dict[str, bytes]:
         """The files the site copies to ``/assets/``, by name (``template_assets``: the folders looked at once)."""
         return {name: path.read_bytes() for name, path in template_assets(self.dirs)[0].items()}
+
+
+def locate_template_error(exc: jinja2.TemplateError) -> None:
+    """Give *exc*, raised while a template ran (an undefined name, a failed filter), the file and line of the
+    template where it happened: Jinja gives them only for syntax errors, and a user editing templates needs them.
+    Jinja's traceback names the templates' own lines; the innermost one is the place.  Set as attributes, which
+    survive the way back from a worker process (an exception's ``__dict__`` is pickled with it)."""
+    if getattr(exc, "lineno", None) is not None:
+        return
+    tb, where = exc.__traceback__, None
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if not name.endswith(".py") and not name.startswith("<"):
+            where = (name, tb.tb_lineno)
+        tb = tb.tb_next
+    if where is not None:
+        exc.filename, exc.lineno = where
+
+
+def describe_template_error(exc: jinja2.TemplateError) -> str:
+    """One line for a template error: ``<file>:<line>: <what>``, with as much of the place as is known
+    (``locate_template_error``; "template" where none is).  Not escaped here: whoever prints it does
+    (``terminal.printable``)."""
+    where = getattr(exc, "filename", None) or getattr(exc, "name", None)
+    line = getattr(exc, "lineno", None)
+    what = (exc.message if isinstance(exc, jinja2.TemplateSyntaxError) else str(exc)) or type(exc).__name__
+    place = f"{where}{f':{line}' if line else ''}" if where else "template"
+    return f"{place}: {what.splitlines()[0]}"

@@ -35,6 +35,7 @@ from site_builder.loading import BundleListing, BundlesFolderError, list_bundles
 from site_builder.mirrors import MirrorLookups
 from site_builder.incremental import IncrementalStore
 from site_builder.options import BuildPolicy, ServeSession
+from site_builder.rendering import describe_template_error
 from site_builder.search_index import SearchIndexError
 from site_builder.settings import SettingsError, SiteConfig, load_settings, normalize_base_url, project_paths
 from site_builder.terminal import printable
@@ -171,10 +172,8 @@ class Site:
                 finally:
                     if ahead is not None:  # (taken over or not, it has done its work)
                         ahead.close()
-            except jinja2.TemplateSyntaxError as exc:
-                return self._fail(f"template error: {exc.filename or exc.name}:{exc.lineno}: {exc.message}")
             except jinja2.TemplateError as exc:
-                return self._fail(f"template error: {exc}")
+                return self._fail(f"template error: {describe_template_error(exc)}")
             except (SettingsError, KeyFileError, BundlesFolderError, OutputError, SearchIndexError,
                     WorkerLostError) as exc:
                 return self._fail(str(exc))

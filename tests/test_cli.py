@@ -319,6 +319,26 @@ def test_a_full_disk_is_one_line_and_the_previous_site_stays(bundles_dir, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")) == [".site.lock"]
 
 
+def test_a_template_that_fails_as_it_runs_is_one_line_naming_its_file_and_line(bundles_dir, tmp_path, capsys):
+    """A typo in a template of the user's (a name that is not defined) stops the build with one line naming
+    the template's file and line, and the site in the output is kept."""
+    from site_builder import cli as cli_module
+
+    (tmp_path / "templates").mkdir()
+    out = tmp_path / "site"
+    args = ["build", "--bundles", str(bundles_dir), "--output", str(out), "--no-search",
+            "--templates", str(tmp_path / "templates")]
+    assert cli_module.main(args) == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    home = tmp_path / "templates" / "home.html"
+    home.write_text("{% extends 'base.html' %}\n{% block main %}\n<p>{{ recnet|length }}</p>\n{% endblock %}\n")
+    capsys.readouterr()
+    assert cli_module.main(args) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: {home}:3: 'recnet' is undefined; previous output left untouched"]
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
 @pytest.mark.parametrize("bad_file", ["about.md", "templates/404.html"])
 def test_a_project_file_that_is_not_utf8_is_one_line_naming_it_and_the_site_is_kept(bundles_dir, tmp_path, capsys,
                                                                                     bad_file):

@@ -8,6 +8,7 @@ import pytest
 from markupsafe import Markup
 
 from site_builder.keys import load_trust_set
+from site_builder.parallel import PARALLEL_THRESHOLD
 from site_builder.rendering import SiteRenderer, template_assets, template_dirs
 from site_builder.settings import SiteConfig
 
@@ -271,3 +272,38 @@ def test_an_asset_that_links_out_of_the_templates_folder_or_has_no_plain_name_is
     assert warnings == ["templates/assets/key.txt: a link leading out of the templates folder, or not a regular file; "
                         "not copied",
                         "templates/assets/my style.css: not a plain file name a static host serves; not copied"]
+
+
+@pytest.mark.parametrize("template, jobs, generated", [("home.html", 1, 0), ("paper.html", 1, 0),
+                                                       ("paper.html", 2, PARALLEL_THRESHOLD)])
+def test_a_template_that_fails_as_it_runs_is_named_by_its_file_and_line(tmp_path, template, jobs, generated):
+    """A typo in a user's template (an undefined name) shows only when a page renders, in the build's process or
+    in a worker's: the error names the template's file and line, as a syntax error's does (it said only
+    "'no_such_name' is undefined", with no file, on the command line and in serve)."""
+    import jinja2
+
+    from conftest import ROOT, both_keys, build_options, real_and_generated_bundles
+    from site_builder.build import build
+    from site_builder.rendering import describe_template_error
+
+    real_and_generated_bundles(tmp_path / "bundles", generated)
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    text = (ROOT / "templates" / template).read_text().replace("{% block main %}",
+                                                                "{% block main %}\n{{ no_such_name.title }}", 1)
+    (templates / template).write_text(text)
+    line = text[:text.index("no_such_name")].count("\n") + 1
+    with pytest.raises(jinja2.UndefinedError) as raised:
+        build(build_options(tmp_path / "bundles", tmp_path / "site", both_keys(), templates=templates, jobs=jobs,
+                            search=False))
+    assert describe_template_error(raised.value) == f"{templates / template}:{line}: 'no_such_name' is undefined"
+
+
+def test_a_template_error_without_a_known_place_is_still_one_line():
+    import jinja2
+
+    from site_builder.rendering import describe_template_error
+
+    assert describe_template_error(jinja2.UndefinedError("'x' is undefined\nmore")) == "template: 'x' is undefined"
+    syntax = jinja2.TemplateSyntaxError("unexpected '}'", 3, name="home.html", filename="/t/home.html")
+    assert describe_template_error(syntax) == "/t/home.html:3: unexpected '}'"

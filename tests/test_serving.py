@@ -992,14 +992,24 @@ def test_serve_names_where_it_serves_and_the_first_three_folders_it_watches(serv
             " and more" if folders == 4 else "") in lines
 
 
-def test_a_broken_template_is_named_by_its_path_and_line(served_project):
+@pytest.mark.parametrize("broken, what", [("{% if %}", "Expected an expression, got 'end of statement block'"),
+                                          ("{{ recnet|length }}", "'recnet' is undefined")])
+def test_a_broken_template_is_named_by_its_path_and_line(served_project, broken, what):
+    """A syntax error, or a name that is not defined (known only as the page renders), is said with the
+    template's file and line, in the terminal and in the browser's banner."""
+    from site_builder.serving import LiveState
+
     root, _ = served_project
     lines = []
-    site, _ = _site(root, search=False, log=lines.append)
+    live = LiveState()
+    site, _ = _site(root, search=False, live=live, log=lines.append)
     home = root / "templates" / "home.html"
-    home.write_text(home.read_text().replace("{% block main %}", "{% block main %}\n{% if %}"))
+    text = home.read_text().replace("{% block main %}", "{% block main %}\n" + broken)
+    home.write_text(text)
+    line = text[:text.index(broken)].count("\n") + 1
     assert not site.rebuild("start")
-    assert lines[-1].startswith(f"ERROR template error: {home}:")
+    assert lines[-1] == f"ERROR template error: {home}:{line}: {what} (serving the last good site)"
+    assert live.error == f"template error: {home}:{line}: {what}"
     site.store.close()
 
 
