@@ -14,7 +14,8 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import jinja2
 from markupsafe import Markup, escape
@@ -391,10 +392,34 @@ class SiteRenderer:
         except jinja2.TemplateError as exc:
             locate_template_error(exc)
             raise
+        except Exception as exc:  # (a division by zero, a loop over a number: raised by the template's own code)
+            if not raised_by_template(exc):
+                raise  # (a fault of the builder's: its traceback)
+            error = jinja2.TemplateRuntimeError(f"{type(exc).__name__}: {exc}")
+            error.filename, error.lineno = template_place(exc.__traceback__) or (None, None)
+            raise error from exc
 
     def assets(self) -> dict[str, bytes]:
         """The files the site copies to ``/assets/``, by name (``template_assets``: the folders looked at once)."""
         return {name: path.read_bytes() for name, path in template_assets(self.dirs)[0].items()}
+
+
+def _template_frames(tb: TracebackType | None) -> Iterator[tuple[str, int, bool]]:
+    """Each frame of a traceback from the outermost: its file, its line and whether it is a template's."""
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        yield name, tb.tb_lineno, not name.endswith(".py") and not name.startswith("<")
+        tb = tb.tb_next
+
+
+_JINJA = os.path.dirname(jinja2.__file__) + os.sep
+
+
+def raised_by_template(exc: BaseException) -> bool:
+    """Whether *exc* was raised by a template's own code: in a template's line, or in Jinja's runtime running
+    one (a loop over something that is not a list); not in the builder's helpers a template calls."""
+    frames = list(_template_frames(exc.__traceback__))
+    return any(template for _, _, template in frames) and (frames[-1][2] or frames[-1][0].startswith(_JINJA))
 
 
 def locate_template_error(exc: jinja2.TemplateError) -> None:
@@ -402,16 +427,16 @@ def locate_template_error(exc: jinja2.TemplateError) -> None:
     template where it happened: Jinja gives them only for syntax errors, and a user editing templates needs them.
     Jinja's traceback names the templates' own lines; the innermost one is the place.  Set as attributes, which
     survive the way back from a worker process (an exception's ``__dict__`` is pickled with it)."""
-    if getattr(exc, "lineno", None) is not None:
-        return
-    tb, where = exc.__traceback__, None
-    while tb is not None:
-        name = tb.tb_frame.f_code.co_filename
-        if not name.endswith(".py") and not name.startswith("<"):
-            where = (name, tb.tb_lineno)
-        tb = tb.tb_next
-    if where is not None:
-        exc.filename, exc.lineno = where
+    place = template_place(exc.__traceback__) if getattr(exc, "lineno", None) is None else None
+    if place is not None:
+        exc.filename, exc.lineno = place
+
+
+def template_place(tb: TracebackType | None) -> tuple[str, int] | None:
+    """The file and line of the innermost template in a traceback (Jinja's frames name the templates' own lines):
+    where a template went wrong."""
+    places = [(name, line) for name, line, template in _template_frames(tb) if template]
+    return places[-1] if places else None
 
 
 def describe_template_error(exc: jinja2.TemplateError) -> str:

@@ -276,10 +276,15 @@ def test_an_asset_that_links_out_of_the_templates_folder_or_has_no_plain_name_is
 
 @pytest.mark.parametrize("template, jobs, generated", [("home.html", 1, 0), ("paper.html", 1, 0),
                                                        ("paper.html", 2, PARALLEL_THRESHOLD)])
-def test_a_template_that_fails_as_it_runs_is_named_by_its_file_and_line(tmp_path, template, jobs, generated):
-    """A typo in a user's template (an undefined name) shows only when a page renders, in the build's process or
-    in a worker's: the error names the template's file and line, as a syntax error's does (it said only
-    "'no_such_name' is undefined", with no file, on the command line and in serve)."""
+@pytest.mark.parametrize("broken, what", [("{{ no_such_name.title }}", "'no_such_name' is undefined"),
+                                          ("{{ 1 / 0 }}", "ZeroDivisionError: division by zero"),
+                                          ("{% for x in 5 %}{% endfor %}", "TypeError: 'int' object is not iterable")])
+def test_a_template_that_fails_as_it_runs_is_named_by_its_file_and_line(tmp_path, template, jobs, generated, broken,
+                                                                          what):
+    """A mistake in a user's template (an undefined name, a division by zero, a loop over a number) shows only
+    when a page renders, in the build's process or in a worker's: it is a template error naming the template's
+    file and line, as a syntax error is (it said only "'no_such_name' is undefined", with no file, and the
+    others stopped the build with a traceback)."""
     import jinja2
 
     from conftest import ROOT, both_keys, build_options, real_and_generated_bundles
@@ -289,14 +294,28 @@ def test_a_template_that_fails_as_it_runs_is_named_by_its_file_and_line(tmp_path
     real_and_generated_bundles(tmp_path / "bundles", generated)
     templates = tmp_path / "templates"
     templates.mkdir()
-    text = (ROOT / "templates" / template).read_text().replace("{% block main %}",
-                                                                "{% block main %}\n{{ no_such_name.title }}", 1)
+    text = (ROOT / "templates" / template).read_text().replace("{% block main %}", "{% block main %}\n" + broken, 1)
     (templates / template).write_text(text)
-    line = text[:text.index("no_such_name")].count("\n") + 1
-    with pytest.raises(jinja2.UndefinedError) as raised:
+    line = text[:text.index(broken)].count("\n") + 1
+    with pytest.raises(jinja2.TemplateError) as raised:
         build(build_options(tmp_path / "bundles", tmp_path / "site", both_keys(), templates=templates, jobs=jobs,
                             search=False))
-    assert describe_template_error(raised.value) == f"{templates / template}:{line}: 'no_such_name' is undefined"
+    assert describe_template_error(raised.value) == f"{templates / template}:{line}: {what}"
+
+
+def test_a_fault_in_a_helper_a_template_calls_is_the_builders_not_the_templates(tmp_path):
+    """Only what a template's own code raises is a template error: a helper of the builder's that fails keeps its
+    exception and traceback (a bug to report, not a line of the user's to fix)."""
+    import jinja2
+
+    (tmp_path / "page.html").write_text("{{ boom() }}")
+    (tmp_path / "fine.html").write_text("{{ 1 // 0 }}")
+    renderer = SiteRenderer(SiteConfig(), [tmp_path], load_trust_set())
+    renderer.env.globals["boom"] = lambda: 1 // 0
+    with pytest.raises(ZeroDivisionError):
+        renderer.render("page.html")
+    with pytest.raises(jinja2.TemplateRuntimeError, match="ZeroDivisionError"):
+        renderer.render("fine.html")
 
 
 def test_a_template_error_without_a_known_place_is_still_one_line():
