@@ -424,12 +424,12 @@ def url_host(host: str) -> str:
 def watcher_for(options: ServeOptions) -> Watcher:
     """What the watcher follows: the bundles, templates, settings, about page and static folder."""
     try:
-        settings = load_settings(options.settings)
-    except SettingsError:
-        settings = SiteConfig()
-    return Watcher(options.output.resolve(), options.settings.parent.resolve(),
-                   {options.settings.name, settings.about_file}, options.bundles.resolve(),
-                   options.templates.resolve(), (options.settings.parent / settings.static_dir).resolve())
+        about, static = project_paths(options.settings, load_settings(options.settings))
+    except SettingsError:  # (the build says what is wrong; the defaults are watched meanwhile)
+        about, static = project_paths(options.settings, SiteConfig())
+    files = {f.parent.resolve() / f.name for f in (options.settings, about)}  # (a file's own link: as named)
+    return Watcher(options.output.resolve(), files, options.bundles.resolve(), options.templates.resolve(),
+                   static.resolve())
 
 
 def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[str], None] | None = None,

@@ -22,11 +22,11 @@ MAX_BATCH_SECONDS = 2.0
 class Watcher(FileSystemEventHandler):
     """Collects file events; a burst (an editor's save, a copy of 1,000 files) becomes one rebuild."""
 
-    def __init__(self, output: Path, root: Path, root_names: set[str], bundles: Path, templates: Path,
-                 static: Path):
+    def __init__(self, output: Path, project_files: set[Path], bundles: Path, templates: Path, static: Path):
         self.output = Path(os.path.abspath(output))
-        self.root = Path(os.path.abspath(root))
-        self.root_names = root_names  # in the project root only the settings and about files matter
+        # The settings file and the about page (which site.toml may put in a folder of its own): in their folders
+        # only they matter.
+        self.project_files = {Path(os.path.abspath(f)) for f in project_files}
         # The folders watched with their subfolders: in the bundles folder its *.json files and folders matter,
         # in the templates and static folders every file.  The project root may be the bundles folder
         # (``--bundles .``).
@@ -42,11 +42,11 @@ class Watcher(FileSystemEventHandler):
         self.lock = threading.Lock()
 
     def watched(self) -> list[tuple[Path, bool]]:
-        """The folders to watch now and whether with their subfolders: the trees, and the root for its own files
-        unless a tree covers it.  A tree that holds the output (``--bundles .``) is watched around it: the
-        folders on the way down to it for their own entries, every other subfolder with its subfolders.  The
-        output and the trees beside it are 100,000s of folders the build itself rewrites: watching them would
-        cost a watch per folder and report the build's own writes."""
+        """The folders to watch now and whether with their subfolders: the trees, and the folders of the settings
+        file and the about page for those files, unless a tree covers them.  A tree that holds the output
+        (``--bundles .``) is watched around it: the folders on the way down to it for their own entries, every
+        other subfolder with its subfolders.  The output and the trees beside it are 100,000s of folders the
+        build itself rewrites: watching them would cost a watch per folder and report the build's own writes."""
         folders: dict[Path, bool] = {}
         for tree in self.trees:
             if tree not in self.output.parents:
@@ -63,16 +63,17 @@ class Watcher(FileSystemEventHandler):
                 except OSError:
                     pass
                 level = level / part
-        if not any(self.root == tree or tree in self.root.parents for tree in self.trees):
-            folders.setdefault(self.root, False)
+        for folder in {f.parent for f in self.project_files}:
+            if not any(folder == tree or tree in folder.parents for tree in self.trees):
+                folders.setdefault(folder, False)
         return sorted(folders.items())
 
     def relevant(self, raw_path, is_directory: bool = False) -> bool:
         path = Path(os.path.abspath(os.fsdecode(raw_path)))
         if path == self.output or self.output in path.parents:
             return False  # the build's own writes
-        if path.parent == self.root and path.name in self.root_names:
-            return True
+        if path in self.project_files or (is_directory and any(path in f.parents for f in self.project_files)):
+            return True  # (a folder on the way to one, made or renamed: watched from the rebuild on)
         for tree in (self.templates, self.static, self.bundles):  # (the others may be inside the bundles folder)
             if path == tree or tree in path.parents:
                 # Hidden names anywhere below the tree are editors' swap files, a cache, our lock, staging and

@@ -778,6 +778,26 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
+@pytest.mark.slow
+def test_an_edit_of_an_about_page_that_site_toml_puts_in_a_folder_is_served(served_project):
+    """``about_file = "pages/about.md"``: serve watches that folder for the page, and an edit of it is live."""
+    root, _ = served_project
+    (root / "pages").mkdir()
+    (root / "pages" / "about.md").write_text("# About\n\nFirst words.\n")
+    (root / "site.toml").write_text('about_file = "pages/about.md"\n')
+    lines, stop = [], threading.Event()
+    thread, port, returned = _serve_in_thread(root, lines, stop)
+    try:
+        eventually(lambda: _up(f"http://127.0.0.1:{port}/about/"), deadline=30)
+        assert "First words." in get(f"http://127.0.0.1:{port}/about/")[2]
+        (root / "pages" / "about.md").write_text("# About\n\nSecond words.\n")
+        eventually(lambda: "Second words." in get(f"http://127.0.0.1:{port}/about/")[2])
+    finally:
+        stop.set()
+        thread.join(DEADLINE * 3)
+    assert returned == [0]
+
+
 @pytest.mark.parametrize("open_browser", [False, True])
 def test_serve_stopped_once_it_is_up_frees_its_port_and_opens_a_browser_only_when_asked(served_project, monkeypatch,
                                                                                         open_browser):

@@ -34,7 +34,7 @@ def _batch(watcher: Watcher, started=lambda: None) -> bool:
 
 
 def _watcher(tmp_path, bundles=None) -> Watcher:
-    return Watcher(tmp_path / "output", tmp_path, {"site.toml"}, bundles or tmp_path / "bundles",
+    return Watcher(tmp_path / "output", {tmp_path / "site.toml"}, bundles or tmp_path / "bundles",
                    tmp_path / "templates", tmp_path / "static")
 
 
@@ -76,8 +76,8 @@ def test_the_watcher_takes_bundles_templates_and_settings_not_the_builds_own_fil
     bundles = tmp_path if bundles_at_root else tmp_path / "bundles"
     for folder in ["bundles/sub", "templates/assets", "output/pith/X", ".output.prev/pith/X", "sub/deeper"]:
         (tmp_path / folder).mkdir(parents=True)
-    watcher = Watcher(tmp_path / "output", tmp_path, {"site.toml", "about.md"}, bundles, tmp_path / "templates",
-                       tmp_path / "static")
+    watcher = Watcher(tmp_path / "output", {tmp_path / "site.toml", tmp_path / "about.md"}, bundles,
+                      tmp_path / "templates", tmp_path / "static")
     if bundles_at_root:  # around the output: the root for its own files, each other folder with its subfolders
         assert watcher.watched() == [(tmp_path, False), (tmp_path / "bundles", True), (tmp_path / "static", True),
                                      (tmp_path / "sub", True), (tmp_path / "templates", True)]
@@ -97,6 +97,21 @@ def test_the_watcher_takes_bundles_templates_and_settings_not_the_builds_own_fil
     assert watcher.relevant(str(bundles / "new-folder"), is_directory=True)
     for name in ["serve.log", "notes.txt", "x.json.part"]:  # files no build reads: a log there must not loop
         assert not watcher.relevant(str(bundles / name)), name
+
+
+def test_an_about_page_in_a_folder_of_its_own_is_watched_there(tmp_path):
+    """site.toml may put the about page in a folder (``about_file = "pages/about.md"``): that folder is watched
+    for it (the project root only for its own files was, and an edit of the page went unseen), and a folder
+    made on the way to it starts a rebuild, after which it is watched."""
+    (tmp_path / "pages").mkdir()
+    about = tmp_path / "pages" / "about.md"
+    watcher = Watcher(tmp_path / "output", {tmp_path / "site.toml", about}, tmp_path / "bundles",
+                      tmp_path / "templates", tmp_path / "static")
+    assert (tmp_path / "pages", False) in watcher.watched() and (tmp_path, False) in watcher.watched()
+    assert watcher.relevant(str(about)) and watcher.relevant(str(tmp_path / "site.toml"))
+    for rel in ["pages/notes.md", "about.md", "pages"]:  # (another file there; a file, not a folder, named pages)
+        assert not watcher.relevant(str(tmp_path / rel)), rel
+    assert watcher.relevant(str(tmp_path / "pages"), is_directory=True)
 
 
 def test_a_batch_says_when_its_first_change_is_seen_before_it_settles(tmp_path):
