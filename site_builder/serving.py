@@ -423,13 +423,17 @@ def url_host(host: str) -> str:
 
 def watcher_for(options: ServeOptions) -> Watcher:
     """What the watcher follows: the bundles, templates, settings, about page and static folder."""
+    files, static = project_files(options)
+    return Watcher(options.output.resolve(), files, options.bundles.resolve(), options.templates.resolve(), static)
+
+
+def project_files(options: ServeOptions) -> tuple[set[Path], Path]:
+    """The settings file and the about page, and the static folder, as site.toml names them now."""
     try:
         about, static = project_paths(options.settings, load_settings(options.settings))
     except SettingsError:  # (the build says what is wrong; the defaults are watched meanwhile)
         about, static = project_paths(options.settings, SiteConfig())
-    files = {f.parent.resolve() / f.name for f in (options.settings, about)}  # (a file's own link: as named)
-    return Watcher(options.output.resolve(), files, options.bundles.resolve(), options.templates.resolve(),
-                   static.resolve())
+    return {f.parent.resolve() / f.name for f in (options.settings, about)}, static.resolve()  # (a link: as named)
 
 
 def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[str], None] | None = None,
@@ -479,6 +483,7 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
                 spare.start()
             if watcher.wait_for_batch(stop, site.look_ahead):
                 site.rebuild("change", watcher.take_changes())
+                watcher.retarget(*project_files(options))  # (site.toml may name another about page or static folder)
                 follow(observer, watcher, watches)  # (a folder made beside the output is watched from now on)
     except KeyboardInterrupt:
         pass

@@ -24,22 +24,26 @@ class Watcher(FileSystemEventHandler):
 
     def __init__(self, output: Path, project_files: set[Path], bundles: Path, templates: Path, static: Path):
         self.output = Path(os.path.abspath(output))
-        # The settings file and the about page (which site.toml may put in a folder of its own): in their folders
-        # only they matter.
-        self.project_files = {Path(os.path.abspath(f)) for f in project_files}
         # The folders watched with their subfolders: in the bundles folder its *.json files and folders matter,
         # in the templates and static folders every file.  The project root may be the bundles folder
         # (``--bundles .``).
         self.bundles = Path(os.path.abspath(bundles))
         self.templates = Path(os.path.abspath(templates))
-        self.static = Path(os.path.abspath(static))
-        self.trees = (self.bundles, self.templates, self.static)
+        self.retarget(project_files, static)
         self.pending = threading.Event()
         self.first = 0.0
         self.last = 0.0
         self.settled = False  # the last event finished a write (closed or moved into place)
         self.changed: set[str] | None = set()  # paths the events named since the last batch; None: unknown
         self.lock = threading.Lock()
+
+    def retarget(self, project_files: set[Path], static: Path) -> None:
+        """Follow the settings file and the about page (which site.toml may put in a folder of its own: in their
+        folders only they matter) and the static folder as site.toml names them now (an edit of it may move
+        them); ``follow`` then watches their folders.  Each is replaced whole: the observer's thread reads them."""
+        self.project_files = frozenset(Path(os.path.abspath(f)) for f in project_files)
+        self.static = Path(os.path.abspath(static))
+        self.trees = (self.bundles, self.templates, self.static)
 
     def watched(self) -> list[tuple[Path, bool]]:
         """The folders to watch now and whether with their subfolders: the trees, and the folders of the settings

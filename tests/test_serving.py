@@ -798,6 +798,28 @@ def test_an_edit_of_an_about_page_that_site_toml_puts_in_a_folder_is_served(serv
     assert returned == [0]
 
 
+@pytest.mark.slow
+def test_a_static_folder_that_site_toml_names_while_serve_runs_is_watched(served_project):
+    """site.toml edited while serve runs to name a static folder: its files are published, and a file added to it
+    afterwards is too (the watcher followed the folders site.toml named when serve started)."""
+    root, _ = served_project
+    lines, stop = [], threading.Event()
+    thread, port, returned = _serve_in_thread(root, lines, stop)
+    notice = f"http://127.0.0.1:{port}/notice.txt"
+    try:
+        eventually(lambda: _up(f"http://127.0.0.1:{port}/"), deadline=30)
+        (root / "public").mkdir()
+        (root / "public" / "first.txt").write_text("first\n")
+        (root / "site.toml").write_text('static_dir = "public"\n')
+        eventually(lambda: get(f"http://127.0.0.1:{port}/first.txt")[0] == 200)
+        (root / "public" / "notice.txt").write_text("Mirrored hourly.\n")
+        eventually(lambda: get(notice)[0] == 200 and get(notice)[2] == "Mirrored hourly.\n")
+    finally:
+        stop.set()
+        thread.join(DEADLINE * 3)
+    assert returned == [0]
+
+
 @pytest.mark.parametrize("open_browser", [False, True])
 def test_serve_stopped_once_it_is_up_frees_its_port_and_opens_a_browser_only_when_asked(served_project, monkeypatch,
                                                                                         open_browser):

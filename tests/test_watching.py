@@ -114,6 +114,20 @@ def test_an_about_page_in_a_folder_of_its_own_is_watched_there(tmp_path):
     assert watcher.relevant(str(tmp_path / "pages"), is_directory=True)
 
 
+def test_the_watcher_follows_the_about_page_and_static_folder_that_site_toml_names_now(tmp_path):
+    """site.toml edited while serve runs may name another about page or static folder: retargeted, the watcher
+    takes their files (and no longer the old ones') and names their folders to watch."""
+    for folder in ("static", "public", "pages"):
+        (tmp_path / folder).mkdir()
+    watcher = _watcher(tmp_path)
+    assert watcher.relevant(str(tmp_path / "static" / "CNAME")) and not watcher.relevant(str(tmp_path / "public" / "a"))
+    watcher.retarget({tmp_path / "site.toml", tmp_path / "pages" / "about.md"}, tmp_path / "public")
+    assert watcher.relevant(str(tmp_path / "public" / "CNAME")) and not watcher.relevant(str(tmp_path / "static" / "a"))
+    assert watcher.relevant(str(tmp_path / "pages" / "about.md")) and watcher.relevant(str(tmp_path / "site.toml"))
+    assert {(tmp_path / "public", True), (tmp_path / "pages", False)} <= set(watcher.watched())
+    assert (tmp_path / "static", True) not in watcher.watched()
+
+
 def test_a_batch_says_when_its_first_change_is_seen_before_it_settles(tmp_path):
     """``wait_for_batch`` calls its *started* as soon as a batch's first change is seen (serve starts the
     lookups of the output's mirrored bundles then), not once the batch has settled: a change made from there
