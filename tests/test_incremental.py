@@ -229,7 +229,7 @@ def test_versions_of_a_paper_link_each_other_and_stay_exact_as_they_come_and_go(
 
 
 @pytest.mark.parametrize("serving", [False, True])
-def test_an_edit_of_the_about_page_rewrites_that_page_alone_and_equals_a_clean_build(project, serving):
+def test_an_edit_of_the_about_page_rewrites_its_pages_not_the_records_and_equals_a_clean_build(project, serving):
     """The about page is shown by its own page, the home page's link and the sitemap: editing it renders those
     again and reuses every record's files (it rendered the whole site); adding and removing it is seen too (the
     quick no-op check included), each build equal to a clean one."""
