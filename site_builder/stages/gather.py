@@ -19,7 +19,7 @@ from site_builder.loading import (
 from site_builder.options import BuildOptions
 from site_builder.pages import Unit, refused_static_path, static_unit
 from site_builder.rendering import template_assets
-from site_builder.settings import SettingsError, credentials_left_out
+from site_builder.settings import SettingsError, SiteConfig, credentials_left_out
 from site_builder.stages.context import BuildContext, digest_of
 from site_builder.terminal import printable
 from site_builder.writing import MARKER
@@ -43,6 +43,19 @@ def allowed_static_files(folder: Path | None) -> tuple[list[StaticFile], list[st
         else:
             warnings.append(f"{folder.name}/{printable(f.rel)}: {refused}; not copied")
     return allowed, warnings
+
+
+def missing_project_paths(options: BuildOptions) -> list[str]:
+    """A warning for an about page or static folder that the settings name (not the defaults, which a project
+    need not have) and that is not there: a typo would otherwise leave the site without it in silence."""
+    warnings, defaults = [], SiteConfig()
+    for key, path, kind, missing in (("about_file", options.about_file, "file", "the site has no about page"),
+                                     ("static_dir", options.static_dir, "folder", "no static file is copied")):
+        named = getattr(options.config, key)
+        exists = path is not None and (path.is_file() if kind == "file" else path.is_dir())
+        if path is not None and named != getattr(defaults, key) and not exists:
+            warnings.append(f"{key} = {printable(repr(named))} in the settings names no {kind}; {missing}")
+    return warnings
 
 
 def read_deployed(options: BuildOptions) -> tuple[LiveSite | None, LiveManifest | None, list[str]]:
@@ -113,7 +126,7 @@ def gather(ctx: BuildContext) -> Inputs:
     deployed, manifest, deployed_lines = read_deployed(options)
     ctx.clock.lap("discover")
     return Inputs(found, skipped, static_unit(static) if static else None,
-                  static_warnings + asset_warnings + deployed_lines,
+                  missing_project_paths(options) + static_warnings + asset_warnings + deployed_lines,
                   deployed, manifest, ctx.build_key, ctx.indexer, ctx.about)
 
 

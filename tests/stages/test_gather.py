@@ -127,3 +127,29 @@ def test_a_template_or_asset_linking_out_of_the_templates_folder_publishes_nothi
     (templates / "paper.html").symlink_to("/proc/self/environ")
     with pytest.raises(jinja2.TemplateSyntaxError, match="a link leading out of the templates folder"):
         build(opts(project, project / "other", both_keys()))
+
+
+def test_an_about_page_or_static_folder_the_settings_name_that_is_not_there_is_warned_of(project, tmp_path):
+    """``about_file`` or ``static_dir`` set in site.toml to something that is not there (a typo) is a WARNING,
+    not a site without it in silence; the defaults, which a project need not have, are not warned of."""
+    from site_builder.settings import SiteConfig, project_paths
+
+    def warnings(settings: SiteConfig) -> list[str]:
+        about, static = project_paths(project / "site.toml", settings)
+        return gathered(opts(project, project / "site", both_keys(), config=settings, about_file=about,
+                             static_dir=static), tmp_path).warnings
+
+    assert warnings(SiteConfig()) == []
+    typos = SiteConfig(about_file="pages/abuot.md", static_dir="publc")
+    assert warnings(typos) == [
+        "about_file = 'pages/abuot.md' in the settings names no file; the site has no about page",
+        "static_dir = 'publc' in the settings names no folder; no static file is copied"]
+    (project / "pages").mkdir()
+    (project / "pages" / "abuot.md").write_text("# About\n")
+    (project / "publc").mkdir()
+    assert warnings(typos) == []
+    (project / "pages" / "abuot.md").unlink()
+    about, static = project_paths(project / "site.toml", typos)
+    report = build(opts(project, project / "site", both_keys(), config=typos, about_file=about, static_dir=static))
+    assert report.warnings == ["about_file = 'pages/abuot.md' in the settings names no file; the site has no about "
+                               "page"]  # (said by the build, as the command line and serve print it)
