@@ -49,11 +49,11 @@ def missing_project_paths(options: BuildOptions) -> list[str]:
     """A warning for an about page or static folder that the settings name (not the defaults, which a project
     need not have) and that is not there: a typo would otherwise leave the site without it in silence."""
     warnings, defaults = [], SiteConfig()
-    for key, path, kind, missing in (("about_file", options.about_file, "file", "the site has no about page"),
-                                     ("static_dir", options.static_dir, "folder", "no static file is copied")):
+    for key, path, is_there, kind, missing in (
+            ("about_file", options.about_file, Path.is_file, "file", "the site has no about page"),
+            ("static_dir", options.static_dir, Path.is_dir, "folder", "no static file is copied")):
         named = getattr(options.config, key)
-        exists = path is not None and (path.is_file() if kind == "file" else path.is_dir())
-        if path is not None and named != getattr(defaults, key) and not exists:
+        if path is not None and named != getattr(defaults, key) and not is_there(path):
             warnings.append(f"{key} = {printable(repr(named))} in the settings names no {kind}; {missing}")
     return warnings
 
