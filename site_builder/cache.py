@@ -359,6 +359,20 @@ class BuildCache:
                 "addresses", {"records": records, "per_record": per_record, "shared": shared}):
             self._addresses_records = records
 
+    def template_references(self, build_key: str) -> dict[str, list[str] | None]:
+        """The templates each template source uses (sha256 of the source -> names, or None: not known), as a
+        builder of *build_key* found them (``template_uses.references``); {} where none are kept that check."""
+        doc = self._document_for("template_references", "build_key", build_key)
+        found = doc.get("references") if doc is not None else None
+        if not isinstance(found, dict):
+            return {}
+        return {sha: names for sha, names in found.items()
+                if names is None or (type(names) is list and all(type(n) is str for n in names))}
+
+    def save_template_references(self, build_key: str, references: dict[str, list[str] | None]) -> None:
+        if self.db is not None:
+            self._save_document("template_references", {"build_key": build_key, "references": references})
+
     def _write_document(self, name: str, entries: dict | bytes) -> None:
         data = entries if isinstance(entries, bytes) else orjson.dumps(entries)
         self.db.execute("INSERT OR REPLACE INTO documents VALUES (?, ?, ?)",

@@ -26,6 +26,7 @@ from site_builder.loading import StaticFile
 from site_builder.records import PaperSummary, detail
 from site_builder.rendering import SiteRenderer, pagination
 from site_builder.report import ReportDocument
+from site_builder.template_uses import EVERY_TEMPLATE
 from site_builder.verification import CheckResult, Verdict, VerificationWarning
 from site_builder.writing import check_relative_path
 
@@ -57,6 +58,10 @@ def other_versions(published: Iterable[PaperSummary]) -> dict[str, tuple[tuple[i
             for _, pid in versions:
                 found[pid] = tuple(v for v in versions if v[1] != pid)
     return found
+
+
+# The templates a record's files are rendered from (``template_uses``: those they use follow).
+RECORD_TEMPLATES = ("paper.html", "badge.svg", "redirect.html")
 
 
 def paper_files(renderer: SiteRenderer, raw: bytes, bundle: dict, summary: PaperSummary,
@@ -393,13 +398,16 @@ def report_files(renderer: SiteRenderer, catalog: Catalogue, report: ReportDocum
 class Unit:
     """A group of output files that is rendered, or reused, as a whole.
 
-    ``material`` is everything the files show besides the build-wide settings (templates, keys, config):
-    when it is unchanged, the files are unchanged, so an incremental build reuses them.
+    ``material`` is everything the files show besides the build-wide settings (keys, config) and the templates:
+    when it and the templates it uses are unchanged, the files are unchanged, so an incremental build reuses them.
+    ``templates``: the templates ``render`` renders (those they use follow, ``template_uses``); () for none,
+    ``EVERY_TEMPLATE`` (None) where any of them may show.
     """
 
     name: str
     material: object
     render: Callable[[], list[tuple[str, bytes]]]
+    templates: tuple[str, ...] | None = EVERY_TEMPLATE
 
 
 def _rows(papers: list[PaperSummary], store: IncrementalStore, name: str) -> str:
@@ -430,7 +438,7 @@ def _listing_units(renderer: SiteRenderer, listings: list[Listing],
                     page.url + "index.html",
                     renderer.render("listing.html", listing=listing, page=page, pages=pages,
                                     papers=renderer.shown(chunk),
-                                    first_index=start + 1))]))
+                                    first_index=start + 1))], ("listing.html",)))
     return units, urls
 
 
@@ -447,7 +455,7 @@ def _feed_units(renderer: SiteRenderer, catalog: Catalogue, updated: str, store:
                           lambda path=path, feed_title=feed_title, entries=entries, stamp=stamp: [(
                               path, renderer.render("feed.xml", feed_title=feed_title, feed_path=path,
                                                     entries=renderer.shown(entries),
-                                                    updated=stamp))]))
+                                                    updated=stamp))], ("feed.xml",)))
     return units
 
 
@@ -470,7 +478,8 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
                       lambda: [("category/index.html",
                                 renderer.render("groups.html", title="Categories", groups=cats, named=True)),
                                ("year/index.html",
-                                renderer.render("groups.html", title="Years", groups=years, named=False))]))
+                                renderer.render("groups.html", title="Years", groups=years, named=False))],
+                      ("groups.html",)))
 
     units += _feed_units(renderer, catalog, updated, store)
 
@@ -479,14 +488,16 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
         units.append(Unit(name, [label, _rows(targets, store, name)],
                           lambda folder=folder, label=label, targets=targets: [(
                               folder + "index.html",
-                              renderer.render("ambiguous.html", label=label, targets=renderer.shown(targets)))]))
+                              renderer.render("ambiguous.html", label=label, targets=renderer.shown(targets)))],
+                          ("ambiguous.html",)))
 
     urls = ["", "papers/", "category/", "year/", "stats/", "verification/", "search/", "verify/"]
     if about_markdown is not None:
         urls.append("about/")
     urls += catalog.record_paths
     urls = list(dict.fromkeys(urls + listing_urls))
-    units.append(Unit("sitemap", [SITEMAP_LIMIT, urls], lambda: list(_sitemaps(renderer, urls))))
+    units.append(Unit("sitemap", [SITEMAP_LIMIT, urls], lambda: list(_sitemaps(renderer, urls)),
+                      ("sitemap.xml", "sitemap-index.xml")))
 
     search_folders = list(search_folders)
     category_keys, year_keys = [c.key for c in cats], [y.key for y in years]
@@ -503,8 +514,8 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
             files.append(("about/index.html", renderer.render("about.html", about=about_markdown)))
         files += [("assets/" + name, data) for name, data in assets.items()]
         return files
-    units.append(Unit("static", [about_markdown, search_folders, category_keys, year_keys], static))
-    units.append(Unit("manifest", [updated], lambda: _manifests(config, trust, updated)))
+    units.append(Unit("static", [about_markdown, search_folders, category_keys, year_keys], static))  # (and assets)
+    units.append(Unit("manifest", [updated], lambda: _manifests(config, trust, updated), ()))
     if static_files is not None:
         units.append(static_files)
     return units
@@ -532,7 +543,7 @@ def refused_static_path(rel: str) -> str | None:
 def static_unit(files: list[StaticFile]) -> Unit:
     """The static folder's files as one unit, keyed on their names and contents."""
     return Unit("static-files", [(f.rel, hashlib.sha256(f.data).hexdigest()) for f in files],
-                lambda: [(f.rel, f.data) for f in files])
+                lambda: [(f.rel, f.data) for f in files], ())
 
 
 def _sitemaps(renderer: SiteRenderer, urls: list[str]) -> Iterator[tuple[str, bytes]]:

@@ -41,6 +41,10 @@ ROW_MEMO_LIMIT = 200_000
 # Distinct lists of check results whose table rows are kept: a handful in practice (all passed; the state's
 # recomputation skipped), bounded against a folder of bundles each failing differently in what it skips.
 CHECK_ROWS_MEMO_LIMIT = 64
+ROW_TEMPLATE = "_paper_row.html"  # a record's row in lists (``paper_row``)
+CHECK_ROWS_TEMPLATE = "_check_rows.html"  # a record's table of checks (``check_rows``)
+# The globals that render a template of their own, for ``template_uses``: a page that calls one uses its template.
+HELPER_TEMPLATES = {"paper_row": ROW_TEMPLATE, "paper_rows": ROW_TEMPLATE, "check_rows": CHECK_ROWS_TEMPLATE}
 
 
 # Bounds under which a field is rendered as Markdown (measured: 1,000 nested brackets render in ~1 ms, 10,000
@@ -331,7 +335,7 @@ class SiteRenderer:
         """The row, kept or rendered, without keeping it: a render worker renders the row of each record it
         renders (so that list pages only join rows) and hands it to the build, which keeps it (``keep_row``)."""
         row = self.rows.get(paper.row_digest)
-        return row if row is not None else self.render("_paper_row.html", p=self.full(paper))
+        return row if row is not None else self.render(ROW_TEMPLATE, p=self.full(paper))
 
     def full(self, paper):
         """*paper* holding its words: a summary the build holds by reference (``records.TextOf``) reads them
@@ -362,7 +366,7 @@ class SiteRenderer:
         if rows is None:
             if len(self._check_rows) >= CHECK_ROWS_MEMO_LIMIT:
                 self._check_rows.clear()
-            rows = self._check_rows[key] = Markup(self.render_text("_check_rows.html", checks=key))
+            rows = self._check_rows[key] = Markup(self.render_text(CHECK_ROWS_TEMPLATE, checks=key))
         return rows
 
     def markdown(self, text: str) -> Markup:

@@ -37,6 +37,7 @@ from site_builder.incremental import IncrementalStore
 from site_builder.options import BuildPolicy, ServeSession
 from site_builder.rendering import describe_template_error
 from site_builder.search_index import SearchIndexError
+from site_builder.stages.publish import IN_PLACE_LIMIT
 from site_builder.settings import SettingsError, SiteConfig, load_settings, normalize_base_url, project_paths
 from site_builder.terminal import printable
 from site_builder.watching import Watcher, follow
@@ -180,7 +181,9 @@ class Site:
             except Exception as exc:  # never let a bad edit stop the server
                 return self._fail(f"build failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
             self.builds += 1
-            self.twin_wanted = self.builds == 1 or (report.changed and report.files_reused == 0)
+            # (after a build that wrote nearly every file anew, the tree beside is nearly all stale)
+            self.twin_wanted = self.builds == 1 or (report.changed and report.files_written > IN_PLACE_LIMIT * (
+                report.files_written + report.files_reused))
             self.index_next = report.search_behind
             self._check_listing(options.bundles, listing)
             if report.search_behind:  # on screen now; the search index follows in the next build

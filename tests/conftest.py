@@ -192,6 +192,47 @@ def project(tmp_path) -> Path:
     return tmp_path
 
 
+def edit_every_template(project: Path, mark: str = "edited") -> None:
+    """Give *project* a copy of every built-in template (and asset) with a comment added: what renders every page
+    again (each unit keys on the templates it uses, and none uses them all).  Pages show the comment where it
+    lies in what they render (a layout's end, a row)."""
+    for source in sorted((ROOT / "templates").rglob("*")):
+        if source.is_file():
+            target = project / "templates" / source.relative_to(ROOT / "templates")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            comment = "/* %s */\n" if source.suffix in (".css", ".js") else "<!-- %s -->\n"
+            target.write_text(source.read_text() + comment % mark)
+
+
+def edit_visibly(project: Path, name: str, mark: str = "edited") -> None:
+    """Give *project* a copy of the built-in template *name* with a comment where its pages show it: after the
+    first block it fills where it extends another (what lies outside its blocks is not shown), else at its end."""
+    source = (ROOT / "templates" / name).read_text()
+    comment = "<!-- %s -->" % mark
+    if "{% extends" in source and "{% block" in source:
+        start = source.index("{% block")
+        end = source.index("%}", start) + 2
+        source = source[:end] + comment + source[end:]
+    else:
+        source += comment + "\n"
+    (project / "templates" / name).write_text(source)
+
+
+def planned(options: BuildOptions, scratch: Path, pagefind: str = "pagefind 0", report=None):
+    """The plan a build of *options* makes (gather, verify, choose, plan), without writing anything."""
+    from site_builder.report import BuildReport
+    from site_builder.stages.context import opened_context
+    from site_builder.stages.gather import gather
+    from site_builder.stages.plan import plan
+    from site_builder.stages.select import choose
+    from site_builder.stages.verify import verify
+
+    with opened_context(options, scratch, report or BuildReport(), lambda: pagefind) as ctx:
+        inputs = gather(ctx)
+        verified = verify(ctx, inputs)
+        return plan(ctx, inputs, verified, choose(ctx, inputs, verified))
+
+
 def both_keys() -> TrustSet:
     """The resolver's pinned key and the benchmark key the generated bundles are signed with."""
     return TrustSet(tuple(sorted(load_trust_set().keys + (key_from_document(benchmark_key().document()),),

@@ -23,7 +23,8 @@ from site_builder.parallel import PARALLEL_THRESHOLD
 from site_builder.keys import load_trust_set
 from site_builder.settings import SiteConfig
 
-from conftest import REAL_FILES, ROOT, both_keys, cache_document, document_tag, opts, plant_document, tree
+from conftest import (REAL_FILES, ROOT, both_keys, cache_document, document_tag, edit_every_template,
+                      edit_visibly, opts, plant_document, tree)
 from generate import make_bundle
 
 
@@ -142,9 +143,9 @@ def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkey
                 rng.choice(versions).unlink()
         elif action == "duplicate":  # the same record twice: one copy is published, the other superseded
             shutil.copy(rng.choice(bundles), project / "bundles" / f"dup{step}.json")
-        elif action == "template":  # a record's own file, or the row every list page shows (kept in memory)
-            name = "badge.svg" if not (project / "templates" / "badge.svg").exists() else "_paper_row.html"
-            (project / "templates" / name).write_text((ROOT / "templates" / name).read_text() + f"<!-- {step} -->\n")
+        elif action == "template":  # any template, where its pages show the edit (each unit keys on its own)
+            edit_visibly(project, rng.choice(sorted(p.name for p in (ROOT / "templates").glob("*") if p.is_file())),
+                         f"edit {step}")
         elif action == "keys":
             trust = load_trust_set() if len(trust.keys) == 2 else both_keys()
         elif action == "about":  # written, edited or removed: its own unit, the sitemap and the home page
@@ -422,28 +423,27 @@ def test_spare_tree_makes_the_first_change_an_in_place_update(project):
     assert tree(out) == tree(clean)
 
 
-def test_spare_tree_replaces_a_twin_a_template_edit_left_stale(project):
-    """After a template edit every page is new: the old site, now the twin, holds nothing the next change could
-    keep, so serve links a new twin from the live site, and the change after it updates that in place."""
+def test_spare_tree_replaces_a_twin_an_edit_of_every_page_left_stale(project):
+    """After an edit every page shows (the settings) every page is new: the old site, now the twin, holds nothing
+    the next change could keep, so serve links a new twin from the live site, and the change after it updates
+    that in place."""
     trust = both_keys()
     out = project / "site"
     build(opts(project, out, trust))
-    shutil.copy(ROOT / "templates" / "paper.html", project / "templates" / "paper.html")
-    with open(project / "templates" / "paper.html", "a") as f:
-        f.write("{# edited #}\n<!-- edited -->\n")
-    build(opts(project, out, trust))  # every page again: the twin is the site before the edit
+    edited = SiteConfig(title="Edited")
+    build(opts(project, out, trust, config=edited))  # every page again: the twin is the site before the edit
     prev = project / ".site.prev"
-    sample = next((out / "pith").rglob("index.html")).relative_to(out)
-    assert b"<!-- edited -->" not in (prev / sample).read_bytes()
-    assert prepare_spare_tree(opts(project, out, trust))
+    sample = max((out / "pith").glob("*/index.html"), key=lambda page: page.stat().st_size).relative_to(out)
+    assert b"Edited" not in (prev / sample).read_bytes() and b"Edited" in (out / sample).read_bytes()
+    assert prepare_spare_tree(opts(project, out, trust, config=edited))
     assert tree(prev) == tree(out) and (prev / sample).stat().st_ino == (out / sample).stat().st_ino
-    assert not prepare_spare_tree(opts(project, out, trust))  # now of use: nothing to do
+    assert not prepare_spare_tree(opts(project, out, trust, config=edited))  # now of use: nothing to do
     twin = prev.stat().st_ino
     (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=7))
-    report = build(opts(project, out, trust))
+    report = build(opts(project, out, trust, config=edited))
     assert out.stat().st_ino == twin and report.files_written < 40  # updated in place
     clean = project / "clean"
-    build(opts(project, clean, trust, use_cache=False))
+    build(opts(project, clean, trust, use_cache=False, config=edited))
     assert tree(out) == tree(clean)
 
 
@@ -473,9 +473,9 @@ def test_a_build_written_afresh_links_the_twin_the_next_change_updates(project, 
     assert (prev / "pagefind").is_dir() == search
     assert _is_twin_of(prev, out)
     assert not prepare_spare_tree(opts(project, out, trust, search=search))  # (what serve would link: there)
-    for step, edit in enumerate([lambda: None, lambda: _edit_template(project, "paper.html")]):
+    for step, edit in enumerate([lambda: None, lambda: edit_every_template(project)]):
         edit()
-        if step:  # a template edit: every page new, so a new twin (of the edited site)
+        if step:  # an edit of every template: every page new, so a new twin (of the edited site)
             build(opts(project, out, trust, link_twin=True, search=search, jobs=jobs))
             assert _is_twin_of(prev, out)
         twin = prev.stat().st_ino
@@ -486,10 +486,6 @@ def test_a_build_written_afresh_links_the_twin_the_next_change_updates(project, 
         clean = project / f"clean{step}"
         build(opts(project, clean, trust, use_cache=False, search=search))
         assert tree(out) == tree(clean)
-
-
-def _edit_template(project: Path, name: str) -> None:
-    (project / "templates" / name).write_text((ROOT / "templates" / name).read_text() + "<!-- edited -->\n")
 
 
 def test_no_twin_by_default_nor_from_a_build_that_reuses_files_or_has_no_cache(project):

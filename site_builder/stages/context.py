@@ -85,7 +85,8 @@ class BuildContext:
     slot: OutputSlot
     dirs: list[Path]  # the template folders, the user's over the built-in ones
     about: str | None  # the about page's Markdown
-    build_key: str  # names everything every output file depends on but the inputs: code, keys, templates, settings
+    build_key: str  # names everything every output file depends on but the inputs and templates: code, keys, settings
+    templates_key: str  # every template and asset file (``templates_identity``); each unit keys on those it uses
     indexer: str | None  # the Pagefind version that makes the search indexes (None: no search)
     cache: BuildCache
     store: IncrementalStore  # serve's, kept across its builds; else one that keeps nothing
@@ -93,6 +94,12 @@ class BuildContext:
     clock: StageClock
     scratch: Path  # a private folder removed with the build (bundles fetched from the deployed mirror)
     mirrors: MirrorLookups  # the mirrored bundles of the output and the tree beside it, against the cache's record
+
+    @property
+    def site_key(self) -> str:
+        """What the site as a whole depends on besides the inputs: the build key and every template (the renderer,
+        the no-op check and the build id are keyed on it)."""
+        return digest_of(self.build_key, self.templates_key)
 
     @property
     def serving(self) -> bool:
@@ -111,7 +118,8 @@ def opened_context(options: BuildOptions, scratch: Path, report: BuildReport,
     check_folders_apart(options, slot)
     dirs = template_dirs(options.templates)
     about = read_about(options.about_file)
-    build_key = build_key_of(options, dirs)
+    build_key = build_key_of(options)
+    templates_key = templates_identity(dirs)
     search_by = indexer() if options.search else None  # (the search indexes' keys name it)
     slot.acquire()
     try:
@@ -122,8 +130,8 @@ def opened_context(options: BuildOptions, scratch: Path, report: BuildReport,
             clock = StageClock(report.timings, report.cpu)
             mirrors = mirror_lookups(options, slot, cache.mirrored())
             try:
-                yield BuildContext(options, slot, dirs, about, build_key, search_by, cache, store, report, clock,
-                                   scratch, mirrors)
+                yield BuildContext(options, slot, dirs, about, build_key, templates_key, search_by, cache, store,
+                                   report, clock, scratch, mirrors)
             finally:
                 mirrors.close()
         finally:
@@ -179,12 +187,13 @@ def read_about(path: Path | None) -> str | None:
         raise SettingsError(f"{path}: not UTF-8 text ({exc.reason} at byte offset {exc.start:,})") from None
 
 
-def build_key_of(options: BuildOptions, dirs: list[Path]) -> str:
-    """What every output file depends on besides the inputs.  The about page is an input, not part of this: its
-    own unit and the sitemap show it (their material names it) and the home page links it (rendered by every
-    build), so an edit of it rewrites those alone, not every record's pages (~100,000 files at 10,000 records)."""
-    return digest_of(builder_identity(), options.trust.identity(), templates_identity(dirs), repr(options.config),
-                     options.max_bytes, source_date(), options.search)
+def build_key_of(options: BuildOptions) -> str:
+    """What every output file depends on besides the inputs and the templates.  The about page is an input, not
+    part of this: its own unit and the sitemap show it (their material names it) and the home page links it
+    (rendered by every build), so an edit of it rewrites those alone, not every record's pages (~100,000 files at
+    10,000 records).  The templates are not either: each unit keys on those it uses (``template_uses``)."""
+    return digest_of(builder_identity(), options.trust.identity(), repr(options.config), options.max_bytes,
+                     source_date(), options.search)
 
 
 def default_cache_dir(output: Path) -> Path:

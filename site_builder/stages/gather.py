@@ -98,14 +98,14 @@ class Inputs:
     warnings: list[str]  # static files refused, the deployed mirror unreadable
     deployed: LiveSite | None
     deployed_manifest: LiveManifest | None
-    build_key: str
+    site_key: str  # the build key and every template (``BuildContext.site_key``)
     indexer: str | None
     about: str | None  # the about page's Markdown
 
     @functools.cached_property
     def fingerprint(self) -> str:
         """The inputs by stat, for the no-op check; computed only when needed, once (10,000 entries)."""
-        return digest_of(self.build_key, self.about, [(f.rel, f.sig) for f in self.found],
+        return digest_of(self.site_key, self.about, [(f.rel, f.sig) for f in self.found],
                          [(x.rel, x.reason) for x in self.skipped],
                          self.static_unit.material if self.static_unit else None, self.warnings,
                          self.indexer, self.deployed_manifest.sha256 if self.deployed_manifest else None)
@@ -127,6 +127,6 @@ def gather(ctx: BuildContext) -> Inputs:
     ctx.clock.lap("discover")
     return Inputs(found, skipped, static_unit(static) if static else None,
                   missing_project_paths(options) + static_warnings + asset_warnings + deployed_lines,
-                  deployed, manifest, ctx.build_key, ctx.indexer, ctx.about)
+                  deployed, manifest, ctx.site_key, ctx.indexer, ctx.about)
 
 

@@ -16,6 +16,7 @@ from site_builder.cache import BuildCache
 from site_builder.incremental import IncrementalStore
 from site_builder.options import BuildOptions
 from site_builder.pages import (
+    RECORD_TEMPLATES,
     Catalogue,
     Listing,
     RedirectPlan,
@@ -29,7 +30,7 @@ from site_builder.pages import (
     replan_redirects,
 )
 from site_builder.records import PaperSummary
-from site_builder.rendering import SiteRenderer
+from site_builder.rendering import HELPER_TEMPLATES, ROW_TEMPLATE, SiteRenderer
 from site_builder.report import BuildReport, ReportDocument, ReportRows
 from site_builder.search_index import SearchLayout, SearchShard, plan_shards, search_layout
 from site_builder.selection import PreviousSite, Selection
@@ -37,6 +38,7 @@ from site_builder.stages.context import BuildContext, digest_of, source_date, te
 from site_builder.stages.gather import Inputs
 from site_builder.stages.select import Chosen, record_outcomes
 from site_builder.stages.verify import Verified
+from site_builder.template_uses import TemplateUses
 from site_builder.writing import marker_head
 
 
@@ -124,26 +126,34 @@ def moved_ids(before: list[tuple], now: list[tuple]) -> set[str]:
     return {entry[0] for entry in set(before).symmetric_difference(now)}
 
 
-def site_renderer(ctx: BuildContext) -> SiteRenderer:
-    """The renderer of these templates and settings; serve compiles every template once, not during the first
-    edit's rebuild."""
-    renderer = ctx.store.recall("renderer", ctx.build_key)
-    if renderer is not None:
-        return renderer
+def site_renderer(ctx: BuildContext) -> tuple[SiteRenderer, TemplateUses]:
+    """The renderer of these templates and settings, with the list rows kept for its row template, and what each
+    template uses; serve compiles every template once, not during the first edit's rebuild."""
+    kept = ctx.store.recall("renderer", ctx.site_key)
+    if kept is not None:
+        return kept
     options = ctx.options
-    renderer = SiteRenderer(options.config, ctx.dirs, options.trust, options.search, template_cache(ctx.cache),
-                            ctx.cache.list_rows(ctx.build_key))  # (list rows rendered under this build key)
+    renderer = SiteRenderer(options.config, ctx.dirs, options.trust, options.search, template_cache(ctx.cache))
+    uses = TemplateUses(renderer.env, ctx.templates_key, HELPER_TEMPLATES,
+                        ctx.cache.template_references(ctx.build_key))
+    renderer.rows.update(ctx.cache.list_rows(list_rows_key(ctx, uses)))
     if ctx.store.keeps:
         for name in renderer.env.list_templates(extensions=["html", "xml", "txt", "svg"]):
             try:
                 renderer.env.get_template(name)
             except (jinja2.TemplateError, UnicodeDecodeError, OSError):
                 pass  # reported if and when a page uses it
-    return ctx.store.keep("renderer", ctx.build_key, renderer)
+    return ctx.store.keep("renderer", ctx.site_key, (renderer, uses))
+
+
+def list_rows_key(ctx: BuildContext, uses: TemplateUses) -> str:
+    """What the records' list rows are rendered under: the build key and the row template with those it uses
+    (an edit of any other template keeps them)."""
+    return digest_of(ctx.build_key, uses.digest((ROW_TEMPLATE,)))
 
 
 def unit_materials(records: list[tuple[str, str]], addresses: RedirectPlan, versions: dict[str, tuple],
-                   collection: list[Unit], shards: list[SearchShard], indexer: str | None,
+                   collection: list[Unit], shards: list[SearchShard], indexer: str | None, uses: TemplateUses,
                    keys: dict[str, tuple[str, str]]) -> Iterator[tuple[str, object]]:
     """Every output unit's name and material (what its files show besides the build key), in the plan's order:
     records by pith id (*records*: pith id and sha256 of the bundle published), then the collection, then the
@@ -151,22 +161,25 @@ def unit_materials(records: list[tuple[str, str]], addresses: RedirectPlan, vers
 
     A record's material is its bytes (which give its ids), its short addresses and the other versions of its
     paper in the site (its page links to them); a collection unit's is what it shows (listings show summaries
-    only, so a new event on a record does not re-render any listing); a search index's is what it indexes and
-    the Pagefind that makes it (*indexer*: the search page's Pagefind, the first shard's, reads the other
-    shards' indexes, so all are made by one version)."""
+    only, so a new event on a record does not re-render any listing); each with the templates it uses (*uses*).
+    A search index's is what it indexes and the Pagefind that makes it (*indexer*: the search page's Pagefind,
+    the first shard's, reads the other shards' indexes, so all are made by one version)."""
+    record_templates = uses.digest(RECORD_TEMPLATES)
     for pid, sha256 in records:
-        yield f"record:{pid}", ("record", sha256, addresses.per_record.get(pid, 0), versions.get(pid, ()))
+        yield f"record:{pid}", ("record", sha256, addresses.per_record.get(pid, 0), versions.get(pid, ()),
+                                record_templates)
     for unit in collection:
-        yield unit.name, unit.material  # (nested lists and tuples of str and int: repr() is exact and fast)
+        yield unit.name, (unit.material, uses.digest(unit.templates))  # (nested lists and tuples of str and
+        # int: repr() is exact and fast)
     for shard in shards:
-        if shard.glob is None:  # Pagefind reads every page: any unit may hold what it indexes
-            yield shard.unit, ("search", indexer, sorted(k for k, _ in keys.values()))
+        if shard.glob is None:  # Pagefind reads every page (those rendered on every build too): any may hold
+            yield shard.unit, ("search", indexer, sorted(k for k, _ in keys.values()), uses.identity)
         else:  # record pages alone, whose keys cover everything they show
             yield shard.unit, ("search", indexer, shard.folder, [keys[f"record:{pid}"][0] for pid in shard.pith_ids])
 
 
 def plan_units(ctx: BuildContext, records: list[tuple[str, str]], addresses: RedirectPlan, versions: dict[str, tuple],
-               collection: list[Unit], shards: list[SearchShard]) -> dict[str, tuple[str, str]]:
+               collection: list[Unit], shards: list[SearchShard], uses: TemplateUses) -> dict[str, tuple[str, str]]:
     """Every output unit's key: the digest of the build key and the unit's material (``unit_materials``), the last
     build's key where the material is equal (serve's store keeps them all as one entry, ``unit-keys``, made
     under one build key).  Returns unit -> (key, files); the files are filled in as units are written or
@@ -175,7 +188,8 @@ def plan_units(ctx: BuildContext, records: list[tuple[str, str]], addresses: Red
     kept = ctx.store.recall("unit-keys", build_key) or {}
     units: dict[str, tuple[str, str]] = {}
     keys: dict[str, tuple[object, str]] = {}
-    for name, material in unit_materials(records, addresses, versions, collection, shards, ctx.indexer, units):
+    for name, material in unit_materials(records, addresses, versions, collection, shards, ctx.indexer, uses,
+                                         units):
         last = kept.get(name)
         # (compared, a listing's joined rows are usually the very same string)
         key = last[1] if last is not None and last[0] == material else digest_of(build_key, repr(material))
@@ -198,12 +212,13 @@ def search_shards(options: BuildOptions, layout: SearchLayout | None, published:
                        layout.merges_shards)
 
 
-def identify(build_key: str, report: BuildReport, units: dict, options: BuildOptions,
+def identify(site_key: str, report: BuildReport, units: dict, options: BuildOptions,
              store: IncrementalStore) -> tuple[str, ReportDocument]:
-    """The build id names everything the output depends on; it is stored at the top of verification.json."""
+    """The build id names everything the output depends on (*site_key*: the build key and every template, which
+    the pages rendered on every build may use); it is stored at the top of verification.json."""
     doc = report.document([k.key_id for k in options.trust.keys], source_date(), ReportRows(store))
     # The units are in a deterministic order (records by pith id, then the collection in page order).
-    build_id = digest_of(build_key, json.dumps(doc.head, sort_keys=True), doc.identity(),
+    build_id = digest_of(site_key, json.dumps(doc.head, sort_keys=True), doc.identity(),
                      "\n".join([f"{u}\t{k}" for u, (k, _) in units.items()]))
     doc.head = {"build_id": build_id, **doc.head}
     return build_id, doc
@@ -231,6 +246,7 @@ class SitePlan:
     addresses: RedirectPlan
     versions: dict[str, tuple[tuple[int, str], ...]]  # pith id -> the other versions of its paper: (version, id)
     renderer: SiteRenderer
+    uses: TemplateUses  # the templates each unit uses
     catalog: Catalogue
     layout: SearchLayout | None
     shards: list[SearchShard]
@@ -259,22 +275,22 @@ def plan(ctx: BuildContext, inputs: Inputs, verified: Verified, chosen: Chosen) 
     addresses = plan_addresses(ctx.store, ctx.cache, published)
     ctx.clock.lap("plan_addresses")
     versions = other_versions(published)
-    renderer = site_renderer(ctx)
+    renderer, uses = site_renderer(ctx)
     catalog = catalogue_of(ctx.store, published)
     layout = search_layout(ctx.dirs) if options.search else None
     shards = search_shards(options, layout, chosen.selection.published)
     collection = _collection(ctx, inputs, renderer, catalog, addresses, shards)
     ctx.clock.lap("plan_collection")
     records = [(pid, c.inspection.sha256) for pid, c in chosen.selection.published.items()]
-    units = plan_units(ctx, records, addresses, versions, collection, shards)
+    units = plan_units(ctx, records, addresses, versions, collection, shards, uses)
     planned_search = {s.unit: units[s.unit][0] for s in shards}  # what the indexes would be made under
     if options.defer_search and planned_search:
         _defer_search(ctx, chosen.previous, units, planned_search)
     record_outcomes(ctx.report, verified.inspections, chosen.selection, {}, ctx.store)
-    build_id, report_doc = identify(ctx.build_key, ctx.report, units, options, ctx.store)
+    build_id, report_doc = identify(ctx.site_key, ctx.report, units, options, ctx.store)
     ctx.clock.lap("identify")
-    return SitePlan(inputs, verified, chosen, published, addresses, versions, renderer, catalog, layout, shards,
-                    collection, units, planned_search, build_id, report_doc)
+    return SitePlan(inputs, verified, chosen, published, addresses, versions, renderer, uses, catalog, layout,
+                    shards, collection, units, planned_search, build_id, report_doc)
 
 
 def _collection(ctx: BuildContext, inputs: Inputs, renderer: SiteRenderer, catalog: Catalogue,
@@ -306,7 +322,7 @@ def without_changed(ctx: BuildContext, site: SitePlan, changed: dict[str, str]) 
     shards = search_shards(ctx.options, site.layout, {p.pith_id: p for p in papers})
     collection = _collection(ctx, site.inputs, site.renderer, catalog, addresses, shards)
     records = [(pid, c.inspection.sha256) for pid, c in site.selection.published.items() if pid not in changed]
-    planned = plan_units(ctx, records, addresses, site.versions, collection, shards)
+    planned = plan_units(ctx, records, addresses, site.versions, collection, shards, site.uses)
     # (the records keep their files; the versions they link to are as planned: their pages are written)
     units = {u: site.units[u] if u in site.units and u.startswith("record:") else v for u, v in planned.items()}
     return replace(site, published=papers, addresses=addresses, catalog=catalog, shards=shards,
@@ -316,5 +332,5 @@ def without_changed(ctx: BuildContext, site: SitePlan, changed: dict[str, str]) 
 
 def identified(ctx: BuildContext, site: SitePlan) -> SitePlan:
     """The plan named again, after its outcomes or unit keys changed while it was carried out."""
-    build_id, report_doc = identify(ctx.build_key, ctx.report, site.units, ctx.options, ctx.store)
+    build_id, report_doc = identify(ctx.site_key, ctx.report, site.units, ctx.options, ctx.store)
     return replace(site, build_id=build_id, report_doc=report_doc, renamed=False)

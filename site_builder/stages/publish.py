@@ -140,13 +140,22 @@ def without_edited(live_units: dict, edited: frozenset[str]) -> dict:
 
 
 def renders_everything(tree: StagingTree, slot: OutputSlot, units: dict, live_units: dict) -> bool:
-    """Whether this build writes a fresh tree that takes nothing from the live site (a first build, a template
-    edit): then it links a spare twin of what it writes as it goes, so that the next change updates that twin in
-    place instead of linking a whole new tree (seconds at 10,000 records) -- linked before the build returns,
-    so that no file of the live site changes status after (a deploy step's tar reads them)."""
+    """Whether this build writes a fresh tree that takes at most a tenth of its files from the live site (a first
+    build; an edit of the settings, or of a template every record's page uses): then it links a spare twin of
+    what it writes (and takes) as it goes, so that the next change updates that twin in place instead of linking
+    a whole new tree (seconds at 10,000 records) -- linked before the build returns, so that no file of the live
+    site changes status after (a deploy step's tar reads them).  A fresh tree made mostly of the live site's
+    files (the first change after a build without a twin) is not worth a twin's links as well."""
     if tree.root == slot.prev:
         return False
-    return not any(live_units.get(name, (None,))[0] == key for name, (key, _) in units.items() if name != "report")
+    taken = total = 0
+    for name, (key, files) in live_units.items():
+        if name != "report":
+            count = file_count(files)
+            total += count
+            if units.get(name, (None,))[0] == key:
+                taken += count
+    return taken <= (1 - IN_PLACE_LIMIT) * total
 
 
 # What a record puts in the tree (``pages.record_files``): ten files, one a link, in seven folders.

@@ -17,7 +17,7 @@ from site_builder.pages import Catalogue
 from site_builder.rendering import SiteRenderer
 from site_builder.report import BuildReport, FileOutcome, ReportRows
 from site_builder.stages.context import BuildContext, stat_sig
-from site_builder.stages.plan import SitePlan, record_addresses
+from site_builder.stages.plan import SitePlan, list_rows_key, record_addresses
 from site_builder.stages.select import published_by
 from site_builder.writing import MARKER, OutputSlot
 
@@ -113,6 +113,13 @@ def last_outcomes(cache: BuildCache, input_fingerprint: str, slot: OutputSlot) -
         return None
 
 
+def save_template_references(ctx: BuildContext, site: SitePlan) -> None:
+    """Keep what each template uses where this build had to parse a template to know (``TemplateUses``)."""
+    if site.uses.learned:
+        ctx.cache.save_template_references(ctx.build_key, site.uses.to_keep())
+        site.uses.learned = False
+
+
 def remember_unchanged(ctx: BuildContext, site: SitePlan) -> None:
     """The site in the output is the one planned: only what this build verified anew is remembered."""
     inputs, verified = site.inputs, site.verified
@@ -122,6 +129,7 @@ def remember_unchanged(ctx: BuildContext, site: SitePlan) -> None:
 
     def write_cache() -> None:
         cache.save_inputs(verified.file_index, verified.fresh, options.trust.identity())
+        save_template_references(ctx, site)
         if marker_sig is not None and cache.previous_site(marker_sig) is None:  # (made from this build's own
             cache.save_previous_site(marker_sig, published_by(site.build_id, report))  # outcomes, not the file)
     remember(write_cache, cache, options, report, lambda: inputs.fingerprint, marker_sig,
@@ -154,7 +162,8 @@ def remember_build(ctx: BuildContext, site: SitePlan, written: set[str], check: 
     def write_cache() -> None:
         cache.save(verified.file_index, verified.fresh, options.trust.identity(), site.units, site.build_id,
                    keep_build_id=site.chosen.previous.build_id)
-        cache.save_rows(ctx.build_key, shown_rows(site.renderer, site.catalog))
+        cache.save_rows(list_rows_key(ctx, site.uses), shown_rows(site.renderer, site.catalog))
+        save_template_references(ctx, site)
         cache.save_mirrored(mirrored)
         if marker_sig is not None:
             cache.save_previous_site(marker_sig, published())

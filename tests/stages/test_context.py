@@ -1,5 +1,5 @@
 """What every stage shares (stages/context.py): a build key naming all the output depends on besides the
-inputs, and a context that holds the output's lock for the build's length."""
+inputs and templates, and a context that holds the output's lock for the build's length."""
 
 from __future__ import annotations
 
@@ -12,28 +12,36 @@ from conftest import both_keys, keyword_of_calls, opts, tree
 from site_builder.build import build
 from site_builder.keys import load_trust_set
 from site_builder.options import BuildPolicy
-from site_builder.rendering import template_dirs
 from site_builder.report import BuildReport
 from site_builder.settings import SiteConfig
 from site_builder.stages.context import build_key_of, cache_folder, digest_of, opened_context, source_date
 from site_builder.writing import OutputError
 
 
-def test_the_build_key_names_templates_settings_keys_and_search(project):
-    """What every page shows; the about page is an input of the pages that show it (tests/test_incremental.py)."""
+def test_the_build_key_names_settings_keys_and_search_and_the_site_key_every_template(project, tmp_path):
+    """What every page shows; the about page is an input of the pages that show it (tests/test_incremental.py),
+    and each unit keys on the templates it uses (tests/test_template_uses.py), all of which the site key names."""
     options = opts(project, project / "site", both_keys())
-    dirs = template_dirs(options.templates)
-    base = build_key_of(options, dirs)
-    assert build_key_of(options, template_dirs(options.templates)) == base
-    assert build_key_of(replace(options, config=SiteConfig(title="Another")), dirs) != base
-    assert build_key_of(replace(options, trust=load_trust_set()), dirs) != base
-    assert build_key_of(replace(options, search=True), dirs) != base
-    assert build_key_of(replace(options, max_bytes=options.max_bytes // 2), dirs) != base
+    base = build_key_of(options)
+    assert build_key_of(options) == base
+    assert build_key_of(replace(options, config=SiteConfig(title="Another"))) != base
+    assert build_key_of(replace(options, trust=load_trust_set())) != base
+    assert build_key_of(replace(options, search=True)) != base
+    assert build_key_of(replace(options, max_bytes=options.max_bytes // 2)) != base
     # How the build goes about it never changes what it publishes, so the key leaves the policy out.
     policy = BuildPolicy(jobs=1, cache_dir=project / "elsewhere", use_cache=False, one_shot=True, link_twin=True)
-    assert build_key_of(replace(options, policy=policy), dirs) == base
+    assert build_key_of(replace(options, policy=policy)) == base
+
+    def keys() -> tuple[str, str]:
+        with opened_context(options, tmp_path, BuildReport(), lambda: "pagefind 0") as ctx:
+            return ctx.build_key, ctx.site_key
+    before = keys()
     (project / "templates" / "home.html").write_text("{% extends 'base.html' %}")
-    assert build_key_of(options, template_dirs(options.templates)) != base
+    after = keys()
+    assert after[0] == before[0] == base and after[1] != before[1]
+    (project / "templates" / "assets").mkdir(exist_ok=True)
+    (project / "templates" / "assets" / "extra.css").write_text("p {}")  # (an asset is a template file too)
+    assert keys()[1] != after[1]
 
 
 def test_each_stage_is_timed_once_and_the_stages_add_up_to_the_build(project):
@@ -52,11 +60,10 @@ def test_each_stage_is_timed_once_and_the_stages_add_up_to_the_build(project):
 
 def test_the_source_date_is_part_of_the_build_key(project, monkeypatch):
     options = opts(project, project / "site", both_keys())
-    dirs = template_dirs(options.templates)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
-    first = build_key_of(options, dirs)
+    first = build_key_of(options)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000001")
-    assert build_key_of(options, dirs) != first
+    assert build_key_of(options) != first
 
 
 def test_digests_of_parts_are_unambiguous():

@@ -7,26 +7,14 @@ import sqlite3
 
 import pytest
 
-from conftest import both_keys, cache_document, calls_of, opts, plant_document, returns_past_fifos, tree
+from conftest import ROOT, both_keys, planned, cache_document, calls_of, opts, plant_document, returns_past_fifos, tree
 from generate import make_bundle
 from site_builder.build import build, default_cache_dir
 from site_builder.incremental import IncrementalStore
 from site_builder.options import ServeSession
 from site_builder.report import BuildReport
 from site_builder.settings import SiteConfig
-from site_builder.stages.context import opened_context
-from site_builder.stages.gather import gather
 from site_builder.stages import plan as plan_stage
-from site_builder.stages.plan import plan
-from site_builder.stages.select import choose
-from site_builder.stages.verify import verify
-
-
-def planned(options, scratch, pagefind: str = "pagefind 0", report: BuildReport | None = None):
-    with opened_context(options, scratch, report or BuildReport(), lambda: pagefind) as ctx:
-        inputs = gather(ctx)
-        verified = verify(ctx, inputs)
-        return plan(ctx, inputs, verified, choose(ctx, inputs, verified))
 
 
 def re_keyed(before, after) -> set[str]:
@@ -56,12 +44,42 @@ def test_a_newer_bundle_re_keys_its_record_and_only_the_pages_that_show_it(proje
     assert "groups" not in changed  # (the category and year counts are the same)
 
 
-def test_a_template_edit_re_keys_every_unit(project, tmp_path):
+def kind(unit: str) -> str:
+    return unit.split(":", 1)[0]
+
+
+@pytest.mark.parametrize("template, kinds", [
+    ("paper.html", {"record"}),
+    ("_check_rows.html", {"record"}),  # (rendered by the check_rows helper paper.html calls)
+    ("_pinned_keys_checked.html", {"record"}),  # (a sitewide() partial of paper.html)
+    ("base.html", {"record", "listing", "groups", "shared"}),
+    ("_site_footer.html", {"record", "listing", "groups", "shared"}),  # (a sitewide() partial of base.html)
+    ("_paper_row.html", {"listing", "shared"}),  # (rendered by the paper_rows helper _paper_list.html calls)
+    ("listing.html", {"listing"}),
+    ("feed.xml", {"feed"}),
+    ("sitemap.xml", {"sitemap"}),
+    ("home.html", set()),  # (rendered on every build: the build id names every template)
+])
+def test_a_template_edit_re_keys_the_units_that_use_it_and_names_a_new_build(project, tmp_path, template, kinds):
+    """An edited template renders again the pages that use it, and the site-wide pages (the static unit: about,
+    search, 404, the assets), which may use any; its change of the build id rewrites the home page and report."""
     options = opts(project, project / "site", both_keys())
     before = planned(options, tmp_path)
-    (project / "templates" / "paper.html").write_text("{% extends 'base.html' %}")
+    source = ROOT / "templates" / template
+    (project / "templates" / template).write_text(source.read_text() + "{# edited #}\n")
     after = planned(options, tmp_path)
-    assert all(before.units[name] != after.units[name] for name in before.units)
+    changed = re_keyed(before, after)
+    assert changed == {unit for unit in before.units if kind(unit) in kinds | {"static"}}
+    assert {kind(unit) for unit in changed} >= kinds - {"shared"}  # (the project has no shared short address)
+    assert after.build_id != before.build_id
+
+
+def test_a_new_template_file_re_keys_only_the_units_that_may_use_any_template(project, tmp_path):
+    options = opts(project, project / "site", both_keys())
+    before = planned(options, tmp_path)
+    (project / "templates" / "unused.html").write_text("nothing uses this")
+    after = planned(options, tmp_path)
+    assert re_keyed(before, after) == {"static"} and after.build_id != before.build_id
 
 
 @pytest.mark.parametrize("shard_size, whole_site", [(2500, False), (1, False), (1, True)])

@@ -20,7 +20,7 @@ from site_builder.options import ServeSession
 from site_builder.settings import SiteConfig
 
 from conftest import ROOT
-from conftest import both_keys, cache_document, document_tag, opts, plant_document, tree
+from conftest import both_keys, cache_document, document_tag, edit_every_template, opts, plant_document, tree
 
 from generate import benchmark_key, make_bundle  # noqa: E402
 
@@ -109,10 +109,6 @@ def _statuses(root):
     return {str(p.relative_to(root)): p.stat().st_ctime_ns for p in root.rglob("*") if p.is_file()}
 
 
-def _edit_template(project):
-    (project / "templates" / "paper.html").write_text((ROOT / "templates" / "paper.html").read_text() + "<!-- -->")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("flags", [(), ("--no-twin",)])
 def test_the_site_is_final_when_build_returns(project, flags):
@@ -129,7 +125,7 @@ def test_the_site_is_final_when_build_returns(project, flags):
     edits = [lambda: None,
              lambda: (project / "bundles" / "gen3.json").write_bytes(make_bundle(3, variant=2)),
              lambda: (project / "bundles" / "gen4.json").write_bytes(make_bundle(4, variant=2)),
-             lambda: _edit_template(project),
+             lambda: edit_every_template(project),
              lambda: (project / "bundles" / "gen5.json").write_bytes(make_bundle(5, variant=2))]
     for edit in edits:
         edit()
@@ -174,7 +170,7 @@ def test_the_build_waits_only_for_deletions_that_could_change_the_site(project, 
         prev = twin.stat().st_ino
         build(opts(project, site, trust))  # the real records' files are linked from the site, which shares them
     assert site.stat().st_ino != prev and not being_deleted()  # with the twin: retired, and waited for
-    _edit_template(project)
+    edit_every_template(project)
     build(opts(project, site, trust))  # every page new: the twin is left to its deleter
     assert len(being_deleted()) == 1
     deadline = time.monotonic() + 30
@@ -207,7 +203,8 @@ def _plant_rows(project, html: bytes, made_up_tag: str | None = None) -> int:
 
 def test_list_rows_come_from_the_cache_only_under_the_same_templates(project):
     """A separate build reuses the list rows the last build rendered (a new record shifts ~100 rows per
-    listing page it joins), and renders them again once a template, setting or key changed."""
+    listing page it joins), also after an edit of a template the rows do not use, and renders them again once
+    their template, a setting or a key changed."""
     trust = both_keys()
     out = project / "site"
     build(opts(project, out, trust))
@@ -216,9 +213,15 @@ def test_list_rows_come_from_the_cache_only_under_the_same_templates(project):
     build(opts(project, out, trust))
     assert "row from the cache" in (out / "papers" / "index.html").read_text()
 
-    (project / "templates" / "badge.svg").write_text((ROOT / "templates" / "badge.svg").read_text() + "<!-- x -->")
+    (project / "templates" / "listing.html").write_text((ROOT / "templates" / "listing.html").read_text() + "\n")
+    build(opts(project, out, trust))  # (the list pages render again, from the rows kept)
+    assert "row from the cache" in (out / "papers" / "index.html").read_text()
+
+    row_template = ROOT / "templates" / "_paper_row.html"
+    (project / "templates" / "_paper_row.html").write_text(row_template.read_text().replace("<li", "<li data-x", 1))
     build(opts(project, out, trust))
     assert "row from the cache" not in (out / "papers" / "index.html").read_text()
+    assert "data-x" in (out / "papers" / "index.html").read_text()
     build(opts(project, project / "clean", trust, use_cache=False))
     assert tree(out) == tree(project / "clean")
 
