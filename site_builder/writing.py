@@ -182,11 +182,14 @@ class StagingTree:
     def write(self, rel: str, data: bytes) -> None:
         self.write_chunks(rel, (data,))
 
+    def _create(self, rel: str) -> int:
+        """A new file at *rel* (whose folder is made), opened for writing; OSError where anything is there."""
+        return os.open(self.path_for(rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+
     def write_chunks(self, rel: str, chunks: Iterable[bytes]) -> None:
         """Write a file made piece by piece (verification.json: ~50 MB at 100,000 records, never held whole)."""
-        target = self.path_for(rel)
         self._ensure_parent(rel)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        fd = self._create(rel)
         try:
             for data in chunks:
                 view = memoryview(data)
@@ -210,6 +213,25 @@ class StagingTree:
         """Take an unchanged file of the previous site by hard link; False if impossible."""
         self.holds_older_files = True  # (even a failed attempt may have linked the unit's other files)
         return self.link_from(rel, source)
+
+    def copy_from(self, rel: str, source: str | Path) -> bool:
+        """Make *rel* a copy of *source*, a regular file (a link is not followed, a FIFO not waited on); False if
+        impossible.  A tree that copies an older site's files shares none with it."""
+        try:
+            fd = os.open(source, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            return False
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return False
+            self._ensure_parent(rel)
+            with open(fd, "rb", closefd=False) as src, open(self._create(rel), "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
 
     def mirror(self, rels: Iterable[str], source_root: str | Path, copy: bool = False) -> None:
         """Make each of *rels* a hard link to (with *copy*, a copy of) the same path under *source_root*, the root

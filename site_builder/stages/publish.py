@@ -26,6 +26,9 @@ from site_builder.writing import MARKER, OutputSlot, StagingTree, TreeChanged, o
 # the build waits for when the two share files: with 40 % of 10,000 records changed, in place took 9-12 s, a
 # fresh tree 25-34 s.  A fresh tree wins where nearly everything is rewritten (a template edit).
 IN_PLACE_LIMIT = 0.9
+# A fresh tree copies the files it takes from the live site, instead of linking them, while they are at most this
+# share of the live site's (``takes_little``).
+COPY_LIMIT = 0.1
 
 
 def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = lambda: False) -> bool:
@@ -86,12 +89,14 @@ def link_twin(slot: OutputSlot, units: dict, staging: StagingTree, cancelled: Ca
 
 
 def prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict, live_units: dict, mirrors: MirrorLookups
-                 ) -> tuple[StagingTree, dict, set[str], MirrorCheck]:
+                 ) -> tuple[StagingTree, dict, set[str], MirrorCheck, bool]:
     """The tree to build into: the previous tree, updated in place when the cache knows exactly what it holds
     (its stale files are removed here), else a fresh staging folder -- also when nearly every file changes, as
-    after a template edit, where writing afresh beats removing the whole tree first.  Also the live site's check
-    of the mirrored bundles the build may take from it (*mirrors*: the build's lookups): of every record for a
-    fresh tree, of those the tree beside does not keep for one updated in place (``linked_records``)."""
+    after an edit of the settings or of a template every record uses, where writing afresh beats removing the
+    whole tree first.  Also the live site's check of the mirrored bundles the build may take from it (*mirrors*:
+    the build's lookups): of every record for a fresh tree, of those the tree beside does not keep for one updated
+    in place (``linked_records``).  Last, whether the tree copies what it takes from the live site
+    (``takes_little``)."""
     prev = slot.prev
     prev_units = twin_units(slot, cache)
     kept, stale = kept_and_stale(prev_units or {}, units)
@@ -105,10 +110,12 @@ def prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict, live_units: d
         # a unit the two have alike (same key); a tree the cache does not know may share any.
         check = mirrors.check()
         live_units = without_edited(live_units, check.edited)
-        shares = prev_units is None or any(units.get(name, (None,))[0] == key == live_units.get(name, (None,))[0]
-                                           for name, (key, _) in prev_units.items() if name != "report")
+        copies = takes_little(units, live_units)  # (then it shares no file with any older tree)
+        shares = not copies and (prev_units is None or any(
+            units.get(name, (None,))[0] == key == live_units.get(name, (None,))[0]
+            for name, (key, _) in prev_units.items() if name != "report"))
         slot.retire_prev(shares_files=shares)
-        return slot.new_staging(), {}, set(), check
+        return slot.new_staging(), {}, set(), check, copies
     check = mirrors.check_among(linked_records(units, kept, live_units))
     (prev / MARKER).unlink()  # from here on the previous tree counts as unknown until it is swapped in
     tree = StagingTree(prev, existing=True)
@@ -120,8 +127,8 @@ def prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict, live_units: d
                 stale_dirs.add(rel.rpartition("/")[0])
     except TreeChanged:  # (a link where a folder was: nothing of that tree is used, nothing it leads to touched)
         slot.retire_prev(shares_files=True)
-        return slot.new_staging(), {}, set(), mirrors.check()  # (every record may be taken from the live site now)
-    return tree, kept, stale_dirs, check
+        return slot.new_staging(), {}, set(), mirrors.check(), False  # (every record may come from the live site)
+    return tree, kept, stale_dirs, check, False
 
 
 def linked_records(units: dict, kept: dict, live_units: dict) -> list[str]:
@@ -139,15 +146,12 @@ def without_edited(live_units: dict, edited: frozenset[str]) -> dict:
             for name, (key, files) in live_units.items()}
 
 
-def renders_everything(tree: StagingTree, slot: OutputSlot, units: dict, live_units: dict) -> bool:
-    """Whether this build writes a fresh tree that takes at most a tenth of its files from the live site (a first
-    build; an edit of the settings, or of a template every record's page uses): then it links a spare twin of
-    what it writes (and takes) as it goes, so that the next change updates that twin in place instead of linking
-    a whole new tree (seconds at 10,000 records) -- linked before the build returns, so that no file of the live
-    site changes status after (a deploy step's tar reads them).  A fresh tree made mostly of the live site's
-    files (the first change after a build without a twin) is not worth a twin's links as well."""
-    if tree.root == slot.prev:
-        return False
+def takes_little(units: dict, live_units: dict) -> bool:
+    """Whether a fresh tree of *units* takes at most COPY_LIMIT of the live site's files (a first build; an edit of
+    the settings, or of a template every record's page uses).  It then copies them instead of linking them: it
+    shares no file with an older tree, whose deletion the build need not wait for (2 s of a 10,000-record build
+    after an edit of the record's page template), and it is worth a twin (``open_tree``).  A fresh tree made
+    mostly of the live site's files (the first change after a build without a twin) links them."""
     taken = total = 0
     for name, (key, files) in live_units.items():
         if name != "report":
@@ -155,7 +159,7 @@ def renders_everything(tree: StagingTree, slot: OutputSlot, units: dict, live_un
             total += count
             if units.get(name, (None,))[0] == key:
                 taken += count
-    return taken <= (1 - IN_PLACE_LIMIT) * total
+    return taken <= COPY_LIMIT * total
 
 
 # What a record puts in the tree (``pages.record_files``): ten files, one a link, in seven folders.
@@ -251,9 +255,10 @@ def mostly_stale(prev_units: dict, stale: list[str]) -> bool:
     return stale_files > IN_PLACE_LIMIT * total
 
 
-def place_unit(name: str, key: str, tree: StagingTree, kept: dict, live_units: dict, output: Path) -> str | None:
-    """Files of an unchanged unit (joined): already in the tree, or hard-linked from the live output; None: render
-    it."""
+def place_unit(name: str, key: str, tree: StagingTree, kept: dict, live_units: dict, output: Path,
+               copy: bool = False) -> str | None:
+    """Files of an unchanged unit (joined): already in the tree, or hard-linked (with *copy*, copied) from the live
+    output; None: render it."""
     have = kept.get(name)
     if have is not None and have[0] == key:
         return have[1]
@@ -262,13 +267,32 @@ def place_unit(name: str, key: str, tree: StagingTree, kept: dict, live_units: d
         return None
     linked = []
     live_root = os.path.join(os.fspath(output), "")
+    copied: dict[tuple[int, int], str] = {}  # (a record's bundle.json has two names: one file, copied once)
     for rel in split_files(live[1]):
-        if not tree.reuse(rel, live_root + rel):  # (rel is checked before anything is made)
+        if copy:
+            taken = copy_once(tree, rel, live_root + rel, copied)
+        else:
+            taken = tree.reuse(rel, live_root + rel)
+        if not taken:  # (rel is checked before anything is made)
             for done in linked:  # could not reuse all of it: render the unit instead
                 os.unlink(tree.path_for(done))
             return None
         linked.append(rel)
     return live[1]
+
+
+def copy_once(tree: StagingTree, rel: str, source: str, copied: dict[tuple[int, int], str]) -> bool:
+    """Copy *source* to *rel*, or where a unit's file has another name already copied (*copied*: the source's
+    device and inode -> that name), link *rel* to that copy; False if impossible."""
+    try:
+        st = os.lstat(source)
+    except OSError:
+        return False
+    again = copied.get((st.st_dev, st.st_ino))
+    if again is not None:
+        return tree.link_from(rel, tree.path_for(again))
+    copied[(st.st_dev, st.st_ino)] = rel
+    return tree.copy_from(rel, source)
 
 
 @dataclass
@@ -287,11 +311,12 @@ class OutputTree:
     stale_dirs: set[str]
     check: MirrorCheck
     spare: StagingTree | None = None
+    copies: bool = False  # the live site's files are copied, not linked (``takes_little``)
     records_written: set[str] = field(default_factory=set)  # pith ids of the records whose files were written
 
     def place(self, name: str, key: str) -> str | None:
         """The files of an unchanged unit (joined), in the tree now; None: it is to be rendered."""
-        return place_unit(name, key, self.tree, self.kept, self.live_units, self.slot.output)
+        return place_unit(name, key, self.tree, self.kept, self.live_units, self.slot.output, self.copies)
 
     def link_in_twin(self, files: str, copy: bool = False) -> None:
         self.spare = mirror_into_twin(self.slot, self.spare, self.tree, files, copy)
@@ -333,10 +358,10 @@ def open_tree(ctx: BuildContext, site: SitePlan) -> OutputTree:
     ctx.report.reuse_note = not_reused(ctx, bool(live_units), live_private)
     if not live_private:
         live_units = {}
-    tree, kept, stale_dirs, check = prepare_tree(ctx.slot, ctx.cache, site.units, live_units, ctx.mirrors)
-    out = OutputTree(ctx.slot, tree, kept, without_edited(live_units, check.edited), stale_dirs, check)
+    tree, kept, stale_dirs, check, copies = prepare_tree(ctx.slot, ctx.cache, site.units, live_units, ctx.mirrors)
+    out = OutputTree(ctx.slot, tree, kept, without_edited(live_units, check.edited), stale_dirs, check, copies=copies)
     policy = ctx.options.policy
-    if policy.link_twin and policy.use_cache and renders_everything(tree, ctx.slot, site.units, out.live_units):
+    if policy.link_twin and policy.use_cache and copies:  # (a fresh tree written nearly all anew: worth a twin)
         ctx.report.twin_note = twin_shortfall(ctx.slot, len(site.selection.published), len(site.collection))
         out.spare = None if ctx.report.twin_note else new_twin(ctx.slot)
     ctx.clock.lap("prepare_tree")

@@ -33,7 +33,7 @@ from site_builder.writing import OutputError, StagingTree
 @dataclass
 class RecordWriter:
     """What each process rendering records works with: the renderer, the tree being written, and the twin the
-    build links (``renders_everything``), where each record's files are linked as soon as they are written
+    build links (``open_tree``), where each record's files are linked as soon as they are written
     (None when there is none, or once a link failed)."""
 
     renderer: SiteRenderer

@@ -169,3 +169,49 @@ def test_a_unit_a_file_of_which_is_gone_from_the_live_site_is_written_again(proj
     build(opts(project, out, both_keys()))
     build(opts(project, tmp_path / "clean", both_keys(), use_cache=False))
     assert tree(out) == tree(tmp_path / "clean")
+
+
+@pytest.mark.parametrize("planted", [None, "link", "fifo"])
+def test_a_fresh_tree_that_takes_little_from_the_live_site_copies_it_and_shares_no_file(project, monkeypatch,
+                                                                                        planted):
+    """Where nearly every file is new (an edit of the record's page template at 10,000 records; here most records
+    changed, with the limits lowered to this project's size), the units the live site holds as planned are copied
+    into the fresh tree (a record's bundle.json still one file with two names), so that the new site shares no
+    file with the old one, whose deletion is not waited for, and the build links its twin.  A link or FIFO
+    planted in the live site in a unit's place is neither followed, nor waited on, nor copied: the unit is
+    rendered instead."""
+    from site_builder import writing
+    from site_builder.stages import publish as publish_stage
+
+    monkeypatch.setattr(publish_stage, "IN_PLACE_LIMIT", 0.3)
+    monkeypatch.setattr(publish_stage, "COPY_LIMIT", 0.6)
+    monkeypatch.setattr(writing, "_DELETER", "import time; time.sleep(3)\n" + writing._DELETER)
+    trust, out = both_keys(), project / "site"
+    build(opts(project, out, trust, link_twin=True))
+    groups = out / "category" / "index.html"
+    live = {rel: path.stat().st_ino for rel, path in ((p.relative_to(out), p) for p in out.rglob("*"))
+            if path.is_file()}
+    if planted == "link":
+        groups.unlink()
+        groups.symlink_to(project / "bundles" / sorted(os.listdir(project / "bundles"))[0])
+    elif planted == "fifo":
+        groups.unlink()
+        os.mkfifo(groups)
+    for i in range(6):
+        (project / "bundles" / f"gen{i}.json").write_bytes(make_bundle(i, variant=5))
+    done = returns_past_fifos(lambda: build(opts(project, out, trust, link_twin=True)), [groups])
+    assert done, "the build waited on a FIFO in the live site"
+    assert list(project.glob(".site.old-*")), "the build waited for the old site's deletion"
+    now = {rel: path.stat().st_ino for rel, path in ((p.relative_to(out), p) for p in out.rglob("*"))
+           if path.is_file()}
+    assert not set(live.items()) & set(now.items())  # (no file of the old site's)
+    assert groups.is_file() and not groups.is_symlink()
+    assert (planted is None) == ("category/index.html" not in done[0].rendered)  # (copied, or rendered again)
+    copied = [p.parent for p in (out / "pith").glob("*/bundle.json")]
+    assert len(copied) == 10 and all(folder.name for folder in copied)
+    for folder in copied:
+        assert (folder / "bundle.json").samefile(out / ".well-known" / "pith" / folder.name / "bundle.json")
+    prev = project / ".site.prev"
+    assert tree(prev) == tree(out) and (prev / "category" / "index.html").samefile(groups)  # (its twin)
+    build(opts(project, project / "clean", trust, use_cache=False))
+    assert tree(out) == tree(project / "clean")
