@@ -91,7 +91,8 @@ def template_dirs(user_dir: Path | None) -> list[Path]:
 
 
 def templates_identity(dirs: Iterable[Path]) -> str:
-    """Digest of every template and asset file (cache key: an edited template re-renders pages)."""
+    """Digest of every template and asset file: what the build id and a unit that may use any template key on
+    (``template_uses``)."""
     h = hashlib.sha256()
     for d in dirs:
         for root, subdirs, files in os.walk(d):
@@ -313,8 +314,8 @@ class SiteRenderer:
         """A record's row in a list of papers (``_paper_row.html``), rendered once and reused by every list page
         that shows it: a record is on three or four listings, and a page of 100 rows costs ~8 ms to render.
         Keyed by the record's row digest (every field of its summary); the templates and settings are this
-        renderer's own (or, for rows handed over, the same: the build keys them by its build key), so the row
-        cannot differ."""
+        renderer's own (or, for rows handed over, the same: the build keys them by its build key and the row
+        template with those it uses, ``plan.list_rows_key``), so the row cannot differ."""
         return Markup(self._row_bytes(paper).decode("utf-8"))
 
     def paper_rows(self, papers) -> Markup:
