@@ -514,7 +514,7 @@ def collection_units(renderer: SiteRenderer, catalog: Catalogue, shared: list, t
             files.append(("about/index.html", renderer.render("about.html", about=about_markdown)))
         files += [("assets/" + name, data) for name, data in assets.items()]
         return files
-    units.append(Unit("static", [about_markdown, search_folders, category_keys, year_keys], static))  # (and assets)
+    units.append(Unit("static", [about_markdown, search_folders, category_keys, year_keys], static))  # (any template)
     units.append(Unit("manifest", [updated], lambda: _manifests(config, trust, updated), ()))
     if static_files is not None:
         units.append(static_files)

@@ -38,7 +38,8 @@ def test_build_benchmark_runs_every_scenario_and_writes_json(tmp_path):
     touched = steps["touch every bundle"]  # (hashed and found in the cache: no worker verified any again)
     assert touched["written"] == 0 and all(workers == 0 for _, workers in touched["cpu"].values())
     assert 80 * 2 // 5 * 5 < steps["change 40 %"]["written"] < full["written"]
-    assert steps["edit one template"]["written"] == full["written"] and steps["edit one template"]["reused"] == 0
+    edit = steps["edit one template"]  # (paper.html: every record's files again, the rest copied from the site)
+    assert edit["written"] + edit["reused"] == full["written"] and 0 < edit["reused"] <= full["written"] // 10
     assert all(s["wall"] > 0 and s["rss_main_mb"] > 0 and s["timings"] for s in steps.values())
     # Where the CPU went: the full build's workers verified and rendered; the no-op started none.
     assert full["cpu"]["verify"][1] > 0 and full["cpu"]["render_records"][1] > 0

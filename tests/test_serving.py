@@ -140,12 +140,14 @@ def test_changes_are_served_live(server):
     home = root / "templates" / "home.html"
     home.write_text(home.read_text().replace("<h2>Most recent papers</h2>", "<h2>Newest arrivals</h2>"))  # template
     eventually(lambda: "Newest arrivals" in get(base)[2])
+    (root / "site.toml").write_text('title = "Renamed mirror"\n')  # (settings every page shows)
+    eventually(lambda: "Renamed mirror" in get(base + f"pith/{IDS[0]}/")[2])
     # Every page was written anew: the twin is linked again while the user reads, and the next change updates it.
     prev = root / ".output.prev"
 
     def relinked() -> bool:
         try:
-            return "Newest arrivals" in (prev / "index.html").read_text() \
+            return "Renamed mirror" in (prev / page).read_text() \
                 and (prev / page).stat().st_ino == (root / "output" / page).stat().st_ino
         except FileNotFoundError:  # (the old twin moved away, the new one not yet in its place)
             return False

@@ -168,9 +168,8 @@ def unit_materials(records: list[tuple[str, str]], addresses: RedirectPlan, vers
     for pid, sha256 in records:
         yield f"record:{pid}", ("record", sha256, addresses.per_record.get(pid, 0), versions.get(pid, ()),
                                 record_templates)
-    for unit in collection:
-        yield unit.name, (unit.material, uses.digest(unit.templates))  # (nested lists and tuples of str and
-        # int: repr() is exact and fast)
+    for unit in collection:  # (material: nested lists and tuples of str and int, whose repr() is exact and fast)
+        yield unit.name, (unit.material, uses.digest(unit.templates))
     for shard in shards:
         if shard.glob is None:  # Pagefind reads every page (those rendered on every build too): any may hold
             yield shard.unit, ("search", indexer, sorted(k for k, _ in keys.values()), uses.identity)
