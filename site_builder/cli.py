@@ -19,7 +19,7 @@ from site_builder.build import BuildOptions, WorkerLostError, build, inspect_fil
 from site_builder.inspection import Inspection, rejected
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundlesFolderError, InputFile, discover
-from site_builder.options import BuildPolicy
+from site_builder.options import SERVE_HOST, SERVE_PORT, BuildPolicy
 from site_builder.rendering import describe_template_error
 from site_builder.search_index import SearchIndexError
 from site_builder.settings import SETTINGS_FILE, SettingsError, load_settings, normalize_base_url, project_paths
@@ -92,9 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     _build_arguments(command("build", "verify bundles and build the site"))
     sv = command("serve", "build, serve on localhost, rebuild on changes and reload the browser")
     _site_arguments(sv)
-    sv.add_argument("--host", default="127.0.0.1",
+    sv.add_argument("--host", default=SERVE_HOST,
                     help="interface to listen on: a name, an IPv4 or an IPv6 address (0.0.0.0: every IPv4 interface)")
-    sv.add_argument("--port", type=_port, default=8000, metavar="N", help="TCP port (0: any free port)")
+    sv.add_argument("--port", type=_port, default=SERVE_PORT, metavar="N", help="TCP port (0: any free port)")
     sv.add_argument("--open", action="store_true", help="open the site in a web browser")
     _pull_arguments(command("pull", "fetch bundles from a resolver or mirror, verified before they are written"))
     v = command("verify", "check bundle files or folders without building")

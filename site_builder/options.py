@@ -14,6 +14,10 @@ from site_builder.parallel import Workers
 from site_builder.report import BuildReport
 from site_builder.settings import SiteConfig
 
+# Where ``serve`` listens unless told (the command line's defaults, and ``serving.ServeOptions``'s).
+SERVE_HOST = "127.0.0.1"
+SERVE_PORT = 8000
+
 
 @dataclass(frozen=True)
 class ServeSession:

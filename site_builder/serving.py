@@ -34,7 +34,7 @@ from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundleListing, BundlesFolderError, list_bundles, rediscover
 from site_builder.mirrors import MirrorLookups
 from site_builder.incremental import IncrementalStore
-from site_builder.options import BuildPolicy, ServeSession
+from site_builder.options import SERVE_HOST, SERVE_PORT, BuildPolicy, ServeSession
 from site_builder.rendering import describe_template_error
 from site_builder.search_index import SearchIndexError
 from site_builder.stages.publish import IN_PLACE_LIMIT
@@ -58,8 +58,8 @@ class ServeOptions:
     settings: Path
     trusted_keys: list[Path]
     base_url: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 8000
+    host: str = SERVE_HOST
+    port: int = SERVE_PORT
     search: bool = True
     look_ahead: bool = True  # check the output's mirrored bundles beside the build, from the change's first event
     log: Callable[[str], None] = lambda line: print(printable(line), file=sys.stderr, flush=True)

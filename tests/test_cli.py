@@ -520,3 +520,24 @@ def test_ctrl_c_during_a_command_is_one_line_and_exit_130(bundles_dir, tmp_path,
     assert cli_module.main(["build", "--bundles", str(bundles_dir), "--output", str(tmp_path / "site")]) == 130
     said = capsys.readouterr()
     assert said.err == "interrupted\n" and said.out == ""
+
+
+def test_serve_without_flags_listens_where_serve_options_say(tmp_path, monkeypatch):
+    """The command line and ``ServeOptions`` name one host, port and search default (options.py), so that a
+    library user and the command line serve alike."""
+    from site_builder import cli as cli_module
+    from site_builder import serving
+
+    import signal
+
+    asked = []
+    monkeypatch.setattr(serving, "serve", lambda options, open_browser: asked.append(options) or 0)
+    monkeypatch.setattr(signal, "signal", lambda *handler: None)  # (this process's SIGTERM left as it is)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bundles").mkdir()
+    assert cli_module.main(["serve"]) == 0
+    (options,) = asked
+    plain = serving.ServeOptions(options.bundles, options.output, options.templates, options.settings,
+                                 options.trusted_keys)
+    assert (options.host, options.port, options.search) == (plain.host, plain.port, plain.search) \
+        == ("127.0.0.1", 8000, True)
