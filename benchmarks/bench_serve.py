@@ -1,10 +1,12 @@
 """Save-to-reload latency of `site-builder serve` on N generated bundles (recorded in BENCHMARKS.md).
 
-    python benchmarks/bench_serve.py --n 10000 [--workdir /tmp/site-builder-bench] [--repeat 5]
+    python benchmarks/bench_serve.py --n 10000 [--workdir /tmp/site-builder-bench] [--repeat 5] [--template NAME]
 
 Starts `site-builder serve` on a generated site, connects to its live-reload event stream like a browser
 tab does, then rewrites one bundle (a newer signed version) and measures the time from the file's write to
-the reload event that names the changed page.  Run bench_build.py first (or let this generate the bundles).
+the reload event that names the changed page.  With ``--template NAME``, saves an edit of that template instead
+(a copy of the built-in one in the project's ``templates/``, a comment added where its pages show it) and
+measures the time to the first reload event.  Run bench_build.py first (or let this generate the bundles).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10000)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/site-builder-bench"))
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--template", metavar="NAME", help="time edits of this built-in template instead")
     parser.add_argument("--search", action="store_true", help="serve with the search index (its update is timed "
                         "too: the change is published first, the index follows)")
     args = parser.parse_args()
@@ -46,8 +49,11 @@ def main() -> None:
     if not bundles.is_dir() or len(list(bundles.iterdir())) != args.n:
         shutil.rmtree(work, ignore_errors=True)
         generate(bundles, args.n)
-    for tree in (work / "output", work / ".output.prev"):  # each run starts from an empty output, as a first serve
-        shutil.rmtree(tree, ignore_errors=True)
+    for tree in (work / "output", work / ".output.prev", work / "templates"):  # each run starts from an empty
+        shutil.rmtree(tree, ignore_errors=True)                                  # output, as a first serve
+    if args.template:
+        (work / "templates").mkdir()
+        shutil.copy(ROOT / "templates" / args.template, work / "templates" / args.template)
     port = free_port()
     log = open(work / "serve.log", "w")
     # The code measured is this checkout's: ``python -m`` in another folder would import the installed package.
@@ -88,6 +94,10 @@ def main() -> None:
             time.sleep(0.2)
         latencies = []
         for i in range(args.repeat):
+            if args.template:
+                latencies.append(template_edit(work / "templates" / args.template, i, events))
+                time.sleep(1.0)
+                continue
             n = 10 + i
             # A newer bundle of the same record (as when the resolver adds an event); never bytes already there.
             data = make_bundle(n, variant=int(time.time()) - 1_700_000_000 + i)
@@ -115,6 +125,28 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def template_edit(template: Path, i: int, events: list[tuple[float, dict]]) -> float:
+    """Save an edit of *template* its pages show (after its first block where it extends another, else at its
+    end) and wait for the reload event that follows: the seconds from the write to it."""
+    source = template.read_text()
+    comment = f"<!-- edit {i} -->"
+    if "{% extends" in source and "{% block" in source:
+        end = source.index("%}", source.index("{% block")) + 2
+        source = source[:end] + comment + source[end:]
+    else:
+        source += comment + "\n"
+    seen = len(events)
+    start = time.perf_counter()
+    template.write_text(source)
+    while len(events) == seen:
+        if time.perf_counter() - start > 600:
+            raise SystemExit("no reload event within 600 s; see serve.log")
+        time.sleep(0.005)
+    latency = events[seen][0] - start
+    print(f"edit {i + 1} of {template.name}: reload event after {latency * 1000:.0f} ms", file=sys.stderr)
+    return latency
 
 
 if __name__ == "__main__":
