@@ -10,6 +10,7 @@ import jinja2
 import pytest
 
 from conftest import ROOT, both_keys, cache_document, edit_visibly, opts, plant_document, planned, tree
+from generate import make_bundle
 from site_builder.build import build, default_cache_dir
 from site_builder.incremental import IncrementalStore
 from site_builder.records import paper_text
@@ -65,6 +66,16 @@ def test_a_units_templates_are_what_its_roots_use_with_the_users_over_the_built_
     assert uses_of(tmp_path).digest(("feed.xml",)) == uses.digest(("feed.xml",))
 
 
+def test_a_template_in_a_subfolder_is_found_by_its_path(tmp_path):
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "note.html").write_text("<p>note</p>")
+    (tmp_path / "page.html").write_text('{% include "parts/note.html" %}')
+    before = uses_of(tmp_path)
+    assert set(before.uses(("page.html",))) == {"page.html", "parts/note.html"}
+    (tmp_path / "parts" / "note.html").write_text("<p>another note</p>")
+    assert uses_of(tmp_path).digest(("page.html",)) != before.digest(("page.html",))
+
+
 def test_a_template_not_there_is_part_of_the_key_and_its_coming_changes_it(tmp_path):
     (tmp_path / "page.html").write_text('{% include "optional.html" ignore missing %}')
     before = uses_of(tmp_path).digest(("page.html",))
@@ -109,6 +120,8 @@ def test_every_template_a_unit_renders_is_one_its_templates_use(project):
     unit of the collection rendered, each by a renderer of its own (none kept from another render), through a
     loader that notes what it loads."""
     trust, out = both_keys(), project / "site"
+    for name, record in (("same-a.json", None), ("same-b.json", 77)):  # (one arXiv id and version: a shared address)
+        (project / "bundles" / name).write_bytes(make_bundle(40, record=record, version=1))
     config = SiteConfig(base_url="https://mirror.example/")
     build(opts(project, out, trust, config=config))
     site = planned(opts(project, out, trust, config=config), project / "scratch")
@@ -135,7 +148,7 @@ def test_every_template_a_unit_renders_is_one_its_templates_use(project):
         return collection_units(renderer, site.catalog, site.addresses.shared, trust, None, "# About",
                                 IncrementalStore(keeps=False))
     names = [unit.name for unit in units(SiteRenderer(config, template_dirs(None), trust, False))]
-    assert any(name.startswith("listing:") for name in names) and "sitemap" in names
+    assert {"listing", "feed", "shared", "groups", "sitemap", "static", "manifest"} <= {n.split(":")[0] for n in names}
     for name in names:
         def render(renderer, name=name):
             next(unit for unit in units(renderer) if unit.name == name).render()
