@@ -183,7 +183,7 @@ class StagingTree:
         self.write_chunks(rel, (data,))
 
     def _create(self, rel: str) -> int:
-        """A new file at *rel* (whose folder is made), opened for writing; OSError where anything is there."""
+        """A new file at *rel* (its folder made already), opened for writing; OSError where anything is there."""
         return os.open(self.path_for(rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
 
     def write_chunks(self, rel: str, chunks: Iterable[bytes]) -> None:
@@ -216,22 +216,27 @@ class StagingTree:
 
     def copy_from(self, rel: str, source: str | Path) -> bool:
         """Make *rel* a copy of *source*, a regular file (a link is not followed, a FIFO not waited on); False if
-        impossible.  A tree that copies an older site's files shares none with it."""
+        impossible, with no half-copied file left.  A tree that copies an older site's files shares none with it."""
         try:
             fd = os.open(source, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
         except OSError:
             return False
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return False
-            self._ensure_parent(rel)
-            with open(fd, "rb", closefd=False) as src, open(self._create(rel), "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            return True
-        except OSError:
-            return False
-        finally:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
+            return False
+        with open(fd, "rb") as src:
+            try:
+                self._ensure_parent(rel)
+                target = self._create(rel)
+            except OSError:
+                return False
+            try:
+                with open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+            except OSError:
+                os.unlink(self.path_for(rel))
+                return False
+        return True
 
     def mirror(self, rels: Iterable[str], source_root: str | Path, copy: bool = False) -> None:
         """Make each of *rels* a hard link to (with *copy*, a copy of) the same path under *source_root*, the root

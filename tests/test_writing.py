@@ -421,3 +421,32 @@ def test_where_the_system_cannot_swap_atomically_the_site_is_still_replaced(proj
     build(opts(project, out, both_keys()))
     build(opts(project, clean, both_keys(), use_cache=False))
     assert len(calls) >= 2 and tree(out) == tree(clean)
+
+
+def test_a_copy_is_made_only_of_a_regular_file_and_never_left_half_made(tmp_path, monkeypatch):
+    """A fresh tree copies the few files it keeps of the live site (stages/publish.py): what stands there in a
+    file's place, a link (to a secret, say) or a FIFO (which would stall the build), is not copied, and a copy
+    that fails leaves nothing behind, so that the unit can be rendered in its place."""
+    import shutil
+
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "page.html").write_bytes(b"<p>kept</p>")
+    (live / "secret").write_bytes(b"not the site's")
+    (live / "link.html").symlink_to(live / "secret")
+    os.mkfifo(live / "fifo.html")
+    (live / "folder.html").mkdir()
+    tree = StagingTree(tmp_path / "tree")
+    assert tree.copy_from("a/page.html", live / "page.html")
+    copied = tmp_path / "tree" / "a" / "page.html"
+    assert copied.read_bytes() == b"<p>kept</p>" and not copied.samefile(live / "page.html")
+    assert not tree.holds_older_files  # (a copy shares nothing with the live site)
+    for name in ("link.html", "fifo.html", "folder.html", "missing.html"):
+        assert not tree.copy_from(name, live / name) and not os.path.lexists(tmp_path / "tree" / name)
+    assert not tree.copy_from("a/page.html", live / "page.html")  # (never over a file already there)
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(shutil, "copyfileobj", full_disk)
+    assert not tree.copy_from("b/page.html", live / "page.html")
+    assert not (tmp_path / "tree" / "b" / "page.html").exists()

@@ -24,7 +24,7 @@ from site_builder.writing import MARKER, OutputSlot, StagingTree, TreeChanged, o
 # Update the previous tree in place unless more than this share of its files is stale.  Unlinking a stale file
 # costs what linking an unchanged one into a fresh tree does, and a fresh tree also has the old one deleted, which
 # the build waits for when the two share files: with 40 % of 10,000 records changed, in place took 9-12 s, a
-# fresh tree 25-34 s.  A fresh tree wins where nearly everything is rewritten (a template edit).
+# fresh tree 25-34 s.  A fresh tree wins where nearly everything is rewritten (an edit of the record's page).
 IN_PLACE_LIMIT = 0.9
 # A fresh tree copies the files it takes from the live site, instead of linking them, while they are at most this
 # share of the live site's (``takes_little``).
