@@ -145,7 +145,7 @@ def template_edit(template: Path, i: int, events: list[tuple[float, dict]]) -> f
             raise SystemExit("no reload event within 600 s; see serve.log")
         time.sleep(0.005)
     latency = events[seen][0] - start
-    print(f"edit {i + 1} of {template.name}: reload event after {latency * 1000:.0f} ms", file=sys.stderr)
+    print(f"edit {i + 1} of {template.name}: pages told to reload {round(latency * 1000)} ms after it", file=sys.stderr)
     return latency
 
 

@@ -487,7 +487,8 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
             if watcher.wait_for_batch(stop, site.look_ahead):
                 site.rebuild("change", watcher.take_changes())
                 watcher.retarget(*project_files(options))  # (site.toml may name another about page or static folder)
-                follow(observer, watcher, watches)  # (a folder made beside the output is watched from now on)
+                if follow(observer, watcher, watches):  # (a folder watched from now on: its files since the build
+                    watcher.poke()                       # read it are seen by one more)
     except KeyboardInterrupt:
         pass
     finally:

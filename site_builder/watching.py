@@ -146,17 +146,21 @@ class Watcher(FileSystemEventHandler):
         return False
 
 
-def follow(observer: Observer, watcher: Watcher, watches: dict) -> None:
-    """Watch the folders *watcher* names now, and stop watching those it no longer names."""
+def follow(observer: Observer, watcher: Watcher, watches: dict) -> bool:
+    """Watch the folders *watcher* names now, and stop watching those it no longer names.  Returns whether it
+    began to watch one: what was made in it before then (after the build that named it read it) was not seen."""
     wanted = [(folder, recursive) for folder, recursive in watcher.watched() if folder.is_dir()]
     for key in [key for key in watches if key not in wanted]:
         try:
             observer.unschedule(watches.pop(key))
         except (KeyError, OSError):
             pass
+    began = False
     for folder, recursive in wanted:
         if (folder, recursive) not in watches:
             try:
                 watches[folder, recursive] = observer.schedule(watcher, str(folder), recursive=recursive)
+                began = True
             except OSError:
                 pass  # (gone again already; the full listing after each build still sees its files)
+    return began

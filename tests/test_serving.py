@@ -822,6 +822,35 @@ def test_a_static_folder_that_site_toml_names_while_serve_runs_is_watched(served
     assert returned == [0]
 
 
+@pytest.mark.slow
+def test_a_file_made_in_a_static_folder_before_serve_watches_it_is_published(served_project, monkeypatch):
+    """A static folder that site.toml names is watched once the build that read the settings is done; a file
+    made in it in between (here, just before the watch begins) makes no event of its own, so serve builds once
+    more after it begins to watch a folder."""
+    from site_builder import serving
+
+    root, _ = served_project
+    follow = serving.follow
+
+    def late(observer, watcher, watches):
+        public = root / "public"
+        if public.is_dir() and not (public / "late.txt").exists():
+            (public / "late.txt").write_text("made before the watch\n")
+        return follow(observer, watcher, watches)
+    monkeypatch.setattr(serving, "follow", late)
+    lines, stop = [], threading.Event()
+    thread, port, returned = _serve_in_thread(root, lines, stop)
+    try:
+        eventually(lambda: _up(f"http://127.0.0.1:{port}/"), deadline=30)
+        (root / "public").mkdir()
+        (root / "site.toml").write_text('static_dir = "public"\n')
+        eventually(lambda: get(f"http://127.0.0.1:{port}/late.txt")[2] == "made before the watch\n")
+    finally:
+        stop.set()
+        thread.join(DEADLINE * 3)
+    assert returned == [0]
+
+
 @pytest.mark.parametrize("open_browser", [False, True])
 def test_serve_stopped_once_it_is_up_frees_its_port_and_opens_a_browser_only_when_asked(served_project, monkeypatch,
                                                                                         open_browser):

@@ -234,8 +234,9 @@ def test_follow_watches_the_folders_that_come_and_stops_watching_those_that_go(t
     first = [(str(tmp_path), False), (str(tmp_path / "old"), True), (str(tmp_path / "templates"), True)]
     assert sorted(observer.scheduled) == first
     (tmp_path / "old").rmdir()
+    assert follow(observer, watcher, watches) is False  # (a folder gone: nothing new is watched)
     (tmp_path / "new").mkdir()
-    follow(observer, watcher, watches)
+    assert follow(observer, watcher, watches) is True  # (what was made in it before now was not seen)
     assert observer.scheduled[3:] == [(str(tmp_path / "new"), True)]
     assert observer.unscheduled == [(str(tmp_path / "old"), True)]
     assert sorted(watches) == [(tmp_path, False), (tmp_path / "new", True), (tmp_path / "templates", True)]
