@@ -223,6 +223,9 @@ def main() -> None:
     step("change 40 %", lambda: _rewrite(work, bundles, many))
     step("edit one template", lambda: (work / "templates" / "paper.html").write_text(
         (work / "templates" / "paper.html").read_text() + "\n{# edited #}\n"))
+    # The list pages' own template: those pages again, the records' pages kept (each unit keys on its templates).
+    step("edit a list template", lambda: (work / "templates" / "listing.html").write_text(
+        (work / "templates" / "listing.html").read_text() + "\n{# edited #}\n"))
     for i in (4, 5, 6):
         (bundles / f"b{i:07d}.json").write_bytes(make_bundle(i))
     _restore(work, bundles, many)
@@ -258,7 +261,8 @@ def main() -> None:
 
 
 SCENARIOS = ("full build", "no-op rebuild", "first incremental", "change one bundle", "replace one record",
-             "add one bundle", "delete one bundle", "touch every bundle", "change 40 %", "edit one template")
+             "add one bundle", "delete one bundle", "touch every bundle", "change 40 %", "edit one template",
+             "edit a list template")
 # Each run starts from an empty output, and "delete one bundle" deletes the bundle "add one bundle" added: without
 # what they build on, the figures would be of other work (a full build; a build with nothing to do).
 NEEDS = {name: ("full build",) for name in SCENARIOS[1:]} | {"delete one bundle": ("full build", "add one bundle")}

@@ -28,7 +28,7 @@ def test_build_benchmark_runs_every_scenario_and_writes_json(tmp_path):
     steps = {s["name"]: s for s in report["steps"]}
     assert list(steps) == ["full build", "no-op rebuild", "first incremental", "change one bundle",
                            "replace one record", "add one bundle", "delete one bundle", "touch every bundle",
-                           "change 40 %", "edit one template"]
+                           "change 40 %", "edit one template", "edit a list template"]
     full = steps["full build"]
     assert report["n"] == 80 and full["published"] == 80 and full["reused"] == 0
     assert steps["no-op rebuild"]["written"] == 0  # writing no file
@@ -40,6 +40,8 @@ def test_build_benchmark_runs_every_scenario_and_writes_json(tmp_path):
     assert 80 * 2 // 5 * 5 < steps["change 40 %"]["written"] < full["written"]
     edit = steps["edit one template"]  # (paper.html: every record's files again, the rest copied from the site)
     assert edit["written"] + edit["reused"] == full["written"] and 0 < edit["reused"] <= full["written"] // 10
+    listing = steps["edit a list template"]  # (the list pages and the site-wide files again; the records' kept)
+    assert 0 < listing["written"] < full["written"] // 5 < listing["reused"]
     assert all(s["wall"] > 0 and s["rss_main_mb"] > 0 and s["timings"] for s in steps.values())
     # Where the CPU went: the full build's workers verified and rendered; the no-op started none.
     assert full["cpu"]["verify"][1] > 0 and full["cpu"]["render_records"][1] > 0
