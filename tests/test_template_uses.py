@@ -76,6 +76,17 @@ def test_a_template_in_a_subfolder_is_found_by_its_path(tmp_path):
     assert uses_of(tmp_path).digest(("page.html",)) != before.digest(("page.html",))
 
 
+def test_templates_that_include_each_other_are_each_counted_once(tmp_path):
+    """A template may include itself, or one that includes it back (a tree of comments, say): legal in Jinja,
+    and its units' templates are still found, each once."""
+    (tmp_path / "tree.html").write_text('{% if node.children %}{% include "branch.html" %}{% endif %}')
+    (tmp_path / "branch.html").write_text('{% for node in node.children %}{% include "tree.html" %}{% endfor %}')
+    (tmp_path / "self.html").write_text('{% if depth %}{% include "self.html" %}{% endif %}')
+    uses = uses_of(tmp_path)
+    assert set(uses.uses(("tree.html",))) == {"tree.html", "branch.html"}
+    assert set(uses.uses(("self.html",))) == {"self.html"}
+
+
 def test_a_template_not_there_is_part_of_the_key_and_its_coming_changes_it(tmp_path):
     (tmp_path / "page.html").write_text('{% include "optional.html" ignore missing %}')
     before = uses_of(tmp_path).digest(("page.html",))
