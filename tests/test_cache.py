@@ -430,7 +430,7 @@ def _leaves(doc: object, value: object) -> object:
 @pytest.mark.parametrize("leaf", [[1, 2], *(pytest.param(v, marks=pytest.mark.slow) for v in (-1, None, {"a": 1}))],
                          ids=["array", "number", "null", "object"])
 @pytest.mark.parametrize("name", ["files", "mirrored", "addresses", "previous_site", "inspections/", "rows/",
-                                  "no-op answer"])
+                                  "template_references", "no-op answer"])
 def test_a_cache_document_of_another_shape_under_the_users_own_tag_costs_only_work(project, name, leaf):
     """Every document the cache keeps (all its parts), its values of another type but tagged with this user's
     key, as a builder's bug could leave it: the next build neither stops nor publishes anything else than a
