@@ -27,6 +27,20 @@ def test_of_the_previous_tree_only_units_with_the_planned_key_are_kept():
     assert sorted(stale) == sorted(["b/1\tb/2", "verification.json", "feed.xml"])
 
 
+def test_a_fresh_tree_copies_only_where_it_takes_at_most_a_tenth_of_the_live_sites_files():
+    """``takes_little``: the files of the live site's units that the plan has with the same key, over all of its
+    files, the report left out of both (it is always written again)."""
+    from site_builder.stages.publish import COPY_LIMIT, takes_little
+
+    assert COPY_LIMIT == 0.1
+    live = {"report": ("r", "a\tb\tc\td\te"), "kept": ("k1", "f1"), "changed": ("k2", "f2\tf3"),
+            "gone": ("k3", "\t".join(f"g{i}" for i in range(7)))}
+    planned = {"report": ("r", ""), "kept": ("k1", ""), "changed": ("new", ""), "added": ("k4", "")}
+    assert takes_little(planned, live)  # 1 file of 10: at the limit
+    assert not takes_little({**planned, "changed": ("k2", "")}, live)  # 3 of 10
+    assert takes_little({}, {}) and takes_little(planned, {})  # (a first build: nothing to take)
+
+
 def test_mostly_stale_counts_as_the_whole_sum_would():
     """``mostly_stale`` stops counting the tree's files early; its answer is the full count's, at the limit too."""
     from site_builder.stages.publish import IN_PLACE_LIMIT, mostly_stale
@@ -171,15 +185,15 @@ def test_a_unit_a_file_of_which_is_gone_from_the_live_site_is_written_again(proj
     assert tree(out) == tree(tmp_path / "clean")
 
 
-@pytest.mark.parametrize("planted", [None, "link", "fifo"])
+@pytest.mark.parametrize("planted", [None, "link", "fifo", "gone"])
 def test_a_fresh_tree_that_takes_little_from_the_live_site_copies_it_and_shares_no_file(project, monkeypatch,
                                                                                         planted):
     """Where nearly every file is new (an edit of the record's page template at 10,000 records; here most records
     changed, with the limits lowered to this project's size), the units the live site holds as planned are copied
     into the fresh tree (a record's bundle.json still one file with two names), so that the new site shares no
     file with the old one, whose deletion is not waited for, and the build links its twin.  A link or FIFO
-    planted in the live site in a unit's place is neither followed, nor waited on, nor copied: the unit is
-    rendered instead."""
+    planted in the live site in a unit's place is neither followed, nor waited on, nor copied, and one gone from
+    it is not taken for copied: the unit is rendered instead."""
     from site_builder import writing
     from site_builder.stages import publish as publish_stage
 
@@ -197,11 +211,14 @@ def test_a_fresh_tree_that_takes_little_from_the_live_site_copies_it_and_shares_
     elif planted == "fifo":
         groups.unlink()
         os.mkfifo(groups)
+    elif planted == "gone":
+        groups.unlink()
     for i in range(6):
         (project / "bundles" / f"gen{i}.json").write_bytes(make_bundle(i, variant=5))
     done = returns_past_fifos(lambda: build(opts(project, out, trust, link_twin=True)), [groups])
     assert done, "the build waited on a FIFO in the live site"
-    assert list(project.glob(".site.old-*")), "the build waited for the old site's deletion"
+    # (both retired trees, the old site and the twin beside it, are left to their deleters: no file is shared)
+    assert len(list(project.glob(".site.old-*"))) == 2, "the build waited for an old tree's deletion"
     now = {rel: path.stat().st_ino for rel, path in ((p.relative_to(out), p) for p in out.rglob("*"))
            if path.is_file()}
     assert not set(live.items()) & set(now.items())  # (no file of the old site's)
