@@ -247,13 +247,12 @@ class TemplateLoader(jinja2.FileSystemLoader):
 
 class SiteRenderer:
     def __init__(self, config: SiteConfig, dirs: list[Path], trust: TrustSet, search_enabled: bool = True,
-                 compiled: jinja2.BytecodeCache | None = None, rows: dict[str, bytes] | None = None,
-                 direct_calls: bool = True, sitewide_once: bool = True):
+                 compiled: jinja2.BytecodeCache | None = None, direct_calls: bool = True,
+                 sitewide_once: bool = True):
         """*compiled*: where Jinja keeps compiled templates between processes (compiled_templates.py: keyed by
         each template's source, so an edited template is compiled again, and authenticated).
-        *rows*: list rows an earlier renderer with the same templates and settings made (see ``paper_row``);
-        the dict is used, and filled, in place.  *direct_calls*: the speed-up of ``speedups.call_helpers_directly``;
-        *sitewide_once*: that of ``speedups.SitewidePartials``."""
+        *direct_calls*: the speed-up of ``speedups.call_helpers_directly``; *sitewide_once*: that of
+        ``speedups.SitewidePartials``."""
         self.config = config
         self.trust = trust
         self.env = jinja2.Environment(
@@ -297,7 +296,9 @@ class SiteRenderer:
             call_helpers_directly(self.env, ("url", "absolute_url", "paper_row", "paper_rows", "check_rows",
                                              "page_links", "sitewide"))
         self.dirs = dirs
-        self.rows: dict[str, bytes] = rows if rows is not None else {}
+        # Row digest -> a record's list row (``paper_row``): this renderer's, and those an earlier one with the same
+        # row template and settings made, which the build hands over (``plan.site_renderer``).
+        self.rows: dict[str, bytes] = {}
         # (pith id, sha256) -> the record's words, read back from its verified bundle; set by the render stage
         self.read_words: Callable[[str, str], PaperText] | None = None
         self._templates: dict[str, jinja2.Template] = {}

@@ -443,8 +443,9 @@ def test_list_rows_are_rendered_once_per_record_and_follow_its_fields():
     row = renderer.paper_row(paper)
     assert renderer.paper_row(paper) == row and f'href="/pith/{paper.pith_id}/"' in row
     assert renderer.rows == {paper.row_digest: row.encode()}  # rendered once, kept (as UTF-8) by the row digest
-    # Rows handed to a renderer (the build does so from its memory, under the same build key) are used as they are.
-    handed = SiteRenderer(SiteConfig(), template_dirs(None), load_trust_set(), rows={paper.row_digest: "<li>kept·".encode()})
+    # Rows handed to a renderer (the build does so from its cache, under the same row template) are used as they are.
+    handed = SiteRenderer(SiteConfig(), template_dirs(None), load_trust_set())
+    handed.rows.update({paper.row_digest: "<li>kept·".encode()})
     assert handed.paper_row(paper) == "<li>kept·"
     assert handed.paper_rows([paper, paper]) == "<li>kept·<li>kept·"
     changed = replace(paper, text=replace(paper.words, title="A <script>new</script> title"))
