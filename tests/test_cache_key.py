@@ -23,6 +23,18 @@ def test_the_key_is_made_once_private_to_the_user(tmp_path):
     assert repr(key) == "CacheKey(<secret>)"  # (never printed)
 
 
+def test_making_and_reading_the_key_leaves_no_file_open_and_no_file_behind(tmp_path):
+    """serve reads the key for every build: one descriptor left open a build runs out of them (EMFILE) after
+    about a thousand saves.  The key is written to a temporary name first, which must not stay beside it."""
+    env = {"HOME": str(tmp_path / "home")}
+    before = sorted(os.listdir("/proc/self/fd"))
+    key = user_cache_key(env)  # made
+    assert all(user_cache_key(env) == key for _ in range(5))  # read
+    assert sorted(os.listdir("/proc/self/fd")) == before
+    assert os.listdir(key_path(env).parent) == ["cache-key"]
+    assert key_path(env).stat().st_size == cache_key.KEY_BYTES == 32  # (a key made before reads the same)
+
+
 def test_tags_bind_every_field_and_the_context(tmp_path):
     key = user_cache_key({"HOME": str(tmp_path)})
     a = key.bound_to("context one")
