@@ -24,8 +24,9 @@ def test_the_key_is_made_once_private_to_the_user(tmp_path):
 
 
 def test_making_and_reading_the_key_leaves_no_file_open_and_no_file_behind(tmp_path):
-    """serve reads the key for every build: one descriptor left open a build runs out of them (EMFILE) after
-    about a thousand saves.  The key is written to a temporary name first, which must not stay beside it."""
+    """A build reads the key as it opens the cache; a process that builds again and again (a program calling
+    ``build()``, serve whenever it opens its cache anew) would run out of descriptors (EMFILE) if each read left
+    one open.  The key is written to a temporary name first, which must not stay beside it."""
     env = {"HOME": str(tmp_path / "home")}
     before = sorted(os.listdir("/proc/self/fd"))
     key = user_cache_key(env)  # made
