@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from generate import generate, make_bundle  # (beside this script)
+from generate import edited_visibly, generate, make_bundle  # (beside this script)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -128,15 +128,9 @@ def main() -> None:
 
 
 def template_edit(template: Path, i: int, events: list[tuple[float, dict]]) -> float:
-    """Save an edit of *template* its pages show (after its first block where it extends another, else at its
-    end) and wait for the reload event that follows: the seconds from the write to it."""
-    source = template.read_text()
-    comment = f"<!-- edit {i} -->"
-    if "{% extends" in source and "{% block" in source:
-        end = source.index("%}", source.index("{% block")) + 2
-        source = source[:end] + comment + source[end:]
-    else:
-        source += comment + "\n"
+    """Save an edit of *template* its pages show (``generate.edited_visibly``) and wait for the reload event that
+    follows: the seconds from the write to it."""
+    source = edited_visibly(template.read_text(), f"edit {i}")
     seen = len(events)
     start = time.perf_counter()
     template.write_text(source)

@@ -3,6 +3,7 @@
 Used by bench_build.py and by the large-site tests.  Each bundle starts from a real
 bundle and varies the arXiv id, version, year, categories, author count, title and
 abstract; it is then re-hashed and re-signed with a key made here (never the resolver's).
+Also the template edit that the serve benchmark and the tests save (``edited_visibly``).
 """
 
 from __future__ import annotations
@@ -75,6 +76,16 @@ def _write_range(args) -> None:
     template, key = _template(), benchmark_key()
     for i in range(start, stop):
         (Path(folder) / f"b{i:07d}.json").write_bytes(make_bundle(i, template, key))
+
+
+def edited_visibly(source: str, mark: str) -> str:
+    """A template's *source* with the comment *mark* where its pages show it: after the first block it fills
+    where it extends another (what lies outside its blocks is not shown), else at its end."""
+    comment = f"<!-- {mark} -->"
+    if "{% extends" in source and "{% block" in source:
+        end = source.index("%}", source.index("{% block")) + 2
+        return source[:end] + comment + source[end:]
+    return source + comment + "\n"
 
 
 def generate(folder: Path, n: int, jobs: int = 0) -> Path:

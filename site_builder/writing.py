@@ -221,7 +221,7 @@ class StagingTree:
             fd = os.open(source, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
         except OSError:
             return False
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # (before the file object: io raises for a folder's descriptor)
             os.close(fd)
             return False
         with open(fd, "rb") as src:

@@ -16,7 +16,7 @@ from site_builder.options import BuildPolicy
 from site_builder.keys import TrustSet, key_from_document, load_trust_set
 from site_builder.stages import write
 
-from generate import benchmark_key, make_bundle
+from generate import benchmark_key, edited_visibly, make_bundle
 from signing import TestKey, sign_bundle, to_bytes, with_paper
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -205,17 +205,9 @@ def edit_every_template(project: Path, mark: str = "edited") -> None:
 
 
 def edit_visibly(project: Path, name: str, mark: str = "edited") -> None:
-    """Give *project* a copy of the built-in template *name* with a comment where its pages show it: after the
-    first block it fills where it extends another (what lies outside its blocks is not shown), else at its end."""
-    source = (ROOT / "templates" / name).read_text()
-    comment = "<!-- %s -->" % mark
-    if "{% extends" in source and "{% block" in source:
-        start = source.index("{% block")
-        end = source.index("%}", start) + 2
-        source = source[:end] + comment + source[end:]
-    else:
-        source += comment + "\n"
-    (project / "templates" / name).write_text(source)
+    """Give *project* a copy of the built-in template *name* with a comment where its pages show it
+    (``generate.edited_visibly``)."""
+    (project / "templates" / name).write_text(edited_visibly((ROOT / "templates" / name).read_text(), mark))
 
 
 def planned(options: BuildOptions, scratch: Path, pagefind: str = "pagefind 0", report=None):
