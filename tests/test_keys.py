@@ -47,6 +47,15 @@ def test_a_malformed_or_contradictory_key_is_refused_with_its_reason(doc, reason
         key_from_document(doc, "keys.json")
 
 
+@pytest.mark.parametrize("left_out", ["public_key_hex", "public_key_b64"])
+def test_either_encoding_alone_pins_the_same_key(left_out):
+    """A key file gives the key as `public_key_hex` and/or `public_key_b64` (README); one alone is enough."""
+    doc = {name: value for name, value in PINNED.items() if name != left_out}
+    key = key_from_document(doc, "keys.json")
+    assert key.public_key == key_from_document(PINNED, "keys.json").public_key
+    assert key.fingerprint_hex == PINNED["fingerprint_sha256_hex"]
+
+
 def test_a_key_file_is_strict_json_and_one_id_is_never_pinned_to_two_keys(tmp_path):
     one, other = TestKey("same-id"), TestKey("same-id")
     (tmp_path / "a.json").write_text(json.dumps(one.document()))
