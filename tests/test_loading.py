@@ -127,6 +127,21 @@ def test_size_limit_and_vanished_file(tmp_path):
     assert info.value.reason == "file vanished during the build"
 
 
+def test_reading_a_file_leaves_no_descriptor_open_whatever_it_finds(tmp_path):
+    """A worker reads thousands of bundles in one process: a descriptor left open per read, on success or on
+    refusal, would end in EMFILE ("too many open files") part-way through a large build."""
+    (tmp_path / "good.json").write_text("{}")
+    (tmp_path / "big.json").write_bytes(b" " * 2048)
+    (tmp_path / "folder.json").mkdir()
+    before = sorted(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        assert read_bytes(tmp_path / "good.json", max_bytes=1024) == b"{}"
+        for refused in ("big.json", "folder.json"):
+            with pytest.raises(FileReadError):
+                read_bytes(tmp_path / refused, max_bytes=1024)
+    assert sorted(os.listdir("/proc/self/fd")) == before
+
+
 def test_unreadable_file_is_reported_not_raised(tmp_path):
     """Read in a child that obeys file modes (root reads every file)."""
     locked = tmp_path / "locked.json"
