@@ -8,7 +8,8 @@ import pytest
 
 from site_builder.build import BuildOptions, build
 from site_builder.keys import load_trust_set
-from site_builder.loading import BundlesFolderError, FileReadError, discover, list_bundles, read_bytes, rediscover
+from site_builder.loading import (BundlesFolderError, FileReadError, discover, list_bundles, read_bytes,
+                                  read_static_files, rediscover)
 
 from conftest import REAL_FILES, run_unprivileged
 
@@ -266,3 +267,21 @@ def test_a_folder_that_cannot_be_listed_is_skipped_with_its_reason_unless_it_is_
     finally:
         root.chmod(0o755)
         (root / "locked").chmod(0o755)
+
+
+def test_a_static_subfolder_that_cannot_be_listed_is_named_and_the_rest_is_read(tmp_path):
+    """Its files cannot be published; the user is told which folder and why, and every other file is read."""
+    static = tmp_path / "static"
+    (static / "locked").mkdir(parents=True)
+    (static / "locked" / "hidden-from-us.txt").write_text("x")
+    (static / "kept.txt").write_text("y")
+
+    def check():
+        (static / "locked").chmod(0)
+        files, problems = read_static_files(static)
+        assert [(f.rel, f.data) for f in files] == [("kept.txt", b"y")]
+        assert problems == ["locked/: cannot list folder: Permission denied"]
+    try:
+        run_unprivileged(check)
+    finally:
+        (static / "locked").chmod(0o755)
