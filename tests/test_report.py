@@ -42,6 +42,15 @@ def test_the_report_written_in_pieces_is_one_json_document_in_path_order(monkeyp
     assert whole.count(b"\n") == len(report.outcomes) + 3
 
 
+def test_the_report_is_dated_only_by_the_date_it_is_given():
+    """``generated_at`` is SOURCE_DATE_EPOCH's date when the build has one, and absent without it: no wall-clock
+    time, so that the same inputs give the same report."""
+    report = _report()
+    assert json.loads(b"".join(report.document(["k1"], "2026-01-01T00:00:00Z").chunks()))["generated_at"] == (
+        "2026-01-01T00:00:00Z")
+    assert "generated_at" not in json.loads(b"".join(report.document(["k1"], None).chunks()))
+
+
 def test_the_identity_changes_with_anything_a_line_shows():
     report = _report()
     base = report.document([], None).identity()
