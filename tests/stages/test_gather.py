@@ -90,23 +90,6 @@ def test_a_static_file_whose_name_is_no_plain_text_is_refused_and_the_build_goes
     assert f"static/\\\\xff-latin1.txt: {refused}" in (project / "site" / "verification.json").read_text("utf-8")
 
 
-def test_a_static_file_that_cannot_be_copied_is_warned_of_by_name_and_reason(project, tmp_path):
-    """A link in the static folder (to a file outside it, which must not be published) and a FIFO are left out,
-    and the user is told which and why: a file silently missing from the site is found only by a reader."""
-    static = project / "static"
-    static.mkdir()
-    secret = tmp_path / "outside.txt"
-    secret.write_text("not for the site")
-    os.symlink(secret, static / "linked.txt")
-    os.mkfifo(static / "pipe.txt")
-    (static / "kept.txt").write_text("x")
-    report = build(opts(project, project / "site", both_keys(), static_dir=static))
-    assert sorted(report.warnings) == ["static/linked.txt: a symbolic link (not followed); not copied",
-                                       "static/pipe.txt: a FIFO, not a regular file; not copied"]
-    assert (project / "site" / "kept.txt").read_text() == "x"
-    assert not (project / "site" / "linked.txt").exists() and not (project / "site" / "pipe.txt").exists()
-
-
 def test_a_template_asset_whose_name_is_no_plain_file_name_is_refused_and_the_build_goes_on(project):
     """``templates/assets/`` is copied to ``/assets/``: a file there named with a space or bytes that are not
     UTF-8 is left out with a warning (it stopped the build with a ValueError), and the others are copied."""
