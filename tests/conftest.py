@@ -63,6 +63,12 @@ def stand_in_pagefind(folder: Path, main: str) -> str:
     return str(folder)
 
 
+def open_descriptors() -> list[str]:
+    """This process's open file descriptors (as ``/proc`` lists them), to compare before and after the code
+    under test: a descriptor left open per call ends a long build or serve session in EMFILE."""
+    return sorted(os.listdir("/proc/self/fd"))
+
+
 def drop_read_override() -> None:
     """Drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from this process, so root obeys file modes."""
     import ctypes

@@ -11,6 +11,8 @@ import pytest
 from site_builder import cache_key
 from site_builder.cache_key import CacheKeyUnavailable, key_path, user_cache_key
 
+from conftest import open_descriptors
+
 
 def test_the_key_is_made_once_private_to_the_user(tmp_path):
     env = {"HOME": str(tmp_path / "home")}
@@ -28,10 +30,10 @@ def test_making_and_reading_the_key_leaves_no_file_open_and_no_file_behind(tmp_p
     ``build()``, serve whenever it opens its cache anew) would run out of descriptors (EMFILE) if each read left
     one open.  The key is written to a temporary name first, which must not stay beside it."""
     env = {"HOME": str(tmp_path / "home")}
-    before = sorted(os.listdir("/proc/self/fd"))
+    before = open_descriptors()
     key = user_cache_key(env)  # made
     assert all(user_cache_key(env) == key for _ in range(5))  # read
-    assert sorted(os.listdir("/proc/self/fd")) == before
+    assert open_descriptors() == before
     assert os.listdir(key_path(env).parent) == ["cache-key"]
     assert key_path(env).stat().st_size == cache_key.KEY_BYTES == 32  # (a key made before reads the same)
 

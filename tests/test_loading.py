@@ -11,7 +11,7 @@ from site_builder.keys import load_trust_set
 from site_builder.loading import (BundlesFolderError, FileReadError, discover, list_bundles, read_bytes,
                                   read_static_files, rediscover)
 
-from conftest import REAL_FILES, run_unprivileged
+from conftest import REAL_FILES, open_descriptors, run_unprivileged
 
 BAD_FILES = {
     "dupkey.json": (b'{"bundle_type": "a", "bundle_type": "b"}', "json_duplicate_key"),
@@ -134,13 +134,13 @@ def test_reading_a_file_leaves_no_descriptor_open_whatever_it_finds(tmp_path):
     (tmp_path / "good.json").write_text("{}")
     (tmp_path / "big.json").write_bytes(b" " * 2048)
     (tmp_path / "folder.json").mkdir()
-    before = sorted(os.listdir("/proc/self/fd"))
+    before = open_descriptors()
     for _ in range(3):
         assert read_bytes(tmp_path / "good.json", max_bytes=1024) == b"{}"
         for refused in ("big.json", "folder.json"):
             with pytest.raises(FileReadError):
                 read_bytes(tmp_path / refused, max_bytes=1024)
-    assert sorted(os.listdir("/proc/self/fd")) == before
+    assert open_descriptors() == before
 
 
 def test_unreadable_file_is_reported_not_raised(tmp_path):

@@ -22,6 +22,8 @@ from site_builder.mirrors import (
     unproven,
 )
 
+from conftest import open_descriptors
+
 RAW = b'{"a": 1}'
 SHA = hashlib.sha256(RAW).hexdigest()
 NOTHING_CHECKED = MirrorCheck(frozenset(), {}, {})
@@ -84,7 +86,7 @@ def test_looking_up_leaves_no_folder_open(tmp_path):
     """serve looks up both trees on every change, for hours: each lookup closes the folders it opened, when it
     ends early, when a tree is missing and when a folder on the way is a link."""
     tree = _tree(tmp_path / "site")
-    before = sorted(os.listdir("/proc/self/fd"))
+    before = open_descriptors()
     assert dict(mirror_signatures(tree, ["AAAA"]))["AAAA"] is not None
     looking = mirror_signatures(tree, ["AAAA", "BBBB"])
     next(looking)
@@ -93,7 +95,7 @@ def test_looking_up_leaves_no_folder_open(tmp_path):
     (tree / ".well-known" / "pith").rename(tmp_path / "elsewhere")
     (tree / ".well-known" / "pith").symlink_to(tmp_path / "elsewhere")
     assert dict(mirror_signatures(tree, ["AAAA"])) == {"AAAA": None}
-    assert sorted(os.listdir("/proc/self/fd")) == before
+    assert open_descriptors() == before
 
 
 def test_edited_counts_only_a_changed_digest_and_everything_without_a_record(tmp_path):
