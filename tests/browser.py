@@ -9,6 +9,7 @@ import contextlib
 import functools
 import http.server
 import shutil
+import ssl
 import threading
 from pathlib import Path
 from typing import Iterator
@@ -52,14 +53,16 @@ _Handler.extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map
 
 
 @contextlib.contextmanager
-def serving(handler) -> Iterator[str]:
+def serving(handler, tls: ssl.SSLContext | None = None) -> Iterator[str]:
     """Answer requests on 127.0.0.1 with *handler* (a request handler class, or a factory of one) in a thread;
-    yields http://127.0.0.1:<port>."""
+    yields http://127.0.0.1:<port>, or https://localhost:<port> with a server-side *tls* context."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     # (polled often: shutdown() waits for the next poll, half a second by default, in every test that serves)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"{'https://localhost' if tls else 'http://127.0.0.1'}:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

@@ -1,8 +1,10 @@
 """``site-builder pull`` against a local HTTP server that misbehaves in every way a real one can."""
 
+import email.utils
 import http.server
 import json
 import re
+import ssl
 import subprocess
 import sys
 import threading
@@ -12,9 +14,11 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+import trustme
 
 
 from site_builder.keys import load_trust_set
+from site_builder.loading import DEFAULT_MAX_BYTES
 from site_builder.pulling import STATE_FILE, Fetcher, PullError, bundle_url_pattern, parse_targets, pull
 
 from browser import serving
@@ -31,6 +35,8 @@ class Server:
     def __init__(self):
         self.routes: dict[str, list[dict]] = {}
         self.requests: list[tuple[str, dict]] = []
+        self.in_flight = self.most_in_flight = 0  # (bundle requests being answered at once)
+        self.lock = threading.Lock()
 
     def add(self, path, *responses):
         self.routes[path] = list(responses)
@@ -52,7 +58,12 @@ class Server:
                     return
                 r = queue.pop(0) if len(queue) > 1 else queue[0]
                 if r.get("sleep"):
+                    with server.lock:
+                        server.in_flight += 1
+                        server.most_in_flight = max(server.most_in_flight, server.in_flight)
                     time.sleep(r["sleep"])
+                    with server.lock:
+                        server.in_flight -= 1
                 etag = r.get("etag")
                 if etag and self.headers.get("If-None-Match") == etag:
                     self.send_response(304)
@@ -67,15 +78,20 @@ class Server:
                 self.send_header("Content-Length", str(r.get("length", len(body))))
                 self.end_headers()
                 try:
-                    self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):
+                    # (a drip sends its first 25 bytes one at a time, then the rest at once)
+                    for piece in ([*body[:25], body[25:]] if r.get("drip") else [body]):
+                        piece = bytes([piece]) if isinstance(piece, int) else piece
+                        self.wfile.write(piece)
+                        self.wfile.flush()
+                        time.sleep(r.get("drip", 0))
+                except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
                     pass  # the client gave up (a timeout test)
 
         return Handler
 
 
-def running(server: Server):
-    return serving(server.handler())
+def running(server: Server, tls: ssl.SSLContext | None = None):
+    return serving(server.handler(), tls)
 
 
 FAST = dict(timeout=1.0, retries=3, backoff=0.05)
@@ -96,6 +112,55 @@ def test_fetches_verifies_and_writes(tmp_path):
         assert report.count("unchanged") == 4
         assert all(h.get("If-None-Match") for p, h in s.requests if p.endswith("bundle.json"))
     assert not [p for p in (tmp_path / "b").iterdir() if ".tmp-" in p.name]
+
+
+@pytest.mark.parametrize("certified_for, trusted", [("localhost", True), ("localhost", False),
+                                                    ("mirror.example", True)])
+def test_an_https_source_is_fetched_only_with_a_certificate_for_its_name_from_a_trusted_authority(
+        tmp_path, monkeypatch, certified_for, trusted):
+    """The default source is https: a server is fetched from when a trusted authority certified its name, and
+    otherwise refused with the reason on the record's line, nothing written (the system's authorities are
+    trusted, and OpenSSL's SSL_CERT_FILE names others, as a company's own)."""
+    authority = trustme.CA()
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert(certified_for).configure_cert(tls)
+    if trusted:
+        authority.cert_pem.write_to_path(str(tmp_path / "authority.pem"))
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "authority.pem"))
+    s = Server()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]]})
+    with running(s, tls) as url:
+        assert url.startswith("https://localhost:")
+        report = pull([IDS[0]], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
+    target = tmp_path / "b" / f"{IDS[0]}.json"
+    if certified_for == "localhost" and trusted:
+        assert [o.status for o in report.outcomes] == ["fetched"], report.outcomes
+        assert target.read_bytes() == REAL[IDS[0]]
+    else:
+        [outcome] = report.outcomes
+        why = "unable to get local issuer certificate" if not trusted else "Hostname mismatch"
+        assert outcome.status == "failed" and "CERTIFICATE_VERIFY_FAILED" in outcome.detail, outcome
+        assert why in outcome.detail and not target.exists()
+
+
+def test_an_https_server_that_sends_one_byte_at_a_time_is_cut_off_at_the_timeout(tmp_path, monkeypatch):
+    """Each byte comes well within the socket's timeout, so only the whole request's deadline ends it (the server
+    would have sent it all after 5 s); an https connection is reached by that deadline as a plain one is (the
+    default source is https)."""
+    authority = trustme.CA()
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("localhost").configure_cert(tls)
+    authority.cert_pem.write_to_path(str(tmp_path / "authority.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "authority.pem"))
+    s = Server()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]], "drip": 0.2})
+    with running(s, tls) as url:
+        started = time.monotonic()
+        report = pull([IDS[0]], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(timeout=1.0, retries=0))
+        took = time.monotonic() - started
+    [outcome] = report.outcomes
+    assert outcome.status == "failed" and "took over 1 s" in outcome.detail, outcome
+    assert took < 4, f"took {took:.1f} s"
 
 
 def test_a_list_file_as_editors_save_it_and_ids_in_any_letter_case(tmp_path):
@@ -158,6 +223,32 @@ def test_a_retry_after_of_any_form_is_a_wait_never_a_crash(tmp_path, value, wait
                       fetcher=Fetcher(timeout=1.0, retries=1, backoff=0.05, max_wait=1.0, sleep=waits.append))
     assert [o.status for o in report.outcomes] == ["fetched"] and waits == [waited]
     assert ("capped at 1 s" in report.outcomes[0].detail) == (waited == 1.0)
+
+
+@pytest.mark.parametrize("seconds_ahead, waited", [(20, (18.0, 20.0)), (-3600, (0.0, 0.0))])
+def test_a_retry_after_date_is_waited_for_until_then(tmp_path, seconds_ahead, waited):
+    """An HTTP date in Retry-After is a time to wait until (a past one, not at all), not a number of seconds."""
+    waits = []
+    s = Server()
+    when = email.utils.formatdate(time.time() + seconds_ahead, usegmt=True)
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"status": 429, "headers": {"Retry-After": when}}, {"body": REAL[IDS[0]]})
+    with running(s) as url:
+        report = pull(IDS[:1], url, tmp_path, load_trust_set(), fetcher=Fetcher(**FAST, sleep=waits.append))
+    assert [o.status for o in report.outcomes] == ["fetched"]
+    [wait] = waits
+    assert waited[0] <= wait <= waited[1], wait
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_no_more_requests_than_the_concurrency_are_in_flight_at_once(tmp_path, concurrency):
+    """Politeness to the source: --concurrency bounds the requests it answers at any one time."""
+    s = Server()
+    for pid in IDS:
+        s.add(f"/pith/{pid}/bundle.json", {"body": REAL[pid], "sleep": 0.3})
+    with running(s) as url:
+        report = pull(IDS, url, tmp_path, load_trust_set(), concurrency=concurrency, fetcher=Fetcher(**FAST))
+    assert report.count("fetched") == len(IDS) > concurrency
+    assert s.most_in_flight == concurrency
 
 
 @pytest.mark.parametrize("length", ["\u00b2", "12abc", "-1", ""])
@@ -328,6 +419,7 @@ def test_a_pull_whose_validators_cannot_be_kept_still_keeps_its_bundles_and_says
     assert (tmp_path / "b" / f"{IDS[0]}.json").read_bytes() == REAL[IDS[0]]
     assert [n.split(": ", 1)[1] for n in report.notes] == [
         "cannot remember what was fetched (Is a directory); the next pull downloads each bundle again"]
+    assert not [p.name for p in (tmp_path / "b").iterdir() if ".tmp-" in p.name]  # (its temporary file removed)
 
 
 def pull_one(tmp_path, trust, local: bytes, served: bytes):
@@ -629,6 +721,44 @@ def test_a_kept_validator_is_sent_only_for_the_local_copy_it_was_kept_for(tmp_pa
     [headers] = [h for path, h in s.requests if path.endswith("bundle.json")]
     assert "If-None-Match" not in headers and "If-Modified-Since" not in headers
     assert report.count("fetched") == 1 and local.read_bytes() == REAL[IDS[0]]
+
+
+def test_a_local_copy_already_in_the_served_bytes_is_asked_for_conditionally_next_time(tmp_path):
+    """Bundles copied in from elsewhere, then pulled: the served bytes are the same, nothing is written, and the
+    validators are kept all the same, so the next pull does not download the bundle again."""
+    bundles = tmp_path / "b"
+    bundles.mkdir()
+    (bundles / f"{IDS[0]}.json").write_bytes(REAL[IDS[0]])
+    s = Server()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]], "etag": '"v1"'})
+    with running(s) as url:
+        first = pull(IDS[:1], url, bundles, load_trust_set(), fetcher=Fetcher(**FAST))
+        s.requests.clear()
+        second = pull(IDS[:1], url, bundles, load_trust_set(), fetcher=Fetcher(**FAST))
+    assert [(o.status, o.detail) for o in first.outcomes] == [("unchanged", "same bytes")]
+    assert [(o.status, o.detail) for o in second.outcomes] == [("unchanged", "not modified")]
+    [headers] = [h for path, h in s.requests if path.endswith("bundle.json")]
+    assert headers.get("If-None-Match") == '"v1"'
+
+
+@pytest.mark.parametrize("local", ["too large", "not a bundle"])
+def test_a_local_file_that_is_no_readable_bundle_is_replaced_by_the_verified_one(tmp_path, local):
+    """What stands at a record's file name and is no bundle the build could read (over the byte limit, or not
+    one) is nothing to keep: the verified bundle from the source takes its place."""
+    bundles = tmp_path / "b"
+    bundles.mkdir()
+    target = bundles / f"{IDS[0]}.json"
+    if local == "too large":
+        with open(target, "wb") as f:
+            f.truncate(DEFAULT_MAX_BYTES + 1)  # (sparse: no disk spent)
+    else:
+        target.write_bytes(b"<html>a captive portal's page</html>")
+    s = Server()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]]})
+    with running(s) as url:
+        report = pull(IDS[:1], url, bundles, load_trust_set(), fetcher=Fetcher(**FAST))
+    assert [o.status for o in report.outcomes] == ["fetched"], report.outcomes
+    assert target.read_bytes() == REAL[IDS[0]]
 
 
 @pytest.mark.parametrize("source", ["ftp://mirror.example/", "file:///srv/mirror", "/srv/mirror"])
