@@ -232,6 +232,25 @@ def test_a_mirrored_bundle_edited_at_either_path_in_either_tree_is_never_publish
     assert not run().changed
 
 
+@pytest.mark.parametrize("where", ["pith", ".well-known/pith"])
+def test_a_mirrored_bundle_edited_in_the_live_site_is_written_again_when_only_an_inputs_date_changed(
+        bundles_dir, tmp_path, where):
+    """A bundle whose date alone changed (a fresh checkout, a copy) makes the build plan the site, and the plan is
+    the live site's: the build must still find the live bundle.json edited and write it again, not keep it."""
+    out = tmp_path / "site"
+    run = _builds(bundles_dir, out)
+    run()
+    pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    genuine = (out / where / pid / "bundle.json").read_bytes()
+    _tamper(out / where / pid / "bundle.json", "in-place")
+    touched = bundles_dir / REAL_FILES[1].name
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10 ** 9))
+    assert run().changed
+    assert (out / where / pid / "bundle.json").read_bytes() == genuine
+    run(output=tmp_path / "clean", use_cache=False)
+    assert tree(out) == tree(tmp_path / "clean")
+
+
 def _outside(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
