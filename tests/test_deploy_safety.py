@@ -6,12 +6,14 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
 
 import pytest
 
 from generate import make_bundle
+from linkcheck import broken_links
 from site_builder.build import build
 from site_builder.search_index import SEARCH_STAGE
 from site_builder.serving import live_reload_tag
@@ -21,7 +23,7 @@ from site_builder.terminal import printable
 from site_builder.writing import is_builder_output
 
 from conftest import (REAL_FILES, ROOT, both_keys, build_options, cache_document, opts, pairwise, plant_document,
-                      tree)
+                      real_and_generated_bundles, tree)
 
 ROOT_KEY = ROOT / "site_builder" / "data" / "pith-signing-key.json"
 
@@ -249,6 +251,97 @@ def test_a_mirrored_bundle_edited_in_the_live_site_is_written_again_when_only_an
     assert (out / where / pid / "bundle.json").read_bytes() == genuine
     run(output=tmp_path / "clean", use_cache=False)
     assert tree(out) == tree(tmp_path / "clean")
+
+
+class _HeldDeletion:
+    """A deletion the build started in a process of its own, held until the build waits for it (then done at
+    once) or the test lets it go (as if it ended after the build returned)."""
+
+    def __init__(self, path):
+        self.path, self.returncode = path, None
+
+    def wait(self, timeout=None):
+        if self.returncode is None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.returncode = 0
+        return 0
+
+    def poll(self):
+        return self.returncode
+
+
+@pytest.mark.parametrize("twin", [False, True])
+def test_no_file_of_the_site_changes_status_after_the_build_returns(tmp_path, monkeypatch, twin):
+    """A deploy step archives the site as soon as build returns, and tar fails on a file whose status (ctime,
+    link count) changes while it reads it, which deleting an old tree that shares the file (a hard link) does.
+    So the build waits for the deletion of every tree that may share a file with the new site and lets only the
+    others go on after it.  Each kind of build is run with the deletions it did not wait for held until it
+    returned; letting them go then must change no file of the site, whose every link leads to a page, and which
+    ends as a clean build's.  (A listing kept in the tree beside, then planned again without records changed
+    while the build ran, once stopped the build with "File exists".)"""
+    from site_builder import writing
+    held: list[_HeldDeletion] = []
+
+    def remove_tree(path, wait=True, idle=True):
+        if wait:
+            shutil.rmtree(path, ignore_errors=True)
+            return None
+        held.append(_HeldDeletion(path))
+        return held[-1]
+    monkeypatch.setattr(writing, "remove_tree", remove_tree)
+    bundles = real_and_generated_bundles(tmp_path / "bundles", 24)
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    out = tmp_path / "site"
+
+    def status():
+        return {str(p): (st.st_ino, st.st_nlink, st.st_ctime_ns) for p in sorted(out.rglob("*"))
+                if not stat.S_ISDIR((st := p.lstat()).st_mode)}
+
+    originals = {p: p.read_bytes() for p in bundles.glob("gen1*.json")}
+
+    def changed_while_built():  # (the build plans the site again without those records: ``without_changed``)
+        (templates / "badge.svg").write_text((ROOT / "templates" / "badge.svg").read_text())  # (all rendered)
+
+        def progress(stage, count, total):
+            if stage == "render" and count == 1:
+                for path, raw in originals.items():
+                    path.write_bytes(raw + b" ")
+        return progress
+
+    def plant_link():  # (the tree beside, updated in place, is given up for a fresh one: ``TreeChanged``)
+        prev = writing.OutputSlot(out).prev
+        if prev.is_dir():
+            victim = sorted(p for p in (prev / "pith").iterdir() if len(p.name) == 26)[0]
+            shutil.rmtree(victim)
+            victim.symlink_to(tmp_path / "elsewhere")
+        (bundles / "gen2.json").unlink()
+
+    steps = {
+        "first build": lambda: None,
+        "one bundle newer": lambda: (bundles / "gen0.json").write_bytes(make_bundle(0, variant=1)),
+        "one bundle removed": lambda: (bundles / "gen3.json").unlink(),
+        "one bundle added": lambda: (bundles / "gen24.json").write_bytes(make_bundle(24)),
+        "a template every record uses edited": lambda: (templates / "badge.svg").write_text(
+            (ROOT / "templates" / "badge.svg").read_text() + "<!-- edited -->\n"),
+        "a link planted in the tree beside": plant_link,
+        "a bundle changed while the build ran": changed_while_built,
+        "the bundles changed back": lambda: [path.write_bytes(raw) for path, raw in originals.items()],
+        "no input changed": lambda: None,
+    }
+    for step, change in steps.items():
+        progress = change()
+        build(build_options(bundles, out, both_keys(), templates=templates, search=False, link_twin=twin, jobs=1,
+                            progress=progress if callable(progress) else None))
+        returned = status()
+        for deletion in held:
+            deletion.wait()
+        held.clear()
+        assert status() == returned, step
+        assert broken_links(out, "https://mirror.example.org", "/") == [], step
+    clean = tmp_path / "clean"
+    build(build_options(bundles, clean, both_keys(), templates=templates, search=False, use_cache=False))
+    assert tree(out) == tree(clean)
 
 
 def _outside(tmp_path):

@@ -318,6 +318,15 @@ class OutputTree:
         """The files of an unchanged unit (joined), in the tree now; None: it is to be rendered."""
         return place_unit(name, key, self.tree, self.kept, self.live_units, self.slot.output, self.copies)
 
+    def drop_replanned(self, units: dict) -> None:
+        """Remove the kept units that a plan made again mid-build (``plan.without_changed``) holds under another
+        key, or not at all (a listing that showed a record dropped): their files are stale, and stand where the
+        unit is written anew."""
+        for name in [name for name, (key, _) in self.kept.items() if units.get(name, (None,))[0] != key]:
+            for rel in split_files(self.kept.pop(name)[1]):
+                self.tree.remove(rel)
+                self.stale_dirs.add(rel.rpartition("/")[0])
+
     def link_in_twin(self, files: str, copy: bool = False) -> None:
         self.spare = mirror_into_twin(self.slot, self.spare, self.tree, files, copy)
 
@@ -338,6 +347,8 @@ def reuse_units(ctx: BuildContext, site: SitePlan, out: OutputTree, names: Itera
     holds (the previous tree, updated in place) or the live site has (hard-linked in) keeps those files.  Returns
     the others, in plan order, for their kind to write."""
     units, report = site.units, ctx.report
+    if site.renamed:
+        out.drop_replanned(units)
     to_write = []
     for name in names:
         key = units[name][0]
