@@ -82,6 +82,8 @@ def test_feeds_parse_without_errors_newest_first(sites):
             assert entry.title and entry.link.startswith(SUB + "pith/") and entry.authors and entry.summary
         published = [e.published for e in feed.entries]
         assert published == sorted(published, reverse=True)
+        # (the feed's own stamp, by which a reader tells it changed: its newest entry's, all of them in it here)
+        assert feed.feed.updated == max(e.updated for e in feed.entries), path
     main = feedparser.parse((site / "feed.xml").read_bytes())
     assert len(main.entries) == 4
     assert main.entries[0].title.startswith("RAF: Holistic")
