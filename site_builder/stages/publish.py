@@ -121,14 +121,20 @@ def prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict, live_units: d
     tree = StagingTree(prev, existing=True)
     stale_dirs: set[str] = set()
     try:
-        for files in stale:
-            for rel in split_files(files):
-                tree.remove(rel)
-                stale_dirs.add(rel.rpartition("/")[0])
+        remove_stale(tree, stale, stale_dirs)
     except TreeChanged:  # (a link where a folder was: nothing of that tree is used, nothing it leads to touched)
         slot.retire_prev(shares_files=True)
         return slot.new_staging(), {}, set(), mirrors.check(), False  # (every record may come from the live site)
     return tree, kept, stale_dirs, check, False
+
+
+def remove_stale(tree: StagingTree, stale: list[str], stale_dirs: set[str]) -> None:
+    """Remove the files of the *stale* units (joined per unit) from *tree*, adding their folders to *stale_dirs*
+    (removed once empty, ``write_report``)."""
+    for files in stale:
+        for rel in split_files(files):
+            tree.remove(rel)
+            stale_dirs.add(rel.rpartition("/")[0])
 
 
 def linked_records(units: dict, kept: dict, live_units: dict) -> list[str]:
@@ -322,10 +328,8 @@ class OutputTree:
         """Remove the kept units that a plan made again mid-build (``plan.without_changed``) holds under another
         key, or not at all (a listing that showed a record dropped): their files are stale, and stand where the
         unit is written anew."""
-        for name in [name for name, (key, _) in self.kept.items() if units.get(name, (None,))[0] != key]:
-            for rel in split_files(self.kept.pop(name)[1]):
-                self.tree.remove(rel)
-                self.stale_dirs.add(rel.rpartition("/")[0])
+        self.kept, stale = kept_and_stale(self.kept, units)
+        remove_stale(self.tree, stale, self.stale_dirs)
 
     def link_in_twin(self, files: str, copy: bool = False) -> None:
         self.spare = mirror_into_twin(self.slot, self.spare, self.tree, files, copy)
