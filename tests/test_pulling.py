@@ -79,8 +79,8 @@ class Server:
                 self.end_headers()
                 try:
                     # (a drip sends its first 25 bytes one at a time, then the rest at once)
-                    for piece in ([*body[:25], body[25:]] if r.get("drip") else [body]):
-                        piece = bytes([piece]) if isinstance(piece, int) else piece
+                    pieces = [body[i:i + 1] for i in range(25)] + [body[25:]] if r.get("drip") else [body]
+                    for piece in pieces:
                         self.wfile.write(piece)
                         self.wfile.flush()
                         time.sleep(r.get("drip", 0))
@@ -92,6 +92,19 @@ class Server:
 
 def running(server: Server, tls: ssl.SSLContext | None = None):
     return serving(server.handler(), tls)
+
+
+def https_certificate(tmp_path, monkeypatch, certified_for: str = "localhost", trusted: bool = True
+                      ) -> ssl.SSLContext:
+    """A server's TLS context with a certificate for *certified_for* from an authority of the test's own, which
+    this process trusts (through OpenSSL's SSL_CERT_FILE, as a company's own authority is) if *trusted*."""
+    authority = trustme.CA()
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert(certified_for).configure_cert(tls)
+    if trusted:
+        authority.cert_pem.write_to_path(str(tmp_path / "authority.pem"))
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "authority.pem"))
+    return tls
 
 
 FAST = dict(timeout=1.0, retries=3, backoff=0.05)
@@ -119,14 +132,8 @@ def test_fetches_verifies_and_writes(tmp_path):
 def test_an_https_source_is_fetched_only_with_a_certificate_for_its_name_from_a_trusted_authority(
         tmp_path, monkeypatch, certified_for, trusted):
     """The default source is https: a server is fetched from when a trusted authority certified its name, and
-    otherwise refused with the reason on the record's line, nothing written (the system's authorities are
-    trusted, and OpenSSL's SSL_CERT_FILE names others, as a company's own)."""
-    authority = trustme.CA()
-    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    authority.issue_cert(certified_for).configure_cert(tls)
-    if trusted:
-        authority.cert_pem.write_to_path(str(tmp_path / "authority.pem"))
-        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "authority.pem"))
+    otherwise refused with the reason on the record's line, nothing written."""
+    tls = https_certificate(tmp_path, monkeypatch, certified_for, trusted)
     s = Server()
     s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]]})
     with running(s, tls) as url:
@@ -147,11 +154,7 @@ def test_an_https_server_that_sends_one_byte_at_a_time_is_cut_off_at_the_timeout
     """Each byte comes well within the socket's timeout, so only the whole request's deadline ends it (the server
     would have sent it all after 5 s); an https connection is reached by that deadline as a plain one is (the
     default source is https)."""
-    authority = trustme.CA()
-    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    authority.issue_cert("localhost").configure_cert(tls)
-    authority.cert_pem.write_to_path(str(tmp_path / "authority.pem"))
-    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "authority.pem"))
+    tls = https_certificate(tmp_path, monkeypatch)
     s = Server()
     s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]], "drip": 0.2})
     with running(s, tls) as url:
