@@ -342,6 +342,9 @@ def test_inputs_touched_but_the_same_make_the_live_site_again_and_say_nothing_ch
     os.utime(touched, ns=(0, 1_000_000_000))
     again = build(opts(project, out, both_keys()))
     assert again.changed is False and again.files_written == 0 and tree(out) == before
+    third = build(opts(project, out, both_keys()))  # the touched file's new date was remembered:
+    assert third.changed is False and "verify" not in third.timings  # the no-op answer, nothing verified or planned
+    assert third.count("published") == again.count("published") == 10
 
 
 def test_a_serve_build_that_left_the_search_index_behind_is_no_no_op_answer(project):
