@@ -304,6 +304,65 @@ def test_a_mirrored_bundle_edited_as_soon_as_the_build_returns_is_found_by_the_n
     assert mirrored(project / "site") == genuine
 
 
+# A one-shot build in a process of its own, the way its cache gets saved set up by the first argument: "held", the
+# saver waits until the caller lets it go (so the caller sees whether build waited for it); "thread", another
+# thread runs (no fork is safe); "no fork", no process can be started (a process limit reached).
+BUILD_AND_SAVE = """
+import json, os, sys, threading, time
+from pathlib import Path
+from site_builder.build import BuildOptions, build
+from site_builder.cache import BuildCache
+from site_builder.keys import load_trust_set
+from site_builder.options import BuildPolicy
+how, project, keys = sys.argv[1], Path(sys.argv[2]), [Path(k) for k in sys.argv[3:]]
+if how == "held":
+    save_quick = BuildCache.save_quick
+    def held(self, *args):
+        deadline = time.monotonic() + 60
+        while not (project / "release").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        save_quick(self, *args)
+        (project / "saved").touch()
+    BuildCache.save_quick = held
+elif how == "thread":
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+elif how == "no fork":
+    fork = os.fork
+    def failing_fork():
+        if sys._getframe(1).f_code.co_name == "start_detached":
+            (project / "fork refused").touch()
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        return fork()
+    os.fork = failing_fork
+report = build(BuildOptions(bundles=project / "bundles", output=project / "site", trust=load_trust_set(keys),
+                            templates=project / "templates", search=False,
+                            policy=BuildPolicy(one_shot=True, left_for_exit=[])))
+print(json.dumps({"saved_in_background": report.saved_in_background, "saved": (project / "saved").exists()}))
+"""
+
+
+@pytest.mark.parametrize("how", ["held", "thread", "no fork"])
+def test_a_one_shot_build_returns_before_its_cache_is_saved_or_saves_it_itself(project, how):
+    """The command line returns as soon as the site is live, its cache still being saved by a detached process
+    (the build does not wait for it); where no process can be forked safely (another thread runs) or at all, the
+    build saves the cache itself before it returns.  Either way the next build finds the site up to date."""
+    keys = [ROOT / "site_builder" / "data" / "pith-signing-key.json", benchmark_key().write(project / "bench-key.json")]
+    built = subprocess.run([sys.executable, "-c", BUILD_AND_SAVE, how, project, *keys], capture_output=True,
+                           text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    result = json.loads(built.stdout)
+    if how == "held":
+        assert result == {"saved_in_background": True, "saved": False}
+        (project / "release").touch()
+        _wait_for_saver(project)
+        assert (project / "saved").exists()
+    else:
+        assert result == {"saved_in_background": False, "saved": False}
+        assert (project / "fork refused").exists() == (how == "no fork")
+    again = build(opts(project, project / "site", load_trust_set(keys)))
+    assert not again.changed and "verify" not in again.timings  # the no-op answer the save left
+
+
 def test_the_detached_saver_holds_no_descriptor_of_its_caller_but_the_cache_lock(tmp_path):
     """The saver outlives the build: a pipe of the caller's it held open (its output, captured by a CI step or
     a script) would keep the caller waiting until the save ended.  It keeps the cache lock and nothing else, with
