@@ -379,7 +379,7 @@ def test_the_detached_saver_holds_no_descriptor_of_its_caller_but_the_cache_lock
     if pid == 0:  # (the child reports by its exit code alone: its streams are gone once the call returns)
         code = 1
         try:
-            for fd in (3, 9, 11):  # the caller's pipe below, right before and right after the lock
+            for fd in (0, 1, 2, 3, 9, 11):  # the caller's pipe as its streams, right before and right after the lock
                 os.dup2(write_end, fd)
             os.dup2(lock, 10)
             keep_only_fd(10)
