@@ -323,7 +323,7 @@ if how == "held":
         while not (project / "release").exists() and time.monotonic() < deadline:
             time.sleep(0.01)
         save_quick(self, *args)
-        (project / "saved").touch()
+        (project / "saved").write_text(str(os.getsid(0)))
     BuildCache.save_quick = held
 elif how == "thread":
     threading.Thread(target=threading.Event().wait, daemon=True).start()
@@ -340,14 +340,16 @@ elif how in ("no fork", "no grandchild"):
 report = build(BuildOptions(bundles=project / "bundles", output=project / "site", trust=load_trust_set(keys),
                             templates=project / "templates", search=False,
                             policy=BuildPolicy(one_shot=True, left_for_exit=[])))
-print(json.dumps({"saved_in_background": report.saved_in_background, "saved": (project / "saved").exists()}))
+print(json.dumps({"saved_in_background": report.saved_in_background, "saved": (project / "saved").exists(),
+                  "session": os.getsid(0)}))
 """
 
 
 @pytest.mark.parametrize("how", ["held", "thread", "no fork", "no grandchild"])
 def test_a_one_shot_build_returns_before_its_cache_is_saved_or_saves_it_itself(project, how):
     """The command line returns as soon as the site is live, its cache still being saved by a detached process
-    (the build does not wait for it); where no process can be forked safely (another thread runs), or the saver
+    (the build does not wait for it, nor does a caller reading its output; a Ctrl-C or the end of a CI step,
+    which stops the caller's session, does not stop the saver); where no process can be forked safely (another thread runs), or the saver
     cannot be started, the build saves the cache itself before it returns.  Either way the next build finds the
     site up to date."""
     keys = [ROOT / "site_builder" / "data" / "pith-signing-key.json", benchmark_key().write(project / "bench-key.json")]
@@ -355,11 +357,13 @@ def test_a_one_shot_build_returns_before_its_cache_is_saved_or_saves_it_itself(p
                            text=True, timeout=300)
     assert built.returncode == 0, built.stderr
     result = json.loads(built.stdout)
+    session = result.pop("session")
     if how == "held":
         assert result == {"saved_in_background": True, "saved": False}
+        assert not (project / "saved").exists()  # (a saver holding the caller's output pipe would have been waited for)
         (project / "release").touch()
         _wait_for_saver(project)
-        assert (project / "saved").exists()
+        assert int((project / "saved").read_text()) != session  # (a Ctrl-C or a CI step's end kills the caller's)
     else:
         assert result == {"saved_in_background": False, "saved": False}
         assert (project / "fork refused").exists() == (how != "thread")
