@@ -349,9 +349,9 @@ print(json.dumps({"saved_in_background": report.saved_in_background, "saved": (p
 def test_a_one_shot_build_returns_before_its_cache_is_saved_or_saves_it_itself(project, how):
     """The command line returns as soon as the site is live, its cache still being saved by a detached process
     (the build does not wait for it, nor does a caller reading its output; a Ctrl-C or the end of a CI step,
-    which stops the caller's session, does not stop the saver); where no process can be forked safely (another thread runs), or the saver
-    cannot be started, the build saves the cache itself before it returns.  Either way the next build finds the
-    site up to date."""
+    which stops the caller's session, does not stop the saver); where no process can be forked safely (another
+    thread runs), or the saver cannot be started, the build saves the cache itself before it returns.  Either way
+    the next build finds the site up to date."""
     keys = [ROOT / "site_builder" / "data" / "pith-signing-key.json", benchmark_key().write(project / "bench-key.json")]
     built = subprocess.run([sys.executable, "-c", BUILD_AND_SAVE, how, project, *keys], capture_output=True,
                            text=True, timeout=300)
