@@ -167,8 +167,8 @@ def test_static_files_that_shadow_the_site_or_each_other_in_another_case_are_ref
     pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
     static = tmp_path / "static"
     shadows = [f"PITH/{pid}/bundle.json", f".well-known/Pith/{pid}/bundle.json", "Index.html", "SiteMap.xml",
-               "Verification.JSON"]
-    for rel in [*shadows, "img/Logo.png", "img/logo.png", "CNAME"]:
+               "Sitemap-3.xml", "Verification.JSON"]  # (sitemap-<n>.xml: the parts of a sitemap over 50,000 pages)
+    for rel in [*shadows, "img/Logo.png", "img/logo.png", "CNAME", "sitemaps/more.xml"]:
         (static / rel).parent.mkdir(parents=True, exist_ok=True)
         (static / rel).write_bytes(b'{"forged": true}')
     out = tmp_path / "site"
@@ -180,7 +180,7 @@ def test_static_files_that_shadow_the_site_or_each_other_in_another_case_are_ref
     assert (out / "img" / "Logo.png").exists() and not (out / "img" / "logo.png").exists()
     assert "static/img/logo.png: differs from img/Logo.png only in letter case (one file on a case-insensitive " \
            "host); not copied" in report.warnings
-    assert (out / "CNAME").exists()
+    assert (out / "CNAME").exists() and (out / "sitemaps" / "more.xml").exists()
 
 
 def _builds(bundles_dir, out, **fixed):
