@@ -171,11 +171,15 @@ def test_each_version_of_a_paper_links_to_the_others_and_a_lone_version_to_none(
 
 def test_bars_are_drawn_to_scale_with_the_largest_at_full_width():
     """The stats page's charts: a bar's length is its value over the largest one's, every bar at least a
-    pixel wide; a chart of zeros (a site with nothing in it yet) draws hairlines, not an error."""
+    pixel wide, the bars one under another inside the picture; a chart of zeros (a site with nothing in it yet)
+    draws hairlines, not an error."""
     chart = pages.bar_chart([("a", 40), ("b", 10), ("c", 0)], "papers", "paper")
     full = chart["bars"][0]["w"]
     assert full > 100 and [b["w"] for b in chart["bars"]] == [full, round(full / 4), 1]
     assert all(b["x"] + b["w"] <= chart["width"] for b in chart["bars"])
+    bars = chart["bars"]  # one under the other, none overlapping the next, the last one inside the picture
+    assert all(b["y"] + b["h"] <= below["y"] for b, below in zip(bars, bars[1:])) and bars[0]["y"] == 0
+    assert bars[-1]["y"] + bars[-1]["h"] <= chart["height"]
     assert [b["w"] for b in pages.bar_chart([("a", 0), ("b", 0)], "papers", "paper")["bars"]] == [1, 1]
 
 
