@@ -9,7 +9,7 @@ import random
 from types import SimpleNamespace
 
 import pytest
-from conftest import both_keys, opts, recording_writers, returns_past_fifos, tree
+from conftest import REAL_FILES, both_keys, opts, recording_writers, returns_past_fifos, tree
 from generate import make_bundle
 
 from site_builder.build import build
@@ -224,6 +224,8 @@ def test_a_fresh_tree_that_takes_little_from_the_live_site_copies_it_and_shares_
     assert not set(live.items()) & set(now.items())  # (no file of the old site's)
     assert groups.is_file() and not groups.is_symlink()
     assert (planted is None) == ("category/index.html" not in done[0].rendered)  # (copied, or rendered again)
+    unchanged = {f"pith/{json.loads(p.read_bytes())['pith_number'].rsplit(':', 1)[1]}/index.html" for p in REAL_FILES}
+    assert not unchanged & set(done[0].rendered)  # (the real records copied whole, bundle.json's two names too)
     copied = [p.parent for p in (out / "pith").glob("*/bundle.json")]
     assert len(copied) == 10 and all(folder.name for folder in copied)
     for folder in copied:
@@ -232,3 +234,14 @@ def test_a_fresh_tree_that_takes_little_from_the_live_site_copies_it_and_shares_
     assert tree(prev) == tree(out) and (prev / "category" / "index.html").samefile(groups)  # (its twin)
     build(opts(project, project / "clean", trust, use_cache=False))
     assert tree(out) == tree(project / "clean")
+
+
+def test_a_build_that_fails_leaves_neither_its_tree_nor_its_twin(project):
+    """A first build (a fresh tree, its twin linked as it goes) whose list template fails once the records are
+    written leaves no tree and no twin of its own behind, and no site: the records' files and their links went with
+    it."""
+    (project / "templates" / "listing.html").write_text("{{ no_such_thing.field }}")
+    with pytest.raises(Exception, match="no_such_thing"):
+        build(opts(project, project / "site", both_keys(), link_twin=True))
+    assert sorted(p.name for p in project.iterdir() if p.name.startswith(".site.")) in ([], [".site.lock"])
+    assert not (project / "site").exists()
