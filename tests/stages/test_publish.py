@@ -245,3 +245,29 @@ def test_a_build_that_fails_leaves_neither_its_tree_nor_its_twin(project):
         build(opts(project, project / "site", both_keys(), link_twin=True))
     assert sorted(p.name for p in project.iterdir() if p.name.startswith(".site.")) in ([], [".site.lock"])
     assert not (project / "site").exists()
+
+
+
+@pytest.mark.parametrize("failing", ["record", "listing"])
+def test_a_twin_that_cannot_be_linked_is_dropped_before_the_build_returns(project, monkeypatch, failing):
+    """The twin only saves the next build time: where its links cannot be made (no inode left, a file system
+    without hard links), as a record's files are written or a list page's, the build goes on without it, and
+    deletes what it linked before it returns (deleting those links later would change the status of the site's
+    files under a deploy step)."""
+    from site_builder.writing import StagingTree
+
+    mirror = StagingTree.mirror
+    failing_file = {"record": "state.json", "listing": "papers/index.html"}[failing]
+
+    def no_room(self, rels, source_root, copy=False):
+        rels = list(rels)
+        if any(rel.endswith(failing_file) for rel in rels):
+            raise OSError(28, "No space left on device")
+        mirror(self, rels, source_root, copy)
+    monkeypatch.setattr(StagingTree, "mirror", no_room)
+    out = project / "site"
+    build(opts(project, out, both_keys(), link_twin=True))
+    assert not [p.name for p in project.iterdir() if p.name.startswith(".site.") and p.name != ".site.lock"]
+    monkeypatch.undo()
+    build(opts(project, project / "clean", both_keys(), use_cache=False))
+    assert tree(out) == tree(project / "clean")
