@@ -271,3 +271,19 @@ def test_a_twin_that_cannot_be_linked_is_dropped_before_the_build_returns(projec
     monkeypatch.undo()
     build(opts(project, project / "clean", both_keys(), use_cache=False))
     assert tree(out) == tree(project / "clean")
+
+
+def test_the_twin_shares_the_sites_files_but_the_reports(project):
+    """The twin a build links as it writes afresh holds every file of the site, each the site's own file (a hard
+    link: the twin costs folders, not a copy of the site), except the report's files, which are copies: the next
+    build reads verification.json's status to recognise the live site, and updating the twin in place removes and
+    rewrites the report there, which would change the live file's status."""
+    out = project / "site"
+    build(opts(project, out, both_keys(), link_twin=True))
+    twin = project / ".site.prev"
+    site_files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert site_files == sorted(p.relative_to(twin).as_posix() for p in twin.rglob("*") if p.is_file())
+    shared = {rel for rel in site_files if (twin / rel).samefile(out / rel)}
+    assert {"verification.json", "index.html", "stats/index.html", "verification/index.html"}.isdisjoint(shared)
+    assert {"feed.xml", "papers/index.html", "assets/style.css"} <= shared
+    assert {rel for rel in site_files if rel.startswith("pith/")} <= shared
