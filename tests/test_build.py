@@ -154,21 +154,18 @@ def test_trusted_test_key_publishes_its_bundles_and_rejects_real_ones(bundles_di
     assert json.loads((out / "pith-signing-key.json").read_text())["key_id"] == key.key_id
 
 
-
 def test_a_site_pinning_two_keys_publishes_both_as_its_key_document(bundles_dir, tmp_path):
     """With more than one pinned key, the site's key document and its mirror manifest list every one, in the
     trust set's order, each as its key file has it: a reader checks the mirror's signatures against them."""
-    key = TestKey()
-    key_file = key.write(tmp_path / "key.json")
-    trust = load_trust_set([ROOT / "site_builder" / "data" / "pith-signing-key.json", key_file])
+    key_files = [ROOT / "site_builder" / "data" / "pith-signing-key.json", TestKey().write(tmp_path / "key.json")]
+    trust = load_trust_set(key_files)
     out = tmp_path / "site"
     run(bundles_dir, out, trust=trust)
     published = json.loads((out / "pith-signing-key.json").read_text())
-    assert sorted(published, key=lambda d: d["key_id"]) == sorted(
-        [json.loads(key_file.read_text()), json.loads((ROOT / "site_builder" / "data" / "pith-signing-key.json")
-                                                      .read_text())], key=lambda d: d["key_id"])
-    assert [d["key_id"] for d in published] == [k.key_id for k in trust.keys]
+    pinned = {doc["key_id"]: doc for doc in (json.loads(f.read_text()) for f in key_files)}
+    assert published == [pinned[k.key_id] for k in trust.keys] and len(pinned) == 2
     assert json.loads((out / "pith-mirrors.json").read_text())["mirrors"][0]["public_key"] == published
+
 
 def test_duplicate_record_newest_built_at_wins(bundles_dir, tmp_path):
     key = TestKey()

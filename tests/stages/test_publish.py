@@ -247,7 +247,6 @@ def test_a_build_that_fails_leaves_neither_its_tree_nor_its_twin(project):
     assert not (project / "site").exists()
 
 
-
 @pytest.mark.parametrize("failing", ["record", "listing"])
 def test_a_twin_that_cannot_be_linked_is_dropped_before_the_build_returns(project, monkeypatch, failing):
     """The twin only saves the next build time: where its links cannot be made (no inode left, a file system
