@@ -325,9 +325,9 @@ class OutputTree:
         return place_unit(name, key, self.tree, self.kept, self.live_units, self.slot.output, self.copies)
 
     def drop_replanned(self, units: dict) -> None:
-        """Remove the kept units that a plan made again mid-build (``plan.without_changed``) holds under another
-        key, or not at all (a listing that showed a record dropped): their files are stale, and stand where the
-        unit is written anew."""
+        """Remove the kept units that the plan made again mid-build (``plan.without_changed``: *units*) holds
+        under another key, or not at all (a listing that showed a record dropped): their files are stale, and stand
+        where the unit is written anew."""
         self.kept, stale = kept_and_stale(self.kept, units)
         remove_stale(self.tree, stale, self.stale_dirs)
 
@@ -351,8 +351,6 @@ def reuse_units(ctx: BuildContext, site: SitePlan, out: OutputTree, names: Itera
     holds (the previous tree, updated in place) or the live site has (hard-linked in) keeps those files.  Returns
     the others, in plan order, for their kind to write."""
     units, report = site.units, ctx.report
-    if site.renamed:
-        out.drop_replanned(units)
     to_write = []
     for name in names:
         key = units[name][0]

@@ -170,6 +170,7 @@ def render_records(ctx: BuildContext, site: SitePlan, out: OutputTree, names: li
         out.drop_twin()
     if changed:
         site = without_changed(ctx, site, changed)
+        out.drop_replanned(site.units)
     # (feeds and new list rows show the words of records, which the build holds by reference: they are read back
     # from the verified bundles of the tree being written; the write loop unsets this when it ends)
     site.renderer.read_words = words_in(out.tree, options.max_bytes)
