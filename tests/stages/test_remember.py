@@ -258,18 +258,26 @@ def test_a_one_shot_build_leaves_its_objects_only_where_the_caller_asked(project
     assert not [name for name, value in vars(remember).items() if isinstance(value, list) and value]
 
 
-# A build and the edits its caller makes as soon as it returns, in a process of their own: only a process running
-# no other thread forks the saver (a test process that ran ``serve`` keeps its file watcher's thread).
-BUILD_THEN_EDIT = """
-import json, sys
+# A one-shot build of the project (argv[1], the trusted keys after it) in a process of its own: only a process
+# running no other thread forks the saver (a test process that ran ``serve`` keeps its file watcher's thread).
+# The scripts below put their own lines before and after it.
+ONE_SHOT_IMPORTS = """
+import json, os, sys, threading, time
 from pathlib import Path
 from site_builder.build import BuildOptions, build
+from site_builder.cache import BuildCache
 from site_builder.keys import load_trust_set
 from site_builder.options import BuildPolicy
 project, keys = Path(sys.argv[1]), [Path(k) for k in sys.argv[2:]]
+"""
+ONE_SHOT_BUILD = """
 report = build(BuildOptions(bundles=project / "bundles", output=project / "site", trust=load_trust_set(keys),
                             templates=project / "templates", search=False,
                             policy=BuildPolicy(one_shot=True, left_for_exit=[])))
+"""
+
+# The build, and edits its caller makes as soon as it returns.
+BUILD_THEN_EDIT = ONE_SHOT_IMPORTS + ONE_SHOT_BUILD + """
 for path in sorted((project / "site").glob("pith/*/bundle.json")):  # at once, while the saver may be at work
     with open(path, "r+b") as f:
         f.seek(path.read_bytes().index(b'"pith_number"'))
@@ -304,18 +312,12 @@ def test_a_mirrored_bundle_edited_as_soon_as_the_build_returns_is_found_by_the_n
     assert mirrored(project / "site") == genuine
 
 
-# A one-shot build in a process of its own, the way its cache gets saved set up by the first argument: "held", the
-# saver waits until the caller lets it go (so the caller sees whether build waited for it); "thread", another
-# thread runs (no fork is safe); "no fork", no process can be started (a process limit reached); "no grandchild",
-# the saver's parent starts but cannot start the saver.
-BUILD_AND_SAVE = """
-import json, os, sys, threading, time
-from pathlib import Path
-from site_builder.build import BuildOptions, build
-from site_builder.cache import BuildCache
-from site_builder.keys import load_trust_set
-from site_builder.options import BuildPolicy
-how, project, keys = sys.argv[1], Path(sys.argv[2]), [Path(k) for k in sys.argv[3:]]
+# The build, the way its cache gets saved set up by the environment's SAVE: "held", the saver waits until the
+# caller lets it go (so the caller sees whether build waited for it); "thread", another thread runs (no fork is
+# safe); "no fork", no process can be started (a process limit reached); "no grandchild", the saver's parent
+# starts but cannot start the saver.
+BUILD_AND_SAVE = ONE_SHOT_IMPORTS + """
+how = os.environ["SAVE"]
 if how == "held":
     save_quick = BuildCache.save_quick
     def held(self, *args):
@@ -337,9 +339,7 @@ elif how in ("no fork", "no grandchild"):
                 raise BlockingIOError(11, "Resource temporarily unavailable")
         return fork()
     os.fork = failing_fork
-report = build(BuildOptions(bundles=project / "bundles", output=project / "site", trust=load_trust_set(keys),
-                            templates=project / "templates", search=False,
-                            policy=BuildPolicy(one_shot=True, left_for_exit=[])))
+""" + ONE_SHOT_BUILD + """
 print(json.dumps({"saved_in_background": report.saved_in_background, "saved": (project / "saved").exists(),
                   "session": os.getsid(0)}))
 """
@@ -353,8 +353,8 @@ def test_a_one_shot_build_returns_before_its_cache_is_saved_or_saves_it_itself(p
     thread runs), or the saver cannot be started, the build saves the cache itself before it returns.  Either way
     the next build finds the site up to date."""
     keys = [ROOT / "site_builder" / "data" / "pith-signing-key.json", benchmark_key().write(project / "bench-key.json")]
-    built = subprocess.run([sys.executable, "-c", BUILD_AND_SAVE, how, project, *keys], capture_output=True,
-                           text=True, timeout=300)
+    built = subprocess.run([sys.executable, "-c", BUILD_AND_SAVE, project, *keys], capture_output=True,
+                           text=True, timeout=300, env=dict(os.environ, SAVE=how))
     assert built.returncode == 0, built.stderr
     result = json.loads(built.stdout)
     session = result.pop("session")
