@@ -511,6 +511,7 @@ def test_each_page_shows_its_own_check_results(tmp_path, skipped_first):
         row = re.search(r'<tr class="(\w+)"><td><code>state_recomputed</code></td><td>([^<]*)</td>', html)
         assert row is not None and row.groups() == (("skipped", "– skipped") if skip else ("passed", "✓ passed"))
         assert html.count('<tr class="') - html.count('<tr class="passed">') == (1 if skip else 0)
+        assert ("State not independently recomputed" in html) == skip
 
 
 def _words(html_file: Path) -> str:

@@ -69,6 +69,11 @@ MORE_TAMPERS = {
     "a record_created payload naming another digest": ("canonical_hash", lambda b: record_created(b)["payload"].update(
         canonical_sha256="0" * 64)),
     "a short pith number of another record": ("pith_number", lambda b: b.update(short_pith_number="pith:AAAAAAAA")),
+    # (each signature's key is also checked where it is verified, later: the reason must still be the key)
+    "a receipt naming a key that is not pinned": ("key_pinned", lambda b: record_created(b)["payload"]["receipt"].update(
+        key_id="attacker-key")),
+    "an event whose signer and signature name a key that is not pinned": ("key_pinned", lambda b: (
+        snapshot(b)["signer"].update(key_id="attacker-key"), snapshot(b)["signature"].update(key_id="attacker-key"))),
     "a version above 999": ("identifiers", lambda b: b["canonical_record"]["source"].update(version=1000)),
     "an old-style arXiv id under no arXiv archive": ("identifiers", lambda b: b["canonical_record"]["source"].update(
         id="nonsense/0601001")),
@@ -103,6 +108,16 @@ REASONS = {
                                           "bundle_signature: an Ed25519 signature is 64 bytes, got 63"),
     "an event signature one byte long": (lambda b: cut_signature(b["events"][0]["signature"], 65), "event_signature",
                                          "events[0]: an Ed25519 signature is 64 bytes, got 65"),
+    # (the parts of a bundle that hold other parts are checked through, not only at the top)
+    "an event without its signer": (lambda b: b["events"][1].pop("signer"), "structure", "events[1].signer is missing"),
+    "a receipt without its signature": (lambda b: record_created(b)["payload"]["receipt"].pop("signature_b64"),
+                                        "structure", "record_created.payload.receipt.signature_b64 is missing"),
+    "a snapshot without a title": (lambda b: snapshot(b)["payload"]["graph_snapshot"]["paper"].pop("title"),
+                                   "structure", "events[1].payload.graph_snapshot.paper.title is missing"),
+    "an alias without its value": (lambda b: b["source_aliases"][2].pop("alias_value"), "structure",
+                                   "source_aliases[2].alias_value is missing"),
+    "an embedded key without its id": (lambda b: b["public_keys"][0].pop("key_id"), "structure",
+                                       "public_keys[0].key_id is missing"),
 }
 
 
@@ -308,6 +323,43 @@ def test_names_a_warning_lists_are_escaped_cut_and_counted(real_bundle):
 def test_structure_errors(mutate, real_bundle, pinned):
     mutate(real_bundle)
     assert verify_bundle(real_bundle, pinned).first_failure.name == "structure"
+
+
+def test_after_a_structure_failure_every_other_check_is_listed_as_skipped(real_bundle, pinned):
+    """The report lists each check of a rejected bundle: the ones that could not run on a malformed bundle are
+    there, skipped, in their order."""
+    real_bundle["state"].pop("current")
+    checks = verify_bundle(real_bundle, pinned).checks
+    assert [c.name for c in checks] == list(CHECK_ORDER)
+    assert [c.status for c in checks] == ["failed"] + ["skipped"] * (len(CHECK_ORDER) - 1)
+
+
+@pytest.mark.parametrize("block", ["receipt", "event", "bundle"])
+def test_a_signature_over_another_message_than_the_one_verified_is_rejected(block, real_bundle):
+    """Each signature block says which bytes were signed; a bundle, however well signed, whose block names another
+    message is not understood, and is rejected for its structure."""
+    key = TestKey()
+    trust = TrustSet((key_from_document(key.document()),))
+    if block == "receipt":  # (the receipt is part of its event's content: changed before signing)
+        record_created(real_bundle)["payload"]["receipt"]["signed_message"] = "canonical_sha256_hex"
+    signed = sign_bundle(real_bundle, key)
+    if block == "event":
+        signed["events"][1]["signature"]["signed_message"] = "canonical_sha256_hex"
+    elif block == "bundle":  # (the bundle's signature block is outside what it signs: still a valid signature)
+        signed["bundle_signature"]["signed_message"] = "canonical_sha256_hex"
+    where = {"receipt": "receipt", "event": "events[1].signature", "bundle": "bundle_signature"}[block]
+    failure = verify_bundle(signed, trust).first_failure
+    assert failure is not None and (failure.name, failure.detail.split(" is ")[0]) == (
+        "structure", where + ".signed_message")
+
+
+def test_a_check_that_meets_a_value_it_cannot_read_rejects_the_bundle(real_bundle, pinned):
+    """A value past the structure check that a check cannot handle (here a string that is not Unicode, which the
+    canonical encoder refuses) is that check's failure: the bundle is rejected, never passed over."""
+    real_bundle["canonical_record"]["metadata"]["license"] = "\ud800"
+    verdict = verify_bundle(real_bundle, pinned)
+    assert verdict.first_failure.name == "canonical_hash"
+    assert verdict.first_failure.detail.startswith("malformed bundle: ValueError: ")
 
 
 def test_non_object_input_never_raises(pinned):
