@@ -70,8 +70,8 @@ MORE_TAMPERS = {
         canonical_sha256="0" * 64)),
     "a short pith number of another record": ("pith_number", lambda b: b.update(short_pith_number="pith:AAAAAAAA")),
     # (each signature's key is also checked where it is verified, later: the reason must still be the key)
-    "a receipt naming a key that is not pinned": ("key_pinned", lambda b: record_created(b)["payload"]["receipt"].update(
-        key_id="attacker-key")),
+    "a receipt naming a key that is not pinned": ("key_pinned", lambda b: record_created(b)["payload"][
+        "receipt"].update(key_id="attacker-key")),
     "an event whose signer and signature name a key that is not pinned": ("key_pinned", lambda b: (
         snapshot(b)["signer"].update(key_id="attacker-key"), snapshot(b)["signature"].update(key_id="attacker-key"))),
     "a version above 999": ("identifiers", lambda b: b["canonical_record"]["source"].update(version=1000)),
