@@ -465,3 +465,27 @@ def test_a_cache_document_of_another_shape_under_the_users_own_tag_costs_only_wo
     assert report.summary_line() and all(o.as_json() for o in report.outcomes)
     build(opts(project, project / "clean", both_keys(), use_cache=False))
     assert tree(out) == tree(project / "clean")
+
+
+def test_the_builders_own_cache_folder_is_made_private_and_links_at_its_names_are_removed(trust_project):
+    """The folder beside the output is the builder's own: found writable by others (a umask of 002, a copy), it
+    is made private and used; a link planted there at one of the cache's names (the database, its lock) is
+    removed, never followed, so the build opens no file elsewhere and changes nothing the link leads to."""
+    from site_builder.build import BuildOptions, build
+    folder = cache_folder(trust_project)
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)
+    elsewhere = trust_project / "elsewhere"
+    elsewhere.mkdir()
+    targets = {name: elsewhere / name for name in ("cache.sqlite", "cache.lock")}
+    for name, target in targets.items():
+        target.write_bytes(b"not the cache's")
+        (folder / name).symlink_to(target)
+    options = BuildOptions(bundles=trust_project / "bundles", output=trust_project / "site", trust=load_trust_set(),
+                           search=False)
+    report = build(options)
+    assert report.cache_note == "" and folder.stat().st_mode & 0o777 == 0o755
+    assert all(not (folder / name).is_symlink() for name in targets)
+    assert all(target.read_bytes() == b"not the cache's" for target in targets.values())
+    assert (folder / "cache.sqlite").stat().st_size > 0
+    assert build(options).changed is False  # (the cache the first build kept answers the second)
