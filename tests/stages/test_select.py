@@ -16,7 +16,8 @@ from site_builder.selection import Candidate, select
 from site_builder.stages import select as select_stage
 from site_builder.stages.select import select_bundles
 
-from conftest import cache_document, calls_of, plant_document, resigned_real_bundles, signed_project, signed_version
+from conftest import (cache_document, calls_of, document_tag, plant_document, resigned_real_bundles, signed_project,
+                      signed_version)
 from signing import sign_bundle, to_bytes
 
 
@@ -205,6 +206,39 @@ def test_a_planted_record_of_the_live_site_is_not_taken(tmp_path, monkeypatch, t
     genuine, _ = cache_document(db, "previous_site")
     assert pith_id in genuine["published"]
     plant_document(db, "previous_site", {**genuine, "published": {}}, {"none": None, "made-up": "0" * 64}[tag])
+    db.commit()
+    db.close()
+    parsed = _count_parses(monkeypatch)
+    report = build_with(bundles, out, trust, older)
+    assert parsed == [out]
+    assert (out / "pith" / pith_id / "bundle.json").read_bytes() == newer
+    assert any("rollback refused" in w for w in report.warnings)
+
+
+# Records of the live site of another shape, as a builder's bug could leave them under this user's own tag.
+MISSHAPEN_RECORDS = {
+    "a digest that is no string": lambda record: record.__setitem__(0, 7),
+    "a date that is no string": lambda record: record.__setitem__(1, 20991231),
+    "an event count that is no number": lambda record: record.__setitem__(2, "2"),
+}
+
+
+@pytest.mark.parametrize("shape", [*MISSHAPEN_RECORDS, "a build id that is no string"])
+def test_a_record_of_the_live_site_of_another_shape_is_not_taken(tmp_path, monkeypatch, shape):
+    """A record of what the live site published is worth something only in the shape a build writes it, even
+    under this user's own tag (the rollback rule compares its values): otherwise the file's claims are read, and
+    the older bundle is still refused."""
+    from site_builder.cache import cache_context
+    from site_builder.cache_key import user_cache_key
+    key, trust, bundles, base, out, newer, older, pith_id = newer_published(tmp_path, "Newer title", "Older title")
+    db = sqlite3.connect(default_cache_dir(out) / "cache.sqlite")
+    doc, _ = cache_document(db, "previous_site")
+    if shape in MISSHAPEN_RECORDS:
+        MISSHAPEN_RECORDS[shape](doc["published"][pith_id])
+    else:
+        doc["build_id"] = 1
+    plant_document(db, "previous_site", doc, document_tag(user_cache_key().bound_to(cache_context()),
+                                                          "previous_site", doc))
     db.commit()
     db.close()
     parsed = _count_parses(monkeypatch)
