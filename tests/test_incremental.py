@@ -279,8 +279,8 @@ def test_one_change_rebuilds_only_that_record(project):
 
 @pytest.mark.parametrize("damage", ["old_version", "truncated", "garbage", "record_unit", "unit_path"])
 def test_damaged_or_foreign_cache_gives_correct_full_rebuild(project, damage):
-    """A cache it cannot trust costs the build time, never correctness; and a path in it that leads out of the
-    output (the build links and unlinks the files its cache names) touches nothing there."""
+    """A cache it cannot trust costs the build time, never correctness, and is made anew; and a path in it that
+    leads out of the output (the build links and unlinks the files its cache names) touches nothing there."""
     victim = project / "victim.txt"
     victim.write_text("not the site's")
     trust = both_keys()
@@ -319,6 +319,8 @@ def test_damaged_or_foreign_cache_gives_correct_full_rebuild(project, damage):
     report = build(opts(project, out, trust))
     assert report.files_reused == 0  # nothing from a cache it cannot trust
     assert victim.read_text() == "not the site's" and victim.stat().st_nlink == 1
+    (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=5))
+    assert build(opts(project, out, trust)).files_reused > 0  # (the cache was made anew: it saves work again)
     clean = project / "clean"
     build(opts(project, clean, trust, use_cache=False))
     assert tree(out) == tree(clean)
