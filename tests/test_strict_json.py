@@ -21,6 +21,8 @@ from conftest import REAL_FILES
     (b'{"a": 1e400}', "json_number"),
     (b'{"a": 123456789012345678901234567890}', "json_number"),
     (b'{"a": "\\ud800"}', "json_encoding"),
+    (b'{"\\ud800": 1}', "json_encoding"),  # (in a key)
+    (b'{"a": ["x", "\\udc00"]}', "json_encoding"),  # (in a list)
     (b'\xef\xbb\xbf{"a": 1}', "json_encoding"),
     ('{"a": 1}'.encode("utf-16"), "json_encoding"),
     (b'{"a": "\xff"}', "json_encoding"),
@@ -49,6 +51,7 @@ def test_a_syntax_error_says_where_in_one_plain_phrase(raw, reason):
     (b"9007199254740992", False), (b"-9007199254740992", False),  # 2^53: JavaScript cannot tell it from 2^53 + 1
     (b"[" * 64 + b"]" * 64, True), (b'{"a":' * 64 + b"1" + b"}" * 64, True),  # containers nested 64 deep
     (b"[" * 65 + b"]" * 65, False), (b'{"a":' * 65 + b"1" + b"}" * 65, False),
+    (b"[" * 64 + b"1.5" + b"]" * 64, True), (b"[" * 65 + b"1.5" + b"]" * 65, False),  # (a float: the full parser)
 ])
 def test_the_limits_are_exact(text, accepted):
     """The edges of the number and depth limits, where an off-by-one would let a document through (or not)."""
