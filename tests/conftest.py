@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from site_builder.build import BuildOptions
+from site_builder.cache import cache_context
+from site_builder.cache_key import user_cache_key
 from site_builder.options import BuildPolicy
 from site_builder.keys import TrustSet, key_from_document, load_trust_set
 from site_builder.stages import write
@@ -300,6 +302,12 @@ def plant_document(db, name: str, entries: dict, tag: str | None) -> None:
 def document_tag(key, name: str, entries: dict) -> str:
     """The tag *key* (a cache key bound to the cache's context) makes for *entries* as document *name*."""
     return key.tag("document", name, json.dumps(entries).encode())
+
+
+def own_document_tag(name: str, entries: dict) -> str:
+    """The tag this user's builder makes for *entries* as document *name* (with the test's own cache key): what
+    a builder's bug, not an attacker, could leave in the cache."""
+    return document_tag(user_cache_key().bound_to(cache_context()), name, entries)
 
 
 def calls_of(monkeypatch, module, name: str) -> list:

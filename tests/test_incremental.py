@@ -24,7 +24,7 @@ from site_builder.keys import load_trust_set
 from site_builder.settings import SiteConfig
 
 from conftest import (REAL_FILES, ROOT, both_keys, cache_document, document_tag, edit_every_template,
-                      edit_visibly, opts, plant_document, tree)
+                      edit_visibly, opts, own_document_tag, plant_document, tree)
 from generate import make_bundle
 
 
@@ -597,8 +597,6 @@ def test_a_cache_row_wrong_about_a_files_digest_is_caught_when_the_bundle_is_wri
     an edit and the stat could leave) pointing a tampered file at its genuine digest.  The record's files are
     rendered again (a template changed), and the bytes written must be the ones verified: the tampered file is
     read, found to differ from its digest, and nothing of it is published."""
-    from site_builder.cache import cache_context
-    from site_builder.cache_key import user_cache_key
     from site_builder.loading import stat_signature
     trust = both_keys()
     out = project / "site"
@@ -611,7 +609,7 @@ def test_a_cache_row_wrong_about_a_files_digest_is_caught_when_the_bundle_is_wri
     db = sqlite3.connect(project / ".site-builder-cache" / "site" / "cache.sqlite")
     files, _ = cache_document(db, "files")
     files[victim.name][0] = stat_signature(victim.stat())  # (as if the tampered bytes were the ones hashed)
-    plant_document(db, "files", files, document_tag(user_cache_key().bound_to(cache_context()), "files", files))
+    plant_document(db, "files", files, own_document_tag("files", files))
     db.execute("DELETE FROM meta WHERE key LIKE 'quick%'")
     db.commit()
     db.close()

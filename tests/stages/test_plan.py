@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from conftest import (ROOT, both_keys, planned, cache_document, calls_of, document_tag, opts, plant_document,
+from conftest import (ROOT, both_keys, planned, cache_document, calls_of, opts, own_document_tag, plant_document,
                       returns_past_fifos, tree)
 from generate import make_bundle
 from site_builder.build import build, default_cache_dir
@@ -255,8 +255,6 @@ def test_a_recorded_plan_of_another_shape_is_planned_again(project, monkeypatch,
     """A recorded plan is worth something only in the shape a build records it, even under this user's own tag:
     a folder it names becomes a path the build writes, and a mask says which files a record has.  Any other
     shape is planned afresh; the site is a clean build's and nothing is written outside it."""
-    from site_builder.cache import cache_context
-    from site_builder.cache_key import user_cache_key
     out = project / "site"
     for name, record in (("same-a.json", None), ("same-b.json", 77)):  # (two records at one shared address)
         (project / "bundles" / name).write_bytes(make_bundle(40, record=record, version=1))
@@ -267,7 +265,7 @@ def test_a_recorded_plan_of_another_shape_is_planned_again(project, monkeypatch,
     doc, _ = cache_document(db, "addresses")
     assert doc["shared"] and doc["records"]
     MISSHAPEN_PLANS[shape](doc)
-    plant_document(db, "addresses", doc, document_tag(user_cache_key().bound_to(cache_context()), "addresses", doc))
+    plant_document(db, "addresses", doc, own_document_tag("addresses", doc))
     db.commit()
     db.close()
     (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=1))

@@ -16,8 +16,8 @@ from site_builder.selection import Candidate, select
 from site_builder.stages import select as select_stage
 from site_builder.stages.select import select_bundles
 
-from conftest import (cache_document, calls_of, document_tag, plant_document, resigned_real_bundles, signed_project,
-                      signed_version)
+from conftest import (cache_document, calls_of, own_document_tag, plant_document, resigned_real_bundles,
+                      signed_project, signed_version)
 from signing import sign_bundle, to_bytes
 
 
@@ -213,15 +213,13 @@ PLANTED_RECORDS = {
 @pytest.mark.parametrize("planted", list(PLANTED_RECORDS))
 def test_a_record_of_the_live_site_not_as_this_builder_writes_it_is_not_taken(tmp_path, monkeypatch, planted):
     """Such a record counts for nothing: the file's claims are read, and the older bundle is still refused."""
-    from site_builder.cache import cache_context
-    from site_builder.cache_key import user_cache_key
     key, trust, bundles, base, out, newer, older, pith_id = newer_published(tmp_path, "Newer title", "Older title")
     db = sqlite3.connect(default_cache_dir(out) / "cache.sqlite")
     doc, _ = cache_document(db, "previous_site")
     assert pith_id in doc["published"]
     tag, change = PLANTED_RECORDS[planted]
     change(doc, pith_id)
-    own = document_tag(user_cache_key().bound_to(cache_context()), "previous_site", doc)
+    own = own_document_tag("previous_site", doc)
     plant_document(db, "previous_site", doc, {"none": None, "made-up": "0" * 64, "own": own}[tag])
     db.commit()
     db.close()
