@@ -403,6 +403,19 @@ def test_an_output_that_cannot_be_made_is_one_line(bundles_dir):
     assert r.stderr.strip() == "error: /proc/no-such-site: cannot write beside the output folder: No such file or directory"
 
 
+@pytest.mark.parametrize("cache", [True, False])
+def test_an_output_whose_folders_are_missing_is_made_with_them(bundles_dir, tmp_path, cache):
+    """``--output`` may name a folder whose parents do not exist yet (a fresh CI runner's ``public/site``): they
+    are made, with the cache beside them or without one (``--no-cache``: nothing else makes them)."""
+    from site_builder import cli as cli_module
+
+    out = tmp_path / "new" / "deeper" / "site"
+    args = ["build", "--bundles", str(bundles_dir), "--output", str(out), "--no-search",
+            *([] if cache else ["--no-cache"])]
+    assert cli_module.main(args) == 0
+    assert (out / "index.html").is_file() and (out / "verification.json").is_file()
+
+
 def test_version_names_the_code_it_runs():
     import site_builder
     r = cli("--version")

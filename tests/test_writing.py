@@ -296,13 +296,15 @@ def test_a_link_planted_as_the_outputs_lock_is_refused_with_one_line_not_followe
 
 def test_mount_points_are_read_from_the_mount_table(tmp_path):
     """/proc is a mount point on every Linux system, a container's included; a temporary folder is not.  The
-    table's escapes (a space is ``\\040``) are undone."""
+    table's escapes (a space is ``\\040``) are undone, and a line too short to name a mount point (a blank one, a
+    damaged one) is passed over, not an error that would stop every build."""
     from site_builder.writing import is_mount_point, mount_points
 
     assert is_mount_point(Path("/proc")) and not is_mount_point(tmp_path)
     line = "36 35 98:0 /mnt1 /srv/my\\040site rw,noatime master:1 - ext3 /dev/root rw,errors=continue"
     assert mount_points(line + "\n" + line.replace("/srv/my\\040site", "/srv/b\\134ack")) == {"/srv/my site",
                                                                                              "/srv/b\\ack"}
+    assert mount_points("\n36 35 98:0 /mnt1\n" + line) == {"/srv/my site"}
     with open("/proc/self/mountinfo") as f:
         assert "/proc" in mount_points(f.read())
 
