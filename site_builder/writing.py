@@ -122,7 +122,6 @@ class StagingTree:
         self._prefix = os.path.join(os.fspath(root), "")  # paths are joined as strings: a record writes ten files
         self._dirs: set[str] = set()
         self._real_folders: set[str] = {""}  # (existing trees) folders checked to be real folders, or made
-        self.files_written = 0
         self.holds_older_files = False  # whether ``reuse`` linked in a file of another tree
 
     def path_for(self, rel: str) -> str:
@@ -197,16 +196,13 @@ class StagingTree:
                     view = view[os.write(fd, view):]
         finally:
             os.close(fd)
-        self.files_written += 1
 
     def write_twin(self, rel: str, twin: str, data: bytes) -> None:
         """Write *data*, which this tree already holds at *twin*, as a hard link to it: the mirrored bundle is
         served at two paths, and a link costs a directory entry instead of another ~14 KB (a quarter of a
         site's bytes).  Files in a tree are never rewritten in place (a changed file is unlinked and created
         anew), so the two names cannot drift apart.  Written out where links are impossible."""
-        if self.link_from(rel, self.path_for(twin)):
-            self.files_written += 1
-        else:
+        if not self.link_from(rel, self.path_for(twin)):
             self.write(rel, data)
 
     def reuse(self, rel: str, source: str | Path) -> bool:
@@ -252,7 +248,6 @@ class StagingTree:
             target = self.path_for(rel)
             self._ensure_parent(rel, made)
             place(source + rel, target, follow_symlinks=False)
-            self.files_written += 1
 
     def link_from(self, rel: str, source: str | Path) -> bool:
         """Make *rel* a hard link to *source*; False if impossible."""
