@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from site_builder.writing import FOLDER_MODE, OutputError, OutputSlot, StagingTree, TreeChanged, check_relative_path, owned_privately, remove_tree
+from site_builder.writing import (FOLDER_MODE, OutputError, OutputSlot, StagingTree, TreeChanged, check_relative_path,
+                                  is_builder_output, owned_privately, remove_tree)
 
 
 def wait_gone(path: Path, seconds: float = 10) -> bool:
@@ -494,3 +495,32 @@ def test_publishing_with_a_spare_twin_keeps_the_twin_and_deletes_the_old_trees(t
     while time.time() < deadline and list(tmp_path.glob(".site.*-*")):
         time.sleep(0.05)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".site.lock", ".site.prev", "site"]
+
+
+def test_writing_a_site_leaves_no_file_descriptor_open(tmp_path):
+    """A site of 100,000 records is a million files: a descriptor left open for each file written, copied or
+    looked at would stop the build at the process's limit (1,024 by default) with "Too many open files"."""
+    def open_descriptors():
+        return len(os.listdir("/proc/self/fd"))
+
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "page.html").write_bytes(b"<p>kept</p>")
+    os.mkfifo(live / "fifo.html")
+    (live / "verification.json").write_bytes(b'{"build_id": "' + b"0" * 64 + b'", "generator": "site-builder"}')
+    before = open_descriptors()
+    tree = StagingTree(tmp_path / "tree")
+    tree.root.mkdir()
+    for n in range(50):
+        tree.write(f"pith/{n}/bundle.json", b"{}")
+        tree.write_twin(f".well-known/pith/{n}/bundle.json", f"pith/{n}/bundle.json", b"{}")
+        assert tree.copy_from(f"kept/{n}.html", live / "page.html")
+        assert not tree.copy_from(f"fifo/{n}.html", live / "fifo.html")
+        assert is_builder_output(live)
+    held = OutputSlot(tmp_path / "site")
+    held.acquire()
+    for _ in range(20):
+        with pytest.raises(OutputError, match="another site-builder build"):
+            OutputSlot(tmp_path / "site").acquire()
+    held.release()
+    assert open_descriptors() == before
