@@ -210,6 +210,16 @@ def test_the_templates_identity_tells_every_two_trees_apart(tmp_path):
     (two / "feed.xml").unlink()
     (two / "feed.xml").symlink_to("c")
     assert templates_identity([two]) != linked
+    (two / "assets").mkdir()  # (files in folders count as well: the stylesheet a site copies, a partial)
+    (two / "assets" / "site.css").write_text("body {}")
+    before = templates_identity([two])
+    (two / "assets" / "site.css").write_text("body { color: red }")
+    assert templates_identity([two]) != before
+    before = templates_identity([two])
+    for hidden in (".git", "__pycache__"):  # (what a version control system or Python keeps there is no template)
+        (two / hidden).mkdir()
+        (two / hidden / "index").write_text("anything")
+    assert templates_identity([two]) == before
 
 
 def test_a_template_or_settings_file_that_is_no_regular_file_is_never_read(tmp_path):
