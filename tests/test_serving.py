@@ -1009,6 +1009,25 @@ def test_head_answers_with_the_headers_alone_and_the_connection_goes_on(plain_si
             conn.close()
 
 
+def test_no_answer_is_kept_by_the_browser(plain_site):
+    """A page, a bundle's JSON, a stylesheet and a 404 each change with the next build: an answer the browser
+    kept would show the old one when the live-reload script reloads the page (``Cache-Control: no-store``)."""
+    output, _ = plain_site
+    (output / "assets").mkdir(exist_ok=True)
+    (output / "assets" / "site.css").write_text("body {}")
+    (output / "data.json").write_text("{}")
+    with handler_over(output) as port:
+        for path in ("/", "/data.json", "/assets/site.css", "/no/such/page/"):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            try:
+                conn.request("GET", path)
+                response = conn.getresponse()
+                response.read()
+                assert response.getheader("Cache-Control") == "no-store", path
+            finally:
+                conn.close()
+
+
 def test_the_sites_other_files_are_served_with_their_types(plain_site):
     """A static file of the user's (a logo, a paper's PDF) is served with its type, as a browser needs to show
     it; a file of no known type as bytes to download."""
