@@ -408,7 +408,8 @@ def test_search_redirects_and_console_in_chromium(sites, name):
         for query, expected in [("TensorOpt", ids(b)), ("Zhenkun", ids(b)), (ids(b)[:8], ids(b)),
                                 ("2004.10856", ids(b)), ("Daydream", ids(REAL[3])), (ids(REAL[1]), ids(REAL[1]))]:
             page.goto(url + "search/?q=" + query)
-            page.wait_for_selector(".pagefind-ui__result-link", timeout=15000)
+            # (the shards answer one by one: wait for the expected record's, not for the first result shown)
+            page.wait_for_selector(f'.pagefind-ui__result-link[href="/mirror/pith/{expected}/"]', timeout=15000)
             hrefs = page.eval_on_selector_all(".pagefind-ui__result-link", "els => els.map(e => e.getAttribute('href'))")
             assert f"/mirror/pith/{expected}/" in hrefs, (query, hrefs)
             if name == "sub" or len(hrefs) == 1:  # (merged shards rank a word two papers share by each one's
