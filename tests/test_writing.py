@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import open_descriptors
 from site_builder.writing import (FOLDER_MODE, OutputError, OutputSlot, StagingTree, TreeChanged, check_relative_path,
                                   is_builder_output, owned_privately, remove_tree)
 
@@ -491,18 +492,13 @@ def test_publishing_with_a_spare_twin_keeps_the_twin_and_deletes_the_old_trees(t
     slot.release()
     assert (slot.output / "index.html").read_bytes() == b"new site" and not (slot.output / "d0").exists()
     assert (slot.prev / "index.html").read_bytes() == b"its twin" and not (slot.prev / "d0").exists()
-    deadline = time.time() + 10
-    while time.time() < deadline and list(tmp_path.glob(".site.*-*")):
-        time.sleep(0.05)
+    assert all(wait_gone(tree) for tree in tmp_path.glob(".site.*-*"))  # (the old trees, being deleted)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".site.lock", ".site.prev", "site"]
 
 
 def test_writing_a_site_leaves_no_file_descriptor_open(tmp_path):
     """A site of 100,000 records is a million files: a descriptor left open for each file written, copied or
     looked at would stop the build at the process's limit (1,024 by default) with "Too many open files"."""
-    def open_descriptors():
-        return len(os.listdir("/proc/self/fd"))
-
     live = tmp_path / "live"
     live.mkdir()
     (live / "page.html").write_bytes(b"<p>kept</p>")
