@@ -58,13 +58,6 @@ class CompiledTemplates(jinja2.BytecodeCache):
             except OSError:
                 pass
 
-    def clear(self) -> None:
-        for path in self.folder.glob("*.jbc"):
-            try:
-                path.unlink()
-            except OSError:
-                pass
-
 
 def _read_regular(path: Path) -> bytes | None:
     """The bytes of a regular file at *path* (no link followed, no FIFO waited on), or None."""

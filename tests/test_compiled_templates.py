@@ -7,6 +7,7 @@ import os
 
 import jinja2
 import pytest
+from conftest import open_descriptors
 
 from site_builder.cache_key import user_cache_key
 from site_builder.compiled_templates import CompiledTemplates
@@ -73,3 +74,27 @@ def test_a_link_at_the_temporary_name_is_not_written_through(written, tmp_path):
     _, env = compiled(tmp_path / "c", key)
     assert env.get_template("t.html").render() == "42"
     assert outside.read_text() == "not the cache's" and loaded(tmp_path / "c", key)
+
+
+def test_reading_them_leaves_no_file_open(written, tmp_path):
+    """Each template of every build is looked up here (serve: each rebuild): one descriptor left open a lookup
+    ends a long session in "Too many open files"."""
+    key, path = written
+    before = open_descriptors()
+    assert loaded(tmp_path / "c", key)  # (read and loaded)
+    path.write_bytes(b"x" * 100)
+    assert not loaded(tmp_path / "c", key)  # (read, its tag refused)
+    path.unlink()
+    os.mkfifo(path)
+    assert not loaded(tmp_path / "c", key)  # (opened, not a regular file)
+    assert open_descriptors() == before
+
+
+def test_a_compiled_template_that_cannot_be_kept_leaves_nothing_behind(written, tmp_path):
+    key, path = written
+    path.unlink()
+    path.mkdir()  # (in the file's place: it cannot be replaced)
+    (path / "x").write_text("")
+    _, env = compiled(tmp_path / "c", key)
+    assert env.get_template("t.html").render() == "42"  # compiled, used, and not kept
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == [path.name]
