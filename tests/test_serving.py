@@ -970,6 +970,31 @@ def test_serve_says_when_the_second_tree_is_ready_and_only_then(served_project):
     site.store.close()
 
 
+def test_a_change_saved_while_the_second_tree_is_linked_makes_the_linking_give_way(served_project):
+    """Linking the second tree holds the build lock for seconds on a large mirror; a change saved meanwhile asks
+    it to stop (serve's ``give_way`` reads ``rebuild_waiting``), so the change is built at once, not after it."""
+    root, key = served_project
+    lines = []
+    site, _ = _site(root, search=False, log=lines.append)
+    assert site.rebuild("start")
+    linking, answers = threading.Event(), []
+
+    def cancelled() -> bool:  # (the linking asks before its first file: here, once a rebuild waits for the lock)
+        linking.set()
+        answers.append(answers[-1] if answers else site.rebuild_waiting.wait(timeout=10))
+        return answers[-1]
+
+    linker = threading.Thread(target=site.prepare_spare_tree, args=(cancelled,))
+    linker.start()
+    assert linking.wait(timeout=10)
+    page = _retitle(root, key, "Saved while linking")
+    assert site.rebuild("change", None)
+    linker.join(timeout=30)
+    assert answers[0] is True and not any(line.startswith("ready for fast rebuilds") for line in lines)
+    assert b"Saved while linking" in page.read_bytes()
+    site.store.close()
+
+
 def test_every_page_served_carries_the_live_reload_script_before_its_body_ends(plain_site):
     """Pages get the script that listens for changes: before ``</body>``, or at the end of a page (a template of
     the user's) that has none; other files are served as they are."""
