@@ -1,10 +1,13 @@
 """``site-builder serve`` with real files, the real watcher, real HTTP and a real browser."""
 
 import contextlib
+import gc
 import http.client
 import os
 import queue
 import json
+import multiprocessing
+import multiprocessing.forkserver
 import shutil
 import signal
 import socket
@@ -19,8 +22,9 @@ from pathlib import Path
 import pytest
 
 from browser import chromium
-from conftest import REAL_FILES, ROOT, calls_of, free_port, keyword_of_calls, tree
+from conftest import REAL_FILES, ROOT, calls_of, free_port, keyword_of_calls, open_descriptors, tree
 from signing import TestKey, sign_bundle, to_bytes, with_paper
+from site_builder.parallel import start_context
 
 IDS = [json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1] for p in REAL_FILES]
 # The tests that start serve (processes, the real watcher, a browser) are marked slow; those of the request
@@ -758,12 +762,12 @@ def test_open_pages_are_told_which_pages_changed_and_to_reload_all_past_500_or_w
 
 
 def _serve_in_thread(root: Path, lines: list, stop: threading.Event, open_browser: bool = False,
-                     ready=None, settings: str = "site.toml"):
+                     ready=None, settings: str = "site.toml", port: int | None = None):
     """``serve`` run as the command line runs it, in a thread of this process, stopped by *stop*; returns the
-    thread, the port and the list its return value goes to."""
+    thread, the port (a free one unless given) and the list its return value goes to."""
     from site_builder.serving import serve
 
-    port = free_port()
+    port = port or free_port()
     options = _serve_options(root, settings, port=port, search=False, log=lines.append)
     returned = []
     thread = threading.Thread(target=lambda: returned.append(serve(options, open_browser, ready, stop)), daemon=True)
@@ -851,6 +855,26 @@ def test_a_file_made_in_a_static_folder_before_serve_watches_it_is_published(ser
     assert returned == [0]
 
 
+@pytest.mark.parametrize("error, reported", [
+    (ConnectionResetError(), False), (BrokenPipeError(), False), (TimeoutError(), False),
+    (ValueError("a bug in the handler"), True),
+])
+def test_a_browser_leaving_is_not_reported_and_an_error_of_the_servers_is(error, reported, capsys):
+    """A tab closed or a page reloaded mid-answer breaks the connection: no traceback in the terminal for
+    that, but one for anything else that goes wrong answering a request."""
+    from site_builder.serving import _PreviewHandler, listening_server
+
+    server = listening_server("127.0.0.1", 0, _PreviewHandler)
+    try:
+        try:
+            raise error
+        except Exception:
+            server.handle_error(None, ("127.0.0.1", 50000))
+    finally:
+        server.server_close()
+    assert ("Traceback" in capsys.readouterr().err) is reported
+
+
 @pytest.mark.parametrize("open_browser", [False, True])
 def test_serve_stopped_once_it_is_up_frees_its_port_and_opens_a_browser_only_when_asked(served_project, monkeypatch,
                                                                                         open_browser):
@@ -869,21 +893,67 @@ def test_serve_stopped_once_it_is_up_frees_its_port_and_opens_a_browser_only_whe
     assert not [t for t in threading.enumerate() if "serve_forever" in t.name]  # the server's thread is done
 
 
+def files_and_sockets() -> list[str]:
+    """This process's descriptors of files and sockets (the cache, the build lock, the server's socket): not its
+    pipes and inotify instances, since the watch library keeps one of those, with its wake-up pipe, for the whole
+    process, and lets it go on a schedule of its own."""
+    def target(fd: str) -> str:
+        try:
+            return os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # (closed since it was listed)
+            return "pipe:"
+    return [fd for fd in open_descriptors() if not target(fd).startswith(("pipe:", "anon_inode:"))]
+
+
+def test_serve_stops_with_a_page_open_and_the_next_one_has_its_port_at_once(served_project):
+    """Ctrl-C while a page listens for reloads stops serve without waiting for the browser to close the page;
+    and serve started again at once gets the same port, which the last one's closed connections leave waiting
+    in the kernel for a minute.  A serve stopped leaves no thread, file or child process of its own behind."""
+    root, _ = served_project
+    lines, stop, up = [], threading.Event(), threading.Event()
+    thread, port, returned = _serve_in_thread(root, lines, stop, ready=lambda url: up.set())
+    assert up.wait(DEADLINE * 3)
+    urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=DEADLINE).read()  # (the server closes it first)
+    page = http.client.HTTPConnection("127.0.0.1", port, timeout=DEADLINE)
+    page.request("GET", "/__site_builder__/events")
+    assert page.getresponse().readline() == b"event: status\n"
+    stop.set()
+    thread.join(DEADLINE)
+    assert returned == [0]  # (the page still open)
+    page.close()
+    start_context("forkserver")  # (the server serve starts its helpers from: one a process, kept for the next)
+    multiprocessing.forkserver.ensure_running()
+    threads, descriptors = set(threading.enumerate()), files_and_sockets()
+    lines, stop = [], threading.Event()
+    thread, _, returned = _serve_in_thread(root, lines, stop, port=port, ready=lambda url: stop.set())
+    thread.join(DEADLINE * 3)
+    assert returned == [0] and not [line for line in lines if line.startswith("ERROR")], lines  # (built: unlocked)
+    assert set(threading.enumerate()) == threads
+    gc.collect()  # (what only the collector frees, as a child process's handle, is closed in time in a session)
+    assert files_and_sockets() == descriptors
+    assert multiprocessing.active_children() == []
+
+
 def test_ctrl_c_during_the_first_build_stops_serve_at_once(served_project, monkeypatch):
     """Ctrl-C may come before the server thread runs: stopping then must not wait for a server that never
-    started."""
+    started.  What the interrupted build had written (its staging folder) is removed as serve stops."""
     from site_builder import serving
 
+    root, _ = served_project
+    staging = root / ".output.staging-99999"
+
     def interrupted(site, reason, changed=None):
+        (staging / "pith").mkdir(parents=True)
+        (staging / "index.html").write_text("half a site")
         raise KeyboardInterrupt
 
-    root, _ = served_project
     monkeypatch.setattr(serving.Site, "rebuild", interrupted)
     lines = []
     thread, port, returned = _serve_in_thread(root, lines, threading.Event())
     thread.join(DEADLINE)
     assert returned == [0] and lines == ["stopped"]
     assert _port_is_free(port)
+    eventually(lambda: not staging.exists(), deadline=DEADLINE)  # (by a process of its own: a large tree)
 
 
 def test_a_first_build_that_fails_prepares_no_second_tree(served_project):
