@@ -893,6 +893,29 @@ def test_serve_stopped_once_it_is_up_frees_its_port_and_opens_a_browser_only_whe
     assert not [t for t in threading.enumerate() if "serve_forever" in t.name]  # the server's thread is done
 
 
+def test_serve_links_the_second_tree_giving_way_to_a_change_or_to_ctrl_c(served_project, monkeypatch):
+    """serve links the second tree while the user reads, asking all along whether to stop: not while nothing
+    happens, but at once for a change saved (the watcher collecting it) or for Ctrl-C."""
+    from site_builder import serving
+
+    root, key = served_project
+    asked = []
+    monkeypatch.setattr(serving.Site, "prepare_spare_tree", lambda site, cancelled: asked.append(cancelled))
+    lines, stop = [], threading.Event()
+    thread, _, returned = _serve_in_thread(root, lines, stop)
+    eventually(lambda: asked)
+    give_way = asked[0]
+    time.sleep(0.3)
+    assert give_way() is False  # (nothing changed)
+    _retitle(root, key, "Saved while linking")
+    eventually(give_way)  # (the change seen: the rebuild it starts waits for the lock the linking holds)
+    eventually(lambda: any(line.startswith("[change]") for line in lines))
+    stop.set()
+    assert give_way() is True
+    thread.join(DEADLINE)
+    assert returned == [0]
+
+
 def files_and_sockets() -> list[str]:
     """This process's descriptors of files and sockets (the cache, the build lock, the server's socket): not its
     pipes and inotify instances, since the watch library keeps one of those, with its wake-up pipe, for the whole
