@@ -617,13 +617,13 @@ def test_the_error_banner_shows_over_the_last_good_page_in_a_browser(server):
 
 
 @contextlib.contextmanager
-def handler_over(output: Path, base_path: str = "/"):
-    """serve's HTTP server over *output* as it is, under *base_path*; yields its port."""
+def handler_over(output: Path, base_path: str = "/", live=None):
+    """serve's HTTP server over *output* as it is, under *base_path* (or *live*'s); yields its port."""
     from site_builder.serving import LiveState, ServeOptions, _make_handler, _Server
 
     options = ServeOptions(bundles=output / "no-bundles", output=output, templates=output / "no-templates",
                            settings=output / "site.toml", trusted_keys=[])
-    httpd = _Server(("127.0.0.1", 0), _make_handler(options, LiveState(base_path=base_path)))
+    httpd = _Server(("127.0.0.1", 0), _make_handler(options, live or LiveState(base_path=base_path)))
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     try:
         yield httpd.server_address[1]
@@ -1086,6 +1086,35 @@ def test_a_change_saved_while_the_second_tree_is_linked_makes_the_linking_give_w
     assert answers[0] is True and not any(line.startswith("ready for fast rebuilds") for line in lines)
     assert b"Saved while linking" in page.read_bytes()
     site.store.close()
+
+
+def test_a_page_closed_gives_up_its_reload_events(plain_site):
+    """Each open page has a queue of events; a page closed (a tab, a reload) gives its queue up, so that hours of
+    edits do not feed ever more queues of pages long gone."""
+    from site_builder.serving import LiveState
+
+    output, _ = plain_site
+    live = LiveState()
+    with handler_over(output, live=live) as port:
+        page = http.client.HTTPConnection("127.0.0.1", port, timeout=DEADLINE)
+        page.request("GET", "/__site_builder__/events")
+        assert page.getresponse().readline() == b"event: status\n" and len(live.clients) == 1
+        page.close()
+
+        def given_up() -> bool:
+            live.publish("reload", {"all": True, "paths": [], "build": 2})  # (its writes fail once it is closed)
+            return live.clients == []
+        eventually(given_up)
+
+
+def test_the_live_reload_tag_keeps_a_quote_of_the_base_path_inside_its_attributes():
+    """The base path comes from the command line or site.toml; the settings refuse a double quote in it, and
+    the tag escapes one all the same."""
+    from site_builder.serving import live_reload_tag
+
+    tag = live_reload_tag("/a\"b'c&d/").decode()
+    assert tag == ('<script src="/a&quot;b&#x27;c&amp;d/__site_builder__/live.js" '
+                   'data-events="/a&quot;b&#x27;c&amp;d/__site_builder__/events"></script>')
 
 
 def test_every_page_served_carries_the_live_reload_script_before_its_body_ends(plain_site):
