@@ -1006,6 +1006,27 @@ def test_a_rebuild_that_fails_says_so_and_keeps_the_last_good_site(served_projec
     site.store.close()
 
 
+def test_a_rebuild_that_fails_for_an_unforeseen_reason_says_so_and_serves_on(served_project, monkeypatch):
+    """A bug in the builder (any exception) must not stop the server or pass in silence: serve says what it was,
+    with where it came from, and keeps the last good site."""
+    from site_builder import serving
+
+    root, _ = served_project
+    lines = []
+    site, _ = _site(root, search=False, log=lines.append)
+    assert site.rebuild("start")
+    page = (root / "output" / "index.html").read_bytes()
+
+    def broken(options):
+        raise RuntimeError("a bug of the builder's")
+    monkeypatch.setattr(serving, "build", broken)
+    assert not site.rebuild("change", None)
+    assert lines[-1] == "ERROR build failed: RuntimeError: a bug of the builder's (serving the last good site)"
+    assert site.live.error.startswith("build failed: RuntimeError: a bug of the builder's\nTraceback")
+    assert (root / "output" / "index.html").read_bytes() == page
+    site.store.close()
+
+
 @pytest.mark.slow
 def test_serve_started_on_a_site_that_is_behind_is_up_before_its_search_index(served_project, tmp_path):
     """The first build of a serve session is a change like any other: with records changed since the site was
