@@ -1138,6 +1138,26 @@ def test_the_live_reload_tag_keeps_a_quote_of_the_base_path_inside_its_attribute
                    'data-events="/a&quot;b&#x27;c&amp;d/__site_builder__/events"></script>')
 
 
+def test_a_second_tree_that_cannot_be_linked_is_said_and_serve_goes_on(served_project, monkeypatch):
+    """Linking the second tree only saves the next change time: a failure there (a full disk) is said, and the
+    site is served and rebuilt as before."""
+    from site_builder import serving
+
+    def no_room(options, cancelled):
+        raise OSError(28, "No space left on device")
+
+    root, key = served_project
+    lines = []
+    site, _ = _site(root, search=False, log=lines.append)
+    assert site.rebuild("start")
+    monkeypatch.setattr(serving, "prepare_spare_tree", no_room)
+    site.prepare_spare_tree(lambda: False)
+    assert lines[-1] == "could not prepare the second tree: OSError: [Errno 28] No space left on device"
+    page = _retitle(root, key, "Built all the same")
+    assert site.rebuild("change", None) and "Built all the same" in page.read_text()
+    site.store.close()
+
+
 def test_every_page_served_carries_the_live_reload_script_before_its_body_ends(plain_site):
     """Pages get the script that listens for changes: before ``</body>``, or at the end of a page (a template of
     the user's) that has none; other files are served as they are."""
