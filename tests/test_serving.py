@@ -908,7 +908,7 @@ def test_serve_links_the_second_tree_giving_way_to_a_change_or_to_ctrl_c(served_
     time.sleep(0.3)
     assert give_way() is False  # (nothing changed)
     _retitle(root, key, "Saved while linking")
-    eventually(give_way)  # (the change seen: the rebuild it starts waits for the lock the linking holds)
+    eventually(give_way)  # (the change seen: the watcher collects it, then the rebuild waits for the lock)
     eventually(lambda: any(line.startswith("[change]") for line in lines))
     stop.set()
     assert give_way() is True
@@ -936,7 +936,8 @@ def test_serve_stops_with_a_page_open_and_the_next_one_has_its_port_at_once(serv
     lines, stop, up = [], threading.Event(), threading.Event()
     thread, port, returned = _serve_in_thread(root, lines, stop, ready=lambda url: up.set())
     assert up.wait(DEADLINE * 3)
-    urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=DEADLINE).read()  # (the server closes it first)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=DEADLINE) as home:  # (closed by the server
+        home.read()                                                                          # first)
     page = http.client.HTTPConnection("127.0.0.1", port, timeout=DEADLINE)
     page.request("GET", "/__site_builder__/events")
     assert page.getresponse().readline() == b"event: status\n"
