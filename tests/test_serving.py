@@ -936,8 +936,8 @@ def test_serve_stops_with_a_page_open_and_the_next_one_has_its_port_at_once(serv
     lines, stop, up = [], threading.Event(), threading.Event()
     thread, port, returned = _serve_in_thread(root, lines, stop, ready=lambda url: up.set())
     assert up.wait(DEADLINE * 3)
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=DEADLINE) as home:  # (closed by the server
-        home.read()                                                                          # first)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=DEADLINE) as home:
+        home.read()  # (a connection the server closes first: it leaves the port waiting in the kernel)
     page = http.client.HTTPConnection("127.0.0.1", port, timeout=DEADLINE)
     page.request("GET", "/__site_builder__/events")
     assert page.getresponse().readline() == b"event: status\n"
