@@ -894,24 +894,34 @@ def test_serve_stopped_once_it_is_up_frees_its_port_and_opens_a_browser_only_whe
 
 
 def test_serve_links_the_second_tree_giving_way_to_a_change_or_to_ctrl_c(served_project, monkeypatch):
-    """serve links the second tree while the user reads, asking all along whether to stop: not while nothing
-    happens, but at once for a change saved (the watcher collecting it) or for Ctrl-C."""
+    """serve links the second tree while the user reads, holding the build lock and asking all along whether to
+    stop: not while nothing happens, but at once for a change saved, which is then built, or for Ctrl-C."""
     from site_builder import serving
 
     root, key = served_project
-    asked = []
-    monkeypatch.setattr(serving.Site, "prepare_spare_tree", lambda site, cancelled: asked.append(cancelled))
+    asked, gave_way = [], threading.Event()
+
+    def linking(site, cancelled):  # (as the real one does: the lock held, asked between files)
+        with site.build_lock:
+            asked.append(cancelled)
+            deadline = time.monotonic() + DEADLINE
+            while time.monotonic() < deadline:
+                if cancelled():
+                    gave_way.set()
+                    return
+                time.sleep(0.02)
+
+    monkeypatch.setattr(serving.Site, "prepare_spare_tree", linking)
     lines, stop = [], threading.Event()
     thread, _, returned = _serve_in_thread(root, lines, stop)
     eventually(lambda: asked)
-    give_way = asked[0]
     time.sleep(0.3)
-    assert give_way() is False  # (nothing changed)
+    assert not gave_way.is_set()  # (nothing changed)
     _retitle(root, key, "Saved while linking")
-    eventually(give_way)  # (the change seen: the watcher collects it, then the rebuild waits for the lock)
-    eventually(lambda: any(line.startswith("[change]") for line in lines))
+    assert gave_way.wait(DEADLINE)
+    eventually(lambda: any(line.startswith("[change]") for line in lines))  # (built once the linking gave way)
     stop.set()
-    assert give_way() is True
+    assert asked[0]() is True
     thread.join(DEADLINE)
     assert returned == [0]
 
