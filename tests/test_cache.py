@@ -194,6 +194,21 @@ def test_planted_compiled_templates_never_run(trust_project):
     assert_as_without_cache(trust_project, again, strict=True)
 
 
+def test_compiled_templates_are_kept_and_the_next_build_loads_them(trust_project):
+    """A command-line build keeps the templates it compiled beside the cache, under this user's tag, and the next
+    one that renders loads them instead of compiling them again (about 0.1 s of every rebuild)."""
+    folder = cache_folder(trust_project) / "templates"
+    (trust_project / "site.toml").write_text('title = "First"\n')
+    assert cli_build(trust_project).returncode == 0
+    kept = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.glob("*.jbc")}
+    assert len(kept) > 10
+    wait_for_saver(trust_project)
+    (trust_project / "site.toml").write_text('title = "Second"\n')  # (every page rendered again)
+    assert cli_build(trust_project).returncode == 0
+    assert "Second" in (trust_project / "site" / "index.html").read_text()
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.glob("*.jbc")} == kept
+
+
 def _patched_verifier_result(trust_project: Path) -> tuple[str, str]:
     """(sha256, cache data) of what a builder whose signature checks accept anything says of the forgery."""
     from site_builder import verification
