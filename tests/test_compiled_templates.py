@@ -7,8 +7,8 @@ import os
 
 import jinja2
 import pytest
-from conftest import open_descriptors
 
+from conftest import open_descriptors
 from site_builder.cache_key import user_cache_key
 from site_builder.compiled_templates import CompiledTemplates
 
