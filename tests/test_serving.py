@@ -1106,15 +1106,15 @@ def test_a_change_saved_while_the_second_tree_is_linked_makes_the_linking_give_w
 
     def cancelled() -> bool:  # (the linking asks before its first file: here, once a rebuild waits for the lock)
         linking.set()
-        answers.append(answers[-1] if answers else site.rebuild_waiting.wait(timeout=10))
+        answers.append(answers[-1] if answers else site.rebuild_waiting.wait(timeout=DEADLINE))
         return answers[-1]
 
     linker = threading.Thread(target=site.prepare_spare_tree, args=(cancelled,))
     linker.start()
-    assert linking.wait(timeout=10)
+    assert linking.wait(timeout=DEADLINE)
     page = _retitle(root, key, "Saved while linking")
     assert site.rebuild("change", None)
-    linker.join(timeout=30)
+    linker.join(timeout=DEADLINE * 3)
     assert answers[0] is True and not any(line.startswith("ready for fast rebuilds") for line in lines)
     assert b"Saved while linking" in page.read_bytes()
     site.store.close()
