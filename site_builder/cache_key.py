@@ -3,7 +3,9 @@
 Everything a build finds on disk is untrusted input, its own cache included: a project folder can come from a
 clone, a fork's pull request or a folder another user writes to.  So every entry the cache keeps (a file's
 digest, a verification result, a tree's unit list, the no-op answer, a compiled template) carries a keyed
-BLAKE2b tag, and an entry whose tag does not check is ignored and recomputed, which costs only work.
+BLAKE2b tag, and an entry whose tag does not check is ignored and recomputed, which costs only work.  A large
+field is tagged by its SHA-256 digest (``DIGEST_FROM``): forging its tag still needs the key, or another field
+with the same SHA-256.
 
 The secret lives outside every project, in the user's cache home (``$XDG_CACHE_HOME/site-builder/cache-key``,
 by default ``~/.cache/site-builder/cache-key``): 32 random bytes, created on first use, mode 0600, in a folder
@@ -28,6 +30,10 @@ from site_builder.writing import not_private
 
 KEY_BYTES = 32
 KEY_FILE = "cache-key"
+# A field of this many bytes or more is tagged by its SHA-256 digest, which this CPU's SHA instructions make
+# twice as fast as the keyed BLAKE2b over it: 0.9 ms against 1.7 ms for the no-op answer or the mirrored
+# bundles' record at 10,000 records (~1.6 MB each), read by every build.  None: every field whole.
+DIGEST_FROM: int | None = 4096
 
 
 class CacheKeyUnavailable(Exception):
@@ -84,8 +90,12 @@ def _tag(mac, fields: tuple) -> str:
             value = value.encode("utf-8", "surrogatepass")
         elif type(value) is not bytes:
             raise TypeError(f"a tagged field is text or bytes, not {type(value).__name__}")
-        mac.update(b"%d:" % len(value))
-        mac.update(value)
+        if DIGEST_FROM is not None and len(value) >= DIGEST_FROM:  # ("#" never starts a length: no two lists of
+            mac.update(b"#%d:" % len(value))                     # fields share an encoding)
+            mac.update(hashlib.sha256(value).digest())
+        else:
+            mac.update(b"%d:" % len(value))
+            mac.update(value)
     return mac.hexdigest()
 
 

@@ -20,7 +20,7 @@ import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import orjson
 
@@ -84,18 +84,34 @@ def holds_verified_bytes(tree: Path, pith_id: str, sha256: str) -> bool:
 
 @dataclass(frozen=True, eq=False)
 class MirrorRecord:
-    """The cache's record of the mirrored bundles (``BuildCache.mirrored``): as stored (JSON whose tag has
-    checked), which the child that looks the files up parses, and parsed here only where a build needs more than
-    their answer (a no-op build never does: ~10 ms at 10,000 records).  *known*: the entries, where whoever
-    made the record has them already (the cache that wrote them: serve, which builds again and again)."""
+    """The cache's record of the mirrored bundles (``BuildCache.mirrored``): *stored*, the JSON as stored (its
+    tag checked), or the function that reads it so (and says None where there is none that checks), called
+    where the bytes are first asked for: in the child that looks the files up, for a no-op build, which never
+    needs more than that child's answer.  The JSON is parsed where the entries are needed (~10 ms at 10,000
+    records).  *known*: the entries, where whoever made the record has them already (the cache that wrote
+    them: serve, which builds again and again)."""
 
-    document: bytes
+    stored: bytes | Callable[[], bytes | None]
     known: dict[str, tuple[str, str]] | None = None
+
+    @functools.cached_property
+    def document(self) -> bytes | None:
+        """The record as stored; None where there is none whose tag checks."""
+        return self.stored if isinstance(self.stored, bytes) else self.stored()
 
     @functools.cached_property
     def entries(self) -> dict[str, tuple[str, str]] | None:
         """Pith id -> (stat signature, sha256) of the record's bundle.json; None where it is no such record."""
-        return self.known if self.known is not None else recorded_in(self.document)
+        if self.known is not None:
+            return self.known
+        return recorded_in(self.document) if self.document is not None else None
+
+    def for_child(self) -> MirrorRecord:
+        """The record to hand the child: its bytes alone (the child parses them once, for both trees), or, where
+        they are not read yet, the function that reads them."""
+        if "document" in self.__dict__ or isinstance(self.stored, bytes):
+            return MirrorRecord(self.document if self.document is not None else b"null")  # (JSON for none)
+        return MirrorRecord(self.stored)
 
 
 @dataclass(frozen=True)
@@ -193,7 +209,7 @@ class MirrorLookups:
         self._record = record
         steps = {}
         if record is not None:
-            handed = MirrorRecord(record.document)  # (the bytes alone: the child parses them once, for both steps)
+            handed = record.for_child() if start_method is not None else record
             steps["live"] = functools.partial(differing_in, output, handed)
             if os.path.isdir(twin):  # (none after a first build: its lookups would only say so 10,000 times)
                 steps["twin"] = functools.partial(differing_in, twin, handed)

@@ -371,6 +371,55 @@ def test_taking_the_lock_this_cache_already_holds_returns_at_once(tmp_path):
         cache.close()
 
 
+@pytest.mark.parametrize("start_method", ["fork", "forkserver", None])
+def test_the_mirrored_record_read_where_it_is_asked_for_is_the_record_as_stored(tmp_path, start_method):
+    """A command-line build hands the lookups of the mirrored bundles a record not yet read, which the child
+    making them reads over a connection of its own: they find what a record read here finds, and where the
+    stored record's tag does not check, or it is gone, or the cache file is, the record proves nothing (the
+    child's lookups say there is none, and the build's own read agrees)."""
+    from site_builder.cache import BuildCache
+    from site_builder.mirrors import MirrorLookups, mirror_signatures
+
+    live = tmp_path / "live"
+    for pid in ("AAAA", "BBBB"):
+        for folder in ("pith", ".well-known/pith"):
+            (live / folder / pid).mkdir(parents=True)
+            (live / folder / pid / "bundle.json").write_bytes(b"{}")
+    now = dict(mirror_signatures(live, ["AAAA", "BBBB"]))
+    entries = {pid: (sig, "0" * 64) for pid, sig in now.items()}
+    entries["AAAA"] = ("1:2:3 4:5:6", "0" * 64)  # (not the file there now)
+    path = tmp_path / "cache" / "cache.sqlite"
+    cache = BuildCache(path, key=user_cache_key())
+    cache.save_mirrored(entries)
+    cache.close()
+
+    def looked_up(flaw: str | None) -> tuple:
+        cache = BuildCache(path, key=user_cache_key())
+        try:
+            record = cache.mirrored(read_now=False)
+            if flaw is not None:
+                db = sqlite3.connect(path)
+                if flaw == "planted":  # (the file there now, as if recorded, under a made-up tag)
+                    data, _ = cache_document(db, "mirrored")
+                    data["AAAA"][0] = now["AAAA"]
+                    plant_document(db, "mirrored", data, "0" * 64)
+                else:
+                    db.execute("DELETE FROM documents WHERE name='mirrored'")
+                db.commit()
+                db.close()
+            lookups = MirrorLookups(live, tmp_path / "none", record, start_method)
+            try:
+                return lookups.live(), lookups.recorded, lookups.edited(), cache.mirrored() is None
+            finally:
+                lookups.close()
+        finally:
+            cache.close()
+
+    assert looked_up(None) == ({"AAAA": now["AAAA"]}, entries, frozenset({"AAAA"}), False)
+    for flaw in ("planted", "deleted"):
+        assert looked_up(flaw) == (None, None, frozenset({"AAAA", "BBBB"}), True)
+
+
 def _files_added(path: str):
     """An edit of a unit list's line: *path* added to the files of the static files' unit (kept as it is by the
     next build: its files linked) and of the report's (made again: its files removed from a tree updated in

@@ -49,6 +49,24 @@ def test_tags_bind_every_field_and_the_context(tmp_path):
     assert not a.checks(None, "file", "a.json", "sig", "sha") and not a.checks(tag, "file", "a.json", 1, "sha")
 
 
+@pytest.mark.parametrize("digest_from", [cache_key.DIGEST_FROM, None])
+def test_a_large_fields_tag_binds_every_byte_of_it(tmp_path, monkeypatch, digest_from):
+    """A field tagged by its SHA-256 digest (``DIGEST_FROM``) is bound as a whole field is: one byte changed, or
+    another length, or a small field holding its very digest, never checks."""
+    import hashlib
+
+    monkeypatch.setattr(cache_key, "DIGEST_FROM", digest_from)
+    key = user_cache_key({"HOME": str(tmp_path)}).bound_to("context")
+    large = bytes(range(256)) * 64
+    tag = key.tag("document", large)
+    assert key.checks(tag, "document", large) and key.tagger().checks(tag, "document", large)
+    assert not key.checks(tag, "document", large[:-1] + b"\0") and not key.checks(tag, "document", large + b"\0")
+    assert not key.checks(tag, "document", large[:-1])
+    assert not key.checks(tag, "document", hashlib.sha256(large).digest())
+    assert not key.checks(tag, "document", b"#%d:" % len(large) + hashlib.sha256(large).digest())
+    assert not key.checks(tag, "documen", b"t" + large)
+
+
 @pytest.mark.parametrize("flaw", ["folder-writable-by-others", "key-readable-by-others", "key-is-a-link",
                                   "key-is-a-folder", "key-wrong-length", "no-home"])
 def test_a_key_that_others_could_read_or_plant_is_refused(tmp_path, flaw):

@@ -15,6 +15,7 @@ import pytest
 from generate import make_bundle
 from linkcheck import broken_links
 from site_builder.build import build
+from site_builder.mirrors import mirror_signatures
 from site_builder.search_index import SEARCH_STAGE
 from site_builder.serving import live_reload_tag
 from site_builder.stages.context import default_cache_dir
@@ -467,8 +468,9 @@ def test_an_edited_live_bundle_json_is_written_again_when_the_cache_cannot_vouch
     mirrored, tag = cache_document(db, "mirrored")
     if forgotten == "deleted":
         db.execute("DELETE FROM documents WHERE name='mirrored'")
-    else:  # the edited file's new signature, under the genuine tag or another made-up one
-        mirrored[pid][0] = ":".join(str(v) for v in (live.stat().st_size, live.stat().st_mtime_ns, live.stat().st_ino))
+    else:  # the edited file's new signature (both its paths), under the genuine tag or another made-up one
+        mirrored[pid][0] = dict(mirror_signatures(out, [pid]))[pid]
+        assert mirrored[pid][0] is not None
         plant_document(db, "mirrored", mirrored, tag if forgotten == "edited" else "0" * 64)
     db.commit()
     db.close()

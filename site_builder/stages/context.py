@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from site_builder import builder_identity
-from site_builder.cache import BuildCache, CacheFolderUnsafe, make_private_folder
+from site_builder.cache import BuildCache
+from site_builder.cache_folder import CacheFolderUnsafe, make_private_folder
 from site_builder.cache_key import CacheKey, CacheKeyUnavailable, user_cache_key
 from site_builder.compiled_templates import CompiledTemplates
-from site_builder.loading import stat_signature
 from site_builder.incremental import IncrementalStore
+from site_builder.loading import stat_signature
 from site_builder.mirrors import MirrorLookups, MirrorRecord
 from site_builder.options import BuildOptions
 from site_builder.parallel import cpu_seconds
@@ -128,7 +129,7 @@ def opened_context(options: BuildOptions, scratch: Path, report: BuildReport,
             store = options.store if options.store is not None else IncrementalStore(keeps=False)
             store.start_build()
             clock = StageClock(report.timings, report.cpu)
-            mirrors = mirror_lookups(options, slot, cache.mirrored())
+            mirrors = mirror_lookups(options, slot, cache.mirrored(read_now=options.session is not None))
             try:
                 yield BuildContext(options, slot, dirs, about, build_key, templates_key, search_by, cache, store,
                                    report, clock, scratch, mirrors)

@@ -3,7 +3,6 @@ inputs and templates, and a context that holds the output's lock for the build's
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import replace
 
 import pytest
@@ -14,7 +13,7 @@ from site_builder.keys import load_trust_set
 from site_builder.options import BuildPolicy
 from site_builder.report import BuildReport
 from site_builder.settings import SiteConfig
-from site_builder.stages.context import build_key_of, cache_folder, digest_of, opened_context, source_date
+from site_builder.stages.context import build_key_of, digest_of, opened_context, source_date
 from site_builder.writing import OutputError
 
 
@@ -162,56 +161,6 @@ def test_a_build_takes_over_lookups_started_ahead_only_for_its_output_and_record
     assert twin_first == [True, True, True]
     assert mirror_lookups(options, slot, recorded) is not ahead  # (a one-shot build has none)
     assert twin_first[-1] is False
-
-
-def _other_database(path):
-    db = sqlite3.connect(path)
-    db.execute("CREATE TABLE meta (key TEXT, value TEXT)")
-    db.execute("INSERT INTO meta VALUES ('mine', 'not the cache''s')")
-    db.commit()
-    db.close()
-    return path.read_bytes()
-
-
-def test_a_link_planted_in_the_cache_folder_is_removed_not_opened(project, tmp_path):
-    """The cache's folder holds authenticated bytes, but its names are not: a link planted as cache.sqlite made
-    the build open the database it led to as its cache, and empty its tables."""
-    options = opts(project, project / "site", both_keys())
-    folder = cache_folder(options)
-    folder.mkdir(parents=True)
-    elsewhere = tmp_path / "other.sqlite"
-    before = _other_database(elsewhere)
-    (folder / "cache.sqlite").symlink_to(elsewhere)
-    (folder / "cache.lock").symlink_to(tmp_path / "created-elsewhere")
-    build(options)
-    assert elsewhere.read_bytes() == before and not (tmp_path / "created-elsewhere").exists()
-    assert not (folder / "cache.sqlite").is_symlink() and not build(options).changed  # (a cache of its own)
-
-
-def test_a_cache_folder_that_is_a_link_or_writable_by_others_is_not_used_as_it_is(project, tmp_path):
-    options = opts(project, project / "site", both_keys())
-    folder = cache_folder(options)
-    folder.parent.mkdir(parents=True)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    folder.symlink_to(elsewhere)
-    report = build(options)
-    assert "no build cache" in report.cache_note and "is not a folder" in report.cache_note
-    assert list(elsewhere.iterdir()) == []
-    folder.unlink()
-    folder.mkdir(mode=0o777)
-    folder.chmod(0o777)
-    report = build(options)
-    assert report.cache_note == "" and folder.stat().st_mode & 0o777 == 0o755  # (this user's: made private)
-
-
-def test_a_cache_folder_named_by_the_user_is_never_changed_only_refused_if_others_may_write_to_it(project, tmp_path):
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o1777)  # (as /tmp is)
-    report = build(opts(project, project / "site", both_keys(), cache_dir=shared))
-    assert "is writable by other users" in report.cache_note
-    assert shared.stat().st_mode & 0o7777 == 0o1777 and list(shared.iterdir()) == []
 
 
 @pytest.mark.parametrize("value", ["abc", "-5", " 5", "1.5", "99999999999999", "253402300800"])

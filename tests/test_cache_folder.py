@@ -1,0 +1,84 @@
+"""The cache's folder: this user's alone, a link at its names never followed, a folder the user named never
+changed."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+
+import pytest
+
+from conftest import both_keys, opts
+from site_builder.build import build
+from site_builder.cache_folder import CACHE_NAMES, CacheFolderUnsafe, make_private_folder
+from site_builder.stages.context import cache_folder
+
+
+def test_the_builders_own_folder_is_made_private_and_one_the_user_named_only_refused(tmp_path):
+    ours = tmp_path / "ours" / "cache"
+    make_private_folder(ours, ours=True)
+    assert ours.is_dir() and ours.stat().st_mode & 0o777 == 0o755  # (made with its parent)
+    ours.chmod(0o775)
+    for name in CACHE_NAMES:
+        os.symlink(tmp_path / "elsewhere", ours / name)
+    make_private_folder(ours, ours=True)
+    assert ours.stat().st_mode & 0o777 == 0o755 and os.listdir(ours) == []
+    named = tmp_path / "named"
+    named.mkdir()
+    named.chmod(0o775)
+    with pytest.raises(CacheFolderUnsafe, match="writable by other users"):
+        make_private_folder(named, ours=False)
+    assert named.stat().st_mode & 0o777 == 0o775
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(CacheFolderUnsafe, match="^cannot make .*file/cache"):
+        make_private_folder(tmp_path / "file" / "cache", ours=True)
+
+
+def _other_database(path):
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE meta (key TEXT, value TEXT)")
+    db.execute("INSERT INTO meta VALUES ('mine', 'not the cache''s')")
+    db.commit()
+    db.close()
+    return path.read_bytes()
+
+
+def test_a_link_planted_in_the_cache_folder_is_removed_not_opened(project, tmp_path):
+    """The cache's folder holds authenticated bytes, but its names are not: a link planted as cache.sqlite made
+    the build open the database it led to as its cache, and empty its tables."""
+    options = opts(project, project / "site", both_keys())
+    folder = cache_folder(options)
+    folder.mkdir(parents=True)
+    elsewhere = tmp_path / "other.sqlite"
+    before = _other_database(elsewhere)
+    (folder / "cache.sqlite").symlink_to(elsewhere)
+    (folder / "cache.lock").symlink_to(tmp_path / "created-elsewhere")
+    build(options)
+    assert elsewhere.read_bytes() == before and not (tmp_path / "created-elsewhere").exists()
+    assert not (folder / "cache.sqlite").is_symlink() and not build(options).changed  # (a cache of its own)
+
+
+def test_a_cache_folder_that_is_a_link_or_writable_by_others_is_not_used_as_it_is(project, tmp_path):
+    options = opts(project, project / "site", both_keys())
+    folder = cache_folder(options)
+    folder.parent.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    folder.symlink_to(elsewhere)
+    report = build(options)
+    assert "no build cache" in report.cache_note and "is not a folder" in report.cache_note
+    assert list(elsewhere.iterdir()) == []
+    folder.unlink()
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)
+    report = build(options)
+    assert report.cache_note == "" and folder.stat().st_mode & 0o777 == 0o755  # (this user's: made private)
+
+
+def test_a_cache_folder_named_by_the_user_is_never_changed_only_refused_if_others_may_write_to_it(project, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # (as /tmp is)
+    report = build(opts(project, project / "site", both_keys(), cache_dir=shared))
+    assert "is writable by other users" in report.cache_note
+    assert shared.stat().st_mode & 0o7777 == 0o1777 and list(shared.iterdir()) == []
