@@ -154,9 +154,8 @@ def render_records(ctx: BuildContext, site: SitePlan, out: OutputTree, names: li
         for done in results:
             pid = done.pith_id
             twin_lost = twin_lost or done.twin_lost
-            if done.error:
+            if done.error:  # (no files: the site is planned again without it, below)
                 changed[pid] = done.error
-                units.pop(f"record:{pid}", None)
                 continue
             if done.row is not None:
                 site.renderer.keep_row(site.selection.published[pid].inspection.summary.row_digest, done.row)

@@ -63,3 +63,58 @@ def test_words_are_read_back_only_from_the_verified_bundle_in_the_tree(tmp_path)
         read("ABC", "0" * 64)
     with pytest.raises(OutputError, match=r"pith/XYZ/bundle.json: .*build again with --no-cache"):
         read("XYZ", hashlib.sha256(raw).hexdigest())
+
+
+@pytest.mark.parametrize("twin", [False, True])
+def test_the_cache_records_each_mirrored_bundle_as_the_build_left_it(project, twin):
+    """The next build proves the live site's mirrored bundles by their signatures as this build left them: the
+    records it rendered (all of them on a first build or a template edit, one on a change) are recorded by the
+    files it wrote, not by those they replaced.  Recorded by the old files' signatures, every later no-op would
+    hash every one of them again (the files then differ from the record) and never record them anew."""
+    import sqlite3
+
+    from conftest import both_keys, cache_document, edit_visibly, opts
+    from generate import make_bundle
+    from site_builder.build import build
+    from site_builder.mirrors import mirror_signatures
+    from site_builder.stages.context import default_cache_dir
+
+    out = project / "site"
+
+    def recorded_as_left() -> bool:
+        db = sqlite3.connect(default_cache_dir(out) / "cache.sqlite")
+        try:
+            recorded = cache_document(db, "mirrored")[0]
+        finally:
+            db.close()
+        now = dict(mirror_signatures(out, list(recorded)))
+        published = {p.parent.name for p in (out / "pith").glob("*/bundle.json")}
+        return recorded.keys() == published and all(now[pid] == sig for pid, (sig, _) in recorded.items())
+
+    run = lambda: build(opts(project, out, both_keys(), link_twin=twin))  # noqa: E731
+    run()
+    assert recorded_as_left()
+    (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=2))
+    assert run().files_written and recorded_as_left()
+    edit_visibly(project, "paper.html")
+    assert run().files_written and recorded_as_left()
+
+
+def test_each_records_list_row_is_rendered_once_a_build(project, monkeypatch):
+    """The render stage keeps the list row each record's worker rendered beside its pages, so the listings (a
+    record is on three or four) only join rows: none is rendered again for them."""
+    from conftest import both_keys, opts
+    from site_builder.build import build
+    from site_builder.rendering import ROW_TEMPLATE
+
+    rendered = []
+    render = SiteRenderer.render
+
+    def counting(self, name, **values):
+        if name == ROW_TEMPLATE:
+            rendered.append(values["p"].pith_id)
+        return render(self, name, **values)
+    monkeypatch.setattr(SiteRenderer, "render", counting)
+    report = build(opts(project, project / "site", both_keys(), jobs=1))
+    published = {o.pith_number.rsplit(":", 1)[1] for o in report.outcomes if o.status == "published"}
+    assert len(published) >= 8 and sorted(rendered) == sorted(published)
