@@ -388,7 +388,7 @@ def test_the_mirrored_record_read_where_it_is_asked_for_is_the_record_as_stored(
     now = dict(mirror_signatures(live, ["AAAA", "BBBB"]))
     entries = {pid: (sig, "0" * 64) for pid, sig in now.items()}
     entries["AAAA"] = ("1:2:3 4:5:6", "0" * 64)  # (not the file there now)
-    path = tmp_path / "cache" / "cache.sqlite"
+    path = tmp_path / "a cache?#%41" / "cache.sqlite"  # (read by a URI: each of these escaped)
     cache = BuildCache(path, key=user_cache_key())
     cache.save_mirrored(entries)
     cache.close()
