@@ -554,3 +554,42 @@ def test_serve_without_flags_listens_where_serve_options_say(tmp_path, monkeypat
                                  options.trusted_keys)
     assert (options.host, options.port, options.search) == (plain.host, plain.port, plain.search) \
         == ("127.0.0.1", 8000, True)
+
+
+def test_what_a_command_prints_reaches_a_pipe_where_python_buffers_it(bundles_dir, tmp_path):
+    """A command ends with ``os._exit`` (a build's objects are not torn down one by one), which flushes nothing:
+    what it printed is flushed first, or a pipe (a CI log, ``| tee``) gets nothing of what Python buffered."""
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    r = cli("verify", bundles_dir, env=env)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 4 and r.stdout.startswith("OK pith:"), r
+    r = cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--no-search", env=env)
+    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1].startswith("4 bundles read, 4 published"), r
+
+
+def test_pull_says_each_record_it_could_not_take_and_exits_1(tmp_path):
+    """``pull`` prints what it fetched (unless quiet), every record rejected or failed (always), and its summary
+    line last on stdout; any rejected or failed record makes the exit status 1."""
+    from browser import serve
+
+    good, tampered = (json.loads(path.read_bytes()) for path in REAL_FILES[:2])
+    ids = [b["pith_number"].rsplit(":", 1)[1] for b in (good, tampered)]
+    served = tmp_path / "served"
+    for pid, path in zip(ids, REAL_FILES[:2]):
+        (served / "pith" / pid).mkdir(parents=True)
+        raw = path.read_bytes()
+        if pid == ids[1]:  # (its signature no longer holds)
+            raw = raw.replace(b'"title":"', b'"title":"EVIL ', 1)
+        (served / "pith" / pid / "bundle.json").write_bytes(raw)
+    missing = "A" * 26
+    with serve(served) as url:
+        for quiet in ((), ("--quiet",)):
+            r = cli("pull", "--from", url, "--bundles", tmp_path / f"pulled{len(quiet)}", "--retries", "0", *quiet,
+                    *ids, missing)
+            assert r.returncode == 1, r
+            told = sorted(line.split(":", 1)[0] for line in r.stderr.splitlines())
+            fetched = [] if quiet else [f"FETCHED {ids[0]}"]
+            assert told == sorted([f"FAILED {missing}", f"REJECTED {ids[1]}", *fetched])
+            assert r.stdout.splitlines()[-1] == ("1 fetched, 0 unchanged, 0 kept (local copy newer), 1 rejected, "
+                                                 "1 failed")
+        r = cli("pull", "--from", url, "--bundles", tmp_path / "pulled0", "--retries", "0", ids[0])
+    assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("0 fetched, 1 unchanged"), r

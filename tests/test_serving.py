@@ -261,9 +261,11 @@ def test_reload_signal_reaches_client_and_browser_reloads(server):
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_cleanly(server):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_stops_cleanly(server, stop):
+    """Ctrl-C, or SIGTERM (a service manager, ``docker stop``, a CI step's timeout), stops serve as cleanly."""
     root, _, base, port, proc = server
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     proc.wait(10)
     out, err = proc.communicate()
     assert proc.returncode == 0
