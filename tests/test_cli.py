@@ -583,8 +583,8 @@ def test_pull_says_each_record_it_could_not_take_and_exits_1(tmp_path):
     missing = "A" * 26
     with serve(served) as url:
         for quiet in ((), ("--quiet",)):
-            r = cli("pull", "--from", url, "--bundles", tmp_path / f"pulled{len(quiet)}", "--retries", "0", *quiet,
-                    *ids, missing)
+            r = cli("pull", "--from", url, "--bundles", tmp_path / f"pulled{len(quiet)}", "--retries", "0",
+                    "--deadline", "60", *quiet, *ids, missing)
             assert r.returncode == 1, r
             told = sorted(line.split(":", 1)[0] for line in r.stderr.splitlines())
             fetched = [] if quiet else [f"FETCHED {ids[0]}"]
