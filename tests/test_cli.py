@@ -591,5 +591,7 @@ def test_pull_says_each_record_it_could_not_take_and_exits_1(tmp_path):
             assert told == sorted([f"FAILED {missing}", f"REJECTED {ids[1]}", *fetched])
             assert r.stdout.splitlines()[-1] == ("1 fetched, 0 unchanged, 0 kept (local copy newer), 1 rejected, "
                                                  "1 failed")
+        failed_only = cli("pull", "--from", url, "--bundles", tmp_path / "pulled0", "--retries", "0", missing)
         r = cli("pull", "--from", url, "--bundles", tmp_path / "pulled0", "--retries", "0", ids[0])
+    assert failed_only.returncode == 1 and failed_only.stdout.splitlines()[-1].endswith(" 0 rejected, 1 failed")
     assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("0 fetched, 1 unchanged"), r
