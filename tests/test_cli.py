@@ -54,6 +54,10 @@ def test_usage_errors_exit_2(tmp_path):
     assert r.returncode == 2 and "32 bytes" in r.stderr
     r = cli("verify", "--trusted-keys", bad_key, REAL_FILES[1])  # (one line on stderr, for verify as for build)
     assert r.returncode == 2 and r.stdout == "" and "32 bytes" in r.stderr and len(r.stderr.splitlines()) == 1
+    for command in (("pull", "A" * 26), ("serve", "--bundles", ROOT / "bundles", "--output", tmp_path / "o")):
+        r = cli(*command, "--trusted-keys", bad_key)  # (as for pull and serve, before they fetch or build)
+        assert r.returncode == 2 and "32 bytes" in r.stderr and len(r.stderr.splitlines()) == 1, r
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.slow  # (a second or more: left to the full suite)
