@@ -57,6 +57,12 @@ def test_usage_errors_exit_2(tmp_path):
     for command in (("pull", "A" * 26), ("serve", "--bundles", ROOT / "bundles", "--output", tmp_path / "o")):
         r = cli(*command, "--trusted-keys", bad_key)  # (as for pull and serve, before they fetch or build)
         assert r.returncode == 2 and "32 bytes" in r.stderr and len(r.stderr.splitlines()) == 1, r
+    missing = tmp_path / "none"
+    for flags, said in ((("--bundles", missing), f"error: {missing}: bundles folder does not exist"),
+                        (("--bundles", ROOT / "bundles", "--base-url", "javascript:x"),
+                         "error: base URL 'javascript:x': only http and https are supported")):
+        r = cli("serve", *flags, "--output", tmp_path / "o")  # (before it listens or builds)
+        assert (r.returncode, r.stdout, r.stderr) == (2, "", said + "\n"), r
     assert not (tmp_path / "o").exists()
 
 
