@@ -50,7 +50,7 @@ from urllib.parse import quote
 import orjson
 
 from site_builder import builder_identity
-from site_builder.cache_key import CacheKey
+from site_builder.cache_key import CacheKey, Tagger
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
 from site_builder.loading import signature_size
 from site_builder.mirrors import MirrorRecord
@@ -104,14 +104,20 @@ class StoredDocument:
         except sqlite3.Error:
             return None
         try:
-            row = db.execute("SELECT data, tag FROM documents WHERE name=?", (self.name,)).fetchone()
+            return checked_document(db, self.name, self.key)
         except sqlite3.Error:
             return None
         finally:
             db.close()
-        if row is None or type(row[0]) is not bytes or not self.key.checks(row[1], "document", self.name, row[0]):
-            return None
-        return row[0]
+
+
+def checked_document(db: sqlite3.Connection, name: str, key: CacheKey | Tagger) -> bytes | None:
+    """The bytes of the document *name* in *db* as stored, or None where there is none or its tag (by *key*,
+    the cache's) does not check; sqlite3.Error where the database cannot be read."""
+    row = db.execute("SELECT data, tag FROM documents WHERE name=?", (name,)).fetchone()
+    if row is None or type(row[0]) is not bytes or not key.checks(row[1], "document", name, row[0]):
+        return None
+    return row[0]
 
 
 def cache_context() -> str:
@@ -258,10 +264,7 @@ class BuildCache:
 
     def _checked_bytes(self, name: str) -> bytes | None:
         """The bytes of the document *name* as stored, or None where there is none or its tag does not check."""
-        row = self.db.execute("SELECT data, tag FROM documents WHERE name=?", (name,)).fetchone()
-        if row is None or type(row[0]) is not bytes or not self._key.checks(row[1], "document", name, row[0]):
-            return None
-        return row[0]
+        return checked_document(self.db, name, self._key)
 
     def _document_for(self, name: str, field: str, value: str) -> dict | None:
         """The document *name* if it was made for *value* (its *field*), else None: none, a tag that does not

@@ -107,11 +107,10 @@ class MirrorRecord:
         return recorded_in(self.document) if self.document is not None else None
 
     def for_child(self) -> MirrorRecord:
-        """The record to hand the child: its bytes alone (the child parses them once, for both trees), or, where
-        they are not read yet, the function that reads them."""
-        if "document" in self.__dict__ or isinstance(self.stored, bytes):
-            return MirrorRecord(self.document if self.document is not None else b"null")  # (JSON for none)
-        return MirrorRecord(self.stored)
+        """The record to hand the child: its bytes alone where they are known (the child parses them once, for
+        both trees), else the function that reads them."""
+        known = self.stored if isinstance(self.stored, bytes) else self.__dict__.get("document")
+        return MirrorRecord(known if known is not None else self.stored)
 
 
 @dataclass(frozen=True)
