@@ -6,14 +6,19 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import sqlite3
 
 import pytest
 
-from conftest import REAL_FILES
+from conftest import REAL_FILES, both_keys, cache_document, edit_visibly, opts
+from generate import make_bundle
+from site_builder.build import build
 from site_builder.inspection import inspect_bytes
 from site_builder.keys import load_trust_set
-from site_builder.rendering import SiteRenderer, template_dirs
+from site_builder.mirrors import mirror_signatures
+from site_builder.rendering import ROW_TEMPLATE, SiteRenderer, template_dirs
 from site_builder.settings import SiteConfig
+from site_builder.stages.context import default_cache_dir
 from site_builder.stages.render import RecordTask, RecordWriter, render_record
 from site_builder.writing import StagingTree
 
@@ -71,14 +76,6 @@ def test_the_cache_records_each_mirrored_bundle_as_the_build_left_it(project, tw
     records it rendered (all of them on a first build or a template edit, one on a change) are recorded by the
     files it wrote, not by those they replaced.  Recorded by the old files' signatures, every later no-op would
     hash every one of them again (the files then differ from the record) and never record them anew."""
-    import sqlite3
-
-    from conftest import both_keys, cache_document, edit_visibly, opts
-    from generate import make_bundle
-    from site_builder.build import build
-    from site_builder.mirrors import mirror_signatures
-    from site_builder.stages.context import default_cache_dir
-
     out = project / "site"
 
     def recorded_as_left() -> bool:
@@ -103,10 +100,6 @@ def test_the_cache_records_each_mirrored_bundle_as_the_build_left_it(project, tw
 def test_each_records_list_row_is_rendered_once_a_build(project, monkeypatch):
     """The render stage keeps the list row each record's worker rendered beside its pages, so the listings (a
     record is on three or four) only join rows: none is rendered again for them."""
-    from conftest import both_keys, opts
-    from site_builder.build import build
-    from site_builder.rendering import ROW_TEMPLATE
-
     rendered = []
     render = SiteRenderer.render
 
