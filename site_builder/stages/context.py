@@ -58,6 +58,21 @@ def digest_of(*parts: object) -> str:
     return h.hexdigest()
 
 
+def digests_under(first: str) -> Callable[[str], str]:
+    """``digest_of(first, text)`` as a function of *text*, *first* hashed once: a build names 10,000 units
+    under one build key (~10 ms less than calling ``digest_of`` for each)."""
+    data = first.encode("utf-8", "surrogatepass")
+    keyed = hashlib.sha256(b"%d:%s" % (len(data), data))
+
+    def digest(text: str) -> str:
+        data = text.encode("utf-8", "surrogatepass")
+        h = keyed.copy()
+        h.update(b"%d:" % len(data))
+        h.update(data)
+        return h.hexdigest()
+    return digest
+
+
 class StageClock:
     """Records how long each stage took, and the CPU time this process and its workers spent in it (the
     benchmark and ``build --verbose`` print these): a stage whose workers' CPU is near its wall time times the

@@ -13,7 +13,7 @@ from site_builder.keys import load_trust_set
 from site_builder.options import BuildPolicy
 from site_builder.report import BuildReport
 from site_builder.settings import SiteConfig
-from site_builder.stages.context import build_key_of, digest_of, opened_context, source_date
+from site_builder.stages.context import build_key_of, digest_of, digests_under, opened_context, source_date
 from site_builder.writing import OutputError
 
 
@@ -69,6 +69,14 @@ def test_digests_of_parts_are_unambiguous():
     assert digest_of("ab", "c") != digest_of("a", "bc") and digest_of("a", b"b") == digest_of("a", "b")
     assert digest_of("a\0", "b") != digest_of("a", "\0b")  # (a part may hold the NUL a separator would be)
     assert digest_of("a", None) != digest_of("a", "None", "")
+
+
+@pytest.mark.parametrize("first", ["", "k" * 64, "\u00e9\ud800"])
+def test_digests_under_one_first_part_are_digest_of_the_two(first):
+    digest = digests_under(first)
+    for text in ["", "b", "record\tabc", "\u00e9" * 5000, "\udc80", first]:
+        assert digest(text) == digest_of(first, text)
+    assert digest("ab") != digests_under(first + "a")("b")
 
 
 def test_the_context_holds_the_outputs_lock_until_it_is_left(project, tmp_path):
