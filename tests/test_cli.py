@@ -122,6 +122,37 @@ def test_verify_works_on_all_cores_and_reports_in_order(tmp_path):
     assert [": ".join(line.split(": ")[:2]) for line in lines] == expected  # (a rejection's reason left out)
 
 
+def test_verify_of_a_folder_it_cannot_list_exits_2_with_one_line(tmp_path):
+    """A folder that exists but cannot be listed (no read permission, as a user meets it; these tests run as root,
+    which may list any folder, so the listing is refused in the command's own process): one line on stderr,
+    nothing on stdout, exit 2, and no file of another argument verified."""
+    refused = tmp_path / "refused"
+    refused.mkdir()
+    script = ("import os, sys\n"
+              "listing = os.scandir\n"
+              "def scandir(path='.'):\n"
+              "    if os.fspath(path) == sys.argv[-1]:\n"
+              "        raise PermissionError(13, 'Permission denied', os.fspath(path))\n"
+              "    return listing(path)\n"
+              "os.scandir = scandir\n"
+              "sys.argv[0] = 'site-builder'\n"
+              "from site_builder.cli import run\n"
+              "run()\n")
+    r = subprocess.run([sys.executable, "-c", script, "verify", REAL_FILES[0], str(refused)], capture_output=True,
+                       text=True)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"error: {refused}: cannot list bundles folder: "
+                                                          f"Permission denied\n"), r
+
+
+def test_pull_into_a_bundles_path_that_is_a_file_exits_2_with_one_line(tmp_path):
+    """A usage error of pull (``PullError``): one line on stderr, nothing on stdout, exit 2, nothing fetched."""
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    r = cli("pull", "--from", "http://127.0.0.1:9/", "--bundles", afile, "A" * 26)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"error: {afile}: --bundles names a file, not a folder\n"), r
+    assert afile.read_text() == "mine\n"
+
+
 def test_verify_with_trusted_test_key(tmp_path):
     key = TestKey()
     f = tmp_path / "mine.json"
