@@ -76,6 +76,20 @@ def test_a_cut_falls_at_the_last_word_unless_that_would_lose_over_half_the_text(
     assert short("a" * 150 + " " + "b" * 200) == ("a" * 150 + " " + "b" * 200)[:299] + "…"
 
 
+@pytest.mark.parametrize("abstract, cut", [("We show that it holds.", False), ("We show that it holds (as shown.)", False),
+                                           ("Is it? It is!", False), ("We show that it ho", True),
+                                           ("We show that it holds.  ", False), ("", False)])
+def test_an_abstract_is_cut_where_it_stops_mid_sentence(real_bundle, abstract, cut):
+    """Pages mark an abstract the resolver cut short ("…" and a link to the full one), and only such a one."""
+    assert summarize(with_paper(real_bundle, abstract_excerpt=abstract)).abstract_cut is cut
+
+
+def test_the_arxiv_version_id_is_the_id_and_version(real_bundle):
+    summary = summarize(real_bundle)
+    assert summary.arxiv_version_id == f"{summary.arxiv_id}v{summary.version}"
+    assert replace(summary, arxiv_id="2101.00001", version=3).arxiv_version_id == "2101.00001v3"
+
+
 def test_authors_are_split_on_commas_and_and():
     assert split_authors("Ada Lovelace, Alan Turing and Grace Hopper") == ("Ada Lovelace", "Alan Turing",
                                                                          "Grace Hopper")
@@ -109,6 +123,8 @@ def test_the_detail_lists_what_the_record_has_and_lacks(real_bundle):
 
     _snapshot(bundle)["references"] = {"count": 7, "resolved_work": 0}  # listed, none resolved
     assert dict(detail(bundle, summarize(bundle)).status_chips)["references resolved"] is False
+    _snapshot(bundle)["references"] = {"count": 7, "resolved_work": 1}  # one is enough
+    assert dict(detail(bundle, summarize(bundle)).status_chips)["references resolved"] is True
     bundle["state"]["current"] = None  # (a state with nothing merged yet)
     info = detail(bundle, summarize(bundle))
     assert set(dict(info.completeness).values()) == {0} and dict(info.status_chips)["author attested"] is False
@@ -135,6 +151,11 @@ def test_an_integrity_scan_is_shown_only_where_it_ran(real_bundle):
                                       "findings": [{}, {}], "detectors_run": ["d1"]}
     scan = detail(bundle, summarize(bundle)).integrity
     assert (scan.clean, scan.critical, scan.findings, scan.detectors) == (False, 2, 2, ("d1",))
+    # A count that is no whole number of at least zero (a bool is not one) is shown as none.
+    _snapshot(bundle)["integrity"] = {"available": True, "summary": {"critical": -3, "advisory": True,
+                                                                     "informational": "2"}}
+    scan = detail(bundle, summarize(bundle)).integrity
+    assert (scan.clean, scan.critical, scan.advisory, scan.informational) == (None, 0, 0, 0)
     for not_run in ({"available": False, "clean": True}, {"clean": True}, "clean", None):
         _snapshot(bundle)["integrity"] = not_run
         assert detail(bundle, summarize(bundle)).integrity is None, not_run
