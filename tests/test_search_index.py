@@ -288,3 +288,20 @@ def test_a_killed_pagefind_is_named_by_its_signal_and_only_a_sigkill_suggests_me
         with pytest.raises(SearchIndexError, match=r"pagefind failed: Error: no pages; previous output left"):
             search_index._check_exit(1, log)
         search_index._check_exit(0, log)  # (no error)
+
+
+def test_the_indexer_is_named_by_both_pagefind_packages_versions(monkeypatch):
+    """What the search indexes are keyed on besides the pages: a new Pagefind (its package or its binary) makes
+    them again, so that no shard is read by another version's search page."""
+    import importlib.metadata
+    installed = {dist: importlib.metadata.version(dist) for dist in ("pagefind", "pagefind-bin")}
+    assert search_index.pagefind_version() == (f"pagefind {installed['pagefind']}, "
+                                                f"pagefind-bin {installed['pagefind-bin']}")
+    versions = {"pagefind": "1.1.0"}
+
+    def version(dist: str) -> str:
+        if dist not in versions:
+            raise importlib.metadata.PackageNotFoundError(dist)
+        return versions[dist]
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    assert search_index.pagefind_version() == "pagefind 1.1.0, pagefind-bin unknown"
