@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REAL_FILES, ROOT, stand_in_pagefind
+from conftest import REAL_FILES, ROOT, run_unprivileged, stand_in_pagefind
 from signing import TestKey, sign_bundle, to_bytes
 
 
@@ -123,25 +123,30 @@ def test_verify_works_on_all_cores_and_reports_in_order(tmp_path):
 
 
 def test_verify_of_a_folder_it_cannot_list_exits_2_with_one_line(tmp_path):
-    """A folder that exists but cannot be listed (no read permission, as a user meets it; these tests run as root,
-    which may list any folder, so the listing is refused in the command's own process): one line on stderr,
-    nothing on stdout, exit 2, and no file of another argument verified."""
+    """A folder that exists but cannot be listed (no read permission): one line on stderr, nothing on stdout,
+    exit 2, and no file of another argument verified.  (Root may list any folder: the command runs in a child
+    process without that right, as a user does, its output sent to files.)"""
+    from site_builder.cli import main
+
     refused = tmp_path / "refused"
     refused.mkdir()
-    script = ("import os, sys\n"
-              "listing = os.scandir\n"
-              "def scandir(path='.'):\n"
-              "    if os.fspath(path) == sys.argv[-1]:\n"
-              "        raise PermissionError(13, 'Permission denied', os.fspath(path))\n"
-              "    return listing(path)\n"
-              "os.scandir = scandir\n"
-              "sys.argv[0] = 'site-builder'\n"
-              "from site_builder.cli import run\n"
-              "run()\n")
-    r = subprocess.run([sys.executable, "-c", script, "verify", REAL_FILES[0], str(refused)], capture_output=True,
-                       text=True)
-    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"error: {refused}: cannot list bundles folder: "
-                                                          f"Permission denied\n"), r
+    refused.chmod(0o300)
+    said = {name: tmp_path / name for name in ("stdout", "stderr", "code")}
+
+    def verify() -> None:
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            os.dup2(os.open(said[name], os.O_WRONLY | os.O_CREAT), fd)
+        sys.stdout, sys.stderr = (open(fd, "w", closefd=False) for fd in (1, 2))
+        code = main(["verify", str(REAL_FILES[0]), str(refused)])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        said["code"].write_text(str(code))
+    try:
+        run_unprivileged(verify)
+    finally:
+        refused.chmod(0o700)
+    assert [said[name].read_text() for name in ("code", "stdout", "stderr")] == [
+        "2", "", f"error: {refused}: cannot list bundles folder: Permission denied\n"]
 
 
 def test_pull_into_a_bundles_path_that_is_a_file_exits_2_with_one_line(tmp_path):
