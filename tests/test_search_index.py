@@ -285,6 +285,8 @@ def test_a_killed_pagefind_is_named_by_its_signal_and_only_a_sigkill_suggests_me
         with pytest.raises(SearchIndexError) as terminated:
             search_index._check_exit(-signal.SIGTERM, log)
         assert "killed by SIGTERM;" in str(terminated.value) and "memory" not in str(terminated.value)
+        with pytest.raises(SearchIndexError, match=r"killed by signal 77; previous output left untouched$"):
+            search_index._check_exit(-77, log)  # (a real-time signal Python has no name for)
         with pytest.raises(SearchIndexError, match=r"pagefind failed: Error: no pages; previous output left"):
             search_index._check_exit(1, log)
         search_index._check_exit(0, log)  # (no error)
