@@ -185,8 +185,8 @@ def _random_ids(n: int, seed: int) -> list[str]:
     return sorted({"".join(rng.choice(BASE32) for _ in range(26)) for _ in range(n)})
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("count", [1, 2, 4, 8, 32, 64, 256, MAX_SHARDS])
+@pytest.mark.parametrize("count", [1, 2, 4, 8, 32, 64, 256,  # (MAX_SHARDS: a second, left to the full suite)
+                                   pytest.param(MAX_SHARDS, marks=pytest.mark.slow)])
 def test_each_shards_glob_matches_exactly_the_ids_it_holds(count):
     """Pagefind reads a shard's record pages by its glob, so the glob must match the ids ``shard_of`` puts in that
     shard and no other (every first and second character tried), and never a short address's page."""
