@@ -4,6 +4,7 @@ the build's own process given what it already holds, and workers that never outl
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import subprocess
 import sys
@@ -11,7 +12,9 @@ import time
 
 import pytest
 
-from site_builder.parallel import PARALLEL_THRESHOLD, WorkAhead, Workers, map_in_workers
+from conftest import open_descriptors
+from site_builder.parallel import (PARALLEL_THRESHOLD, WorkAhead, WorkerLostError, Workers, map_in_workers,
+                                   usable_cores)
 
 
 class Offset:
@@ -142,15 +145,41 @@ def test_work_ahead_closed_early_stops_and_reaps_its_child():
     assert process.exitcode is not None  # (stopped and reaped: no zombie left)
 
 
-def imported(name: str) -> bool:
-    """(a step) Whether the process it runs in has imported the module *name*."""
-    return name in sys.modules
+def test_a_forkserver_child_finds_the_package_imported_by_its_server(tmp_path):
+    """Each child of a forkserver would import what it runs on its own (~40 ms a child of serve's).  Run in a
+    process of its own (a process has one forkserver, which another test's may have started already), with a
+    step whose module imports nothing (this module imports the package through its fixtures)."""
+    (tmp_path / "probe.py").write_text("import sys\n\n\ndef imported(name):\n    return name in sys.modules\n")
+    script = ("import functools\n"
+              "from site_builder.parallel import WorkAhead\n"
+              "from probe import imported\n"
+              "work = WorkAhead({'loaded': functools.partial(imported, 'site_builder.build')}, 'forkserver')\n"
+              "try:\n"
+              "    print(work.result('loaded'), work._process is not None)\n"
+              "finally:\n"
+              "    work.close()\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])})
+    assert (r.returncode, r.stdout) == (0, "True True\n"), r
 
 
-def test_a_forkserver_child_finds_the_package_imported_by_its_server():
-    """Each child of a forkserver would import what it runs on its own (~40 ms a child of serve's)."""
-    work = WorkAhead({"loaded": functools.partial(imported, "site_builder.build")}, "forkserver")
-    try:
-        assert work.result("loaded") is True
-    finally:
-        work.close()
+def test_a_worker_lost_says_what_it_was_doing():
+    assert "while verifying (killed by the system: out of memory? see dmesg)" in str(WorkerLostError("verify"))
+    assert "while rendering (" in str(WorkerLostError("render"))
+    assert "while at the search stage (" in str(WorkerLostError("search"))
+
+
+def test_the_usable_cores_are_those_this_process_may_run_on():
+    assert usable_cores() == len(os.sched_getaffinity(0)) >= 1
+    assert Workers().processes == usable_cores() and Workers(jobs=3).processes == 3
+
+
+def test_work_in_workers_leaves_nothing_frozen_nor_open():
+    """The workers' map freezes the build's objects for the collector while they run (forked workers would
+    otherwise copy them), and thaws them after: a serve session builds again and again in one process."""
+    before = open_descriptors()
+    map_in_workers(add, Offset, (0,), list(range(PARALLEL_THRESHOLD * 2)), Workers(jobs=2), "test")
+    assert gc.get_freeze_count() == 0
+    work = WorkAhead({"made": functools.partial(str, "made")}, "fork")
+    work.close()
+    assert open_descriptors() == before  # (the closed one still held: its pipe is closed, not just collected)
