@@ -99,6 +99,20 @@ def test_the_watcher_takes_bundles_templates_and_settings_not_the_builds_own_fil
         assert not watcher.relevant(str(bundles / name)), name
 
 
+def test_an_output_deeper_inside_the_bundles_folder_is_watched_around_all_the_way_down(tmp_path):
+    """``--bundles . --output public/site``: every folder on the way down to the output is watched for its own
+    entries, each folder beside that way with its subfolders, and the output never."""
+    for folder in ["public/site/pith", "public/drafts", "public/.site.prev", "papers"]:
+        (tmp_path / folder).mkdir(parents=True)
+    watcher = Watcher(tmp_path / "public" / "site", {tmp_path / "site.toml"}, tmp_path, tmp_path / "templates",
+                      tmp_path / "static")
+    assert watcher.watched() == [(tmp_path, False), (tmp_path / "papers", True), (tmp_path / "public", False),
+                                 (tmp_path / "public" / "drafts", True), (tmp_path / "static", True),
+                                 (tmp_path / "templates", True)]
+    assert watcher.relevant(str(tmp_path / "public" / "drafts" / "x.json"))
+    assert not watcher.relevant(str(tmp_path / "public" / "site" / "pith" / "bundle.json"))
+
+
 def test_an_about_page_in_a_folder_of_its_own_is_watched_there(tmp_path):
     """site.toml may put the about page in a folder (``about_file = "pages/about.md"``): that folder is watched
     for it (the project root only for its own files was, and an edit of the page went unseen), and a folder
