@@ -91,7 +91,8 @@ def test_the_watcher_takes_bundles_templates_and_settings_not_the_builds_own_fil
         assert watcher.relevant(str(tmp_path / rel)), rel
     for rel in ["output/pith/X/index.html", "output/pith/X/bundle.json", "output", ".output.prev/pith/X/index.html",
                 ".output.staging-12/pith/X/bundle.json", ".site-builder-cache/output/cache.sqlite",
-                "templates/.paper.html.swp", "templates/assets/.#style.css", "static/.CNAME.swp"]:
+                "templates/.paper.html.swp", "templates/assets/.#style.css", "static/.CNAME.swp",
+                "static/.well-known/.security.txt.swp"]:
         assert not watcher.relevant(str(tmp_path / rel)), rel
     assert not watcher.relevant(str(bundles / "sub" / ".hidden" / "x.json"))
     assert watcher.relevant(str(bundles / "new-folder"), is_directory=True)
@@ -126,6 +127,7 @@ def test_an_about_page_in_a_folder_of_its_own_is_watched_there(tmp_path):
     for rel in ["pages/notes.md", "about.md", "pages"]:  # (another file there; a file, not a folder, named pages)
         assert not watcher.relevant(str(tmp_path / rel)), rel
     assert watcher.relevant(str(tmp_path / "pages"), is_directory=True)
+    assert not watcher.relevant(str(tmp_path / "node_modules"), is_directory=True)  # (on the way to none)
 
 
 def test_the_watcher_follows_the_about_page_and_static_folder_that_site_toml_names_now(tmp_path):
