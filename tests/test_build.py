@@ -263,6 +263,9 @@ def test_worker_processes_build_what_one_process_builds_and_render_the_list_rows
     assert report.cpu["verify"][0] + report.cpu["render_records"][0] > 0.05
     assert all(workers == 0 for _, workers in report.cpu.values())
     assert set(report.cpu) == set(report.timings)
+    # Each stage timed on its own, in the order run (--verbose prints them), within the build's own time
+    assert list(report.timings)[:5] == ["start", "discover", "check_live", "verify", "previous_site"]
+    assert 0 < sum(report.timings.values()) <= report.seconds < 60
     # By default one worker per core this process may use (taskset, a container's cpuset): on one, none at all
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     rows_here.clear()
