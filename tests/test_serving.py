@@ -1,7 +1,6 @@
 """``site-builder serve`` with real files, the real watcher, real HTTP and a real browser."""
 
 import contextlib
-import gc
 import http.client
 import os
 import queue
@@ -928,16 +927,18 @@ def test_serve_links_the_second_tree_giving_way_to_a_change_or_to_ctrl_c(served_
     assert returned == [0]
 
 
-def files_and_sockets() -> list[str]:
-    """This process's descriptors of files and sockets (the cache, the build lock, the server's socket): not its
-    pipes and inotify instances, since the watch library keeps one of those, with its wake-up pipe, for the whole
-    process, and lets it go on a schedule of its own."""
+def files_and_sockets() -> set[str]:
+    """This process's descriptors of files and sockets (the cache, the build lock, the server's socket), each
+    with what it is open on (a number used again for another file is another descriptor): not its pipes and
+    inotify instances, since the watch library keeps one of those, with its wake-up pipe, for the whole process,
+    and lets it go on a schedule of its own."""
     def target(fd: str) -> str:
         try:
             return os.readlink(f"/proc/self/fd/{fd}")
         except OSError:  # (closed since it was listed)
             return "pipe:"
-    return [fd for fd in open_descriptors() if not target(fd).startswith(("pipe:", "anon_inode:"))]
+    return {f"{fd} {opened}" for fd in open_descriptors()
+            if not (opened := target(fd)).startswith(("pipe:", "anon_inode:"))}
 
 
 def test_serve_stops_with_a_page_open_and_the_next_one_has_its_port_at_once(served_project):
@@ -959,15 +960,15 @@ def test_serve_stops_with_a_page_open_and_the_next_one_has_its_port_at_once(serv
     page.close()
     start_context("forkserver")  # (the server serve starts its helpers from: one a process, kept for the next)
     multiprocessing.forkserver.ensure_running()
+    # (what the first serve's request threads and sockets still held may end meanwhile: nothing new may stay)
     threads, descriptors = set(threading.enumerate()), files_and_sockets()
     children = set(multiprocessing.active_children())  # (another test's, on this test process: not serve's)
     lines, stop = [], threading.Event()
     thread, _, returned = _serve_in_thread(root, lines, stop, port=port, ready=lambda url: stop.set())
     thread.join(DEADLINE * 3)
     assert returned == [0] and not [line for line in lines if line.startswith("ERROR")], lines  # (built: unlocked)
-    assert set(threading.enumerate()) == threads
-    gc.collect()  # (what only the collector frees, as a child process's handle, is closed in time in a session)
-    assert files_and_sockets() == descriptors
+    assert set(threading.enumerate()) <= threads
+    assert files_and_sockets() <= descriptors  # (closed by serve itself, not left to the collector)
     assert set(multiprocessing.active_children()) <= children
 
 
