@@ -4,6 +4,7 @@ inputs and templates, and a context that holds the output's lock for the build's
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -124,13 +125,16 @@ def test_an_output_inside_the_static_folder_is_refused_even_before_the_folder_ex
     assert not (project / "static").exists()
 
 
-def test_a_cache_folder_inside_the_output_is_refused_before_anything_is_written(project):
+def test_a_cache_folder_inside_the_output_is_refused_before_anything_is_written(project, monkeypatch):
     """Each build replaces the output folder (and the tree beside it), so a cache kept in either would be lost
-    every time, silently making every build a full one."""
+    every time, silently making every build a full one.  The folder is refused however it is written: relative
+    to the working folder (``--cache-dir site/cache``) or through a ``..``."""
     site = project / "site"
     build(opts(project, site, both_keys()))
     before = tree(site)
-    for folder in (site / "cache", site, project / ".site.prev" / "cache"):
+    monkeypatch.chdir(project)
+    for folder in (site / "cache", site, project / ".site.prev" / "cache", Path("site") / "cache",
+                   project / "elsewhere" / ".." / "site" / "cache"):
         with pytest.raises(OutputError, match="the cache folder must not be inside the output folder"):
             build(opts(project, site, both_keys(), cache_dir=folder))
         assert tree(site) == before and not (site / "cache").exists()
