@@ -14,7 +14,8 @@ from site_builder.keys import load_trust_set
 from site_builder.options import BuildPolicy
 from site_builder.report import BuildReport
 from site_builder.settings import SiteConfig
-from site_builder.stages.context import build_key_of, digest_of, digests_under, opened_context, source_date
+from site_builder.stages.context import (build_key_of, default_cache_dir, digest_of, digests_under, opened_context,
+                                         source_date)
 from site_builder.writing import OutputError
 
 
@@ -187,3 +188,13 @@ def test_a_malformed_source_date_epoch_stops_the_build_with_one_line(project, mo
     assert not (project / "site").exists()
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "253402300799")
     assert source_date() == "9999-12-31T23:59:59Z"
+
+
+def test_the_default_cache_folder_is_beside_the_output_however_its_path_is_written(tmp_path, monkeypatch):
+    """The cache lives beside the output, named after it: the same folder for every spelling of the output's
+    path, never inside the output (which each build replaces), as ``--output .`` taken literally would put it."""
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.chdir(site)
+    for spelling in (site, Path("."), Path("../site"), Path("../x/../site")):
+        assert default_cache_dir(spelling) == tmp_path / ".site-builder-cache" / "site", spelling
