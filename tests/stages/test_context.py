@@ -198,3 +198,12 @@ def test_the_default_cache_folder_is_beside_the_output_however_its_path_is_writt
     monkeypatch.chdir(site)
     for spelling in (site, Path("."), Path("../site"), Path("../x/../site")):
         assert default_cache_dir(spelling) == tmp_path / ".site-builder-cache" / "site", spelling
+
+
+def test_a_build_without_a_cache_makes_no_key_and_no_cache_folder(project, user_cache_home):
+    """``--no-cache`` (a one-off build in CI, say) keeps nothing between builds: it makes no cache key in the
+    user's cache home, no cache folder beside the output, and has no note to make about a cache."""
+    report = build(opts(project, project / "site", both_keys(), use_cache=False))
+    assert report.count("published") > 0 and (project / "site" / "index.html").is_file()
+    assert list(user_cache_home.iterdir()) == []
+    assert not (project / ".site-builder-cache").exists() and report.cache_note == ""
