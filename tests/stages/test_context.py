@@ -163,14 +163,18 @@ def test_a_build_takes_over_lookups_started_ahead_only_for_its_output_and_record
         return replace(options, session=ServeSession(IncrementalStore(), lookups=ahead))
 
     ahead = MirrorLookups(slot.output, slot.prev, recorded, None)
+    stopped = []
+    monkeypatch.setattr(ahead, "close", lambda: stopped.append(True))  # (lookups not taken over stop their child)
     twin_first = keyword_of_calls(monkeypatch, context, "MirrorLookups", "twin_first")
     assert mirror_lookups(serving(ahead), slot, recorded) is ahead
     assert mirror_lookups(serving(ahead), slot, MirrorRecord(bytes(stored))) is ahead  # (the same, read again)
+    assert stopped == []
     for other in (MirrorRecord(stored.replace(b"1:2:3", b"1:2:4")), None):  # (another record, or none)
         made = mirror_lookups(serving(ahead), slot, other)
         assert made is not ahead and made.recorded == (other.entries if other else None)
     elsewhere = OutputSlot(tmp_path / "other")
     assert mirror_lookups(serving(ahead), elsewhere, recorded).output == elsewhere.output
+    assert stopped == [True] * 3
     assert twin_first == [True, True, True]
     assert mirror_lookups(options, slot, recorded) is not ahead  # (a one-shot build has none)
     assert twin_first[-1] is False
