@@ -76,8 +76,10 @@ def test_serve_builds_drop_the_entries_of_records_that_are_gone(project):
 
     assert held() == (True, True, True)
     victim.unlink()
+    store.keep("unit-rows:category/gone/", ("a listing no longer in the site",), "rows")  # (one entry per unit)
     build(opts(project, project / "site", trust, session=ServeSession(store)))
     assert held() == (False, False, False)
+    assert "unit-rows:category/gone/" not in store
     store.close()
 
 
