@@ -3,6 +3,10 @@ inputs and templates, and a context that holds the output's lock for the build's
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +18,8 @@ from site_builder.keys import load_trust_set
 from site_builder.options import BuildPolicy
 from site_builder.report import BuildReport
 from site_builder.settings import SiteConfig
-from site_builder.stages.context import (build_key_of, default_cache_dir, digest_of, digests_under, opened_context,
+from site_builder.stages.context import (StageClock, build_key_of, default_cache_dir, digest_of, digests_under,
+                                         opened_context,
                                          source_date)
 from site_builder.writing import OutputError
 
@@ -211,3 +216,33 @@ def test_a_build_without_a_cache_makes_no_key_and_no_cache_folder(project, user_
     assert report.count("published") > 0 and (project / "site" / "index.html").is_file()
     assert list(user_cache_home.iterdir()) == []
     assert not (project / ".site-builder-cache").exists() and report.cache_note == ""
+
+
+def _busy(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_the_stage_clock_adds_each_stages_cpu_of_this_process_and_of_its_children_over_its_laps():
+    """``build --verbose`` and the benchmarks say where the CPU went, stage by stage: this process's own and its
+    workers' (children waited for), a stage lapped twice (render_collection, before and after the search index)
+    counting both stretches."""
+    timings: dict[str, float] = {}
+    cpu: dict[str, tuple[float, float]] = {}
+    start = os.times()
+    clock = StageClock(timings, cpu)
+    _busy(0.1)
+    clock.lap("twice")
+    subprocess.run([sys.executable, "-c", "import time\nend = time.process_time() + 0.3\n"
+                                          "while time.process_time() < end: pass"], check=True)
+    clock.lap("child")
+    _busy(0.1)
+    clock.lap("twice")
+    end = os.times()
+    own, children = end.user + end.system - start.user - start.system, \
+        end.children_user + end.children_system - start.children_user - start.children_system
+    assert set(timings) == set(cpu) == {"twice", "child"}
+    assert 0.15 <= cpu["twice"][0] <= own + 1e-9 and cpu["twice"][1] == 0  # (os.times: ticks of 10 ms)
+    assert 0.25 <= cpu["child"][1] <= children + 1e-9 and 0 <= cpu["child"][0] < 0.1
+    assert timings["twice"] >= 0.15
