@@ -19,8 +19,7 @@ from site_builder.options import BuildPolicy
 from site_builder.report import BuildReport
 from site_builder.settings import SiteConfig
 from site_builder.stages.context import (StageClock, build_key_of, default_cache_dir, digest_of, digests_under,
-                                         opened_context,
-                                         source_date)
+                                         opened_context, source_date)
 from site_builder.writing import OutputError
 
 
@@ -226,8 +225,7 @@ def _busy(seconds: float) -> None:
 
 def test_the_stage_clock_adds_each_stages_cpu_of_this_process_and_of_its_children_over_its_laps():
     """``build --verbose`` and the benchmarks say where the CPU went, stage by stage: this process's own and its
-    workers' (children waited for), a stage lapped twice (render_collection, before and after the search index)
-    counting both stretches."""
+    workers' (children waited for); a stage lapped more than once counts every stretch."""
     timings: dict[str, float] = {}
     cpu: dict[str, tuple[float, float]] = {}
     start = os.times()
