@@ -6,6 +6,7 @@ import itertools
 import shutil
 import signal
 import socket
+import sys
 import threading
 from pathlib import Path
 
@@ -31,6 +32,16 @@ REAL_FILES = sorted(BUNDLES.glob("*.json"))
 # reset to the default in each child at exec, so serve stops on it as it does for the user.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_configure(config):
+    """On CPython 3.11.0-3.11.4 (Debian 12's python3 is 3.11.2) a failure raised across a greenlet (Playwright's
+    sync API, when its driver or browser does not start) leaves the interpreter's recursion count wrong, and
+    pytest's own tracebacks, which parse the source, then stop the whole run ("SystemError: AST constructor
+    recursion depth mismatch", python/cpython#106905) instead of reporting the tests that failed.  Python's own
+    traceback style parses nothing; an explicit ``--tb`` is kept."""
+    if (3, 11) <= sys.version_info[:3] < (3, 11, 5) and config.option.tbstyle == "auto":
+        config.option.tbstyle = "native"
 
 
 def free_port() -> int:

@@ -230,8 +230,10 @@ def test_workers_leave_with_a_killed_build_and_the_next_build_runs(tmp_path):
     workers = []
     try:
         assert proc.stdout.readline().startswith("working verify")
-        workers = _children(proc.pid)
-        assert len(workers) >= 1 and all(_running(w) for w in workers)
+        # (the build's children still running: a child that has already ended, a zombie until the build reaps
+        # it, has nothing to leave; one was seen once under load on Debian 12's Python)
+        workers = [w for w in _children(proc.pid) if _running(w)]
+        assert len(workers) >= 1
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         deadline = time.time() + 10 * PARENT_CHECK_SECONDS + 5
