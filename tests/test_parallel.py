@@ -184,3 +184,52 @@ def test_work_in_workers_leaves_nothing_frozen_nor_open():
     work = WorkAhead({"made": functools.partial(str, "made")}, "fork")
     work.close()
     assert open_descriptors() == before  # (the closed one still held: its pipe is closed, not just collected)
+
+
+FORKS_LOGGED = r"""
+import os, sys
+from site_builder.cli import main
+
+log, args = sys.argv[1], sys.argv[2:]
+real_fork = os.fork
+
+
+def fork():  # (multiprocessing's fork and the cache saver's both call os.fork)
+    with open("/proc/self/status") as status:
+        threads = next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
+    pid = real_fork()
+    if pid:
+        with open(log, "a") as out:
+            out.write(f"{threads}\n")
+    return pid
+
+
+os.fork = fork
+sys.exit(main(args))
+"""
+
+
+@pytest.mark.slow
+def test_the_command_line_forks_only_while_it_runs_no_other_thread(tmp_path):
+    """A process forked while another thread runs may inherit a lock that thread held, and wait on it forever
+    (Python 3.12 and later warn of it: "This process is multi-threaded, use of fork() may lead to deadlocks in the
+    child").  The command line's build forks its workers, its lookups ahead and its cache saver: each with no
+    other thread running (the read-ahead thread starts after the workers are forked and is stopped before the
+    saver; serve, which runs threads, starts its processes from a forkserver).  The thread count is the
+    kernel's, which counts every thread, not only Python's."""
+    from generate import benchmark_key, make_bundle
+
+    key = benchmark_key().write(tmp_path / "key.json")
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    for i in range(PARALLEL_THRESHOLD + 4):
+        (bundles / f"g{i}.json").write_bytes(make_bundle(i))
+    log = tmp_path / "forks.log"
+    command = [sys.executable, "-c", FORKS_LOGGED, str(log), "build", "--bundles", str(bundles), "--output",
+               str(tmp_path / "site"), "--trusted-keys", str(key), "--no-search", "--quiet", "--jobs", "2"]
+    subprocess.run(command, check=True, cwd=tmp_path)  # workers verify and render every record
+    (bundles / "g1.json").write_bytes(make_bundle(1, variant=1))
+    subprocess.run(command, check=True, cwd=tmp_path)  # one changed: the lookups ahead, the saver
+    threads = [int(line) for line in log.read_text().split()]
+    assert len(threads) >= 6  # (two pools of two workers, the lookups, the saver: or the test proves nothing)
+    assert threads == [1] * len(threads)
