@@ -289,6 +289,8 @@ class Fetcher:
                 last = {"IncompleteRead": "truncated response"}.get(type(exc).__name__, type(exc).__name__)
                 if isinstance(exc, urllib.error.URLError):
                     last += f": {exc.reason}"
+                    if isinstance(exc.reason, ssl.SSLCertVerificationError):  # (the same certificate every try)
+                        raise OSError(last) from None
                 elif isinstance(exc, TimeoutError) and str(exc):
                     last = str(exc)
                 if attempt < self.retries:
