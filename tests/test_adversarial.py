@@ -26,7 +26,11 @@ def snapshot(root: Path, skip: set[str]) -> dict[str, bytes]:
         rel = p.relative_to(root)
         if rel.parts[0] in skip or rel.parts[0].startswith(".site.") or p.is_symlink() or not p.is_file() or p.name == "fifo.json":
             continue
-        found[str(rel)] = b"" if p.stat().st_size > 1 << 20 else p.read_bytes()
+        try:
+            found[str(rel)] = b"" if p.stat().st_size > 1 << 20 else p.read_bytes()
+        except PermissionError:  # (the unreadable attack, for a user who cannot read it either: its stat stands in)
+            st = p.stat()
+            found[str(rel)] = f"unreadable, {st.st_size} bytes, changed {st.st_mtime_ns}".encode()
     return found
 
 
