@@ -20,6 +20,16 @@ pytestmark = pytest.mark.slow  # (kill loops)
 KILLS = 50
 
 
+@pytest.fixture(autouse=True)
+def scratch_in_the_test_folder(tmp_path, monkeypatch):
+    """A build killed outright cleans nothing up, its scratch folder included: the builds started here keep theirs
+    in the test's own folder (through TMPDIR, which the processes they start inherit), not in the system's
+    temporary folder, which every run of this file would leave ~60 more."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+
+
 def build_cmd(bundles: Path, output: Path, key: Path) -> list[str]:
     return [sys.executable, "-m", "site_builder", "build", "--bundles", str(bundles), "--output", str(output),
             "--trusted-keys", str(key), "--no-search", "--quiet"]
