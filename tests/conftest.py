@@ -56,14 +56,20 @@ def tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def generated_bundles(folder: Path, count: int, prefix: str = "gen") -> Path:
+    """Make *folder* hold *count* benchmark bundles (``<prefix>0.json``, ...), signed with the benchmark key."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        (folder / f"{prefix}{i}.json").write_bytes(make_bundle(i))
+    return folder
+
+
 def real_and_generated_bundles(folder: Path, generated: int) -> Path:
     """Make *folder* hold the real bundles and *generated* benchmark bundles (``gen0.json``, ...)."""
     folder.mkdir(parents=True)
     for p in REAL_FILES:
         shutil.copy(p, folder / p.name)
-    for i in range(generated):
-        (folder / f"gen{i}.json").write_bytes(make_bundle(i))
-    return folder
+    return generated_bundles(folder, generated)
 
 
 def stand_in_pagefind(folder: Path, main: str) -> str:

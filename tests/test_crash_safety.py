@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tree
+from conftest import generated_bundles, tree
 
 from generate import benchmark_key, make_bundle  # noqa: E402
 
@@ -230,10 +230,7 @@ def test_workers_leave_with_a_killed_build_and_the_next_build_runs(tmp_path):
     from site_builder.parallel import PARALLEL_THRESHOLD, PARENT_CHECK_SECONDS
 
     key = benchmark_key().write(tmp_path / "key.json")
-    bundles = tmp_path / "bundles"
-    bundles.mkdir()
-    for i in range(PARALLEL_THRESHOLD + 36):  # enough for worker processes
-        (bundles / f"g{i}.json").write_bytes(make_bundle(i))
+    bundles = generated_bundles(tmp_path / "bundles", PARALLEL_THRESHOLD + 36, "g")  # enough for worker processes
     site = tmp_path / "site"
     proc = subprocess.Popen([sys.executable, "-c", HOLD_IN_PROGRESS, str(bundles), str(site), str(key)],
                             stdout=subprocess.PIPE, text=True, cwd=tmp_path)
@@ -288,11 +285,8 @@ def test_a_worker_killed_mid_build_stops_it_with_one_line_and_the_site_kept(tmp_
     from site_builder.parallel import PARALLEL_THRESHOLD
 
     key = benchmark_key().write(tmp_path / "key.json")
-    bundles = tmp_path / "bundles"
-    bundles.mkdir()
     count = PARALLEL_THRESHOLD + 36
-    for i in range(count):
-        (bundles / f"g{i}.json").write_bytes(make_bundle(i))
+    bundles = generated_bundles(tmp_path / "bundles", count, "g")
     site = tmp_path / "site"
     subprocess.run(build_cmd(bundles, site, key), check=True, cwd=tmp_path)
     before = tree(site)

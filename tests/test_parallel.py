@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import open_descriptors
+from conftest import generated_bundles, open_descriptors
 from site_builder.parallel import (PARALLEL_THRESHOLD, WorkAhead, WorkerLostError, Workers, map_in_workers,
                                    usable_cores)
 
@@ -220,10 +220,7 @@ def test_the_command_line_forks_only_while_it_runs_no_other_thread(tmp_path):
     from generate import benchmark_key, make_bundle
 
     key = benchmark_key().write(tmp_path / "key.json")
-    bundles = tmp_path / "bundles"
-    bundles.mkdir()
-    for i in range(PARALLEL_THRESHOLD + 4):
-        (bundles / f"g{i}.json").write_bytes(make_bundle(i))
+    bundles = generated_bundles(tmp_path / "bundles", PARALLEL_THRESHOLD + 4, "g")
     log = tmp_path / "forks.log"
     command = [sys.executable, "-c", FORKS_LOGGED, str(log), "build", "--bundles", str(bundles), "--output",
                str(tmp_path / "site"), "--trusted-keys", str(key), "--no-search", "--quiet", "--jobs", "2"]
