@@ -16,7 +16,6 @@ same tree.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import signal
 import subprocess
@@ -82,6 +81,8 @@ def search_layout(dirs: list[Path]) -> SearchLayout:
 def pagefind_version() -> str:
     """Which Pagefind makes the indexes (its Python package and binary): a site's shards must all be made by one
     version, as the search page's Pagefind (the first shard's) reads the others' indexes."""
+    import importlib.metadata  # (~20 ms to import: a build without the search index does without it)
+
     found = []
     for dist in ("pagefind", "pagefind-bin"):
         try:

@@ -13,10 +13,9 @@ path is checked before it is created: nothing is written outside these folders.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import fcntl
+import functools
 import os
 import re
 import shutil
@@ -290,10 +289,15 @@ def remove_tree(path: Path, wait: bool = True, idle: bool = True) -> subprocess.
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
+@functools.cache
 def _libc_renameat2():
+    """The C library's ``renameat2``, or None where it has none.  Looked up at the first swap rather than on
+    import: loading ctypes is ~10 ms of every command's start.  The process's own symbols hold the C library it
+    runs on (``CDLL(None)``), which spares ``ctypes.util.find_library`` its run of ``ldconfig``."""
+    import ctypes
+
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fn = libc.renameat2
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):
         return None
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
@@ -301,17 +305,19 @@ def _libc_renameat2():
     return fn
 
 
-_renameat2 = _libc_renameat2()
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
 
 def exchange(a: Path, b: Path) -> bool:
     """Atomically swap two paths; False where the system cannot."""
-    if _renameat2 is None:
+    renameat2 = _libc_renameat2()
+    if renameat2 is None:
         return False
-    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True
+    import ctypes  # (loaded by _libc_renameat2)
+
     err = ctypes.get_errno()
     if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
         return False

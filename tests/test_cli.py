@@ -641,3 +641,16 @@ def test_pull_says_each_record_it_could_not_take_and_exits_1(tmp_path):
         r = cli("pull", "--from", url, "--bundles", tmp_path / "pulled0", "--retries", "0", ids[0])
     assert failed_only.returncode == 1 and failed_only.stdout.splitlines()[-1].endswith(" 0 rejected, 1 failed")
     assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("0 fetched, 1 unchanged"), r
+
+
+def test_starting_the_command_line_runs_no_other_program(tmp_path):
+    """Loading the command line (every command's start) runs nothing but this process: no helper program (the C
+    library found by ``ldconfig``), no child.  Python's audit hooks see every process a module would start."""
+    watch = ("import sys\n"
+             "started = []\n"
+             "sys.addaudithook(lambda event, args: started.append(f'{event} {args!r}') if event in\n"
+             "    ('subprocess.Popen', 'os.posix_spawn', 'os.fork', 'os.exec', 'os.system') else None)\n"
+             "import site_builder.cli\n"
+             "print(started)\n")
+    out = subprocess.run([sys.executable, "-c", watch], capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

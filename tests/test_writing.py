@@ -413,7 +413,7 @@ def test_where_the_system_cannot_swap_atomically_the_site_is_still_replaced(proj
         ctypes.set_errno(errno.EINVAL)
         return -1
 
-    monkeypatch.setattr(writing, "_renameat2", unsupported)
+    monkeypatch.setattr(writing, "_libc_renameat2", lambda: unsupported)
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()

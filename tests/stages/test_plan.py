@@ -3,6 +3,7 @@ re-keys that record and the pages that show it, and nothing else."""
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 
 import pytest
@@ -211,6 +212,25 @@ def test_a_record_renewed_at_a_shared_address_is_listed_as_it_is_now_in_serve(pr
     build(opts(project, out, both_keys(), session=ServeSession(store)))
     build(opts(project, clean, both_keys(), use_cache=False))
     assert tree(out) == tree(clean)
+
+
+def test_a_record_that_comes_to_share_its_short_address_is_re_keyed(project, tmp_path, monkeypatch):
+    """Among a million records, two are likely to share the first 8 characters of their pith ids.  When the
+    second comes, ``pith/<8>/`` becomes a list page, and the first record, its bytes and its paper's versions
+    unchanged, no longer has that address among its files: its unit is keyed by its own addresses too."""
+    options = opts(project, project / "site", both_keys(), use_cache=False)
+    before = planned(options, tmp_path)
+    pid = next(iter(before.selection.published))
+    assert before.addresses.per_record[pid] & 0b100  # (its pith/<8>/ is its own)
+    plan_alone = plan_stage.plan_redirects
+
+    def sharing_its_8_character_prefix(papers):
+        plan = plan_alone(papers)
+        return dataclasses.replace(plan, per_record={**plan.per_record, pid: plan.per_record[pid] & ~0b100})
+
+    monkeypatch.setattr(plan_stage, "plan_redirects", sharing_its_8_character_prefix)
+    after = planned(options, tmp_path)
+    assert [n for n in re_keyed(before, after) if n.startswith("record:")] == [f"record:{pid}"]
 
 
 def test_a_planted_address_plan_is_planned_again(project, monkeypatch):
