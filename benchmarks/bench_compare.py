@@ -23,6 +23,13 @@ work folder (``<workdir>/serve-<i>``), and the latencies of all rounds are poole
 changes vary by tens of milliseconds from one session to the next, more than the differences worth measuring.
 
     python benchmarks/bench_compare.py --n 10000 --workdir /dev/shm/sb-compare --rounds 5 --serve 9 CHECKOUT ...
+
+With ``--command``, whole commands as a user runs them instead, each a fresh Python process with Python's
+bytecode cache on (as an installed package has it): the command line's start alone (``import site_builder.cli``),
+and a no-op ``site-builder build`` (that start, the build, and the process's exit).  The scenarios above time
+``build()`` inside a process that has imported everything already.
+
+    python benchmarks/bench_compare.py --n 10000 --workdir /dev/shm/sb-compare --rounds 12 --command CHECKOUT ...
 """
 
 from __future__ import annotations
@@ -32,14 +39,18 @@ import fcntl
 import re
 import shutil
 import statistics
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from bench_build import run_build  # (beside this script)
 from generate import generate, make_bundle
 
 SCENARIOS = ("no-op rebuild", "change one bundle", "add one bundle", "delete one bundle")
+COMMAND_SCENARIOS = ("command line start", "no-op command")
+COMMAND = "import sys; from site_builder.cli import main; sys.exit(main())"  # (the checkout's, first on the path)
 
 
 def runner_of(checkout: Path) -> str:
@@ -58,6 +69,28 @@ def timed_build(checkout: Path, runner: str, work: Path, jobs: int) -> dict:
     result = run_build(work, False, jobs, checkout=checkout, runner=runner)
     saved(work)
     return result
+
+
+def timed_command(checkout: Path, work: Path, jobs: int, scenario: str, no_op: bool = True) -> float:
+    """The wall time of one of ``COMMAND_SCENARIOS`` by *checkout*'s code, in a fresh process (``--command``), once
+    the cache is saved; exits where the command fails, or a build that is to be a no-op (*no_op*) wrote pages."""
+    if scenario == "command line start":
+        argv = [sys.executable, "-c", "import site_builder.cli"]
+    else:
+        argv = [sys.executable, "-c", COMMAND, "build", "--bundles", str(work / "bundles"), "--output",
+                str(work / "site"), "--trusted-keys", str(work / "bench-key.json"), "--templates",
+                str(work / "templates"), "--no-search", "--quiet", "--jobs", str(jobs)]
+    with_bytecode = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    started = time.perf_counter()
+    run = subprocess.run(argv, cwd=checkout, env=with_bytecode, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if run.returncode != 0:
+        sys.exit(f"{checkout}: the {scenario!r} command failed (exit {run.returncode}):\n{run.stderr.strip()}")
+    written = re.search(r"\b(\d+) pages written", run.stdout + run.stderr)
+    if scenario == "no-op command" and no_op and (written is None or written[1] != "0"):
+        sys.exit(f"{checkout}: the {scenario!r} wrote pages: {(run.stdout + run.stderr).strip()[-300:]}")
+    saved(work)
+    return wall
 
 
 def saved(work: Path) -> None:
@@ -122,12 +155,16 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--serve", type=int, metavar="CHANGES", help="time serve's save to reload instead of the "
                         "builds: each round, CHANGES changes in each checkout's own serve session")
+    parser.add_argument("--command", action="store_true", help="time whole commands instead of the builds: the "
+                        "command line's start, and a no-op site-builder build, each a fresh process")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds: at least 1")
     if args.serve is not None and args.serve < 1:
         parser.error("--serve: at least 1 change")
     checkouts = [c.resolve() for c in args.checkouts]
+    if args.serve is not None and args.command:
+        parser.error("--serve and --command: one at a time")
     runners = [runner_of(c) for c in checkouts] if args.serve is None else []
 
     source = args.workdir / f"{args.n}-bundles"
@@ -142,40 +179,56 @@ def main() -> None:
     works = [args.workdir / f"{args.n}-{i}" for i in range(len(checkouts))]
     for checkout, runner, work in zip(checkouts, runners, works):
         prepare(work, source, checkout)
-        timed_build(checkout, runner, work, args.jobs)  # (the full build each scenario starts from: untimed)
-        timed_build(checkout, runner, work, args.jobs)  # (and the first no-op, which may still tidy up)
-
-    walls = {(i, name): [] for i in range(len(checkouts)) for name in SCENARIOS}
+        for _ in range(2):  # (the full build each scenario starts from, and the first no-op: untimed)
+            if args.command:
+                timed_command(checkout, work, args.jobs, "no-op command", no_op=False)
+            else:
+                timed_build(checkout, runner, work, args.jobs)
+    scenarios = COMMAND_SCENARIOS if args.command else SCENARIOS
+    walls = {(i, name): [] for i in range(len(checkouts)) for name in scenarios}
     for later in range(args.rounds):
-        for name in SCENARIOS:
+        for name in scenarios:
             for i, (checkout, runner, work) in enumerate(zip(checkouts, runners, works)):
-                extra = work / "bundles" / "zz-added.json"
-                if name == "change one bundle":
-                    (work / "bundles" / "b0000005.json").write_bytes(make_bundle(5, variant=3 + later))
-                elif name == "add one bundle":
-                    extra.write_bytes(make_bundle(args.n + 1))
-                elif name == "delete one bundle":
-                    extra.unlink()
-                result = timed_build(checkout, runner, work, args.jobs)
-                if (result["written"] == 0) != (name == "no-op rebuild"):  # (it would time other work)
-                    sys.exit(f"{checkout}: the {name!r} build wrote {result['written']} files")
-                walls[i, name].append(result["wall"])
+                if args.command:
+                    walls[i, name].append(timed_command(checkout, work, args.jobs, name))
+                else:
+                    walls[i, name].append(timed_scenario(checkout, runner, work, args, name, later))
         print(f"round {later + 1} of {args.rounds} done", file=sys.stderr)
+    report(checkouts, scenarios, walls, args)
 
-    print(f"{args.n} bundles, {args.rounds} rounds, builds interleaved checkout by checkout; medians (wall s):")
+
+def timed_scenario(checkout: Path, runner: str, work: Path, args: argparse.Namespace, name: str, later: int) -> float:
+    """The wall time of one of ``SCENARIOS`` in round *later*, its input changed as the scenario says first."""
+    extra = work / "bundles" / "zz-added.json"
+    if name == "change one bundle":
+        (work / "bundles" / "b0000005.json").write_bytes(make_bundle(5, variant=3 + later))
+    elif name == "add one bundle":
+        extra.write_bytes(make_bundle(args.n + 1))
+    elif name == "delete one bundle":
+        extra.unlink()
+    result = timed_build(checkout, runner, work, args.jobs)
+    if (result["written"] == 0) != (name == "no-op rebuild"):  # (it would time other work)
+        sys.exit(f"{checkout}: the {name!r} build wrote {result['written']} files")
+    return result["wall"]
+
+
+def report(checkouts: list[Path], scenarios: tuple[str, ...], walls: dict, args: argparse.Namespace) -> None:
+    what = "commands" if args.command else "builds"
+    print(f"{args.n} bundles, {args.rounds} rounds, {what} interleaved checkout by checkout; medians (wall s):")
     print(f"{'scenario':<20}" + "".join(f"{str(c):>28}" for c in checkouts))
-    for name in SCENARIOS:
+    for name in scenarios:
         first = statistics.median(walls[0, name])
         cells = [f"{statistics.median(walls[i, name]):.3f}" + ("" if i == 0 else
                  f" ({statistics.median(walls[i, name]) / first:.2f}x)") for i in range(len(checkouts))]
         print(f"{name:<20}" + "".join(f"{cell:>28}" for cell in cells))
     if len(checkouts) > 1:
-        print("\neach build over the first checkout's in the same round (a few seconds apart): median, middle half")
+        print(f"\neach {what[:-1]} over the first checkout's in the same round (a few seconds apart): median, middle "
+              "half")
         print(f"{'scenario':<20}" + "".join(f"{str(c):>28}" for c in checkouts[1:]))
-        for name in SCENARIOS:
+        for name in scenarios:
             cells = [paired_ratios(walls[i, name], walls[0, name]) for i in range(1, len(checkouts))]
             print(f"{name:<20}" + "".join(f"{cell:>28}" for cell in cells))
-    print("\nevery build, in the order run:")
+    print(f"\nevery {what[:-1]}, in the order run:")
     for (i, name), times in walls.items():
         print(f"{name:<20} {str(checkouts[i])}: " + " / ".join(f"{t:.3f}" for t in times))
 

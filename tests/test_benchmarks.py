@@ -149,6 +149,53 @@ def test_compare_benchmark_waits_for_the_last_builds_cache_save_before_the_next_
     saved(tmp_path / "nothing built yet")  # (no cache: nothing to wait for)
 
 
+def this_checkout_with_code_edited(folder: Path, module: str, old: str, new: str) -> Path:
+    """A checkout at *folder* with this one's code, templates and benchmarks, whose package's *module* has *old*
+    (once) made *new*."""
+    (folder / "site_builder").mkdir(parents=True)
+    for name in ("templates", "benchmarks"):
+        (folder / name).symlink_to(ROOT / name)
+    for other in (ROOT / "site_builder").iterdir():
+        if other.name not in (module, "__pycache__"):
+            (folder / "site_builder" / other.name).symlink_to(other)
+    source = (ROOT / "site_builder" / module).read_text()
+    assert source.count(old) == 1
+    (folder / "site_builder" / module).write_text(source.replace(old, new))
+    return folder
+
+
+def test_compare_benchmark_times_whole_commands_in_fresh_processes(tmp_path):
+    """``--command`` times what a user waits for: a fresh process's start (the package imported) and a whole
+    no-op ``site-builder build``, checkout by checkout.  The second checkout here takes two seconds longer to
+    import, which both scenarios count, and the commands ran each checkout's own code (its own output)."""
+    slower = this_checkout_with_code_edited(tmp_path / "slower", "__init__.py", '__version__ = "0.1.0"\n',
+                                            '__version__ = "0.1.0"\n__import__("time").sleep(2)\n')
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
+                             str(tmp_path / "work"), "--rounds", "2", "--command", str(ROOT), str(slower)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "commands interleaved checkout by checkout" in result.stdout
+    for name in ("command line start", "no-op command"):
+        row = re.search(rf"^{name} +([0-9.]+) +([0-9.]+) \(([0-9.]+)x\)$", result.stdout, re.M)
+        assert row, result.stdout
+        first, second, ratio = map(float, row.groups())
+        assert second > first + 1.8 and ratio == pytest.approx(second / first, rel=0.05), result.stdout
+    for work in ("20-0", "20-1"):
+        assert (tmp_path / "work" / work / "site" / "pith").is_dir()
+
+
+def test_compare_benchmark_stops_where_a_no_op_command_wrote_pages(tmp_path):
+    """A "no-op" command that wrote pages (here a checkout whose code is another in every process, so that its
+    output is never up to date) would time a build under the no-op's name: the comparison stops and says so."""
+    identity = 'return f"{__version__}+{digest.hexdigest()[:16]}"'
+    restless = this_checkout_with_code_edited(tmp_path / "restless", "__init__.py", identity,
+                                              identity + ' + str(__import__("os").getpid())')
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
+                             str(tmp_path / "work"), "--rounds", "1", "--command", str(ROOT), str(restless)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1 and f"{restless}: the 'no-op command' wrote pages" in result.stderr
+
+
 def test_compare_benchmark_stops_where_a_build_did_not_do_its_scenarios_work(tmp_path):
     """A "change" that wrote nothing (a checkout that took the new bundle for nothing new, say) would time a
     no-op under the change's name: the comparison stops and says which."""
