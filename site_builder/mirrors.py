@@ -206,6 +206,8 @@ class MirrorLookups:
         self.output = output
         self.twin_path = twin
         self._record = record
+        if not os.path.isdir(output):  # (a first build: what little there is to look up is looked up here)
+            start_method = None
         steps = {}
         if record is not None:
             handed = record.for_child() if start_method is not None else record

@@ -178,6 +178,21 @@ def test_lookups_with_no_tree_beside_or_no_record_leave_the_checks_to_look(tmp_p
             lookups.close()
 
 
+def test_no_child_looks_up_an_output_not_made_yet(tmp_path):
+    """A first build has no output to look up: no process is started for it, and a record the cache holds
+    (the output deleted since) finds each of its files missing, as a child would."""
+    live = _tree(tmp_path / "live")
+    stored = MirrorRecord(orjson.dumps(signatures_now(live, {"AAAA": SHA, "BBBB": SHA})))
+    others = set(multiprocessing.active_children())
+    for record in (stored, None):
+        lookups = MirrorLookups(tmp_path / "site", tmp_path / ".site.old", record, "fork")
+        try:
+            assert not set(multiprocessing.active_children()) - others
+            assert lookups.live() == ({"AAAA": None, "BBBB": None} if record is not None else None)
+        finally:
+            lookups.close()
+
+
 @pytest.mark.parametrize("start_method", ["fork", None])
 def test_a_stored_record_that_is_no_record_proves_nothing(tmp_path, start_method):
     """The record is parsed where it is used (the lookups' child, or the build); bytes that are no record (of
