@@ -36,10 +36,10 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import os
 import re
 import shutil
 import statistics
-import os
 import subprocess
 import sys
 import time
