@@ -79,18 +79,21 @@ def test_build_benchmark_repeats_the_small_scenarios_in_rounds(tmp_path):
     assert "full build" not in medians
 
 
-def this_checkout_with_a_benchmark_edited(folder: Path, old: str, new: str, script: str = "bench_build.py") -> Path:
-    """A checkout at *folder* with this one's code, templates and benchmarks, whose *script* (the build runner's,
-    unless named) has *old* (once) made *new*."""
-    (folder / "benchmarks").mkdir(parents=True)
-    for name in ("site_builder", "templates"):
-        (folder / name).symlink_to(ROOT / name)
-    for other in BENCHMARKS.glob("*.py"):
-        if other.name != script:
-            (folder / "benchmarks" / other.name).symlink_to(other)
-    source = (BENCHMARKS / script).read_text()
+def this_checkout_edited(folder: Path, path: str, old: str, new: str) -> Path:
+    """A checkout at *folder* with this one's code, templates and benchmarks, whose file *path* (``site_builder/...``
+    or ``benchmarks/...``) has *old* (once) made *new*."""
+    edited = Path(path)
+    folder.mkdir(parents=True)
+    for name in ("site_builder", "templates", "benchmarks"):
+        if name != edited.parts[0]:
+            (folder / name).symlink_to(ROOT / name)
+    (folder / edited.parent).mkdir()
+    for other in (ROOT / edited.parent).iterdir():
+        if other.name not in (edited.name, "__pycache__"):
+            (folder / edited.parent / other.name).symlink_to(other)
+    source = (ROOT / path).read_text()
     assert source.count(old) == 1
-    (folder / "benchmarks" / script).write_text(source.replace(old, new))
+    (folder / path).write_text(source.replace(old, new))
     return folder
 
 
@@ -99,8 +102,8 @@ def test_compare_benchmark_interleaves_checkouts_build_by_build(tmp_path):
     bundles: every scenario's median per checkout with its ratio to the first's, and every build's time.  The
     second checkout here is this one, timed through a runner of its own that says each build took five seconds
     more (more than any build of 20 bundles varies by on a busy machine)."""
-    slower = this_checkout_with_a_benchmark_edited(tmp_path / "slower", "wall = time.perf_counter() - t\n",
-                                                   "wall = time.perf_counter() - t + 5\n")
+    slower = this_checkout_edited(tmp_path / "slower", "benchmarks/bench_build.py",
+                                  "wall = time.perf_counter() - t\n", "wall = time.perf_counter() - t + 5\n")
     result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
                              str(tmp_path / "work"), "--rounds", "2", str(ROOT), str(slower)],
                             capture_output=True, text=True, timeout=600)
@@ -149,27 +152,12 @@ def test_compare_benchmark_waits_for_the_last_builds_cache_save_before_the_next_
     saved(tmp_path / "nothing built yet")  # (no cache: nothing to wait for)
 
 
-def this_checkout_with_code_edited(folder: Path, module: str, old: str, new: str) -> Path:
-    """A checkout at *folder* with this one's code, templates and benchmarks, whose package's *module* has *old*
-    (once) made *new*."""
-    (folder / "site_builder").mkdir(parents=True)
-    for name in ("templates", "benchmarks"):
-        (folder / name).symlink_to(ROOT / name)
-    for other in (ROOT / "site_builder").iterdir():
-        if other.name not in (module, "__pycache__"):
-            (folder / "site_builder" / other.name).symlink_to(other)
-    source = (ROOT / "site_builder" / module).read_text()
-    assert source.count(old) == 1
-    (folder / "site_builder" / module).write_text(source.replace(old, new))
-    return folder
-
-
 def test_compare_benchmark_times_whole_commands_in_fresh_processes(tmp_path):
     """``--command`` times what a user waits for: a fresh process's start (the package imported) and a whole
     no-op ``site-builder build``, checkout by checkout.  The second checkout here takes two seconds longer to
     import, which both scenarios count, and the commands ran each checkout's own code (its own output)."""
-    slower = this_checkout_with_code_edited(tmp_path / "slower", "__init__.py", '__version__ = "0.1.0"\n',
-                                            '__version__ = "0.1.0"\n__import__("time").sleep(2)\n')
+    slower = this_checkout_edited(tmp_path / "slower", "site_builder/__init__.py", '__version__ = "0.1.0"\n',
+                                  '__version__ = "0.1.0"\n__import__("time").sleep(2)\n')
     result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
                              str(tmp_path / "work"), "--rounds", "2", "--command", str(ROOT), str(slower)],
                             capture_output=True, text=True, timeout=600)
@@ -188,8 +176,8 @@ def test_compare_benchmark_stops_where_a_no_op_command_wrote_pages(tmp_path):
     """A "no-op" command that wrote pages (here a checkout whose code is another in every process, so that its
     output is never up to date) would time a build under the no-op's name: the comparison stops and says so."""
     identity = 'return f"{__version__}+{digest.hexdigest()[:16]}"'
-    restless = this_checkout_with_code_edited(tmp_path / "restless", "__init__.py", identity,
-                                              identity + ' + str(__import__("os").getpid())')
+    restless = this_checkout_edited(tmp_path / "restless", "site_builder/__init__.py", identity,
+                                    identity + ' + str(__import__("os").getpid())')
     result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
                              str(tmp_path / "work"), "--rounds", "1", "--command", str(ROOT), str(restless)],
                             capture_output=True, text=True, timeout=600)
@@ -199,7 +187,8 @@ def test_compare_benchmark_stops_where_a_no_op_command_wrote_pages(tmp_path):
 def test_compare_benchmark_stops_where_a_build_did_not_do_its_scenarios_work(tmp_path):
     """A "change" that wrote nothing (a checkout that took the new bundle for nothing new, say) would time a
     no-op under the change's name: the comparison stops and says which."""
-    idle = this_checkout_with_a_benchmark_edited(tmp_path / "idle", '"written": r.files_written', '"written": 0')
+    idle = this_checkout_edited(tmp_path / "idle", "benchmarks/bench_build.py", '"written": r.files_written',
+                                '"written": 0')
     result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
                              str(tmp_path / "work"), "--rounds", "1", str(ROOT), str(idle)],
                             capture_output=True, text=True, timeout=600)
@@ -210,8 +199,8 @@ def test_compare_benchmark_pools_each_checkouts_serve_sessions_round_by_round(tm
     """``--serve``: each round, every checkout's own serve benchmark in turn, in its own work folder; the median of
     all its changes, with the ratio to the first checkout's.  The second checkout is this one, its serve
     benchmark reporting a second more than it measures."""
-    slower = this_checkout_with_a_benchmark_edited(tmp_path / "slower", "{latency * 1000:.0f} ms",
-                                                   "{latency * 1000 + 1000:.0f} ms", script="bench_serve.py")
+    slower = this_checkout_edited(tmp_path / "slower", "benchmarks/bench_serve.py", "{latency * 1000:.0f} ms",
+                                  "{latency * 1000 + 1000:.0f} ms")
     result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
                              str(tmp_path / "work"), "--rounds", "2", "--serve", "2", str(ROOT), str(slower)],
                             capture_output=True, text=True, timeout=600)
@@ -228,8 +217,8 @@ def test_compare_benchmark_pools_each_checkouts_serve_sessions_round_by_round(tm
     assert lowest - 0.005 <= ratio <= highest + 0.005
     for checkout in (ROOT, slower):  # (a line per round and checkout, in turn)
         assert len(re.findall(rf"^round [12] {re.escape(str(checkout))}: \d+ / \d+$", result.stderr, re.M)) == 2
-    lost = this_checkout_with_a_benchmark_edited(tmp_path / "lost", "reload event after", "reload after",
-                                                script="bench_serve.py")
+    lost = this_checkout_edited(tmp_path / "lost", "benchmarks/bench_serve.py", "reload event after",
+                                "reload after")
     result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_compare.py"), "--n", "20", "--workdir",
                              str(tmp_path / "work"), "--rounds", "1", "--serve", "1", str(lost)],
                             capture_output=True, text=True, timeout=600)
