@@ -646,6 +646,22 @@ def test_something_other_than_a_file_at_the_target_is_one_line(tmp_path):
     assert (bundles / f"{IDS[0]}.json").is_dir()
 
 
+def test_a_link_at_the_target_is_never_replaced_nor_written_through(tmp_path):
+    """A bundles folder may hold links (to an archive kept elsewhere, say): pull leaves a link where it is, and
+    the file it leads to as it was, and says why for that record."""
+    bundles, elsewhere = tmp_path / "bundles", tmp_path / "elsewhere.json"
+    bundles.mkdir()
+    elsewhere.write_bytes(b"kept")
+    (bundles / f"{IDS[0]}.json").symlink_to(elsewhere)
+    server = Server()
+    server.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]]})
+    with running(server) as url:
+        report = pull([IDS[0]], url, bundles, load_trust_set(), fetcher=Fetcher(retries=0))
+    outcome = report.outcomes[0]
+    assert outcome.status == "failed" and "is not a file" in outcome.detail, outcome
+    assert (bundles / f"{IDS[0]}.json").readlink() == elsewhere and elsewhere.read_bytes() == b"kept"
+
+
 def test_a_bundle_is_written_through_a_file_of_its_own_not_a_link_found_at_the_temporary_name(tmp_path):
     """The bundles folder is untrusted: a link planted at the temporary name must not be written through."""
     import os
