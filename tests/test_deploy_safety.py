@@ -77,6 +77,19 @@ def test_the_marker_must_be_a_regular_file(tmp_path):
     assert is_builder_output(site)
 
 
+def test_the_marker_counts_only_where_the_file_starts_as_the_builder_writes_it(tmp_path):
+    """A project's own verification.json may quote a site's (a list of the builds it made, say): only a file that
+    starts as the builder writes one makes its folder a site the builder may replace."""
+    site = tmp_path / "site"
+    site.mkdir()
+    own = b'{"build_id": "' + b"a" * 64 + b'", "generator": "site-builder", "x": 1}'
+    for quoted in (b"[" + own + b"]", b'{"builds": [' + own + b"]}", b" " + own):
+        (site / "verification.json").write_bytes(quoted)
+        assert not is_builder_output(site), quoted
+    (site / "verification.json").write_bytes(own)
+    assert is_builder_output(site)
+
+
 def test_names_that_are_not_utf8_are_rejected_not_crashed_on(bundles_dir, tmp_path):
     """``bad\\xff.json`` (and a folder so named) crashed the build with a traceback and left no site."""
     (bundles_dir / os.fsdecode(b"bad\xff.json")).write_bytes(REAL_FILES[0].read_bytes())
