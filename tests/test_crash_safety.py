@@ -237,8 +237,8 @@ def test_workers_leave_with_a_killed_build_and_the_next_build_runs(tmp_path):
     workers = []
     try:
         assert proc.stdout.readline().startswith("working verify")
-        # (the children still running: the child that looks up the mirrored bundles ahead ends at once in a first
-        # build, and is a zombie until the build takes its answer, which it may not have yet)
+        # (the children still running: a child that has ended already is a zombie until the build reaps it, and
+        # has nothing to leave)
         workers = [w for w in _children(proc.pid) if _running(w)]
         assert len(workers) >= 1
         proc.send_signal(signal.SIGKILL)
