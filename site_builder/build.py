@@ -35,7 +35,7 @@ from site_builder.search_index import pagefind_version
 from site_builder.stages.context import BuildContext, default_cache_dir, opened_context
 from site_builder.stages.gather import Inputs, gather
 from site_builder.stages.plan import plan
-from site_builder.stages.publish import open_tree, prepare_spare_tree, swap
+from site_builder.stages.publish import check_only_the_site, open_tree, prepare_spare_tree, swap
 from site_builder.stages.remember import last_outcomes, remember_build, remember_unchanged
 from site_builder.stages.select import choose
 from site_builder.stages.verify import inspect_files, verify
@@ -74,6 +74,7 @@ def _build(options: BuildOptions, scratch: Path) -> BuildReport:
 
 def _run_stages(ctx: BuildContext) -> None:
     inputs = gather(ctx)
+    check_only_the_site(ctx, inputs)
     # The quick no-op check is for separate processes; serve, with everything in memory, plans anyway
     # (and writes nothing if nothing changed), which also fills its store on its first build.
     if not ctx.serving and _unchanged(ctx, inputs):

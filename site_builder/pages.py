@@ -39,6 +39,13 @@ FEED_ENTRIES = 50
 SITEMAP_LIMIT = 50_000
 HOME_RECENT = 20
 
+
+def made_by_the_site(name: str) -> bool:
+    """Whether a build writes *name* at the top of a site, as ``SITE_OWNED`` says, or ``.well-known`` or one of
+    the sitemaps; the static folder's files come on top of these."""
+    return name in SITE_OWNED or name == ".well-known" or (name.startswith("sitemap") and name.endswith(".xml"))
+
+
 Groups = dict[str, list[PaperSummary]]  # a key (category, year, address) -> the records under it
 
 

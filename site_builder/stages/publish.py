@@ -13,13 +13,14 @@ from site_builder.cache import BuildCache
 from site_builder.loading import FileReadError, read_bytes
 from site_builder.mirrors import MirrorCheck, MirrorLookups, unproven
 from site_builder.options import BuildOptions
-from site_builder.pages import report_files
+from site_builder.pages import made_by_the_site, report_files
 from site_builder.report import BuildReport
 from site_builder.stages.context import BuildContext, open_cache, put_cache_back
+from site_builder.stages.gather import Inputs
 from site_builder.stages.plan import SitePlan, identified, read_build_id
 from site_builder.terminal import printable
 from site_builder.unit_files import file_count, join_files, split_files
-from site_builder.writing import MARKER, OutputSlot, StagingTree, TreeChanged, owned_privately
+from site_builder.writing import MARKER, OutputError, OutputSlot, StagingTree, TreeChanged, owned_privately
 
 # Update the previous tree in place unless more than this share of its files is stale.  Unlinking a stale file
 # costs what linking an unchanged one into a fresh tree does, and a fresh tree also has the old one deleted, which
@@ -29,6 +30,54 @@ IN_PLACE_LIMIT = 0.9
 # A fresh tree copies the files it takes from the live site, instead of linking them, while they are at most this
 # share of the live site's (``takes_little``).
 COPY_LIMIT = 0.1
+
+
+# What a file manager leaves in any folder it shows (Finder, Windows Explorer): no one's page, and not worth
+# stopping a build for.  Like the rest of the old tree, it goes when that tree is deleted.
+DESKTOP_LEFTOVERS = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
+
+
+def check_only_the_site(ctx: BuildContext, inputs: Inputs) -> None:
+    """OutputError naming what lies at the top of the output folder besides the site (a ``CNAME`` or a ``.git``
+    put there): every build swaps a new tree in for the folder, and the old tree, kept beside it, is the next
+    build's to update or delete, so such a file would be lost, or come and go from one build to the next.  The
+    static folder's files are the site's, and so is what the build that made the output wrote, as the cache
+    recorded it (a static file since removed).  Only the top of the output is looked at: one listing, whatever
+    the site's size."""
+    output = ctx.slot.output
+    static = {rel.partition("/")[0] for rel, _ in inputs.static_unit.material} if inputs.static_unit else set()
+
+    def written_before() -> set[str]:
+        ctx.cache.load()  # (as the verify stage would: read only where a name is not the site's own)
+        return static | top_names(tree_units(ctx.cache, output))
+
+    foreign = foreign_names(output, written_before)
+    if foreign:
+        others = f" (also found: {', '.join(foreign[1:4])}{', ...' if len(foreign) > 4 else ''})" if foreign[1:] else ""
+        raise OutputError(f"{output / foreign[0]}: not part of the site nor of the static folder{others}; every "
+                          f"build replaces the output folder, which would lose it: nothing was changed; move it out "
+                          f"(a file to publish belongs in the static folder; delete it if you removed it from there)")
+
+
+def foreign_names(tree: Path, written_before: Callable[[], set[str]]) -> list[str]:
+    """The names at the top of *tree* that the site does not make, in order, leaving out those *written_before*
+    gives (asked only where there is such a name); [] where there is no such folder."""
+    try:
+        names = os.listdir(tree)
+    except OSError:
+        return []
+    foreign = sorted(name for name in names if not made_by_the_site(name) and name not in DESKTOP_LEFTOVERS)
+    if foreign:
+        known = written_before()
+        foreign = [name for name in foreign if name not in known]
+    return foreign
+
+
+def top_names(units: dict | None) -> set[str]:
+    """The names at the top of the site that the files of *units* (as the cache keeps them) have; a record's
+    are all the site's own."""
+    return {rel.partition("/")[0] for name, (_, files) in (units or {}).items() if not name.startswith("record:")
+            for rel in split_files(files)}
 
 
 def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = lambda: False) -> bool:
@@ -99,6 +148,8 @@ def prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict, live_units: d
     (``takes_little``)."""
     prev = slot.prev
     prev_units = twin_units(slot, cache)
+    if prev_units is not None and foreign_names(prev, lambda: top_names(prev_units)):
+        prev_units = None  # (something was put in it: a tree updated in place would publish it)
     kept, stale = kept_and_stale(prev_units or {}, units)
     if prev_units is not None:  # (a record's mirrored bundle kept there must be the live one's, proven file)
         doubtful = unproven(prev, [name[7:] for name in kept if name.startswith("record:")], mirrors.recorded,

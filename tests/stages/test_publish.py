@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 from types import SimpleNamespace
 
 import pytest
@@ -286,3 +287,85 @@ def test_the_twin_shares_the_sites_files_but_the_reports(project):
     assert {"verification.json", "index.html", "stats/index.html", "verification/index.html"}.isdisjoint(shared)
     assert {"feed.xml", "papers/index.html", "assets/style.css"} <= shared
     assert {rel for rel in site_files if rel.startswith("pith/")} <= shared
+
+
+def test_only_the_top_of_a_site_the_builder_makes_counts_as_its_own(tmp_path):
+    from site_builder.pages import made_by_the_site
+    from site_builder.stages.publish import foreign_names
+
+    assert all(made_by_the_site(name) for name in ("index.html", "pith", ".well-known", "sitemap.xml", "sitemap-7.xml"))
+    assert not any(made_by_the_site(name) for name in ("CNAME", ".git", "Index.html", "sitemap.txt", "notes"))
+    for name in ("index.html", "pith", "CNAME", ".git", ".DS_Store", "b", "a"):
+        (tmp_path / name).mkdir()
+    asked = []
+    assert foreign_names(tmp_path, lambda: asked.append(1) or {"a"}) == [".git", "CNAME", "b"]
+    assert asked == [1]
+    assert foreign_names(tmp_path / "pith", lambda: asked.append(2) or set()) == [] and asked == [1]  # (not asked)
+    assert foreign_names(tmp_path / "missing", lambda: set()) == []
+
+
+def change(project) -> None:
+    """Delete the last bundle of *project*: a build with work to do."""
+    sorted((project / "bundles").glob("*.json"))[-1].unlink()
+
+
+def test_a_file_put_in_the_output_by_hand_stops_the_build_and_is_kept(project, tmp_path):
+    """A CNAME or a .git put in the output folder is not the site: every build swaps a new tree in for the folder
+    (and the old tree beside it is the next build's), so the file would be lost, or come and go from one build
+    to the next.  The build stops first, naming it, and changes nothing; from the static folder the file is in
+    every build's site."""
+    out = tmp_path / "out"
+    build(opts(project, out, both_keys()))
+    (out / "CNAME").write_text("mirror.example.org\n")
+    (out / ".git").mkdir()
+    (out / ".git" / "HEAD").write_text("ref: refs/heads/gh-pages\n")
+    (out / ".DS_Store").write_bytes(b"\0")  # (a file manager's: not worth stopping for)
+    before = tree(out)
+    change(project)
+    with pytest.raises(OutputError, match=r"out/\.git: not part of the site nor of the static folder \(also found: "
+                                          r"CNAME\); every build replaces the output folder.*nothing was changed"):
+        build(opts(project, out, both_keys()))
+    assert tree(out) == before and not (tmp_path / ".out.prev").exists()
+    with pytest.raises(OutputError, match="out/.git: not part of the site"):  # (a no-op build too: the same rule)
+        build(opts(project, out, both_keys()))
+    shutil.rmtree(out / ".git")
+    static = tmp_path / "static"
+    static.mkdir()
+    (out / "CNAME").rename(static / "CNAME")
+    for _ in range(3):  # (the tree beside is updated in place, in turn with the live one)
+        change(project)
+        build(opts(project, out, both_keys(), static_dir=static))
+        assert (out / "CNAME").read_text() == "mirror.example.org\n"
+
+
+def test_a_static_file_since_removed_is_the_sites_own_where_the_cache_recorded_it(project, tmp_path):
+    out = tmp_path / "out"
+    static = tmp_path / "static"
+    static.mkdir()
+    (static / "CNAME").write_text("mirror.example.org\n")
+    (static / "google0123.html").write_text("google-site-verification: google0123.html\n")
+    build(opts(project, out, both_keys(), static_dir=static))
+    (static / "CNAME").unlink()
+    build(opts(project, out, both_keys(), static_dir=static))
+    assert not (out / "CNAME").exists() and (out / "google0123.html").is_file()
+    (static / "google0123.html").unlink()  # (without a cache, nothing tells it from a file put there by hand)
+    with pytest.raises(OutputError, match="google0123.html: .* delete it if you removed it from there"):
+        build(opts(project, out, both_keys(), static_dir=static, use_cache=False))
+    build(opts(project, out, both_keys(), static_dir=static))
+    assert not (out / "google0123.html").exists()
+
+
+def test_a_file_put_in_the_tree_beside_the_site_is_never_published(project, tmp_path):
+    """The tree beside the output is brought up to date in place, unit by unit: a file that is no unit's, put
+    there, would be swapped in with it.  Such a tree is not updated but replaced, and the site is the one a build
+    from scratch makes."""
+    out = tmp_path / "out"
+    build(opts(project, out, both_keys()))
+    change(project)
+    build(opts(project, out, both_keys()))
+    (tmp_path / ".out.prev" / "planted.html").write_text("<h1>not from any bundle</h1>")
+    change(project)
+    build(opts(project, out, both_keys()))
+    assert not (out / "planted.html").exists()
+    build(opts(project, tmp_path / "clean", both_keys(), use_cache=False))
+    assert tree(out) == tree(tmp_path / "clean")
