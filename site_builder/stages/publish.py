@@ -33,7 +33,7 @@ COPY_LIMIT = 0.1
 
 
 # What a file manager leaves in any folder it shows (Finder, Windows Explorer): no one's page, and not worth
-# stopping a build for.  Like the rest of the old tree, it goes when that tree is deleted.
+# stopping a build for.  It goes with the old tree it is in (from a tree updated in place, before its swap).
 DESKTOP_LEFTOVERS = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
 
 
@@ -176,6 +176,11 @@ def prepare_tree(slot: OutputSlot, cache: BuildCache, units: dict, live_units: d
     except TreeChanged:  # (a link where a folder was: nothing of that tree is used, nothing it leads to touched)
         slot.retire_prev(shares_files=True)
         return slot.new_staging(), {}, set(), mirrors.check(), False  # (every record may come from the live site)
+    for name in DESKTOP_LEFTOVERS:  # (left in the live site, swapped out with it: not to come back with this tree)
+        try:
+            os.unlink(prev / name)  # (a link there is removed, not followed)
+        except OSError:
+            pass
     return tree, kept, stale_dirs, check, False
 
 

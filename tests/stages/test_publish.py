@@ -335,7 +335,7 @@ def test_a_file_put_in_the_output_by_hand_stops_the_build_and_is_kept(project, t
     for _ in range(3):  # (the tree beside is updated in place, in turn with the live one)
         change(project)
         build(opts(project, out, both_keys(), static_dir=static))
-        assert (out / "CNAME").read_text() == "mirror.example.org\n"
+        assert (out / "CNAME").read_text() == "mirror.example.org\n" and not (out / ".DS_Store").exists()
 
 
 def test_a_static_file_since_removed_is_the_sites_own_where_the_cache_recorded_it(project, tmp_path):
