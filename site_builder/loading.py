@@ -97,13 +97,14 @@ def _shown_name(rel: str) -> str:
 
 
 def discover(root: Path, folders: list[str] | None = None,
-             output: Path | None = None) -> tuple[list[InputFile], list[SkippedFile]]:
+             leave_out: Sequence[Path] = ()) -> tuple[list[InputFile], list[SkippedFile]]:
     """Every candidate ``*.json`` under *root* in a stable order, and what was skipped and why (and, into
-    *folders*, every folder listed).  The site's *output* folder is not entered when it lies inside *root*
-    (``--bundles .``): its mirrored bundles are the build's own copies, not inputs (the siblings it keeps
-    beside it are hidden, and hidden entries are never read)."""
-    leave_out = os.path.realpath(output) if output is not None else None
-    leave_name = os.path.basename(leave_out) if leave_out else None
+    *folders*, every folder listed).  The folders *leave_out* names are not entered where they lie inside
+    *root* (``--bundles .``; ``BuildOptions.not_bundles``), each found by its real path."""
+    left_out: dict[str, set[str]] = {}
+    for path in leave_out:
+        real = os.path.realpath(path)
+        left_out.setdefault(os.path.basename(real), set()).add(real)
     try:
         st = os.stat(root)
     except FileNotFoundError:
@@ -142,7 +143,7 @@ def discover(root: Path, folders: list[str] | None = None,
                     skipped.append(SkippedFile(rel, "file_read", f"cannot stat: {exc.strerror}"))
                 continue
             if stat.S_ISDIR(mode):
-                if entry.name == leave_name and os.path.realpath(entry.path) == leave_out:
+                if entry.name in left_out and os.path.realpath(entry.path) in left_out[entry.name]:
                     continue
                 walk(Path(entry.path), rel + "/", False)
             elif entry.name.endswith(".json"):
@@ -265,13 +266,13 @@ class BundleListing:
 RACY_NS = 2_000_000_000  # a folder changed this close to a scan may change again within the same timestamp
 
 
-def list_bundles(root: Path, output: Path | None = None) -> BundleListing:
+def list_bundles(root: Path, leave_out: Sequence[Path] = ()) -> BundleListing:
     """discover(), remembering the folders' stats so that a later rediscover() can skip listing them.
 
     *root* should be absolute and resolved, as a file watcher reports paths."""
     scanned_at = time.time_ns()
     listed: list[str] = []
-    found, skipped = discover(root, listed, output)
+    found, skipped = discover(root, listed, leave_out)
     folders = {}
     for folder in listed:
         try:

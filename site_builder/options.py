@@ -85,6 +85,13 @@ class BuildOptions:
     session: ServeSession | None = None  # the state serve keeps between builds
 
     @property
+    def not_bundles(self) -> tuple[Path, ...]:
+        """The folders not searched for bundles where the bundles folder holds them (``--bundles .``): the
+        output, whose mirrored bundles are the build's own copies, and the static and templates folders, whose
+        files are the site's (a static ``manifest.json`` is no bundle)."""
+        return tuple(folder for folder in (self.output, self.static_dir, self.templates) if folder is not None)
+
+    @property
     def store(self) -> IncrementalStore | None:
         return self.session.store if self.session is not None else None
 

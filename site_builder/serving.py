@@ -134,22 +134,22 @@ class Site:
                             session=ServeSession(self.store, defer_search=o.search and not self.index_next,
                                                  on_published=self._announce))
 
-    def _listing(self, bundles: Path, changed: set[str] | None) -> BundleListing:
+    def _listing(self, options: BuildOptions, changed: set[str] | None) -> BundleListing:
         """The bundles folder now: the last listing updated by the watcher's events (only the changed files
         are stat-ed again), or a full listing when the events cannot tell (a folder's entries changed)."""
-        root = bundles.resolve()
+        root = options.bundles.resolve()
         if self.listing is not None and changed is not None and self.listing.root == str(root):
             inside = str(root) + os.sep  # template and settings edits say nothing about the bundles folder
             updated = rediscover(self.listing, {p for p in changed if p.startswith(inside)})
             if updated is not None:
                 return updated
-        return list_bundles(root, self.options.output)
+        return list_bundles(root, options.not_bundles)
 
-    def _check_listing(self, bundles: Path, used: BundleListing) -> None:
+    def _check_listing(self, options: BuildOptions, used: BundleListing) -> None:
         """After the site is live: list the folder in full and rebuild again if the build missed a change
         (a lost file event); this listing is also where the next rebuild starts from."""
         try:
-            self.listing = list_bundles(bundles.resolve(), self.options.output)
+            self.listing = list_bundles(options.bundles.resolve(), options.not_bundles)
         except (BundlesFolderError, OSError):
             self.listing = None  # the next rebuild reports it
             return
@@ -165,7 +165,7 @@ class Site:
             listing = None
             try:
                 options = self._build_options()
-                listing = self._listing(options.bundles, changed)
+                listing = self._listing(options, changed)
                 ahead, self.ahead = self.ahead, None
                 try:
                     report = build(replace(options, session=replace(options.session, listing=listing,
@@ -185,7 +185,7 @@ class Site:
             self.twin_wanted = self.builds == 1 or (report.changed and report.files_written > IN_PLACE_LIMIT * (
                 report.files_written + report.files_reused))
             self.index_next = report.search_behind
-            self._check_listing(options.bundles, listing)
+            self._check_listing(options, listing)
             if report.search_behind:  # on screen now; the search index follows in the next build
                 self.request_rebuild()
             rejected = [o.inspection.error_line() for o in report.rejected]

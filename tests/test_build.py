@@ -321,7 +321,8 @@ def test_a_template_may_show_words_outside_the_row(tmp_path, bundles_dir):
 @pytest.mark.parametrize("output_name", ["output", "public"])
 def test_an_output_inside_the_bundles_folder_is_not_read_back_as_input(bundles_dir, tmp_path, output_name):
     """``--bundles .`` with the output in the same folder: the site's mirrored bundles, state files and report are
-    its own copies, and the next build must read the same four inputs, not forty."""
+    its own copies, and the next build must read the same four inputs, not forty.  Nor are the static and
+    templates folders searched: their files are the site's (a web app's manifest.json is no bundle)."""
     project = tmp_path / "project"
     project.mkdir()
     for p in bundles_dir.iterdir():
@@ -329,9 +330,14 @@ def test_an_output_inside_the_bundles_folder_is_not_read_back_as_input(bundles_d
     (project / "notes").mkdir()
     (project / "notes" / output_name).mkdir()  # a folder of the same name elsewhere is read as ever
     (project / "notes" / output_name / "x.json").write_bytes(b"{}")
-    options = BuildOptions(bundles=project, output=project / output_name, trust=load_trust_set(), search=False)
+    for folder in ("static", "templates/assets"):
+        (project / folder).mkdir(parents=True)
+        (project / folder / "manifest.json").write_bytes(b'{"name": "mirror"}')
+    options = BuildOptions(bundles=project, output=project / output_name, trust=load_trust_set(), search=False,
+                           static_dir=project / "static", templates=project / "templates")
     first = build(options)
     assert (project / output_name / "pith").is_dir()
+    assert (project / output_name / "manifest.json").read_bytes() == b'{"name": "mirror"}'
     (project / "5KDARQNDDYME4KO7AJIJ4ADESI.json").touch()  # (not a no-op: the inputs are listed again)
     second = build(options)
     for report in (first, second):

@@ -54,16 +54,18 @@ def test_discover_is_recursive_sorted_and_skips_hidden(tmp_path):
     assert [f.rel for f in found] == ["a.json", "b/z.json"] and skipped == []
 
 
-def test_discover_and_list_bundles_leave_out_the_output_folder(tmp_path):
+def test_discover_and_list_bundles_leave_out_the_folders_they_are_told_to(tmp_path):
     for folder in ("site", "b/site"):
         (tmp_path / folder / "pith").mkdir(parents=True)
         (tmp_path / folder / "pith" / "bundle.json").write_text("{}")
     (tmp_path / "a.json").write_text("{}")
     expected = ["a.json", "b/site/pith/bundle.json"]  # only the output itself is left out, found by its real path
-    assert [f.rel for f in discover(tmp_path, output=tmp_path / "site")[0]] == expected
-    assert [f.rel for f in discover(tmp_path, output=tmp_path / "b" / ".." / "site")[0]] == expected
-    assert [f.rel for f in list_bundles(tmp_path.resolve(), tmp_path / "site").found] == expected
+    assert [f.rel for f in discover(tmp_path, leave_out=[tmp_path / "site"])[0]] == expected
+    assert [f.rel for f in discover(tmp_path, leave_out=[tmp_path / "b" / ".." / "site"])[0]] == expected
+    assert [f.rel for f in list_bundles(tmp_path.resolve(), [tmp_path / "site"]).found] == expected
     assert len(discover(tmp_path)[0]) == 3
+    assert discover(tmp_path, leave_out=[tmp_path / "site", tmp_path / "b" / "site"])[0][0].rel == "a.json"
+    assert len(discover(tmp_path, leave_out=[tmp_path / "site", tmp_path / "b" / "site"])[0]) == 1
 
 
 def plant_kinds(folder):

@@ -578,6 +578,9 @@ def test_serve_with_the_bundles_in_the_project_root(tmp_path):
         eventually(lambda: any(line.startswith("WARNING static/index.html: the site makes this path itself")
                                for line in lines))
         assert "not the home page" not in get(base)[2]
+        (tmp_path / "static" / "manifest.json").write_text('{"name": "mirror"}')  # a static file, not a bundle
+        eventually(lambda: get(base + "manifest.json")[2] == '{"name": "mirror"}')
+        assert not any("manifest.json" in line for line in lines), lines
     finally:
         stop.set()
         server.join(30)

@@ -120,7 +120,7 @@ def gather(ctx: BuildContext) -> Inputs:
     if options.listing is not None:
         found, skipped = options.listing.found, options.listing.skipped
     else:
-        found, skipped = discover(options.bundles, output=ctx.slot.output)
+        found, skipped = discover(options.bundles, leave_out=options.not_bundles)
     static, static_warnings = allowed_static_files(options.static_dir)
     asset_warnings = template_assets(ctx.dirs)[1]
     deployed, manifest, deployed_lines = read_deployed(options)
