@@ -449,6 +449,15 @@ def test_an_output_that_cannot_be_made_is_one_line(bundles_dir):
     assert r.stderr.strip() == "error: /proc/no-such-site: cannot write beside the output folder: No such file or directory"
 
 
+def test_a_file_put_in_the_output_is_one_line_naming_it_escaped_and_exit_2(bundles_dir, tmp_path):
+    site = tmp_path / "site"
+    assert cli("build", "--bundles", bundles_dir, "--output", site, "--no-search").returncode == 0
+    (site / os.fsdecode(b"CNAME\x1b[2J\xff")).write_text("mirror.example.org\n")
+    r = cli("build", "--bundles", bundles_dir, "--output", site, "--no-search")
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stderr.startswith(f"error: {site}/CNAME\\x1b[2J\\xff: not part of the site nor of the static folder")
+
+
 @pytest.mark.parametrize("cache", [True, False])
 def test_an_output_whose_folders_are_missing_is_made_with_them(bundles_dir, tmp_path, cache):
     """``--output`` may name a folder whose parents do not exist yet (a fresh CI runner's ``public/site``): they
