@@ -19,6 +19,7 @@ from site_builder.build import BuildOptions, WorkerLostError, build, inspect_fil
 from site_builder.inspection import Inspection, rejected
 from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundlesFolderError, InputFile, discover
+from site_builder.mirror_audit import audit_records, is_mirror, mirror_records
 from site_builder.options import SERVE_HOST, SERVE_PORT, BuildPolicy
 from site_builder.rendering import describe_template_error
 from site_builder.search_index import SearchIndexError
@@ -320,24 +321,32 @@ def cmd_verify(args) -> int:
     if trust is None:
         return EXIT_USAGE
     items: list[Inspection | InputFile] = []
+    records: list[InputFile] = []  # of the folders that are mirrors (mirror_audit.py), checked after the rest
     for path in args.paths:
         if not path.exists() and not path.is_symlink():
             say(f"error: {path}: no such file or folder", err=True)
             return EXIT_USAGE
         try:
-            items.extend(_verify_items(path))
+            if is_mirror(path):
+                records += mirror_records(path)
+            else:
+                items.extend(_verify_items(path))
         except BundlesFolderError as exc:
             say(f"error: {exc}", err=True)
+            return EXIT_USAGE
+        except OSError as exc:
+            say(f"error: {path}: cannot list the mirror's records: {exc.strerror}", err=True)
             return EXIT_USAGE
     files = [i for i in items if isinstance(i, InputFile)]
     progress, update = _progress_bar(True)
     try:
         with progress or contextlib.nullcontext():  # (on all cores: a folder of 10,000 bundles takes seconds)
             inspected = iter(inspect_files(files, trust, jobs=args.jobs, progress=update))
+            audited = audit_records(records, trust, jobs=args.jobs, progress=update)
     except WorkerLostError as exc:
         say(f"error: {exc}", err=True)
         return EXIT_USAGE
-    results = [next(inspected) if isinstance(i, InputFile) else i for i in items]
+    results = [next(inspected) if isinstance(i, InputFile) else i for i in items] + audited
     if args.json:
         doc = {"trusted_keys": [k.key_id for k in trust.keys], "results": [
             {"path": i.rel, "sha256": i.sha256, "status": "ok" if i.verified else "rejected",

@@ -1,0 +1,113 @@
+"""Check a mirror as it is served (PITH_FORMAT.md §5), for ``site-builder verify`` of a folder laid out as one.
+
+A mirror serves each record three times over: ``pith/<ID>/bundle.json``, the same bytes at
+``.well-known/pith/<ID>/bundle.json``, and ``pith/<ID>/state.json``, the bundle's state as the resolver writes
+it, which no signature covers.  For each record folder the bundle is verified against the pinned keys and must be
+record <ID>'s, the second path must hold the very same bytes, and ``state.json`` must be exactly the verified
+bundle's state.  Pages are not checked: nothing in them is signed (each record page checks itself in the
+reader's browser).  Pure but for reading the files, so that it runs in the worker processes ``verify`` uses.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from site_builder.canonical import canon
+from site_builder.inspection import Inspection, by_reference, inspect_bytes, rejected
+from site_builder.keys import TrustSet
+from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, read_bytes
+from site_builder.parallel import Workers, map_in_workers
+from site_builder.strict_json import StrictJSONError, parse_strict
+from site_builder.verification import PITH_ID_RE
+
+MIRROR_MANIFEST = "pith-mirrors.json"
+
+
+def is_mirror(folder: Path) -> bool:
+    """Whether *folder* is laid out as a mirror: the mirror manifest at its top, and a ``pith/`` folder."""
+    return (not folder.is_symlink() and folder.is_dir() and (folder / "pith").is_dir()
+            and not (folder / "pith").is_symlink() and (folder / MIRROR_MANIFEST).is_file())
+
+
+def mirror_records(folder: Path) -> list[InputFile]:
+    """Each record of the mirror at *folder*, as its ``pith/<ID>/bundle.json`` (named by the path shown), in ID
+    order.  The other entries of ``pith/`` are pages (the short addresses ``pith/<8>/``...), not records."""
+    with os.scandir(folder / "pith") as entries:
+        ids = sorted(e.name for e in entries if PITH_ID_RE.match(e.name) and e.is_dir(follow_symlinks=False))
+    return [InputFile(str(folder / "pith" / pid / "bundle.json"), str(folder / "pith" / pid / "bundle.json"), None)
+            for pid in ids]
+
+
+@dataclass(frozen=True)
+class Auditor:
+    """What each process checking records works with."""
+
+    trust: TrustSet
+    max_bytes: int = DEFAULT_MAX_BYTES
+
+
+def audit_record(auditor: Auditor, item: InputFile) -> list[Inspection]:
+    """The record whose ``bundle.json`` *item* is: the bundle's result (rejected where it is another record's),
+    then a rejection for each of its two other files that is not as the resolver serves it (checked only where
+    the bundle verified)."""
+    bundle_path = Path(item.path)
+    record = bundle_path.parent
+    pid = record.name
+    if not os.path.lexists(bundle_path):
+        return [rejected(item.rel, "mirror_path", "missing")]
+    try:
+        raw = read_bytes(bundle_path, auditor.max_bytes)
+    except FileReadError as exc:
+        return [rejected(item.rel, exc.check, exc.reason)]
+    result = by_reference(inspect_bytes(item.rel, raw, auditor.trust))
+    if not result.verified:
+        return [result]
+    if result.pith_id != pid:
+        return [Inspection(item.rel, result.sha256, result.size, "mirror_path",
+                           f"holds the bundle of {result.summary.pith_number}, not of record {pid}")]
+    copy = record.parent.parent / ".well-known" / "pith" / pid / "bundle.json"
+    problems = [_copy_problem(copy, raw, pid, auditor.max_bytes),
+                _state_problem(record / "state.json", parse_strict(raw)["state"], auditor.max_bytes)]
+    return [result, *(p for p in problems if p is not None)]
+
+
+def _copy_problem(path: Path, raw: bytes, pid: str, max_bytes: int) -> Inspection | None:
+    """None where the file at *path* holds *raw*, byte for byte; else its rejection."""
+    found = _read(path, max_bytes)
+    if isinstance(found, Inspection):
+        return found
+    return None if found == raw else rejected(str(path), "mirror_copy", f"not the same bytes as pith/{pid}/bundle.json")
+
+
+def _state_problem(path: Path, state: object, max_bytes: int) -> Inspection | None:
+    """None where the file at *path* is *state* as JSON (the same value: the same canonical form, whatever its
+    layout); else its rejection."""
+    found = _read(path, max_bytes)
+    if isinstance(found, Inspection):
+        return found
+    try:
+        same = canon(parse_strict(found)) == canon(state)
+    except StrictJSONError as exc:
+        return rejected(str(path), "state_json", f"not strict JSON: {exc.reason}")
+    return None if same else rejected(str(path), "state_json", "not the state of the verified bundle beside it")
+
+
+def _read(path: Path, max_bytes: int) -> bytes | Inspection:
+    """The bytes of the file at *path*, or the rejection saying why there are none."""
+    if not os.path.lexists(path):
+        return rejected(str(path), "mirror_path", "missing")
+    try:
+        return read_bytes(path, max_bytes)
+    except FileReadError as exc:
+        return rejected(str(path), exc.check, exc.reason)
+
+
+def audit_records(records: list[InputFile], trust: TrustSet, jobs: int = 0,
+                  progress: Callable[[str, int, int], None] | None = None) -> list[Inspection]:
+    """``audit_record`` for each of *records* (``mirror_records``), on all cores (or *jobs* processes), in order."""
+    audited = map_in_workers(audit_record, Auditor, (trust,), records, Workers(jobs, progress), "verify",
+                             [r.path for r in records])
+    return [result for results in audited for result in results]

@@ -1,0 +1,109 @@
+"""``site-builder verify`` of a folder laid out as a mirror (PITH_FORMAT.md §5): each record's bundle, its second
+path and its state.json, against a site the builder made of the real bundles and then tampered with."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import REAL_FILES, both_keys, generated_bundles, opts
+
+from site_builder.build import BuildOptions, build
+from site_builder.cli import main
+from site_builder.keys import load_trust_set
+from site_builder.mirror_audit import audit_records, is_mirror, mirror_records
+from site_builder.parallel import PARALLEL_THRESHOLD
+
+IDS = sorted(json.loads(p.read_bytes())["pith_number"].rpartition(":")[2] for p in REAL_FILES)
+
+
+@pytest.fixture
+def mirror(bundles_dir, tmp_path):
+    site = tmp_path / "mirror"
+    build(BuildOptions(bundles=bundles_dir, output=site, trust=load_trust_set(), search=False))
+    return site
+
+
+def verify(capsys, *paths) -> tuple[int, list[str]]:
+    capsys.readouterr()
+    code = main(["verify", *map(str, paths)])
+    return code, capsys.readouterr().out.splitlines()
+
+
+def test_a_mirror_the_builder_made_verifies_record_by_record_and_its_pages_are_not_bundles(mirror, capsys):
+    assert is_mirror(mirror) and [r.rel for r in mirror_records(mirror)] == [
+        str(mirror / "pith" / pid / "bundle.json") for pid in IDS]  # (its short addresses are pages: left out)
+    code, lines = verify(capsys, mirror)
+    assert code == 0
+    assert [line.split()[0] + " " + line.split()[2] for line in lines] == [
+        f"OK {mirror}/pith/{pid}/bundle.json" for pid in IDS]
+
+
+def test_a_bundles_folder_is_verified_file_by_file_as_ever(bundles_dir, mirror, capsys):
+    assert not is_mirror(bundles_dir)
+    (mirror / "pith-mirrors.json").unlink()  # (no manifest: not laid out as a mirror, every JSON file a bundle)
+    assert not is_mirror(mirror)
+    code, lines = verify(capsys, mirror)
+    assert code == 1
+    assert f"REJECTED {mirror}/pith/{IDS[0]}/state.json: structure: bundle.bundle_type is missing" in lines
+
+
+def test_a_state_json_served_by_a_mirror_must_be_the_verified_bundles_state(mirror, capsys):
+    """state.json is the one file of a record no signature covers: a mirror could serve any state there."""
+    first, second = (mirror / "pith" / pid / "state.json" for pid in IDS[:2])
+    state = json.loads(first.read_bytes())
+    first.write_text(json.dumps(state, indent=2, sort_keys=True))  # (another layout of the same value: as served)
+    assert verify(capsys, mirror)[0] == 0
+    state["graph_snapshots"] = []
+    first.write_text(json.dumps(state))
+    second.write_bytes(b'{"a": 1, "a": 2}')
+    code, lines = verify(capsys, mirror)
+    assert code == 1
+    assert f"REJECTED {first}: state_json: not the state of the verified bundle beside it" in lines
+    assert f"REJECTED {second}: state_json: not strict JSON: duplicate key 'a'" in lines
+    assert sum(line.startswith("OK ") for line in lines) == len(IDS)  # (the bundles themselves verify)
+
+
+def replaced(path, data: bytes) -> None:
+    """Put *data* at *path* as a file of its own (a record's two bundle paths are one file, linked twice)."""
+    path.unlink()
+    path.write_bytes(data)
+
+
+def test_each_record_folder_must_hold_its_own_bundle_at_both_paths(mirror):
+    pith, well_known = mirror / "pith", mirror / ".well-known" / "pith"
+    other = (pith / IDS[1] / "bundle.json").read_bytes()
+    replaced(pith / IDS[0] / "bundle.json", other)  # another record's, which verifies
+    replaced(well_known / IDS[2] / "bundle.json", other)
+    (well_known / IDS[3] / "bundle.json").unlink()
+    raw = bytearray(other)
+    raw[raw.index(b'"signature_b64":"') + 20] ^= 1  # (a signature tampered with)
+    replaced(pith / IDS[1] / "bundle.json", bytes(raw))
+    (pith / IDS[2] / "state.json").unlink()
+    (pith / IDS[2] / "state.json").symlink_to(pith / IDS[3] / "state.json")
+    results = {r.rel.removeprefix(f"{mirror}/"): (r.check, r.reason) for r in audit_records(mirror_records(mirror),
+                                                                                            load_trust_set())}
+    assert results[f"pith/{IDS[0]}/bundle.json"][0] == "mirror_path"
+    assert results[f"pith/{IDS[0]}/bundle.json"][1].endswith(f"not of record {IDS[0]}")
+    assert results[f"pith/{IDS[1]}/bundle.json"][0] in ("receipt_signature", "event_signature", "bundle_signature")
+    assert results[f".well-known/pith/{IDS[2]}/bundle.json"] == (
+        "mirror_copy", f"not the same bytes as pith/{IDS[2]}/bundle.json")
+    assert results[f"pith/{IDS[2]}/state.json"] == ("file_type", "a symbolic link (not followed)")
+    assert results[f".well-known/pith/{IDS[3]}/bundle.json"] == ("mirror_path", "missing")
+    assert results[f"pith/{IDS[3]}/bundle.json"] == (None, "")
+    assert results[f"pith/{IDS[2]}/bundle.json"] == (None, "")
+    assert len(results) == 7  # (of a record whose bundle is rejected, nothing else is checked)
+
+
+def test_a_large_mirror_is_checked_in_worker_processes_with_the_same_results(tmp_path):
+    generated_bundles(tmp_path / "bundles", PARALLEL_THRESHOLD + 6)
+    site = tmp_path / "mirror"
+    build(opts(tmp_path, site, both_keys()))
+    pid = sorted(p.name for p in (site / "pith").iterdir() if len(p.name) == 26)[-1]
+    (site / "pith" / pid / "state.json").write_bytes(b"{}")
+    records = mirror_records(site)
+    in_workers = audit_records(records, both_keys(), jobs=2)
+    assert in_workers == audit_records(records, both_keys(), jobs=1)
+    assert [(r.rel, r.check) for r in in_workers if not r.verified] == [
+        (str(site / "pith" / pid / "state.json"), "state_json")]
+    assert sum(r.verified for r in in_workers) == PARALLEL_THRESHOLD + 6
