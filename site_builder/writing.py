@@ -497,7 +497,11 @@ class OutputSlot:
         return StagingTree(path)
 
     def _swap_in(self, tree: Path) -> None:
-        """Exchange *tree* and the output: afterwards *tree*'s path holds the old site."""
+        """Exchange *tree* and the output: afterwards *tree*'s path holds the old site, if there was one (an
+        output deleted since the last build, by hand or while this one ran, leaves nothing to exchange)."""
+        if not os.path.lexists(self.output):
+            tree.rename(self.output)
+            return
         try:
             if exchange(tree, self.output):
                 return

@@ -369,3 +369,28 @@ def test_a_file_put_in_the_tree_beside_the_site_is_never_published(project, tmp_
     assert not (out / "planted.html").exists()
     build(opts(project, tmp_path / "clean", both_keys(), use_cache=False))
     assert tree(out) == tree(tmp_path / "clean")
+
+
+@pytest.mark.parametrize("atomic", [True, False])
+def test_an_output_deleted_by_hand_is_built_again_from_the_tree_beside_it(project, tmp_path, monkeypatch, atomic):
+    """``rm -rf output`` leaves the tree beside it, which the cache knows: the next build brings that tree up to
+    date and moves it into place, there being no site to exchange it with (with the atomic swap, and with the
+    renames a file system without it gets), and the builds after it go on as ever."""
+    from site_builder import writing
+
+    if not atomic:
+        monkeypatch.setattr(writing, "exchange", lambda a, b: False)
+    out = tmp_path / "out"
+    build(opts(project, out, both_keys()))
+    change(project)
+    build(opts(project, out, both_keys()))
+    shutil.rmtree(out)
+    assert (tmp_path / ".out.prev").is_dir()
+    report = build(opts(project, out, both_keys()))
+    assert report.files_reused > 0  # (the tree beside, brought up to date in place)
+    build(opts(project, tmp_path / "clean", both_keys(), use_cache=False))
+    assert tree(out) == tree(tmp_path / "clean")
+    change(project)
+    build(opts(project, out, both_keys()))
+    build(opts(project, tmp_path / "clean", both_keys(), use_cache=False))
+    assert tree(out) == tree(tmp_path / "clean")
