@@ -213,8 +213,17 @@ def _settings_file_missing(args) -> bool:
     return False
 
 
+def _templates_folder_missing(args) -> bool:
+    """Whether the templates folder named on the command line is not a folder, said on stderr (the default one
+    is optional, as the settings file is)."""
+    if args.templates != Path("templates") and not args.templates.is_dir():
+        say(f"error: {args.templates}: templates folder does not exist", err=True)
+        return True
+    return False
+
+
 def cmd_build(args, left_for_exit: list | None = None) -> int:
-    if _settings_file_missing(args):
+    if _settings_file_missing(args) or _templates_folder_missing(args):
         return EXIT_USAGE
     try:
         trust = load_trust_set(args.trusted_keys)
@@ -226,9 +235,6 @@ def cmd_build(args, left_for_exit: list | None = None) -> int:
         say(f"error: {exc}", err=True)
         return EXIT_USAGE
     templates = args.templates if args.templates.is_dir() else None
-    if templates is None and args.templates != Path("templates"):
-        say(f"error: {args.templates}: templates folder does not exist", err=True)
-        return EXIT_USAGE
     progress, update = _progress_bar(not args.quiet)
     options = BuildOptions(bundles=args.bundles, output=args.output, trust=trust, config=config, templates=templates,
                            about_file=about, static_dir=static, search=not args.no_search, deployed=args.live,
@@ -395,7 +401,7 @@ def cmd_serve(args) -> int:
 
     if _trust(args.trusted_keys) is None:
         return EXIT_USAGE
-    if _settings_file_missing(args):
+    if _settings_file_missing(args) or _templates_folder_missing(args):
         return EXIT_USAGE
     if not args.bundles.is_dir():
         say(f"error: {args.bundles}: bundles folder does not exist", err=True)

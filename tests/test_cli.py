@@ -14,8 +14,9 @@ from signing import TestKey, sign_bundle, to_bytes
 
 
 def cli(*args, cwd=None, env=None):
+    """A command in its own process; one that does not end (a serve that should have refused to start) fails."""
     return subprocess.run([sys.executable, "-m", "site_builder", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env)
+                          cwd=cwd, env=env, timeout=300)
 
 
 def test_build_summary_line_and_exit_codes(bundles_dir, tmp_path):
@@ -569,6 +570,8 @@ def test_a_path_that_is_not_there_is_one_line_and_exit_2(bundles_dir, tmp_path):
                         f"error: {missing}: templates folder does not exist"),
                        (("serve", "--bundles", missing, "--output", tmp_path / "site"),
                         f"error: {missing}: bundles folder does not exist"),
+                       (("serve", "--bundles", bundles_dir, "--output", tmp_path / "site", "--templates", missing),
+                        f"error: {missing}: templates folder does not exist"),
                        (("verify", bundles_dir, missing), f"error: {missing}: no such file or folder")]:
         r = cli(*args, cwd=tmp_path)
         assert r.returncode == 2 and r.stderr.splitlines() == [line] and r.stdout == "", (args, r.stderr)
