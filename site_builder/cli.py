@@ -25,7 +25,7 @@ from site_builder.rendering import describe_template_error
 from site_builder.search_index import SearchIndexError
 from site_builder.settings import SETTINGS_FILE, SettingsError, load_settings, normalize_base_url, project_paths
 from site_builder.terminal import printable
-from site_builder.writing import OutputError
+from site_builder.writing import OutputError, OutputSlot
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 
@@ -405,6 +405,11 @@ def cmd_serve(args) -> int:
         return EXIT_USAGE
     if not args.bundles.is_dir():
         say(f"error: {args.bundles}: bundles folder does not exist", err=True)
+        return EXIT_USAGE
+    try:  # (an output folder that is not a site is not served, with a banner over it: it is no site of ours)
+        OutputSlot(args.output).check_usable()
+    except OutputError as exc:
+        say(f"error: {exc}", err=True)
         return EXIT_USAGE
     if args.base_url is not None:
         try:

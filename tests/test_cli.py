@@ -572,6 +572,9 @@ def test_a_path_that_is_not_there_is_one_line_and_exit_2(bundles_dir, tmp_path):
                         f"error: {missing}: bundles folder does not exist"),
                        (("serve", "--bundles", bundles_dir, "--output", tmp_path / "site", "--templates", missing),
                         f"error: {missing}: templates folder does not exist"),
+                       (("serve", "--bundles", bundles_dir, "--output", bundles_dir),  # (a folder that is no site)
+                        f"error: {bundles_dir}: folder is not empty and was not made by site-builder (no "
+                        f"verification.json of its own); nothing was changed: choose another --output or empty it"),
                        (("verify", bundles_dir, missing), f"error: {missing}: no such file or folder")]:
         r = cli(*args, cwd=tmp_path)
         assert r.returncode == 2 and r.stderr.splitlines() == [line] and r.stdout == "", (args, r.stderr)
