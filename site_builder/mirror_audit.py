@@ -3,8 +3,8 @@
 A mirror serves each record three times over: ``pith/<ID>/bundle.json``, the same bytes at
 ``.well-known/pith/<ID>/bundle.json``, and ``pith/<ID>/state.json``, the bundle's state as the resolver writes
 it, which no signature covers.  For each record folder the bundle is verified against the pinned keys and must be
-record <ID>'s, the second path must hold the very same bytes, and ``state.json`` must be exactly the verified
-bundle's state.  Pages are not checked: nothing in them is signed (each record page checks itself in the
+record <ID>'s, the second path must hold the very same bytes, and ``state.json`` must be the verified bundle's
+state (the same JSON value, however laid out: PITH_FORMAT.md names its content, not its bytes).  Pages are not checked: nothing in them is signed (each record page checks itself in the
 reader's browser).  Pure but for reading the files, so that it runs in the worker processes ``verify`` uses.
 """
 
