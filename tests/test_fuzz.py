@@ -47,8 +47,12 @@ def byte_mutations(draw):
 
 
 # A signature block's own metadata, which no signature covers (PITH_FORMAT.md: each block is left out of the digest
-# it signs), and which the site never shows: a change there verifies, as the resolver's own bundle would.
+# it signs), and which the site never shows: a change there verifies, as the resolver's own bundle would.  An
+# event's block is inside the bundle's digest; the bundle's own block is not, so of it only what the verifier
+# checks counts (a field renamed or added there, "rignature_status", verifies too).
 UNSIGNED = ("signed_at", "signature_status")
+BUNDLE_SIGNATURE_CHECKED = ("algorithm", "key_id", "public_key_fingerprint", "signature_b64", "signed_message",
+                            "bundle_sha256")
 
 
 def signed_part(bundle: object) -> object:
@@ -60,7 +64,22 @@ def signed_part(bundle: object) -> object:
         if isinstance(block, dict):
             for name in UNSIGNED:
                 block.pop(name, None)
+    if isinstance(bundle.get("bundle_signature"), dict):
+        bundle["bundle_signature"] = {name: value for name, value in bundle["bundle_signature"].items()
+                                      if name in BUNDLE_SIGNATURE_CHECKED}
     return bundle
+
+
+def test_a_field_renamed_in_the_bundles_own_signature_block_is_unsigned_and_only_that():
+    """The case the fuzzer found: no signature covers the bundle's own signature block, so a renamed metadata
+    field there verifies; a checked field renamed does not."""
+    raw = REAL[0]
+    renamed = raw.replace(b'"bundle_signature":{"signature_status"', b'"bundle_signature":{"rignature_status"', 1)
+    assert renamed != raw and inspect_bytes("x.json", renamed, TRUST).verified
+    assert signed_part(json.loads(renamed)) == signed_part(REAL_OBJECTS[0])
+    broken = raw.replace(b'"signed_message":"bundle_sha256_bytes"', b'"rigned_message":"bundle_sha256_bytes"', 1)
+    assert broken != raw and not inspect_bytes("x.json", broken, TRUST).verified
+    assert signed_part(json.loads(broken)) != signed_part(REAL_OBJECTS[0])
 
 
 @FUZZ
