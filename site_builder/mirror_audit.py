@@ -4,14 +4,14 @@ A mirror serves each record three times over: ``pith/<ID>/bundle.json``, the sam
 ``.well-known/pith/<ID>/bundle.json``, and ``pith/<ID>/state.json``, the bundle's state as the resolver writes
 it, which no signature covers.  For each record folder the bundle is verified against the pinned keys and must be
 record <ID>'s, the second path must hold the very same bytes, and ``state.json`` must be the verified bundle's
-state (the same JSON value, however laid out: PITH_FORMAT.md names its content, not its bytes).  Pages are not checked: nothing in them is signed (each record page checks itself in the
-reader's browser).  Pure but for reading the files, so that it runs in the worker processes ``verify`` uses.
+state (the same JSON value, however laid out: PITH_FORMAT.md names its content, not its bytes).  Pages are not
+checked: nothing in them is signed (each record page checks itself in the reader's browser).  Pure but for
+reading the files, so that it runs in the worker processes ``verify`` uses.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -20,6 +20,7 @@ from site_builder.inspection import Inspection, by_reference, inspect_bytes, rej
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, read_bytes
 from site_builder.parallel import Workers, map_in_workers
+from site_builder.stages.verify import Inspector
 from site_builder.strict_json import StrictJSONError, parse_strict
 from site_builder.verification import PITH_ID_RE
 
@@ -41,36 +42,24 @@ def mirror_records(folder: Path) -> list[InputFile]:
             for pid in ids]
 
 
-@dataclass(frozen=True)
-class Auditor:
-    """What each process checking records works with."""
-
-    trust: TrustSet
-    max_bytes: int = DEFAULT_MAX_BYTES
-
-
-def audit_record(auditor: Auditor, item: InputFile) -> list[Inspection]:
-    """The record whose ``bundle.json`` *item* is: the bundle's result (rejected where it is another record's),
-    then a rejection for each of its two other files that is not as the resolver serves it (checked only where
-    the bundle verified)."""
-    bundle_path = Path(item.path)
-    record = bundle_path.parent
+def audit_record(inspector: Inspector, item: InputFile) -> list[Inspection]:
+    """The record whose ``bundle.json`` *item* is (``mirror_records``): the bundle's result (rejected where it is
+    another record's), then a rejection for each of its two other files that is not as the resolver serves it
+    (checked only where the bundle verified)."""
+    record = Path(item.path).parent
     pid = record.name
-    if not os.path.lexists(bundle_path):
-        return [rejected(item.rel, "mirror_path", "missing")]
-    try:
-        raw = read_bytes(bundle_path, auditor.max_bytes)
-    except FileReadError as exc:
-        return [rejected(item.rel, exc.check, exc.reason)]
-    result = by_reference(inspect_bytes(item.rel, raw, auditor.trust))
+    raw = _read(Path(item.path), inspector.max_bytes)
+    if isinstance(raw, Inspection):
+        return [raw]
+    result = by_reference(inspect_bytes(item.rel, raw, inspector.trust))
     if not result.verified:
         return [result]
     if result.pith_id != pid:
         return [Inspection(item.rel, result.sha256, result.size, "mirror_path",
                            f"holds the bundle of {result.summary.pith_number}, not of record {pid}")]
     copy = record.parent.parent / ".well-known" / "pith" / pid / "bundle.json"
-    problems = [_copy_problem(copy, raw, pid, auditor.max_bytes),
-                _state_problem(record / "state.json", parse_strict(raw)["state"], auditor.max_bytes)]
+    problems = [_copy_problem(copy, raw, pid, inspector.max_bytes),
+                _state_problem(record / "state.json", parse_strict(raw)["state"], inspector.max_bytes)]
     return [result, *(p for p in problems if p is not None)]
 
 
@@ -96,7 +85,8 @@ def _state_problem(path: Path, state: object, max_bytes: int) -> Inspection | No
 
 
 def _read(path: Path, max_bytes: int) -> bytes | Inspection:
-    """The bytes of the file at *path*, or the rejection saying why there are none."""
+    """The bytes of the file at *path*, or the rejection saying why there are none (its name: the path shown,
+    as ``mirror_records`` names a record's bundle)."""
     if not os.path.lexists(path):
         return rejected(str(path), "mirror_path", "missing")
     try:
@@ -108,6 +98,6 @@ def _read(path: Path, max_bytes: int) -> bytes | Inspection:
 def audit_records(records: list[InputFile], trust: TrustSet, jobs: int = 0,
                   progress: Callable[[str, int, int], None] | None = None) -> list[Inspection]:
     """``audit_record`` for each of *records* (``mirror_records``), on all cores (or *jobs* processes), in order."""
-    audited = map_in_workers(audit_record, Auditor, (trust,), records, Workers(jobs, progress), "verify",
-                             [r.path for r in records])
+    audited = map_in_workers(audit_record, Inspector, (trust, DEFAULT_MAX_BYTES), records, Workers(jobs, progress),
+                             "verify", [r.path for r in records])
     return [result for results in audited for result in results]
