@@ -135,6 +135,14 @@ def test_a_paper_page_links_to_read_and_cite_the_paper(reader):
     assert "Distributed, Parallel, and Cluster Computing" in page.inner_text("[data-field=categories]")
 
 
+def test_a_category_whose_name_wraps_stays_one_box(reader):
+    page, url, ids, width = reader
+    page.goto(url + f"pith/{ids[0]}/")
+    boxes = page.eval_on_selector_all("[data-field=categories] .cat", """els => els.map(a => [a.textContent,
+        a.getClientRects().length, a.getBoundingClientRect().right])""")
+    assert boxes and all(rects == 1 and right <= width for _, rects, right in boxes), boxes
+
+
 @pytest.mark.parametrize("path, wait_for, least", [("search/", "#search input", 3), ("", "main form input", 2),
                                                      ("verify/", "#fetch", 3)])
 def test_the_form_controls_are_made_for_a_finger_on_a_phone(site, path, wait_for, least):
