@@ -345,6 +345,8 @@ def test_a_static_file_since_removed_is_the_sites_own_where_the_cache_recorded_i
     (static / "CNAME").write_text("mirror.example.org\n")
     (static / "google0123.html").write_text("google-site-verification: google0123.html\n")
     build(opts(project, out, both_keys(), static_dir=static))
+    build(opts(project, out, both_keys(), static_dir=static, use_cache=False))  # (the static folder's: no cache needed)
+    assert (out / "CNAME").is_file()
     (static / "CNAME").unlink()
     build(opts(project, out, both_keys(), static_dir=static))
     assert not (out / "CNAME").exists() and (out / "google0123.html").is_file()
