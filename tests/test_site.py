@@ -377,10 +377,12 @@ def test_markdown_fields_render_safely():
     md = make_markdown()
     assert md.render("**bold** and [link](https://arxiv.org)") == \
         '<p><strong>bold</strong> and <a href="https://arxiv.org">link</a></p>\n'
-    # Links within the site, fragments, queries and mail stay links (a colon after the first slash is no scheme).
-    assert md.render("[a](../about/) [b](#top) [c](?q=1) [d](papers/x:y) [e](mailto:a@b.org)") == (
+    # Links within the site, fragments, queries and mail stay links (a colon after the first slash, or in a
+    # query or a fragment, is no scheme).
+    assert md.render("[a](../about/) [b](#top) [c](?q=1) [d](papers/x:y) [e](mailto:a@b.org) [f](#sec:intro) "
+                     "[g](?at=10:30)") == (
         '<p><a href="../about/">a</a> <a href="#top">b</a> <a href="?q=1">c</a> <a href="papers/x:y">d</a> '
-        '<a href="mailto:a@b.org">e</a></p>\n')
+        '<a href="mailto:a@b.org">e</a> <a href="#sec:intro">f</a> <a href="?at=10:30">g</a></p>\n')
     for evil in ("[x](javascript:alert(1))", "[x](JaVaScRiPt:alert(1))", "[x](data:text/html,<b>)",
                  "[x](vbscript:msgbox)", "<script>alert(1)</script>", "[x]( javascript:alert(1))",
                  "[x](java%0ascript:alert(1))", "[x](&#106;avascript:alert(1))", "<a href='javascript:x'>x</a>"):
