@@ -69,6 +69,8 @@ MORE_TAMPERS = {
     "a record_created payload naming another digest": ("canonical_hash", lambda b: record_created(b)["payload"].update(
         canonical_sha256="0" * 64)),
     "a short pith number of another record": ("pith_number", lambda b: b.update(short_pith_number="pith:AAAAAAAA")),
+    "a top-level source other than the record's": ("aliases", lambda b: b["source"].update(
+        version=b["source"]["version"] + 1)),
     # (each signature's key is also checked where it is verified, later: the reason must still be the key)
     "a receipt naming a key that is not pinned": ("key_pinned", lambda b: record_created(b)["payload"][
         "receipt"].update(key_id="attacker-key")),
