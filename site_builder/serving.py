@@ -287,7 +287,7 @@ class _PreviewHandler(http.server.BaseHTTPRequestHandler):
             return self._send(200, self.live_js, "text/javascript")
         if not path.startswith(base):
             if path == "/" or path + "/" == base:
-                return self._send(302, b"", "text/plain", {"Location": base})
+                return self._send(302, b"", "text/plain", {"Location": self._keeping_query(base)})
             return self._not_found()
         rel = path[len(base):]
         parts = [p for p in rel.split("/") if p]
@@ -301,7 +301,8 @@ class _PreviewHandler(http.server.BaseHTTPRequestHandler):
             return self._not_found()
         if name == "":  # a folder: its index.html
             if not path.endswith("/"):  # (the path as asked, still quoted: a header holds ASCII only)
-                return self._send(301, b"", "text/plain", {"Location": urlsplit(self.path).path + "/"})
+                return self._send(301, b"", "text/plain",
+                                  {"Location": self._keeping_query(urlsplit(self.path).path + "/")})
             if data is None:
                 return self._not_found()
             name = "index.html"
@@ -310,6 +311,11 @@ class _PreviewHandler(http.server.BaseHTTPRequestHandler):
         if suffix == ".html":
             data = self._inject(data)
         self._send(200, data, ctype)
+
+    def _keeping_query(self, location: str) -> str:
+        """*location* with the query asked for (``search?q=x`` leads to ``search/?q=x``, as static hosts answer)."""
+        query = urlsplit(self.path).query
+        return f"{location}?{query}" if query else location
 
     def _not_found(self):
         found = site_file(self.output, ["404.html"])

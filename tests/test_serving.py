@@ -178,7 +178,8 @@ def test_content_types_404_and_base_path(server):
 @pytest.mark.slow
 def test_a_folder_is_redirected_to_its_slash_as_the_browser_asked_for_it(server):
     """A folder asked for without its slash is redirected to the very path asked, with the slash: quoted as it
-    came (a folder of the static files may be named in any script), never the decoded name."""
+    came (a folder of the static files may be named in any script), never the decoded name, and with the query
+    asked for."""
     root, _, base, port, _ = server
     (root / "output" / "日本").mkdir()
     (root / "output" / "日本" / "index.html").write_text("<p>folder page</p>")
@@ -190,6 +191,12 @@ def test_a_folder_is_redirected_to_its_slash_as_the_browser_asked_for_it(server)
     conn.close()
     status, _, body = get(f"http://127.0.0.1:{port}" + response.getheader("Location"))
     assert status == 200 and "folder page" in body
+    for asked, location in (("/mirror/search?q=graph", "/mirror/search/?q=graph"), ("/?q=x", "/mirror/?q=x")):
+        conn.request("GET", asked)  # (the query goes with the redirect, as a static host sends it on)
+        response = conn.getresponse()
+        response.read()
+        assert response.status in (301, 302) and response.getheader("Location") == location
+    conn.close()
 
 
 @pytest.mark.slow
