@@ -17,12 +17,13 @@ import pytest
 import trustme
 
 
-from site_builder.keys import load_trust_set
+from site_builder.keys import TrustSet, key_from_document, load_trust_set
 from site_builder.loading import DEFAULT_MAX_BYTES
 from site_builder.pulling import STATE_FILE, Fetcher, PullError, bundle_url_pattern, parse_targets, pull
 
 from browser import serving
 from conftest import REAL_FILES, free_port, returns_past_fifos
+from generate import benchmark_key
 from signing import to_bytes
 
 REAL = {json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1]: p.read_bytes() for p in REAL_FILES}
@@ -743,6 +744,23 @@ def test_a_kept_validator_is_sent_only_for_the_local_copy_it_was_kept_for(tmp_pa
     [headers] = [h for path, h in s.requests if path.endswith("bundle.json")]
     assert "If-None-Match" not in headers and "If-Modified-Since" not in headers
     assert report.count("fetched") == 1 and local.read_bytes() == REAL[IDS[0]]
+
+
+def test_a_kept_validator_vouches_for_nothing_once_the_local_copy_no_longer_verifies(tmp_path):
+    """The pinned keys changed since the last pull, and the local copy's key is not among them: the request
+    names no version, and the served bundle is judged under the keys pinned now (a 304 would have reported the
+    copy no pinned key vouches for as "unchanged")."""
+    s = Server()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]], "etag": '"v1"'})
+    bundles = tmp_path / "b"
+    with running(s) as url:
+        pull(IDS[:1], url, bundles, load_trust_set(), fetcher=Fetcher(**FAST))
+        s.requests.clear()
+        report = pull(IDS[:1], url, bundles, TrustSet((key_from_document(benchmark_key().document()),)),
+                      fetcher=Fetcher(**FAST))
+    [headers] = [h for path, h in s.requests if path.endswith("bundle.json")]
+    assert "If-None-Match" not in headers and "If-Modified-Since" not in headers
+    assert [o.status for o in report.outcomes] == ["rejected"]
 
 
 def test_a_local_copy_already_in_the_served_bytes_is_asked_for_conditionally_next_time(tmp_path):
