@@ -45,6 +45,14 @@ def allowed_static_files(folder: Path | None) -> tuple[list[StaticFile], list[st
     return allowed, warnings
 
 
+def no_bundles(folder: Path, found: list[InputFile], skipped: list[SkippedFile]) -> list[str]:
+    """A warning where the bundles folder holds no bundle file at all: a site without papers replaces the
+    output, which a wrong ``--bundles`` (or a pull that wrote nothing) would otherwise do in silence."""
+    if found or skipped:
+        return []
+    return [f"{printable(str(folder))}: no bundle files (*.json) in it or its subfolders; the site lists no papers"]
+
+
 def missing_project_paths(options: BuildOptions) -> list[str]:
     """A warning for an about page or static folder that the settings name (not the defaults, which a project
     need not have) and that is not there: a typo would otherwise leave the site without it in silence."""
@@ -126,7 +134,8 @@ def gather(ctx: BuildContext) -> Inputs:
     deployed, manifest, deployed_lines = read_deployed(options)
     ctx.clock.lap("discover")
     return Inputs(found, skipped, static_unit(static) if static else None,
-                  missing_project_paths(options) + static_warnings + asset_warnings + deployed_lines,
+                  no_bundles(options.bundles, found, skipped) + missing_project_paths(options) + static_warnings
+                  + asset_warnings + deployed_lines,
                   deployed, manifest, ctx.site_key, ctx.indexer, ctx.about)
 
 

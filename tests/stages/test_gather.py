@@ -153,3 +153,17 @@ def test_an_about_page_or_static_folder_the_settings_name_that_is_not_there_is_w
     report = build(opts(project, project / "site", both_keys(), config=typos, about_file=about, static_dir=static))
     assert report.warnings == ["about_file = 'pages/abuot.md' in the settings names no file; the site has no about "
                                "page"]  # (said by the build, as the command line and serve print it)
+
+
+def test_a_bundles_folder_with_no_bundle_file_is_warned_of(project, tmp_path):
+    """A wrong ``--bundles`` (or a pull that wrote nothing) would replace the site with one without papers in
+    silence: the build says so, once; a folder whose files are all set aside has its REJECTED lines instead."""
+    for f in (project / "bundles").iterdir():
+        f.unlink()
+    (project / "bundles" / "notes.txt").write_text("not a bundle\n")
+    (project / "bundles" / ".hidden.json").write_text("{}")
+    report = build(opts(project, project / "site", both_keys()))
+    assert report.warnings == [f"{project / 'bundles'}: no bundle files (*.json) in it or its subfolders; the site "
+                               f"lists no papers"]
+    (project / "bundles" / "broken.json").write_text("{")
+    assert gathered(opts(project, project / "site", both_keys()), tmp_path).warnings == []
