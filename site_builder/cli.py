@@ -28,6 +28,7 @@ from site_builder.terminal import printable
 from site_builder.writing import OutputError, OutputSlot
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
+EXIT_BROKEN_PIPE = 128 + 13  # (what a shell reports for a program SIGPIPE ended: its output's reader stopped)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -453,9 +454,12 @@ def run() -> None:
     """The console entry point: ``main()``, then exit without tearing down the build's objects one by one
     (a one-shot build leaves them, see BuildPolicy.left_for_exit; the cache saver is a detached process)."""
     left_for_exit: list = []
-    code = main(left_for_exit=left_for_exit)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    try:
+        code = main(left_for_exit=left_for_exit)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:  # (``verify ... | head``: the reader stopped; end as a program SIGPIPE ends would)
+        code = EXIT_BROKEN_PIPE
     os._exit(code)
 
 

@@ -669,3 +669,17 @@ def test_starting_the_command_line_runs_no_other_program(tmp_path):
              "print(started)\n")
     out = subprocess.run([sys.executable, "-c", watch], capture_output=True, text=True, cwd=tmp_path, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+@pytest.mark.parametrize("json_output", [False, True])
+def test_output_read_by_a_program_that_stops_early_ends_quietly(bundles_dir, json_output):
+    """``site-builder verify bundles | head -1``: once the reader has gone, the command ends as a program SIGPIPE
+    ends (141, as the shell reports it), without a traceback on the terminal."""
+    many = [bundles_dir] * 400  # (more than a pipe holds, so that a write finds the reader gone)
+    with subprocess.Popen([sys.executable, "-m", "site_builder", "verify", *(["--json"] if json_output else []),
+                           *map(str, many)], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        proc.stdout.readline()
+        proc.stdout.close()
+        errors = proc.stderr.read().decode()
+        assert proc.wait(timeout=300) == 141
+    assert "Traceback" not in errors and "BrokenPipe" not in errors, errors
