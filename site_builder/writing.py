@@ -440,6 +440,10 @@ class OutputSlot:
             self.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.parent / f".{self.name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
+            nearest = next((up for up in (self.parent, *self.parent.parents) if os.path.lexists(up)), None)
+            if nearest is not None and not nearest.is_dir():  # (mkdir says "File exists" of it)
+                raise OutputError(f"{nearest}: not a folder, so the output folder {self.output} cannot be made "
+                                  f"in it") from None
             raise OutputError(f"{self.output}: cannot write beside the output folder: "
                               f"{exc.strerror or exc}") from None
         try:

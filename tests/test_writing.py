@@ -318,6 +318,18 @@ def test_an_output_that_is_a_file_is_refused_and_left_as_it_was(tmp_path):
     assert output.read_text() == "someone's notes"
 
 
+@pytest.mark.parametrize("below", ["site", "a/b/site"])
+def test_an_output_below_a_file_names_the_file_in_the_way(tmp_path, below):
+    """``--output notes/site`` where ``notes`` is a file: the line names that file (mkdir's own word for it is
+    "File exists"), and the file is left as it was."""
+    (tmp_path / "notes").write_text("someone's notes")
+    output = tmp_path / "notes" / below
+    with pytest.raises(OutputError, match=f"^{re.escape(str(tmp_path / 'notes'))}: not a folder, so the output "
+                                          f"folder {re.escape(str(output))} cannot be made in it$"):
+        OutputSlot(output).acquire()
+    assert (tmp_path / "notes").read_text() == "someone's notes"
+
+
 def test_the_root_folder_as_output_is_refused_with_a_folder_to_use_instead():
     """``--output /``: the root is a mount point, and the folder suggested instead is /site (not //site)."""
     with pytest.raises(OutputError, match="is a mount point") as caught:
