@@ -334,10 +334,14 @@ def cmd_verify(args) -> int:
             say(f"error: {path}: no such file or folder", err=True)
             return EXIT_USAGE
         try:
+            before = len(items) + len(records)
             if is_mirror(path):
                 records += mirror_records(path)
             else:
                 items.extend(_verify_items(path))
+            if len(items) + len(records) == before:  # (a check of nothing passes: a typo must not)
+                say(f"error: {path}: no bundle files (*.json) in it or its subfolders", err=True)
+                return EXIT_USAGE
         except BundlesFolderError as exc:
             say(f"error: {exc}", err=True)
             return EXIT_USAGE

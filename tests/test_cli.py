@@ -565,7 +565,9 @@ def test_what_a_build_says_by_default_with_quiet_and_with_verbose(bundles_dir, t
 def test_a_path_that_is_not_there_is_one_line_and_exit_2(bundles_dir, tmp_path):
     """A folder or file named on the command line that does not exist is a usage error naming it; a link named
     to ``verify`` is not that (it is there): it is reported as the bundles folder would report it."""
-    missing = tmp_path / "missing"
+    missing, empty = tmp_path / "missing", tmp_path / "empty"
+    (empty / "notes").mkdir(parents=True)
+    (empty / "notes" / "readme.txt").write_text("no bundles here\n")
     for args, line in [(("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--templates", missing),
                         f"error: {missing}: templates folder does not exist"),
                        (("serve", "--bundles", missing, "--output", tmp_path / "site"),
@@ -575,7 +577,9 @@ def test_a_path_that_is_not_there_is_one_line_and_exit_2(bundles_dir, tmp_path):
                        (("serve", "--bundles", bundles_dir, "--output", bundles_dir),  # (a folder that is no site)
                         f"error: {bundles_dir}: folder is not empty and was not made by site-builder (no "
                         f"verification.json of its own); nothing was changed: choose another --output or empty it"),
-                       (("verify", bundles_dir, missing), f"error: {missing}: no such file or folder")]:
+                       (("verify", bundles_dir, missing), f"error: {missing}: no such file or folder"),
+                       (("verify", bundles_dir, empty), f"error: {empty}: no bundle files (*.json) in it or its "
+                                                        f"subfolders")]:  # (a check of nothing is no pass)
         r = cli(*args, cwd=tmp_path)
         assert r.returncode == 2 and r.stderr.splitlines() == [line] and r.stdout == "", (args, r.stderr)
     assert not (tmp_path / "site").exists()
