@@ -54,6 +54,9 @@ def test_output_tree_of_the_example_bundles(bundles_dir, tmp_path):
     for f in report_doc["files"]:
         assert f["sha256"] == hashlib.sha256((bundles_dir / f["path"]).read_bytes()).hexdigest()
         assert f["status"] == "published"
+        bundle = json.loads((bundles_dir / f["path"]).read_bytes())  # (what a later build's rollback check reads)
+        assert (f["pith_number"], f["built_at"], f["event_count"]) == (bundle["pith_number"], bundle["built_at"],
+                                                                      len(bundle["events"]))
     home = (out / "index.html").read_text()
     assert "4</strong> papers published" in home and "0</strong> bundles rejected" in home
     # newest submission first
