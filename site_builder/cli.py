@@ -18,8 +18,8 @@ from site_builder import builder_identity
 from site_builder.build import BuildOptions, WorkerLostError, build, inspect_files
 from site_builder.inspection import Inspection, rejected
 from site_builder.keys import KeyFileError, load_trust_set
-from site_builder.loading import BundlesFolderError, InputFile, discover
-from site_builder.mirror_audit import audit_records, is_mirror, mirror_records
+from site_builder.loading import BundlesFolderError, InputFile, discover, is_mirror
+from site_builder.mirror_audit import audit_records, mirror_records
 from site_builder.options import SERVE_HOST, SERVE_PORT, BuildPolicy
 from site_builder.rendering import describe_template_error
 from site_builder.search_index import SearchIndexError

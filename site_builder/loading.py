@@ -11,6 +11,7 @@ import errno
 import hashlib
 import operator
 import os
+import re
 import stat
 import threading
 import time
@@ -96,23 +97,29 @@ def _shown_name(rel: str) -> str:
     return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+MIRROR_MANIFEST = "pith-mirrors.json"
+
+
+def is_mirror(folder: Path) -> bool:
+    """Whether *folder* is laid out as a mirror (PITH_FORMAT.md §5): the mirror manifest at its top, and a
+    ``pith/`` folder."""
+    return (not folder.is_symlink() and folder.is_dir() and (folder / "pith").is_dir()
+            and not (folder / "pith").is_symlink() and (folder / MIRROR_MANIFEST).is_file())
+
+
 def discover(root: Path, folders: list[str] | None = None,
              leave_out: Sequence[Path] = ()) -> tuple[list[InputFile], list[SkippedFile]]:
     """Every candidate ``*.json`` under *root* in a stable order, and what was skipped and why (and, into
     *folders*, every folder listed).  The folders *leave_out* names are not entered where they lie inside
-    *root* (``--bundles .``; ``BuildOptions.not_bundles``), each found by its real path."""
+    *root* (``--bundles .``; ``BuildOptions.not_bundles``), each found by its real path.  Of a copy of a
+    mirror, its records' bundles alone (``mirror_bundles``)."""
     left_out: dict[str, set[str]] = {}
     for path in leave_out:
         real = os.path.realpath(path)
         left_out.setdefault(os.path.basename(real), set()).add(real)
-    try:
-        st = os.stat(root)
-    except FileNotFoundError:
-        raise BundlesFolderError(f"{root}: bundles folder does not exist") from None
-    except OSError as exc:
-        raise BundlesFolderError(f"{root}: cannot open bundles folder: {exc.strerror}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise BundlesFolderError(f"{root}: not a folder")
+    _check_bundles_folder(root)
+    if is_mirror(Path(root)):
+        return mirror_bundles(Path(root), folders)
     found: list[InputFile] = []
     skipped: list[SkippedFile] = []
 
@@ -154,6 +161,50 @@ def discover(root: Path, folders: list[str] | None = None,
 
     walk(Path(root), "", True)
     return found, skipped
+
+
+def _check_bundles_folder(root: Path) -> None:
+    """BundlesFolderError where *root* is no folder that can be listed."""
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        raise BundlesFolderError(f"{root}: bundles folder does not exist") from None
+    except OSError as exc:
+        raise BundlesFolderError(f"{root}: cannot open bundles folder: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise BundlesFolderError(f"{root}: not a folder")
+
+
+def mirror_bundles(root: Path, folders: list[str] | None = None) -> tuple[list[InputFile], list[SkippedFile]]:
+    """The bundle of each record folder ``pith/<ID>/`` of the mirror at *root* (``is_mirror``: a site this
+    builder made, fetched whole), in ID order, and what stands there and is no regular file: the JSON of its
+    pages and manifests is not bundles.  The folders whose entries decide the answer go into *folders*: the
+    mirror's top (its manifest), ``pith/`` and each record's folder."""
+    pith = root / "pith"
+    try:
+        with os.scandir(pith) as entries:
+            ids = sorted(e.name for e in entries if _RECORD_FOLDER.match(e.name) and e.is_dir(follow_symlinks=False))
+    except OSError as exc:
+        raise BundlesFolderError(f"{pith}: cannot list the mirror's records: {exc.strerror}") from None
+    found: list[InputFile] = []
+    skipped: list[SkippedFile] = []
+    if folders is not None:
+        folders += [str(root), str(pith), *(str(pith / pid) for pid in ids)]
+    for pid in ids:
+        rel, path = f"pith/{pid}/bundle.json", pith / pid / "bundle.json"
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError as exc:
+            skipped.append(SkippedFile(rel, "file_read", f"cannot stat: {exc.strerror}"))
+            continue
+        if stat.S_ISREG(st.st_mode):
+            found.append(InputFile(rel, str(path), stat_signature(st)))
+        else:
+            skipped.append(SkippedFile(rel, "file_type", _kind(st.st_mode)))
+    return found, skipped
+
+
+_RECORD_FOLDER = re.compile(r"[A-Z2-7]{26}\Z")
 
 
 class Prefetcher:

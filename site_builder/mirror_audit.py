@@ -24,15 +24,6 @@ from site_builder.stages.verify import Inspector
 from site_builder.strict_json import StrictJSONError, parse_strict
 from site_builder.verification import PITH_ID_RE
 
-MIRROR_MANIFEST = "pith-mirrors.json"
-
-
-def is_mirror(folder: Path) -> bool:
-    """Whether *folder* is laid out as a mirror: the mirror manifest at its top, and a ``pith/`` folder."""
-    return (not folder.is_symlink() and folder.is_dir() and (folder / "pith").is_dir()
-            and not (folder / "pith").is_symlink() and (folder / MIRROR_MANIFEST).is_file())
-
-
 def mirror_records(folder: Path) -> list[InputFile]:
     """Each record of the mirror at *folder*, as its ``pith/<ID>/bundle.json`` (named by the path shown), in ID
     order.  The other entries of ``pith/`` are pages (the short addresses ``pith/<8>/``...), not records."""

@@ -3,6 +3,7 @@
 import os
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -287,3 +288,48 @@ def test_a_static_subfolder_that_cannot_be_listed_is_named_and_the_rest_is_read(
         run_unprivileged(check)
     finally:
         (static / "locked").chmod(0o755)
+
+
+def test_a_copy_of_a_mirror_offers_its_records_bundles_alone(bundles_dir, tmp_path):
+    """A mirror fetched whole (``wget --mirror``, ``rsync``) as the bundles folder: its records' bundles at
+    ``pith/<ID>/bundle.json`` are the candidates, not the JSON of its pages and manifests (each a REJECTED line,
+    and a failed ``--strict`` build); the site made from it shows the same records as the one it copies."""
+    trust = load_trust_set()
+    first = tmp_path / "first"
+    build(BuildOptions(bundles=bundles_dir, output=first, trust=trust, search=False))
+    ids = sorted(p.name for p in (first / "pith").iterdir() if len(p.name) == 26)
+    copy = tmp_path / "copy"
+    shutil.copytree(first, copy)
+    folders = []
+    found, skipped = discover(copy, folders)
+    assert [f.rel for f in found] == [f"pith/{pid}/bundle.json" for pid in ids] and skipped == []
+    assert {str(copy), str(copy / "pith")} <= set(folders)
+    second = tmp_path / "second"
+    report = build(BuildOptions(bundles=copy, output=second, trust=trust, search=False))
+    assert report.count("published") == len(ids) == 4 and not report.rejected
+    for pid in ids:
+        for name in ("index.html", "bundle.json", "state.json"):
+            assert (second / "pith" / pid / name).read_bytes() == (first / "pith" / pid / name).read_bytes()
+    (copy / "pith" / ids[0] / "bundle.json").unlink()  # (what stands at a record's bundle and is no file is named)
+    os.mkfifo(copy / "pith" / ids[0] / "bundle.json")
+    found, skipped = discover(copy)
+    assert [f.rel for f in found] == [f"pith/{pid}/bundle.json" for pid in ids[1:]]
+    assert [(s.rel, s.check) for s in skipped] == [(f"pith/{ids[0]}/bundle.json", "file_type")]
+    (copy / "pith-mirrors.json").unlink()  # (no longer laid out as a mirror: every JSON file is a candidate)
+    assert len(discover(copy)[0]) > len(ids)
+
+
+def test_rediscover_of_a_mirror_copy_follows_its_records(tmp_path, bundles_dir):
+    first = tmp_path / "first"
+    build(BuildOptions(bundles=bundles_dir, output=first, trust=load_trust_set(), search=False))
+    copy = tmp_path / "copy"
+    shutil.copytree(first, copy)
+    for folder in (copy, copy / "pith", *(p for p in (copy / "pith").iterdir() if p.is_dir())):
+        os.utime(folder, (os.stat(folder).st_mtime - 60,) * 2)
+    before = list_bundles(copy.resolve())
+    changed = before.found[0].path
+    Path(changed).write_bytes(Path(changed).read_bytes() + b" ")  # in place: its folder does not change
+    after = rediscover(before, {changed})
+    assert after is not None and after.found[0].sig != before.found[0].sig and after.same_files(list_bundles(copy))
+    shutil.copytree(copy / "pith" / Path(changed).parent.name, copy / "pith" / ("A" * 26))  # a record comes
+    assert rediscover(before, {str(copy / "pith" / ("A" * 26) / "bundle.json")}) is None

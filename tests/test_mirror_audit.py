@@ -11,7 +11,8 @@ from conftest import REAL_FILES, both_keys, generated_bundles, opts
 from site_builder.build import BuildOptions, build
 from site_builder.cli import main
 from site_builder.keys import load_trust_set
-from site_builder.mirror_audit import audit_records, is_mirror, mirror_records
+from site_builder.loading import is_mirror
+from site_builder.mirror_audit import audit_records, mirror_records
 from site_builder.parallel import PARALLEL_THRESHOLD
 
 IDS = sorted(json.loads(p.read_bytes())["pith_number"].rpartition(":")[2] for p in REAL_FILES)
