@@ -182,8 +182,7 @@ def mirror_bundles(root: Path, folders: list[str] | None = None) -> tuple[list[I
     mirror's top (its manifest), ``pith/`` and each record's folder."""
     pith = root / "pith"
     try:
-        with os.scandir(pith) as entries:
-            ids = sorted(e.name for e in entries if _RECORD_FOLDER.match(e.name) and e.is_dir(follow_symlinks=False))
+        ids = mirror_record_ids(root)
     except OSError as exc:
         raise BundlesFolderError(f"{pith}: cannot list the mirror's records: {exc.strerror}") from None
     found: list[InputFile] = []
@@ -202,6 +201,13 @@ def mirror_bundles(root: Path, folders: list[str] | None = None) -> tuple[list[I
         else:
             skipped.append(SkippedFile(rel, "file_type", _kind(st.st_mode)))
     return found, skipped
+
+
+def mirror_record_ids(root: Path) -> list[str]:
+    """The IDs of the record folders ``pith/<ID>/`` of the mirror at *root*, sorted (OSError where ``pith/``
+    cannot be listed).  The other entries of ``pith/`` are pages (the short addresses ``pith/<8>/``...)."""
+    with os.scandir(root / "pith") as entries:
+        return sorted(e.name for e in entries if _RECORD_FOLDER.match(e.name) and e.is_dir(follow_symlinks=False))
 
 
 _RECORD_FOLDER = re.compile(r"[A-Z2-7]{26}\Z")

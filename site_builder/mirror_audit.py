@@ -18,17 +18,16 @@ from typing import Callable
 from site_builder.canonical import canon
 from site_builder.inspection import Inspection, by_reference, inspect_bytes, rejected
 from site_builder.keys import TrustSet
-from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, read_bytes
+from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, mirror_record_ids, read_bytes
 from site_builder.parallel import Workers, map_in_workers
 from site_builder.stages.verify import Inspector
 from site_builder.strict_json import StrictJSONError, parse_strict
-from site_builder.verification import PITH_ID_RE
+
 
 def mirror_records(folder: Path) -> list[InputFile]:
     """Each record of the mirror at *folder*, as its ``pith/<ID>/bundle.json`` (named by the path shown), in ID
-    order.  The other entries of ``pith/`` are pages (the short addresses ``pith/<8>/``...), not records."""
-    with os.scandir(folder / "pith") as entries:
-        ids = sorted(e.name for e in entries if PITH_ID_RE.match(e.name) and e.is_dir(follow_symlinks=False))
+    order (``mirror_record_ids``)."""
+    ids = mirror_record_ids(folder)
     return [InputFile(str(folder / "pith" / pid / "bundle.json"), str(folder / "pith" / pid / "bundle.json"), None)
             for pid in ids]
 
