@@ -448,6 +448,9 @@ def _pull_one(run: _PullRun, pith_id: str) -> PullOutcome:
         return PullOutcome(pith_id, "unchanged", "not modified")
     if status == 404:
         return PullOutcome(pith_id, "failed", f"{url}: not found")
+    if body.lstrip()[:1] == b"<":  # (no JSON starts so: a portal's login page, a site's page for every path)
+        return PullOutcome(pith_id, "failed", f"{url}: a web page, not a bundle (a login or error page on the "
+                                              f"way, or --from names no pith resolver or mirror)")
     fetched = inspect_bytes(f"{url}", body, run.trust)
     if not fetched.verified:
         return PullOutcome(pith_id, "rejected", f"{fetched.check}: {fetched.reason}")

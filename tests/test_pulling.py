@@ -880,3 +880,18 @@ def test_a_client_error_is_said_by_its_status_without_a_retry(tmp_path, status):
     outcome = report.outcomes[0]
     assert outcome.status == "failed" and f"HTTP {status}" in outcome.detail and "redirect" not in outcome.detail
     assert [p for p, _ in s.requests if p.endswith("bundle.json")] == [f"/pith/{IDS[0]}/bundle.json"]
+
+
+@pytest.mark.parametrize("page", [b"<!DOCTYPE html><title>Sign in to the Wi-Fi</title>", b"\n  <html>Home</html>"])
+def test_a_web_page_where_the_bundle_should_be_is_a_failure_that_says_so(tmp_path, page):
+    """A captive portal's login page, or a site that answers every path with its home page: a failure naming
+    a web page (not a JSON syntax error to puzzle over), and nothing written."""
+    s = Server()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"body": page})
+    with running(s) as url:
+        report = pull(IDS[:1], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
+    [outcome] = report.outcomes
+    assert outcome.status == "failed" and outcome.detail.endswith(
+        "bundle.json: a web page, not a bundle (a login or error page on the way, or --from names no pith resolver "
+        "or mirror)"), outcome
+    assert not (tmp_path / "b" / f"{IDS[0]}.json").exists()
