@@ -345,9 +345,6 @@ def cmd_verify(args) -> int:
         except BundlesFolderError as exc:
             say(f"error: {exc}", err=True)
             return EXIT_USAGE
-        except OSError as exc:
-            say(f"error: {path}: cannot list the mirror's records: {exc.strerror}", err=True)
-            return EXIT_USAGE
     files = [i for i in items if isinstance(i, InputFile)]
     progress, update = _progress_bar(True)
     try:

@@ -181,10 +181,7 @@ def mirror_bundles(root: Path, folders: list[str] | None = None) -> tuple[list[I
     pages and manifests is not bundles.  The folders whose entries decide the answer go into *folders*: the
     mirror's top (its manifest), ``pith/`` and each record's folder."""
     pith = root / "pith"
-    try:
-        ids = mirror_record_ids(root)
-    except OSError as exc:
-        raise BundlesFolderError(f"{pith}: cannot list the mirror's records: {exc.strerror}") from None
+    ids = mirror_record_ids(root)
     found: list[InputFile] = []
     skipped: list[SkippedFile] = []
     if folders is not None:
@@ -204,10 +201,13 @@ def mirror_bundles(root: Path, folders: list[str] | None = None) -> tuple[list[I
 
 
 def mirror_record_ids(root: Path) -> list[str]:
-    """The IDs of the record folders ``pith/<ID>/`` of the mirror at *root*, sorted (OSError where ``pith/``
-    cannot be listed).  The other entries of ``pith/`` are pages (the short addresses ``pith/<8>/``...)."""
-    with os.scandir(root / "pith") as entries:
-        return sorted(e.name for e in entries if _RECORD_FOLDER.match(e.name) and e.is_dir(follow_symlinks=False))
+    """The IDs of the record folders ``pith/<ID>/`` of the mirror at *root*, sorted (BundlesFolderError where
+    ``pith/`` cannot be listed).  The other entries of ``pith/`` are pages (the short addresses ``pith/<8>/``...)."""
+    try:
+        with os.scandir(root / "pith") as entries:
+            return sorted(e.name for e in entries if _RECORD_FOLDER.match(e.name) and e.is_dir(follow_symlinks=False))
+    except OSError as exc:
+        raise BundlesFolderError(f"{root / 'pith'}: cannot list the mirror's records: {exc.strerror}") from None
 
 
 _RECORD_FOLDER = re.compile(r"[A-Z2-7]{26}\Z")

@@ -45,9 +45,9 @@ def check_only_the_site(ctx: BuildContext, inputs: Inputs) -> None:
     recorded it (a static file since removed).  Only the top of the output is looked at: one listing, whatever
     the site's size."""
     output = ctx.slot.output
-    static = {rel.partition("/")[0] for rel, _ in inputs.static_unit.material} if inputs.static_unit else set()
 
     def written_before() -> set[str]:
+        static = {rel.partition("/")[0] for rel, _ in inputs.static_unit.material} if inputs.static_unit else set()
         ctx.cache.load()  # (as the verify stage would: read only where a name is not the site's own)
         return static | top_names(tree_units(ctx.cache, output))
 
