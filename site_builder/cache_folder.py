@@ -8,6 +8,7 @@ another file (and change it).  So the folder is checked, and made private where 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -19,6 +20,33 @@ CACHE_NAMES = ("cache.sqlite", "cache.sqlite-wal", "cache.sqlite-shm", "cache.lo
 
 class CacheFolderUnsafe(Exception):
     """The cache's folder is not one this user alone can write to: the build then keeps no cache."""
+
+
+def names_not_the_caches(folder: Path) -> list[str]:
+    """The names in *folder* that are not the cache's own (sorted; none where it is missing or no folder).  A
+    folder the user names for the cache must hold nothing else: the cache writes its files and a ``templates``
+    folder at its top and removes a link at those names, so ``--cache-dir .`` would write into the project's
+    own templates folder, and remove it where it is a link."""
+    try:
+        names = os.listdir(folder)
+    except OSError:  # (missing: it is made; not a folder: make_private_folder says why)
+        return []
+    return sorted(name for name in names if not _the_caches(folder / name))
+
+
+_COMPILED_TEMPLATE = re.compile(r"\.?[0-9a-f]{40}\.jbc(\.[0-9]+)?")  # (compiled_templates.py: a file, a temporary)
+
+
+def _the_caches(path: Path) -> bool:
+    """Whether *path* is what the cache keeps at that name: one of its files, or its folder of compiled
+    templates and nothing else."""
+    try:
+        st = os.lstat(path)
+        if path.name == "templates":
+            return stat.S_ISDIR(st.st_mode) and all(_COMPILED_TEMPLATE.fullmatch(n) for n in os.listdir(path))
+    except OSError:
+        return False
+    return path.name in CACHE_NAMES and stat.S_ISREG(st.st_mode)
 
 
 def make_private_folder(folder: Path, ours: bool) -> None:

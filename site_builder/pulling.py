@@ -30,7 +30,7 @@ from site_builder.inspection import inspect_bytes
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, read_bytes
 from site_builder.selection import is_rollback, published_record
-from site_builder.settings import credentials_left_out
+from site_builder.settings import credentials_left_out, unfetchable
 from site_builder.strict_json import StrictJSONError, parse_strict
 from site_builder.writing import create_new
 
@@ -168,6 +168,8 @@ class _NoRedirectToOtherSchemes(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         if not newurl.lower().startswith(("http://", "https://")):
             raise _RefusedRedirect(newurl, code, "redirect to a non-HTTP URL refused", headers, fp)
+        if unfetchable(newurl) is not None:
+            raise _RefusedRedirect(newurl, code, f"redirect to no usable URL ({unfetchable(newurl)})", headers, fp)
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
@@ -236,6 +238,8 @@ class Fetcher:
                 if length is not None and len(body) != length:
                     raise http.client.IncompleteRead(body, length - len(body))
                 return response.status, body, dict(response.headers)
+        except ValueError as exc:  # (urllib's word for a URL it cannot use that ``unfetchable`` did not foresee)
+            raise OSError(f"no usable URL ({exc})") from None
         except (OSError, http.client.HTTPException) as exc:
             if time.monotonic() - started >= budget * 0.99 and not isinstance(exc, urllib.error.HTTPError):
                 raise TimeoutError(f"the request took over {budget:g} s") from None
@@ -295,7 +299,7 @@ class Fetcher:
                     last = str(exc)
                 if attempt < self.retries:
                     self._wait(self._retry_after(None, attempt))
-        raise OSError(f"{last} after {self.retries + 1} attempts")
+        raise OSError(f"{last} after {self.retries + 1} attempt{'s' if self.retries else ''}")
 
 
 _DIGITS = re.compile(r"[0-9]+")  # (a number of seconds or bytes, as HTTP writes one)
@@ -343,6 +347,8 @@ def _manifest_pattern(base: str, body: bytes) -> tuple[str | None, str]:
         return None, "its bundle_pattern is not a URL holding {suffix}"
     if not pattern.lower().startswith(("http://", "https://")):
         return None, "its bundle_pattern is not an http(s) URL"
+    if (problem := unfetchable(pattern.replace("{suffix}", "ID"))) is not None:
+        return None, f"its bundle_pattern is no usable URL ({problem})"
     return pattern, ""
 
 
@@ -477,6 +483,8 @@ def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concur
          fetcher: Fetcher | None = None, progress: Callable[[int, int], None] | None = None) -> PullReport:
     if not source.lower().startswith(("http://", "https://")):
         raise PullError(f"{source}: --from must be an http(s) URL")
+    if (problem := unfetchable(source)) is not None:
+        raise PullError(f"{source}: --from is no usable URL ({problem})")
     if (said := credentials_left_out(source)) is not None:  # (the message leaves them out: a CI log)
         raise PullError(f"--from {said}: must not hold a user name or password (each failure line names the URL, "
                         f"and no request would send them)")

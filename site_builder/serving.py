@@ -279,7 +279,10 @@ class _PreviewHandler(http.server.BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_GET(self):
-        path = unquote(urlsplit(self.path).path)
+        try:
+            path = unquote(urlsplit(self.path).path)
+        except ValueError:  # (a target urllib cannot parse, "http://[::1/": a bad request, not a traceback)
+            return self._send(400, b"Bad request\n", "text/plain; charset=utf-8")
         base = self.live.base_path
         if path == base + EVENTS_PATH:
             return self._events()
@@ -458,9 +461,10 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
         # The port first: a busy port is said at once, not after the first build (seconds on a large mirror).
         try:
             httpd = listening_server(options.host, options.port, _make_handler(options, live))
-        except OSError as exc:
+        except (OSError, UnicodeError) as exc:  # (UnicodeError: a host that is no name, "a..b", as IDNA says)
             where = f"{url_host(options.host)}:{options.port}"
-            raise ListenError(f"cannot listen on {where}: {exc.strerror or exc}") from None
+            why = (exc.strerror or exc) if isinstance(exc, OSError) else "not a host name"
+            raise ListenError(f"cannot listen on {where}: {why}") from None
         site.rebuild("start")
         url = f"http://{url_host(options.host)}:{httpd.server_address[1]}{live.base_path}"
 

@@ -75,18 +75,48 @@ def _not_in_a_url(value: str) -> list[str]:
 
 
 def credentials_left_out(url: str) -> str | None:
-    """*url* said without the user name or password it holds (``https://…@host``), or None where it holds none.
-    Such a URL is refused wherever it is given: every line naming it would print the secret, and no request
-    (urllib) would send it."""
-    parts = urlsplit(url)
+    """*url* said without the user name or password it holds (``https://…@host``), or None where it holds none
+    (or it is no URL at all: ``unfetchable`` says why).  Such a URL is refused wherever it is given: every line
+    naming it would print the secret, and no request (urllib) would send it."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
     if parts.username is None and parts.password is None:
         return None
     return f"{parts.scheme}://…@{parts.hostname}"
 
 
+def unfetchable(url: str) -> str | None:
+    """Why *url* is no http(s) URL a request could be made to, or None where it is one.  urllib raises
+    ValueError, not OSError, for such a URL (``https://[::1/``, a port over 65535, a host ``a..b``), as it
+    parses it, so one given by the user is refused here, and one a server sends (a redirect, a manifest's
+    pattern) is its failure, not the command's traceback."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # (raises for a port that is not a number from 0 to 65535)
+        host = parts.hostname
+    except ValueError as exc:  # ("Invalid IPv6 URL", "Port out of range 0-65535")
+        return str(exc)[:1].lower() + str(exc)[1:]
+    if parts.scheme.lower() not in ("http", "https"):
+        return "not an http(s) URL"
+    if not host:
+        return "no host"
+    if port == 0:
+        return "port 0"
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return f"host {host!r} is not a host name"
+    return None
+
+
 def normalize_base_url(value: str) -> str:
     value = value.strip()
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # ("https://[::1/")
+        raise SettingsError(f"base URL {value!r}: {unfetchable(value)}") from None
     if parts.username is not None or parts.password is not None:  # (first: the messages below show the value)
         raise SettingsError(f"base URL of {parts.hostname!r}: must not hold a user name or password (every "
                             f"absolute link would publish them)")
@@ -100,6 +130,11 @@ def normalize_base_url(value: str) -> str:
         raise SettingsError(f"base URL {value!r}: names a host but no scheme; write https://{parts.hostname}/...")
     if parts.scheme and not parts.hostname:
         raise SettingsError(f"base URL {value!r}: a full URL with no host")
+    if parts.scheme and (problem := unfetchable(value)) is not None:
+        raise SettingsError(f"base URL {value!r}: {problem}")
+    if any(segment in (".", "..") for segment in parts.path.split("/")):  # (a browser resolves them away)
+        raise SettingsError(f"base URL {value!r}: must not hold a '.' or '..' segment (the links would lead "
+                            f"elsewhere); write the path it means")
     bad = _not_in_a_url(value)
     if bad:
         raise SettingsError(f"base URL {value!r}: must not contain {', '.join(repr(c) for c in bad)} "
@@ -110,9 +145,9 @@ def normalize_base_url(value: str) -> str:
 def check_resolver_url(value: str) -> str:
     """*value* if it is an http(s) URL with a host, and nothing a link on every page must not hold: it is the
     footer's link to the resolver, and site.toml may come from someone else (``javascript:`` would run)."""
+    if (problem := unfetchable(value)) is not None:
+        raise SettingsError(f"resolver URL {value!r}: must be an http(s) URL with a host ({problem})")
     parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SettingsError(f"resolver URL {value!r}: must be an http(s) URL with a host")
     if credentials_left_out(value) is not None:
         raise SettingsError(f"resolver URL of {parts.hostname!r}: must not hold a user name or password")
     if _not_in_a_url(value):
@@ -149,6 +184,8 @@ def load_settings(path: Path) -> SiteConfig:
         if key not in _COUNTS and key in data and (bad := NOT_SHOWN.search(data[key])):
             raise SettingsError(f"{path}: {key} holds the control character U+{ord(bad.group()):04X}, which no page "
                                 f"or feed may hold")
+    if "title" in data and not data["title"].strip():  # (an HTML <title> and a feed's title may not be empty)
+        raise SettingsError(f"{path}: title is empty; it names the site in every page's title and every feed")
     for key, (low, high) in _COUNTS.items():
         value = data.get(key, low)
         if type(value) is not int or not low <= value <= high:
@@ -180,8 +217,11 @@ def project_paths(settings_file: Path, config: SiteConfig) -> tuple[Path, Path]:
         value = getattr(config, key)
         path = folder / value
         real = os.path.realpath(path)
-        if (not value or os.path.isabs(value) or ".." in Path(value).parts
-                or os.path.commonpath([real_folder, real]) != real_folder or real == real_folder):
+        if value.strip() in ("", ".") or real == real_folder:
+            raise SettingsError(f"{settings_file}: {key} = {value!r} is the folder the settings file is in itself; "
+                                f"name a file or folder inside it")
+        if (os.path.isabs(value) or ".." in Path(value).parts
+                or os.path.commonpath([real_folder, real]) != real_folder):
             raise SettingsError(f"{settings_file}: {key} = {value!r} leads out of the folder the settings file is "
                                 f"in; name a file or folder inside it")
         found.append(path)

@@ -12,6 +12,7 @@ from conftest import both_keys, opts
 from site_builder.build import build
 from site_builder.cache_folder import CACHE_NAMES, CacheFolderUnsafe, make_private_folder
 from site_builder.stages.context import cache_folder
+from site_builder.writing import OutputError
 
 
 def test_the_builders_own_folder_is_made_private_and_one_the_user_named_only_refused(tmp_path):
@@ -82,3 +83,38 @@ def test_a_cache_folder_named_by_the_user_is_never_changed_only_refused_if_other
     report = build(opts(project, project / "site", both_keys(), cache_dir=shared))
     assert "is writable by other users" in report.cache_note
     assert shared.stat().st_mode & 0o7777 == 0o1777 and list(shared.iterdir()) == []
+
+
+
+def test_a_cache_folder_named_by_the_user_must_hold_nothing_but_a_cache(project, tmp_path_factory):
+    """``--cache-dir .`` in a project wrote the cache and its compiled templates into the project, the latter
+    into the project's own templates folder, and removed a ``templates`` link there as a planted one.  A folder
+    that holds anything else is refused before anything is written; a new, an empty or a cache folder is used."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (elsewhere / "home.html").write_text("{% extends 'base.html' %}")
+    (project / "templates").rmdir()
+    (project / "templates").symlink_to(elsewhere)  # (a templates folder shared between projects)
+    before = sorted(os.listdir(project))
+    assert before == ["bundles", "templates"]
+    site = tmp_path_factory.mktemp("out") / "site"
+    with pytest.raises(OutputError, match=f"^{project}: not a build cache folder \\(it holds bundles, templates\\), "
+                                          f"and the cache's files and templates folder would go beside them; name "
+                                          f"a new or empty folder for --cache-dir$"):
+        build(opts(project, site, both_keys(), cache_dir=project))
+    assert sorted(os.listdir(project)) == before and (project / "templates").is_symlink()
+    assert os.listdir(elsewhere) == ["home.html"] and not site.exists()
+    for n in range(4):
+        (project / f"more-{n}").touch()
+    with pytest.raises(OutputError, match=r"\(it holds bundles, more-0, more-1, \.\.\.\)"):  # (the first three)
+        build(opts(project, site, both_keys(), cache_dir=project))
+    holder = tmp_path_factory.mktemp("holder")
+    (holder / "templates").mkdir()
+    (holder / "templates" / "home.html").write_text("{% extends 'base.html' %}")
+    with pytest.raises(OutputError, match=r"\(it holds templates\)"):  # (the cache's name, a user's templates)
+        build(opts(project, site, both_keys(), cache_dir=holder))
+    empty = tmp_path_factory.mktemp("empty")
+    for folder in (empty, empty / "new" / "cache"):  # (empty; made; then each a cache folder, used as one)
+        options = opts(project, folder.parent / "site", both_keys(), cache_dir=folder)
+        build(options)
+        assert not build(options).changed
+        assert set(os.listdir(folder)) <= set(CACHE_NAMES)

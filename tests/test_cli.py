@@ -338,6 +338,13 @@ def test_serve_says_at_once_that_its_port_is_taken(bundles_dir, tmp_path):
     assert not (tmp_path / "site").exists()  # nothing was built
 
 
+def test_serve_on_a_host_that_is_no_host_name_is_one_line(bundles_dir, tmp_path):
+    """Python's resolver raises UnicodeError, not OSError, for a name with an empty label: it was a traceback."""
+    r = cli("serve", "--bundles", bundles_dir, "--output", tmp_path / "site", "--host", "mirror..local", "--no-search")
+    assert (r.returncode, r.stderr) == (2, "error: cannot listen on mirror..local:8000: not a host name\n"), r
+    assert not (tmp_path / "site").exists()
+
+
 def test_a_full_disk_is_one_line_and_the_previous_site_stays(bundles_dir, tmp_path, monkeypatch, capsys):
     """An I/O error while writing (here the disk filling up) ends the build with one line naming the file; the
     previous site is as it was and no staging tree is left behind."""

@@ -187,6 +187,42 @@ def test_a_live_url_with_a_user_name_or_password_is_refused_without_printing_the
     assert not (project / "site").exists()
 
 
+@pytest.mark.parametrize("live, why", [("https://[::1/", "invalid IPv6 URL"),
+                                       ("https://mirror.example:99999/", "port out of range 0-65535")])
+def test_a_live_url_urllib_cannot_use_is_one_error_line(project, live, why):
+    """urllib raises ValueError for these, not OSError: the build stopped with a traceback."""
+    from site_builder.build import build
+    from site_builder.settings import SettingsError
+    from conftest import both_keys, opts
+    with pytest.raises(SettingsError) as caught:
+        build(opts(project, project / "site", both_keys(), deployed=live))
+    assert str(caught.value) == f"--live {live}: no usable URL ({why})"
+    assert not (project / "site").exists()
+
+
+def test_a_live_site_redirecting_to_a_url_urllib_cannot_use_is_unreachable_not_a_crash(deployed):
+    """The live site's answers are untrusted: a redirect to a URL urllib cannot parse is the warning an
+    unreachable live site gets."""
+    import http.server
+
+    class Redirecting(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(302)
+            self.send_header("Location", "https://live..example/verification.json")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    with serving(Redirecting) as url:
+        report = fresh_build(deployed, url)
+    assert published_bundle(deployed) == deployed["older"]
+    assert [w for w in report.warnings if w.startswith("live site")] == [
+        f"live site {url}: redirect to no usable URL (host 'live..example' is not a host name) (HTTP 302 to "
+        f"https://live..example/verification.json); no rollback check against it"]
+
+
 def test_a_live_folder_with_nothing_published_is_a_first_deploy(tmp_path):
     """An empty folder (or one without a manifest) has nothing live; a manifest that cannot be read is another
     matter: it says so."""

@@ -295,6 +295,8 @@ def test_a_server_that_cannot_be_reached_is_tried_again_with_a_wait_between_trie
     with pytest.raises(OSError, match="refused.* after 3 attempts$"):
         Fetcher(**{**FAST, "retries": 2}, sleep=waits.append).get(f"http://127.0.0.1:{port}/b", {})
     assert waits == [0.05, 0.1]
+    with pytest.raises(OSError, match="refused.* after 1 attempt$"):  # (one, not "1 attempts")
+        Fetcher(**{**FAST, "retries": 0}, sleep=waits.append).get(f"http://127.0.0.1:{port}/b", {})
 
 
 @pytest.mark.parametrize("length", [None, ""])  # (stated, or read to the end)
@@ -806,6 +808,37 @@ def test_a_source_that_is_no_http_url_is_refused_before_anything_is_made(tmp_pat
     with pytest.raises(PullError, match="--from must be an http\\(s\\) URL$"):
         pull(IDS[:1], source, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("source, why", [("https://[::1/", "invalid IPv6 URL"),
+                                         ("https://mirror.example:99999/", "port out of range 0-65535"),
+                                         ("https://mirror..example/", "host 'mirror..example' is not a host name")])
+def test_a_source_urllib_cannot_use_is_one_error_line_before_anything_is_made(tmp_path, source, why):
+    """urllib raises ValueError, not OSError, for these: they were a traceback."""
+    with pytest.raises(PullError, match=re.escape(f"{source}: --from is no usable URL ({why})") + "$"):
+        pull(IDS[:1], source, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_source_pointing_pull_at_a_url_urllib_cannot_use_is_that_bundle_failing(tmp_path):
+    """What a source sends is its to write: a redirect to a URL urllib cannot parse, or a manifest's pattern
+    that makes one, is a failed bundle or a note, never the command's traceback (urllib raises ValueError or
+    UnicodeError for them, not OSError)."""
+    s = Server()
+    s.add("/pith-mirrors.json", {"body": json.dumps({"mirrors": [
+        {"base_url": "x", "bundle_pattern": "https://[mirror/{suffix}.json"}]}).encode()})
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"status": 302, "headers": {"Location": "http://mirror..example/b.json"}})
+    s.add(f"/pith/{IDS[1]}/bundle.json", {"status": 301, "headers": {"Location": "http://[::1/b.json"}})
+    s.add(f"/pith/{IDS[2]}/bundle.json", {"body": REAL[IDS[2]]})
+    with running(s) as url:
+        report = pull(IDS[:3], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
+    assert [o.status for o in report.outcomes] == ["failed", "failed", "fetched"]
+    assert report.notes == [f"{url}/pith-mirrors.json: its bundle_pattern is no usable URL (invalid IPv6 URL); "
+                            f"fetching from {url}/pith/<ID>/bundle.json"]
+    assert report.outcomes[0].detail.endswith("redirect to no usable URL (host 'mirror..example' is not a host "
+                                              "name) (HTTP 302 to http://mirror..example/b.json)")
+    assert report.outcomes[1].detail.endswith("no usable URL (Invalid IPv6 URL)")
+    assert sum(path == f"/pith/{IDS[1]}/bundle.json" for path, _ in s.requests) == 1  # (not tried again)
 
 
 def test_a_server_that_gives_only_a_date_is_asked_since_that_date(tmp_path):

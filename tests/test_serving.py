@@ -716,6 +716,23 @@ def test_no_request_leads_out_of_the_output(plain_site, base_path):
             assert status == 404 and "private" not in body and "Not found here" in body, climb
 
 
+def test_a_request_target_that_is_no_url_is_a_bad_request_and_the_server_goes_on(plain_site, capsys):
+    """An absolute-form target urllib cannot parse (``http://[::1/``) made the handler raise: no answer, and a
+    traceback in the terminal serve writes its builds to."""
+    output, _ = plain_site
+    with handler_over(output) as port:
+        for target in (b"http://[::1/", b"http://[/index.html"):  # (http.client refuses to send these)
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+                conn.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                answer = b""
+                while chunk := conn.recv(4096):
+                    answer += chunk
+            assert answer.startswith(b"HTTP/1.1 400 ") and answer.endswith(b"\r\n\r\nBad request\n"), target
+        assert raw_get(port, "http://127.0.0.1/index.html")[0] == 200  # (the absolute form, parsed)
+        assert raw_get(port, "/")[0] == 200
+    assert "Traceback" not in capsys.readouterr().err
+
+
 def test_a_link_or_a_pipe_in_the_output_is_never_served(plain_site):
     """The builder makes no link: one in the output was put there, and what it leads to is not the site's (any
     user of the machine may ask).  A pipe is no file either: answered at once, not waited on."""

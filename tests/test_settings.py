@@ -45,6 +45,10 @@ def test_settings_are_read_and_the_base_url_normalised(tmp_path):
     ('resolver_url = "/pith"', "must be an http(s) URL with a host"),
     ('resolver_url = "https://me:secret@pith.example"', "must not hold a user name or password"),
     ('resolver_url = "https://pith.example/\\" onclick=\\"x"', "a character a URL never holds"),
+    ('resolver_url = "https://[::1/"', "must be an http(s) URL with a host (invalid IPv6 URL)"),
+    ('resolver_url = "https://pith.example:70000/"', "(port out of range 0-65535)"),
+    ('base_url = "https://[::1/mirror/"', "base URL 'https://[::1/mirror/': invalid IPv6 URL"),
+    ('title = ""', "title is empty"), ('title = " \\t"', "title is empty"),  # (an empty <title> is no HTML)
 ])
 def test_a_bad_setting_is_refused_naming_the_file(tmp_path, text, reason):
     (tmp_path / "site.toml").write_text(text)
@@ -84,6 +88,11 @@ def test_the_resolver_url_is_the_link_to_the_resolver(tmp_path):
     ("https://token@e.example/", "user name or password"),  # (a user name alone: a token given as one)
     ("/x\x9f/", "'\\x9f'"), ("/x\x1f/", "'\\x1f'"),  # (the last C1 control, the last C0 control)
     ("//me:secret@e.example/", "user name or password"), ("https://me:secret@e.example/?q", "user name or password"),
+    # (what urllib cannot parse is a line, not a traceback; a host no resolver could look up is none)
+    ("https://[::1/", "invalid IPv6 URL"), ("https://e.example:99999/", "port out of range"),
+    ("https://e.example:https/", "port could not be cast"), ("https://e..example/", "'e..example' is not a host"),
+    ("https://e.example:0/", "port 0"),
+    ("/a/../b/", "'..' segment"), ("https://e.example/./b/", "'.' or '..' segment"),  # (a browser drops them)
 ])
 def test_a_base_url_that_is_not_a_plain_site_address_is_refused(value, reason):
     with pytest.raises(SettingsError, match=re.escape(reason)) as caught:
@@ -91,7 +100,8 @@ def test_a_base_url_that_is_not_a_plain_site_address_is_refused(value, reason):
     assert "secret" not in str(caught.value) and "token" not in str(caught.value)  # (not printed to a CI log)
 
 
-@pytest.mark.parametrize("value", ["/papers!/", "/pith/~mirror/", "https://e.example/caf\u00e9/"])
+@pytest.mark.parametrize("value", ["/papers!/", "/pith/~mirror/", "https://e.example/caf\u00e9/",
+                                   "https://[::1]:8443/mirror/", "http://localhost:8000/", "/v1.2/..a/"])
 def test_a_base_url_holding_only_what_a_url_may_hold_is_taken(value):
     """Only the characters a URL never holds as they are are refused: sub-delimiters, a tilde and a letter
     beyond ASCII (an IRI) are a site's address."""
@@ -132,11 +142,20 @@ def test_a_settings_file_that_is_a_link_to_a_file_is_read(tmp_path):
 
 
 @pytest.mark.parametrize("text", ['about_file = "/proc/self/environ"', 'static_dir = "/home"',
-                                  'about_file = "../secret.md"', 'static_dir = "site/../.."', 'static_dir = "."',
-                                  'about_file = ""'])
+                                  'about_file = "../secret.md"', 'static_dir = "site/../.."'])
 def test_a_path_out_of_the_settings_folder_is_refused(tmp_path, text):
     (tmp_path / "site.toml").write_text(text)
     with pytest.raises(SettingsError, match="leads out of the folder") as caught:
+        load_settings(tmp_path / "site.toml")
+    assert "site.toml" in str(caught.value)
+
+
+@pytest.mark.parametrize("text", ['static_dir = "."', 'static_dir = "./"', 'about_file = ""', 'static_dir = " "',
+                                  'static_dir = "static/.."'])
+def test_the_settings_folder_itself_is_refused_as_the_static_folder_or_about_file(tmp_path, text):
+    """The static folder would copy the whole project (bundles, cache key file beside it, .git) into the site."""
+    (tmp_path / "site.toml").write_text(text)
+    with pytest.raises(SettingsError, match="is the folder the settings file is in itself") as caught:
         load_settings(tmp_path / "site.toml")
     assert "site.toml" in str(caught.value)
 

@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 from site_builder import builder_identity
 from site_builder.cache import BuildCache
-from site_builder.cache_folder import CacheFolderUnsafe, make_private_folder
+from site_builder.cache_folder import CacheFolderUnsafe, make_private_folder, names_not_the_caches
 from site_builder.cache_key import CacheKey, CacheKeyUnavailable, user_cache_key
 from site_builder.compiled_templates import CompiledTemplates
 from site_builder.incremental import IncrementalStore
@@ -185,6 +185,10 @@ def check_folders_apart(options: BuildOptions, slot: OutputSlot) -> None:
     if cache_at is not None and any(cache_at.is_relative_to(tree) for tree in trees):
         raise OutputError(f"{cache_at}: the cache folder must not be inside the output folder, which every build "
                           f"replaces; choose another --cache-dir")
+    if cache_at is not None and options.policy.cache_dir is not None and (others := names_not_the_caches(cache_at)):
+        raise OutputError(f"{cache_at}: not a build cache folder (it holds {printable(', '.join(others[:3]))}"
+                          f"{', ...' if len(others) > 3 else ''}), and the cache's files and templates folder would "
+                          f"go beside them; name a new or empty folder for --cache-dir")
     for name, folder in (("templates folder", options.templates), ("static folder", options.static_dir),
                          ("about page", options.about_file)):
         if folder is not None and any(folder.resolve().is_relative_to(tree) for tree in trees):

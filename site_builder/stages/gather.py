@@ -19,7 +19,7 @@ from site_builder.loading import (
 from site_builder.options import BuildOptions
 from site_builder.pages import Unit, refused_static_path, static_unit
 from site_builder.rendering import template_assets
-from site_builder.settings import SettingsError, SiteConfig, credentials_left_out
+from site_builder.settings import SettingsError, SiteConfig, credentials_left_out, unfetchable
 from site_builder.stages.context import BuildContext, digest_of
 from site_builder.terminal import printable
 from site_builder.writing import MARKER
@@ -70,6 +70,8 @@ def read_deployed(options: BuildOptions) -> tuple[LiveSite | None, LiveManifest 
     """The deployed mirror and its manifest, and what to warn about; nothing there, or unreachable, is no error."""
     if options.deployed is None:
         return None, None, []
+    if is_url(options.deployed) and (problem := unfetchable(options.deployed)) is not None:
+        raise SettingsError(f"--live {printable(options.deployed)}: no usable URL ({problem})")
     if is_url(options.deployed) and (said := credentials_left_out(options.deployed)) is not None:
         raise SettingsError(f"--live {said}: must not hold a user name or password (each warning names the URL, "
                             f"and no request would send them)")
