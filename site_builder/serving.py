@@ -283,14 +283,14 @@ class _PreviewHandler(http.server.BaseHTTPRequestHandler):
             path = unquote(urlsplit(self.path).path)
         except ValueError:  # (a target urllib cannot parse, "http://[::1/": a bad request, not a traceback)
             return self._send(400, b"Bad request\n", "text/plain; charset=utf-8")
-        base = self.live.base_path
+        base = unquote(self.live.base_path)  # (as the path asked is: "/my%20mirror/" is "/my mirror/")
         if path == base + EVENTS_PATH:
             return self._events()
         if path == base + LIVE_JS_PATH:
             return self._send(200, self.live_js, "text/javascript")
         if not path.startswith(base):
             if path == "/" or path + "/" == base:
-                return self._send(302, b"", "text/plain", {"Location": self._keeping_query(base)})
+                return self._send(302, b"", "text/plain", {"Location": self._keeping_query(self.live.base_path)})
             return self._not_found()
         rel = path[len(base):]
         parts = [p for p in rel.split("/") if p]

@@ -7,7 +7,7 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from site_builder.loading import FileReadError, read_bytes
 from site_builder.records import NOT_SHOWN
@@ -139,7 +139,21 @@ def normalize_base_url(value: str) -> str:
     if bad:
         raise SettingsError(f"base URL {value!r}: must not contain {', '.join(repr(c) for c in bad)} "
                             f"(percent-encode it)")
+    value = _as_uri(parts)
     return value if value.endswith("/") else value + "/"
+
+
+_ASCII_SHOWN = "".join(chr(c) for c in range(0x21, 0x7f))
+
+
+def _as_uri(parts) -> str:
+    """The base URL with what is not ASCII written as a URI writes it (an IRI's host by IDNA, its path
+    percent-encoded): a sitemap's ``<loc>`` and a feed's links must be URIs, and a browser's
+    ``location.pathname``, which live reload compares the pages' paths with, is one."""
+    netloc = parts.netloc
+    if not netloc.isascii():  # (no user name or password: refused above)
+        netloc = parts.hostname.encode("idna").decode("ascii") + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, quote(parts.path, safe=_ASCII_SHOWN), "", ""))
 
 
 def check_resolver_url(value: str) -> str:

@@ -47,10 +47,10 @@ def broken_links(site: Path, origin: str, base_path: str) -> list[str]:
             if parts.scheme not in ("http", "https") or f"{parts.scheme}://{parts.netloc}" != origin:
                 continue
             path = unquote(parts.path)
-            if not path.startswith(base_path):
+            if not path.startswith(unquote(base_path)):  # (a base path with escapes: "/caf%C3%A9/")
                 problems.append(f"{rel}: {ref} leaves the site's base path {base_path}")
                 continue
-            target = site / path[len(base_path):]
+            target = site / path[len(unquote(base_path)):]
             if path.endswith("/"):
                 target = target / "index.html"
             if not target.is_file():

@@ -767,6 +767,28 @@ def test_the_root_and_the_base_path_without_its_slash_lead_to_the_site_under_its
         assert raw_get(port, "/index.html")[0] == 404 and raw_get(port, "/mirror/")[0] == 200
 
 
+@pytest.mark.parametrize("base_url", ["/my%20mirror/", "/caf\u00e9/", "https://e.example/%7Eme/caf\u00e9/"])
+def test_a_base_path_with_percent_escapes_is_served_at_the_address_serve_prints(plain_site, base_url):
+    """The base path is a URI's path (escaped, as the site's links are); the path a request asks for is
+    compared once unescaped: "/my%20mirror/" was served nothing but 404, at the very address serve printed."""
+    from site_builder.settings import SiteConfig, normalize_base_url
+
+    output, _ = plain_site
+    base_path = SiteConfig(base_url=normalize_base_url(base_url)).base_path
+    assert base_path.isascii()
+    with handler_over(output, base_path) as port:
+        status, body = raw_get(port, base_path)
+        assert status == 200 and "home" in body
+        status, body = raw_get(port, base_path + "__site_builder__/live.js")  # (serve's own, under it too)
+        assert status == 200 and "EventSource" in body
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", "/")
+        response = conn.getresponse()
+        response.read()
+        conn.close()
+        assert (response.status, response.getheader("Location")) == (302, base_path)
+
+
 def test_open_pages_are_told_which_pages_changed_and_to_reload_all_past_500_or_when_none_is_named():
     from types import SimpleNamespace
 

@@ -100,12 +100,22 @@ def test_a_base_url_that_is_not_a_plain_site_address_is_refused(value, reason):
     assert "secret" not in str(caught.value) and "token" not in str(caught.value)  # (not printed to a CI log)
 
 
-@pytest.mark.parametrize("value", ["/papers!/", "/pith/~mirror/", "https://e.example/caf\u00e9/",
-                                   "https://[::1]:8443/mirror/", "http://localhost:8000/", "/v1.2/..a/"])
+@pytest.mark.parametrize("value", ["/papers!/", "/pith/~mirror/", "/my%20mirror/", "https://[::1]:8443/mirror/",
+                                   "http://localhost:8000/", "/v1.2/..a/"])
 def test_a_base_url_holding_only_what_a_url_may_hold_is_taken(value):
-    """Only the characters a URL never holds as they are are refused: sub-delimiters, a tilde and a letter
-    beyond ASCII (an IRI) are a site's address."""
+    """Only the characters a URL never holds as they are are refused: sub-delimiters, a tilde, an escape and a
+    port are a site's address, as written."""
     assert normalize_base_url(value) == value
+
+
+@pytest.mark.parametrize("value, uri", [("https://e.example/caf\u00e9/", "https://e.example/caf%C3%A9/"),
+                                        ("/caf\u00e9", "/caf%C3%A9/"),
+                                        ("https://b\u00fccher.example:8443/a", "https://xn--bcher-kva.example:8443/a/"),
+                                        ("HTTPS://E.example/Pith", "https://E.example/Pith/")])
+def test_a_base_url_beyond_ascii_is_taken_as_the_uri_it_names(value, uri):
+    """An IRI is a site's address too, but a sitemap's <loc> and a feed's links must be URIs, and a browser's
+    location.pathname (what live reload compares with) is one: the path is percent-encoded, the host IDNA."""
+    assert normalize_base_url(value) == uri
 
 
 @pytest.mark.parametrize("key, low, high", [("page_size", 1, 10_000), ("search_shard_size", 1, 10_000_000),

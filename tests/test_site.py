@@ -19,7 +19,7 @@ from site_builder.build import BuildOptions, build
 from site_builder.options import BuildPolicy
 from site_builder.keys import TrustSet, load_trust_set
 from site_builder.rendering import SiteRenderer, template_dirs
-from site_builder.settings import SiteConfig
+from site_builder.settings import SiteConfig, load_settings
 
 from browser import chromium, serve
 from conftest import REAL_FILES, ROOT, both_keys, real_and_generated_bundles, tree
@@ -128,6 +128,22 @@ def test_sitemap_follows_the_protocol(sites):
     assert SUB + "pith/" + ids(REAL[0]) + "/" in locs and all(l.startswith(SUB) for l in locs)
     assert len(locs) == len(set(locs))
     assert f"Sitemap: {SUB}sitemap.xml" in (site / "robots.txt").read_text()
+
+
+def test_a_base_url_beyond_ascii_makes_sitemaps_and_feeds_of_uris(tmp_path):
+    """A sitemap's <loc> and a feed's links are URIs (the sitemaps protocol: "URLs must be escaped"): a base URL
+    written as an IRI in site.toml is published escaped, and its links lead where the site is."""
+    (tmp_path / "site.toml").write_text('base_url = "https://b\u00fccher.example/caf\u00e9/"\n')
+    config = load_settings(tmp_path / "site.toml")
+    out = tmp_path / "site"
+    build(BuildOptions(bundles=ROOT / "bundles", output=out, trust=load_trust_set(), search=False, config=config))
+    base = "https://xn--bcher-kva.example/caf%C3%A9/"
+    locs = [e.text for e in etree.parse(str(out / "sitemap.xml")).iter(f"{SITEMAP_NS}loc")]
+    assert locs and all(loc.startswith(base) and loc.isascii() for loc in locs)
+    feed = feedparser.parse((out / "feed.xml").read_bytes())
+    assert not feed.bozo and feed.entries
+    assert all(e.link.startswith(base + "pith/") and e.link.isascii() for e in feed.entries)
+    assert broken_links(out, "https://xn--bcher-kva.example", "/caf%C3%A9/") == []
 
 
 @pytest.mark.parametrize("about", [True, False])
