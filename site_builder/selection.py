@@ -46,9 +46,17 @@ class Selection:
     superseded: dict[str, str] = field(default_factory=dict)  # rel -> reason
 
 
-def _newness(inspection: Inspection) -> tuple[str, int, str]:
+def instant(timestamp: str) -> tuple[str, str]:
+    """A ``built_at`` (``YYYY-MM-DDTHH:MM:SSZ``, with or without a fraction of a second) as what orders it in
+    time: as text, ``...:51.5Z`` sorts before ``...:51Z`` ("." before "Z"), half a second later though it is.
+    The whole seconds, then the fraction's digits without trailing zeros (".5" after "", ".25" before ".5")."""
+    seconds, dot, rest = timestamp.partition(".")
+    return (seconds.removesuffix("Z"), rest.removesuffix("Z").rstrip("0")) if dot else (timestamp[:-1], "")
+
+
+def _newness(inspection: Inspection) -> tuple[tuple[str, str], int, str]:
     assert inspection.summary is not None
-    return (inspection.summary.built_at, inspection.summary.event_count, inspection.sha256 or "")
+    return (instant(inspection.summary.built_at), inspection.summary.event_count, inspection.sha256 or "")
 
 
 def published_record(i: Inspection) -> PublishedBefore:
@@ -59,7 +67,7 @@ def published_record(i: Inspection) -> PublishedBefore:
 def is_rollback(new: Inspection, before: PublishedBefore) -> bool:
     assert new.summary is not None
     return new.sha256 != before.sha256 and (
-        new.summary.built_at < before.built_at or new.summary.event_count < before.event_count)
+        instant(new.summary.built_at) < instant(before.built_at) or new.summary.event_count < before.event_count)
 
 
 def select(candidates: list[Candidate]) -> Selection:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from generate import benchmark_key, make_bundle
 from site_builder.inspection import inspect_bytes
 from site_builder.keys import TrustSet, key_from_document
-from site_builder.selection import Candidate, is_rollback, published_record, select
+from site_builder.selection import Candidate, instant, is_rollback, published_record, select
 
 TRUST = TrustSet((key_from_document(benchmark_key().document()),))
 
@@ -70,3 +70,28 @@ def test_a_tie_is_broken_by_the_bytes_digest_whatever_the_files_are_called():
             loser = compact if newest is spaced else spaced
             assert chosen.superseded == {loser.inspection.rel: f"superseded by {newest.inspection.rel} (built_at "
                                                     f"{newest.inspection.summary.built_at})"}
+
+
+def built_at(stamp: str) -> bytes:
+    """Record 1's bundle built at *stamp*, signed again."""
+    import json
+
+    from generate import sign_bundle, to_bytes
+    bundle = json.loads(make_bundle(1))
+    bundle["built_at"] = stamp
+    return to_bytes(sign_bundle(bundle, benchmark_key()))
+
+
+def test_built_at_is_ordered_in_time_not_as_text_where_a_fraction_of_a_second_is_written():
+    """PITH_FORMAT.md allows a fraction of a second; as text, "...:51.5Z" sorts before "...:51Z"."""
+    stamps = ["2026-09-01T00:00:50.999Z", "2026-09-01T00:00:51Z", "2026-09-01T00:00:51.25Z",
+              "2026-09-01T00:00:51.5Z", "2026-09-01T00:00:52Z"]
+    assert sorted(reversed(stamps), key=instant) == stamps
+    assert instant("2026-09-01T00:00:51.500Z") == instant("2026-09-01T00:00:51.5Z")
+    assert instant("2026-09-01T00:00:51.000Z") == instant("2026-09-01T00:00:51Z")
+    whole, later = candidate("a.json", built_at("2026-09-01T00:00:51Z")), \
+        candidate("b.json", built_at("2026-09-01T00:00:51.5Z"))
+    assert select([whole, later]).published[whole.inspection.pith_id] is later
+    assert select([later, whole]).published[whole.inspection.pith_id] is later
+    assert not is_rollback(later.inspection, published_record(whole.inspection))  # (it was refused as one)
+    assert is_rollback(whole.inspection, published_record(later.inspection))
