@@ -35,6 +35,7 @@ def _changed(**fields) -> dict:
     (_changed(public_key_b64="***"), "is not base64"),
     (_changed(public_key_hex="00" * 32), "differ"),
     (_changed(public_key_hex="00" * 31, public_key_b64=base64.b64encode(bytes(31)).decode()), "32 bytes"),
+    ({"key_id": "k", "public_key_hex": "00" * 33}, "an Ed25519 public key is 32 bytes, got 33"),
     (_changed(fingerprint_sha256_hex="0" * 32), "fingerprint_sha256_hex does not match"),
     ({"key_id": "k"}, "needs public_key_hex or public_key_b64"),
     (_changed(key_id="pith-v1\nother"), "is not 1 to 128 visible ASCII characters"),
@@ -90,6 +91,19 @@ def test_no_two_trust_sets_share_an_identity():
     spelled = TrustSet((TrustedKey(f"a:{a.public_key_hex}\nb", b.public_key, {}),))
     assert spelled.identity() != pair.identity()
     assert TrustSet((b, a)).identity() == pair.identity()  # (the same set, in any order)
+
+
+def test_the_same_key_pinned_under_another_id_verifies_nothing_its_old_id_did_even_from_the_cache(tmp_path):
+    """A signature names its key by id: the resolver's key pinned as "renamed" verifies no bundle signed as
+    pith-v1-2026-05.  The cache's results are kept by the trust set's identity, which must cover the ids too,
+    or the results cached under the resolver's id would publish every bundle under the renamed one."""
+    from site_builder.build import BuildOptions, build
+    renamed = tmp_path / "renamed.json"
+    renamed.write_text(json.dumps({**PINNED, "key_id": "renamed"}))
+    options = dict(bundles=ROOT / "bundles", output=tmp_path / "site", search=False)
+    assert build(BuildOptions(trust=load_trust_set(), **options)).count("published") == 4
+    report = build(BuildOptions(trust=load_trust_set([renamed]), **options))
+    assert report.count("published") == 0 and report.count("rejected") == 4
 
 
 def test_a_key_file_that_is_no_regular_file_or_too_large_is_one_line_and_a_link_is_followed(tmp_path):

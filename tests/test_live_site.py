@@ -150,6 +150,9 @@ def test_each_malformed_part_of_a_manifest_entry_makes_it_no_claim():
     for change in bad:
         _, claims, malformed = manifest_claims(json.dumps({"files": [dict(good, **change)]}).encode())
         assert (claims, malformed) == ({}, 1), change
+    for status in ("rejected", "superseded", "Published", None):  # (only what the live site publishes is a claim)
+        _, claims, malformed = manifest_claims(json.dumps({"files": [dict(good, status=status)]}).encode())
+        assert (claims, malformed) == ({}, 0), status
 
 
 def test_a_manifest_of_another_shape_is_none_and_entries_that_are_no_objects_are_passed_over():
