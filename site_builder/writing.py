@@ -415,9 +415,11 @@ class OutputSlot:
         return self.parent / f".{self.name}.prev"
 
     def _leftovers(self) -> list[Path]:
-        prefixes = (f".{self.name}.staging-", f".{self.name}.old-")
+        """What killed builds of this output left beside it: a name as ``staging_path`` or ``_trash_path`` make
+        one, and no other (``.site.old-backup``, a copy the user put there, is theirs)."""
+        ours = re.compile(rf"\.{re.escape(self.name)}\.(?:staging-[0-9]+(?:-spare)?|old-[0-9]+-[0-9]{{6,}})")
         try:
-            return [p for p in self.parent.iterdir() if p.name.startswith(prefixes)]
+            return [p for p in self.parent.iterdir() if ours.fullmatch(p.name)]
         except OSError:
             return []
 

@@ -72,6 +72,23 @@ def test_a_killed_builds_staging_tree_is_removed_by_the_next_build(tmp_path):
     assert not list(tmp_path.glob(".site.old-*"))
 
 
+def test_only_what_a_killed_build_names_is_removed_beside_the_output(tmp_path):
+    """A copy the user keeps beside the site under a name that merely starts as a build's do (``.site.old-backup``)
+    is theirs: only the names a build makes are a killed build's leftovers."""
+    ours = [".site.staging-99999", ".site.staging-99999-spare", f".site.old-99999-{time.monotonic_ns()}"]
+    theirs = [".site.old-backup", ".site.staging-notes", ".site.old-2026-12", ".site.staging-1.bak",
+              ".other.staging-99999"]
+    for name in ours + theirs:
+        make_tree(tmp_path / name)
+    slot = OutputSlot(tmp_path / "site")
+    slot.acquire()
+    slot.release()
+    deadline = time.monotonic() + 10  # (old trees go in a process of their own)
+    while time.monotonic() < deadline and any((tmp_path / name).exists() for name in ours):
+        time.sleep(0.05)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name not in (".site.lock",)) == sorted(theirs)
+
+
 @pytest.mark.slow
 def test_a_retired_tree_is_gone_before_the_build_lets_go(tmp_path, monkeypatch):
     """A retired tree may share files with the live site, and deleting them changes their status: the deletion
