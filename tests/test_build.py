@@ -364,7 +364,9 @@ def test_static_files_are_copied_as_they_are_and_never_over_the_sites_own_paths(
                ".well-known/pith/AAAAAAAAAAAAAAAAAAAAAAAAAA/bundle.json": b"{}", "sitemap.xml": b"<x/>",
                "arxiv": b"a file where the site has a folder",
                "assets/style.css": b"body{}"}
-    for rel, data in {**wanted, **refused, ".hidden-notes": b"skipped, as hidden files are"}.items():
+    hidden = {".hidden-notes": b"skipped, as hidden files are",
+              "docs/.well-known/x.txt": b"a .well-known folder below the top is hidden like any other"}
+    for rel, data in {**wanted, **refused, **hidden}.items():
         (static / rel).parent.mkdir(parents=True, exist_ok=True)
         (static / rel).write_bytes(data)
     os.symlink("/etc/passwd", static / "passwd.txt")
@@ -379,7 +381,7 @@ def test_static_files_are_copied_as_they_are_and_never_over_the_sites_own_paths(
     for rel, data in wanted.items():
         assert (out / rel).read_bytes() == data
     assert not (out / ".hidden-notes").exists() and not (out / "passwd.txt").exists()
-    assert not (out / "secret").exists()
+    assert not (out / "docs").exists() and not (out / "secret").exists()
     assert not (out / "pith" / "AAAAAAAAAAAAAAAAAAAAAAAAAA").exists()
     assert not (out / ".well-known" / "pith" / "AAAAAAAAAAAAAAAAAAAAAAAAAA").exists()
     assert b"not the home page" not in (out / "index.html").read_bytes()

@@ -47,6 +47,10 @@ def test_tags_bind_every_field_and_the_context(tmp_path):
     assert not a.checks(tag, "file", "a.jso", "nsig", "sha")  # (fields are length-prefixed)
     assert not key.bound_to("context two").checks(tag, "file", "a.json", "sig", "sha")
     assert not a.checks(None, "file", "a.json", "sig", "sha") and not a.checks(tag, "file", "a.json", 1, "sha")
+    # (a planted row's tag may be of any type SQLite holds: False, never a TypeError that stops the build)
+    for planted in (5, 2.5, tag.encode(), bytes.fromhex(tag), [tag]):
+        assert not a.checks(planted, "file", "a.json", "sig", "sha")
+        assert not a.tagger().checks(planted, "file", "a.json", "sig", "sha")
 
 
 @pytest.mark.parametrize("digest_from", [cache_key.DIGEST_FROM, None])
