@@ -424,6 +424,10 @@ class OutputSlot:
             return []
 
     def check_usable(self) -> None:
+        outer = next((up for up in self.output.parents if is_builder_output(up)), None)
+        if outer is not None:  # (its next build would find this folder in it, not its own, and stop)
+            raise OutputError(f"{self.output}: inside {outer}, a site this builder wrote, which every build of it "
+                              f"replaces; choose an output folder outside it")
         if self.output.is_symlink():
             raise OutputError(f"{self.output}: output folder is a symbolic link; refusing to replace it")
         if self.output.exists():

@@ -335,6 +335,22 @@ def test_an_output_that_is_a_file_is_refused_and_left_as_it_was(tmp_path):
     assert output.read_text() == "someone's notes"
 
 
+@pytest.mark.parametrize("inner", ["x", "pith/new/site"])
+def test_an_output_inside_a_site_the_builder_wrote_is_refused_before_anything_is_made(tmp_path, project, inner):
+    """``--output site/x``: the outer site's next build would find x, and the cache and lock beside it, in the
+    site, and stop; every build of it replaces the folder x is in."""
+    from conftest import both_keys, opts
+    from site_builder.build import build
+    outer = tmp_path / "outer"
+    build(opts(project, outer, both_keys()))
+    before = sorted(p.relative_to(outer).as_posix() for p in outer.rglob("*"))
+    with pytest.raises(OutputError, match=f"^{re.escape(str(outer / inner))}: inside {re.escape(str(outer))}, a "
+                                          f"site this builder wrote"):
+        build(opts(project, outer / inner, both_keys()))
+    assert sorted(p.relative_to(outer).as_posix() for p in outer.rglob("*")) == before
+    assert not build(opts(project, outer, both_keys())).changed  # (the outer site builds as before)
+
+
 @pytest.mark.parametrize("below", ["site", "a/b/site"])
 def test_an_output_below_a_file_names_the_file_in_the_way(tmp_path, below):
     """``--output notes/site`` where ``notes`` is a file: the line names that file (mkdir's own word for it is
