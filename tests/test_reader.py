@@ -351,3 +351,27 @@ def test_the_in_page_check_reads_and_works_at_every_width_and_scheme(reader):
     assert page.get_attribute("#verify-in-browser", "data-state") == "verified"
     assert page.is_visible("#verify-in-browser dl.verified-values")
     assert page.evaluate("document.scrollingElement.scrollWidth") <= width
+
+
+def test_a_site_under_a_base_path_beyond_ascii_checks_itself_and_finds_its_records(tmp_path):
+    """A base URL written as an IRI (``/café/``) is published escaped (``/caf%C3%A9/``): the reader's browser
+    asks for the escaped paths, and the in-page check, the search index and the 404 page's links all work there."""
+    from site_builder.settings import normalize_base_url
+
+    out = tmp_path / "site"
+    build(BuildOptions(bundles=ROOT / "bundles", output=out, trust=load_trust_set(),
+                       config=SiteConfig(base_url=normalize_base_url("/caf\u00e9/"))))
+    pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    with serve(out, "/caf\u00e9/") as url, chromium() as browser:
+        page = browser.new_page()
+        page.goto(url + f"pith/{pid}/")
+        assert "/caf%C3%A9/pith/" in page.url
+        page.click("#verify-in-browser button")
+        page.wait_for_function("['verified', 'failed'].includes("
+                               "document.getElementById('verify-in-browser').dataset.state)")
+        assert page.get_attribute("#verify-in-browser", "data-state") == "verified"
+        results = _search(page, url, "TensorOpt")
+        assert results and results[0][0] == f"/caf%C3%A9/pith/{pid}/"
+        page.goto(url + "no/such/page/")
+        page.click(f"a[href='/caf%C3%A9/']")
+        assert page.url.endswith("/caf%C3%A9/") and page.title() == "Pith mirror"
