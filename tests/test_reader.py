@@ -373,5 +373,5 @@ def test_a_site_under_a_base_path_beyond_ascii_checks_itself_and_finds_its_recor
         results = _search(page, url, "TensorOpt")
         assert results and results[0][0] == f"/caf%C3%A9/pith/{pid}/"
         page.goto(url + "no/such/page/")
-        page.click(f"a[href='/caf%C3%A9/']")
+        page.click("a[href='/caf%C3%A9/']")
         assert page.url.endswith("/caf%C3%A9/") and page.title() == "Pith mirror"
