@@ -168,8 +168,8 @@ class _NoRedirectToOtherSchemes(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         if not newurl.lower().startswith(("http://", "https://")):
             raise _RefusedRedirect(newurl, code, "redirect to a non-HTTP URL refused", headers, fp)
-        if unfetchable(newurl) is not None:
-            raise _RefusedRedirect(newurl, code, f"redirect to no usable URL ({unfetchable(newurl)})", headers, fp)
+        if (problem := unfetchable(newurl)) is not None:
+            raise _RefusedRedirect(newurl, code, f"redirect to no usable URL ({problem})", headers, fp)
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
