@@ -100,7 +100,8 @@ class StoredDocument:
         """The document's bytes as stored; None where there is none, its tag does not check, or the file cannot
         be read (a damaged cache is the build's to find and throw away, over its own connection)."""
         try:
-            db = sqlite3.connect(f"file:{quote(str(self.path))}?mode=ro", uri=True)
+            # (the path's bytes, escaped: a folder named in bytes that are not UTF-8 is a folder too)
+            db = sqlite3.connect(f"file:{quote(os.fsencode(self.path))}?mode=ro", uri=True)
         except sqlite3.Error:
             return None
         try:

@@ -118,3 +118,19 @@ def test_a_cache_folder_named_by_the_user_must_hold_nothing_but_a_cache(project,
         build(options)
         assert not build(options).changed
         assert set(os.listdir(folder)) <= set(CACHE_NAMES)
+
+
+def test_an_output_named_in_bytes_that_are_not_utf8_keeps_its_cache(project, tmp_path_factory):
+    """Folder names are bytes on Linux: the cache of an output named ``site\\xff`` was opened by a URI made from
+    the name as text, which cannot be encoded, and the second build stopped with a traceback."""
+    import json
+    import shutil
+    out = tmp_path_factory.mktemp("out") / os.fsdecode(b"site\xff")
+    options = opts(project, out, both_keys())
+    first = build(options)
+    assert first.changed and not build(options).changed  # (the cache used, read back)
+    some = sorted((project / "bundles").glob("*.json"))[0]
+    shutil.copy(some, project / "bundles" / "copy.json")
+    report = build(options)
+    assert report.changed and report.count("superseded") == 1
+    assert "copy.json" in {f["path"] for f in json.loads((out / "verification.json").read_bytes())["files"]}
