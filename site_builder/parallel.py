@@ -112,7 +112,26 @@ def start_context(start_method: str):
     context = get_context(start_method)
     if start_method == "forkserver":
         context.set_forkserver_preload(FORKSERVER_PRELOAD)
+        _start_forkserver()
     return context
+
+
+def _start_forkserver() -> None:
+    """Start the forkserver (and its resource tracker) now, unless they run.  Both are new interpreters started
+    with ``python -c``, which puts the working folder first on the import path: serve, run in a project holding
+    a multiprocessing.py (a pull request's file), ran that file.  PYTHONSAFEPATH (Python 3.11) keeps it off; it
+    is set only while they start, as other programs this process starts may rely on the working folder."""
+    from multiprocessing import forkserver
+
+    before = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        forkserver.ensure_running()
+    finally:
+        if before is None:
+            del os.environ["PYTHONSAFEPATH"]
+        else:
+            os.environ["PYTHONSAFEPATH"] = before
 
 
 def map_in_workers(fn, init, initargs, items: list, workers: Workers, stage: str, reads: Sequence = (),

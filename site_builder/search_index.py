@@ -161,14 +161,22 @@ def index_search(site: Path, indexes: Sequence[tuple[str | None, str]] = ((None,
     pending = list(indexes)
     running: list[tuple[subprocess.Popen, IO[bytes]]] = []
     finished = 0
+    # Pagefind takes its arguments and environment as UTF-8 only (a site under a folder named in other bytes was
+    # a usage error, a PWD so named a panic): it runs in a private folder of its own that holds one link, "site",
+    # to the tree, with the environment's variables that are UTF-8.
+    named = tempfile.TemporaryDirectory(prefix="site-builder-index-")
+    os.symlink(os.path.abspath(site), os.path.join(named.name, "site"))
+    environment = {**{k: v for k, v in os.environ.items() if _is_utf8(k) and _is_utf8(v)}, "PWD": named.name}
+    environment.pop("OLDPWD", None)
     try:
         while pending or running:
             while pending and len(running) < max(1, processes):
                 glob, folder = pending.pop(0)
-                cmd = [sys.executable, "-m", "pagefind", "--site", str(site), "--silent", "--include-characters",
+                cmd = [sys.executable, "-m", "pagefind", "--site", "site", "--silent", "--include-characters",
                        ".:", "--output-subdir", folder.rstrip("/")] + (["--glob", glob] if glob is not None else [])
                 log = tempfile.TemporaryFile(dir=site)  # (unnamed: nothing outside the tree, nothing in it)
-                running.append((subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log), log))
+                running.append((subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                                 cwd=named.name, env=environment), log))
             try:
                 running[0][0].wait(timeout=0.2 if waiting is not None else None)
             except subprocess.TimeoutExpired:
@@ -185,6 +193,16 @@ def index_search(site: Path, indexes: Sequence[tuple[str | None, str]] = ((None,
             process.kill()
             process.wait()
             log.close()
+        named.cleanup()
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether *text* (from the environment: bytes that are not UTF-8 are kept as lone surrogates) is UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_exit(code: int, log: IO[bytes]) -> None:

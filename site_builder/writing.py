@@ -285,7 +285,9 @@ def remove_tree(path: Path, wait: bool = True, idle: bool = True) -> subprocess.
         return None
     polite = ((["ionice", "-c3"] if idle and shutil.which("ionice") else [])
               + (["nice", "-n19"] if shutil.which("nice") else []))
-    return subprocess.Popen([*polite, sys.executable, "-c", _DELETER, str(path)], stdin=subprocess.DEVNULL,
+    # -I: isolated from the working folder (``-c`` puts it first on the import path: a project's shutil.py would
+    # run instead of the standard library's) and from PYTHON* variables; the deleter needs the standard library.
+    return subprocess.Popen([*polite, sys.executable, "-I", "-c", _DELETER, str(path)], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 

@@ -230,3 +230,25 @@ def test_the_command_line_forks_only_while_it_runs_no_other_thread(tmp_path):
     threads = [int(line) for line in log.read_text().split()]
     assert len(threads) >= 6  # (two pools of two workers, the lookups, the saver: or the test proves nothing)
     assert threads == [1] * len(threads)
+
+
+def test_a_forkserver_runs_nothing_from_the_folder_it_was_started_in(tmp_path):
+    """The forkserver and its resource tracker are interpreters started with ``python -c``, which puts the
+    working folder first on the import path: serve, run in a project holding a multiprocessing.py (a pull
+    request's file), ran that file."""
+    from conftest import ROOT
+    project, marker = tmp_path / "project", tmp_path / "ran"
+    project.mkdir()
+    for module in ("multiprocessing", "site_builder"):
+        (project / f"{module}.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    script = tmp_path / "start.py"  # (a script's own folder, not the working one, is first on its import path)
+    script.write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                      "from site_builder.parallel import start_context\n"
+                      "if __name__ == '__main__':\n"
+                      "    process = start_context('forkserver').Process(target=print, args=('started',))\n"
+                      "    process.start()\n    process.join()\n    sys.exit(process.exitcode)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSAFEPATH", "PYTHONPATH")}
+    result = subprocess.run([sys.executable, str(script)], cwd=project, env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert (result.returncode, result.stdout) == (0, "started\n"), result.stderr
+    assert not marker.exists()

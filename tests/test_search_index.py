@@ -77,6 +77,29 @@ def test_search_indexes_every_marked_page(bundles_dir, tmp_path):
     assert indexed(sharded) == len(listings) and search_page_counts(sharded) == {"pagefind": len(listings)}
 
 
+def test_a_site_under_a_folder_named_in_bytes_that_are_not_utf8_is_indexed(bundles_dir, tmp_path, monkeypatch):
+    """Pagefind takes UTF-8 arguments and environment only: a project folder named in other bytes (the site's path
+    as its --site, the shell's PWD) was "pagefind failed" and no site at all."""
+    project = tmp_path / os.fsdecode(b"proj\xff")
+    project.mkdir()
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("PWD", str(project))
+    monkeypatch.setenv("OLDPWD", str(project))
+    build(BuildOptions(bundles=bundles_dir, output=project / "site", trust=load_trust_set(), search=True))
+    entry = json.loads((project / "site" / "pagefind" / "pagefind-entry.json").read_text())
+    assert entry["languages"]["en"]["page_count"] == len(REAL_FILES)
+
+
+def test_a_pagefind_module_in_the_folder_a_build_runs_in_is_never_run(bundles_dir, tmp_path, monkeypatch):
+    """``python -m pagefind`` puts its working folder first on the import path: run in the project, a
+    ``pagefind.py`` there (a pull request's file) was what ran, not Pagefind."""
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "ran"
+    (tmp_path / "pagefind.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    build(BuildOptions(bundles=bundles_dir, output=tmp_path / "site", trust=load_trust_set(), search=True))
+    assert not marker.exists() and (tmp_path / "site" / "pagefind" / "pagefind-entry.json").is_file()
+
+
 @pytest.mark.slow
 def test_index_search_reports_while_pagefind_runs_and_keeps_its_output(tmp_path, monkeypatch):
     """The progress display is refreshed from the build's own thread (a thread would make forking the cache saver

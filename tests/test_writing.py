@@ -40,9 +40,22 @@ def test_background_removal_deletes_the_tree(tmp_path):
     assert wait_gone(tree)
 
 
+def test_background_removal_runs_nothing_from_the_folder_the_build_runs_in(tmp_path, monkeypatch):
+    """``python -c`` puts its working folder first on the import path: a project's shutil.py (a pull request's
+    file) ran in place of the standard library's in every build that deleted a tree."""
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "ran"
+    for module in ("shutil", "fcntl", "os", "sys"):
+        (tmp_path / f"{module}.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    tree = tmp_path / ".site.old-1"
+    make_tree(tree)
+    remove_tree(tree, wait=False).wait()
+    assert not tree.exists() and not marker.exists()
+
+
 @pytest.mark.slow
 def test_a_tree_being_deleted_is_left_to_its_deleter(tmp_path):
-    tree = tmp_path / ".site.old-1"
+    tree = tmp_path / f".site.old-99999-{time.monotonic_ns()}"  # (as a build names one)
     make_tree(tree)
     fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(fd, fcntl.LOCK_EX)  # as a running deleter holds it
