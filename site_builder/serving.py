@@ -433,6 +433,11 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+# The address a browser on this machine opens for a server listening on every address (http://0.0.0.0/ is no
+# page to open: some browsers refuse it).
+_EVERY_ADDRESS = {"0.0.0.0": "127.0.0.1", "::": "::1"}
+
+
 def watcher_for(options: ServeOptions) -> Watcher:
     """What the watcher follows: the bundles, templates, settings, about page and static folder."""
     files, static = project_files(options)
@@ -466,7 +471,9 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
             why = (exc.strerror or exc) if isinstance(exc, OSError) else "not a host name"
             raise ListenError(f"cannot listen on {where}: {why}") from None
         site.rebuild("start")
-        url = f"http://{url_host(options.host)}:{httpd.server_address[1]}{live.base_path}"
+        shown = _EVERY_ADDRESS.get(options.host, options.host)
+        url = f"http://{url_host(shown)}:{httpd.server_address[1]}{live.base_path}"
+        also = f" and every address of this machine ({options.host})" if shown != options.host else ""
 
         watcher = watcher_for(options)
         site.request_rebuild = watcher.poke
@@ -478,7 +485,7 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
         threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         serving = True
         watched = sorted({folder for folder, _ in watches})
-        options.log(f"serving {options.output} at {url} (Ctrl-C to stop); "
+        options.log(f"serving {options.output} at {url}{also} (Ctrl-C to stop); "
                     f"watching {', '.join(map(str, watched[:3]))}{' and more' if len(watched) > 3 else ''}")
         if ready:
             ready(url)

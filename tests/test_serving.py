@@ -813,13 +813,13 @@ def test_open_pages_are_told_which_pages_changed_and_to_reload_all_past_500_or_w
 
 
 def _serve_in_thread(root: Path, lines: list, stop: threading.Event, open_browser: bool = False,
-                     ready=None, settings: str = "site.toml", port: int | None = None):
+                     ready=None, settings: str = "site.toml", port: int | None = None, host: str = "127.0.0.1"):
     """``serve`` run as the command line runs it, in a thread of this process, stopped by *stop*; returns the
     thread, the port (a free one unless given) and the list its return value goes to."""
     from site_builder.serving import serve
 
     port = port or free_port()
-    options = _serve_options(root, settings, port=port, search=False, log=lines.append)
+    options = _serve_options(root, settings, port=port, search=False, log=lines.append, host=host)
     returned = []
     thread = threading.Thread(target=lambda: returned.append(serve(options, open_browser, ready, stop)), daemon=True)
     thread.start()
@@ -942,6 +942,22 @@ def test_serve_stopped_once_it_is_up_frees_its_port_and_opens_a_browser_only_whe
     assert opened == (urls if open_browser else []) and urls == [f"http://127.0.0.1:{port}/"]
     assert _port_is_free(port)
     assert not [t for t in threading.enumerate() if "serve_forever" in t.name]  # the server's thread is done
+
+
+def test_serve_on_every_address_names_and_opens_one_a_browser_takes(served_project, monkeypatch):
+    """``--host 0.0.0.0`` listens on every address; http://0.0.0.0/ is no page to open (some browsers refuse
+    it), so the address said and opened is this machine's own, and the line says where else it listens."""
+    from site_builder import serving
+
+    root, _ = served_project
+    opened, lines, stop, urls = [], [], threading.Event(), []
+    monkeypatch.setattr(serving.webbrowser, "open", opened.append)
+    thread, port, returned = _serve_in_thread(root, lines, stop, True, host="0.0.0.0",
+                                              ready=lambda url: (urls.append(url), stop.set()))
+    thread.join(DEADLINE * 3)
+    assert returned == [0] and urls == opened == [f"http://127.0.0.1:{port}/"]
+    assert any(line.startswith(f"serving {root / 'output'} at http://127.0.0.1:{port}/ and every address of this "
+                               f"machine (0.0.0.0) (Ctrl-C to stop)") for line in lines), lines
 
 
 def test_serve_links_the_second_tree_giving_way_to_a_change_or_to_ctrl_c(served_project, monkeypatch):
