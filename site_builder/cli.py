@@ -400,6 +400,7 @@ def cmd_serve(args) -> int:
     import signal
 
     from site_builder.serving import ListenError, ServeOptions, serve
+    from site_builder.watching import WatchError
 
     if _trust(args.trusted_keys) is None:
         return EXIT_USAGE
@@ -425,7 +426,7 @@ def cmd_serve(args) -> int:
                            search=not args.no_search)
     try:
         return serve(options, open_browser=args.open)
-    except ListenError as exc:
+    except (ListenError, WatchError) as exc:
         say(f"error: {exc}", err=True)
         return EXIT_USAGE
 

@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 # How a bundle is opened, for reading and for reading ahead: no symlink followed, no FIFO waited for.
@@ -120,10 +120,18 @@ def discover(root: Path, folders: list[str] | None = None,
     _check_bundles_folder(root)
     if is_mirror(Path(root)):
         return mirror_bundles(Path(root), folders)
+    return _walk_bundles(Path(root), left_out, folders)
+
+
+def _walk_bundles(root: Path, left_out: dict[str, set[str]],
+                  folders: list[str] | None) -> tuple[list[InputFile], list[SkippedFile]]:
+    """``discover``'s walk of a bundles folder that is no mirror: depth first, each folder's entries in name
+    order, a subfolder's files where it stands among them; with a stack of its own, not by recursion, so that
+    folders nested a thousand deep (a pull request's) are no RecursionError."""
     found: list[InputFile] = []
     skipped: list[SkippedFile] = []
 
-    def walk(folder: Path, prefix: str, top: bool) -> None:
+    def listing(folder: Path, prefix: str, top: bool) -> Iterator[os.DirEntry] | None:
         try:
             with os.scandir(folder) as it:
                 entries = sorted(it, key=_entry_name)
@@ -131,35 +139,43 @@ def discover(root: Path, folders: list[str] | None = None,
             if top:
                 raise BundlesFolderError(f"{folder}: cannot list bundles folder: {exc.strerror}") from None
             skipped.append(SkippedFile(prefix.rstrip("/"), "file_read", f"cannot list folder: {exc.strerror}"))
-            return
+            return None
         if folders is not None:
             folders.append(str(folder))
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            rel = prefix + entry.name
-            if not _is_utf8(entry.name):  # (it could be neither shown, nor written into the report, as it is)
-                if entry.name.endswith(".json") or entry.is_dir(follow_symlinks=False):
-                    skipped.append(SkippedFile(_shown_name(rel), "file_name", "the name is not valid UTF-8"))
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-                mode = st.st_mode
-            except OSError as exc:
-                if entry.name.endswith(".json"):
-                    skipped.append(SkippedFile(rel, "file_read", f"cannot stat: {exc.strerror}"))
-                continue
-            if stat.S_ISDIR(mode):
-                if entry.name in left_out and os.path.realpath(entry.path) in left_out[entry.name]:
-                    continue
-                walk(Path(entry.path), rel + "/", False)
-            elif entry.name.endswith(".json"):
-                if stat.S_ISREG(mode):
-                    found.append(InputFile(rel, entry.path, stat_signature(st)))
-                else:
-                    skipped.append(SkippedFile(rel, "file_type", _kind(mode)))
+        return iter(entries)
 
-    walk(Path(root), "", True)
+    stack = [(listing(root, "", True), "")]
+    while stack:
+        entries, prefix = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
+            continue
+        if entry.name.startswith("."):
+            continue
+        rel = prefix + entry.name
+        if not _is_utf8(entry.name):  # (it could be neither shown, nor written into the report, as it is)
+            if entry.name.endswith(".json") or entry.is_dir(follow_symlinks=False):
+                skipped.append(SkippedFile(_shown_name(rel), "file_name", "the name is not valid UTF-8"))
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            mode = st.st_mode
+        except OSError as exc:
+            if entry.name.endswith(".json"):
+                skipped.append(SkippedFile(rel, "file_read", f"cannot stat: {exc.strerror}"))
+            continue
+        if stat.S_ISDIR(mode):
+            if entry.name in left_out and os.path.realpath(entry.path) in left_out[entry.name]:
+                continue
+            inner = listing(Path(entry.path), rel + "/", False)
+            if inner is not None:
+                stack.append((inner, rel + "/"))
+        elif entry.name.endswith(".json"):
+            if stat.S_ISREG(mode):
+                found.append(InputFile(rel, entry.path, stat_signature(st)))
+            else:
+                skipped.append(SkippedFile(rel, "file_type", _kind(mode)))
     return found, skipped
 
 
@@ -394,24 +410,29 @@ def read_static_files(folder: Path | None) -> tuple[list[StaticFile], list[str]]
     files: list[StaticFile] = []
     problems: list[str] = []
 
-    def walk(path: Path, prefix: str) -> None:
+    def listing(path: Path, prefix: str) -> Iterator[os.DirEntry] | None:
         try:
             with os.scandir(path) as it:
-                entries = sorted(it, key=_entry_name)
+                return iter(sorted(it, key=_entry_name))
         except OSError as exc:
             problems.append(f"{prefix or folder.name + '/'}: cannot list folder: {exc.strerror}")
-            return
-        for entry in entries:
-            if entry.name.startswith(".") and not (prefix == "" and entry.name == ".well-known"):
-                continue
-            rel = prefix + entry.name
-            if entry.is_dir(follow_symlinks=False):
-                walk(Path(entry.path), rel + "/")
-                continue
-            try:
-                files.append(StaticFile(rel, read_bytes(Path(entry.path), STATIC_MAX_BYTES)))
-            except FileReadError as exc:
-                problems.append(f"{rel}: {exc.reason}")
+            return None
 
-    walk(folder, "")
+    stack = [(listing(folder, ""), "")]  # (depth first, in name order, by a stack: see ``discover``)
+    while stack:
+        entries, prefix = stack[-1]
+        entry = next(entries, None) if entries is not None else None
+        if entry is None:
+            stack.pop()
+            continue
+        if entry.name.startswith(".") and not (prefix == "" and entry.name == ".well-known"):
+            continue
+        rel = prefix + entry.name
+        if entry.is_dir(follow_symlinks=False):
+            stack.append((listing(Path(entry.path), rel + "/"), rel + "/"))
+            continue
+        try:
+            files.append(StaticFile(rel, read_bytes(Path(entry.path), STATIC_MAX_BYTES)))
+        except FileReadError as exc:
+            problems.append(f"{rel}: {exc.reason}")
     return files, problems

@@ -90,13 +90,38 @@ def template_dirs(user_dir: Path | None) -> list[Path]:
     return dirs
 
 
+def _folders_under(top: Path) -> Iterator[tuple[str, list[str]]]:
+    """Each folder under *top* (itself first) with the names of the files in it, as ``os.walk`` gives them with
+    its folders in name order and hidden or ``__`` ones left out, but with a stack, not by recursion: a templates
+    folder nested a thousand deep (a pull request's) is no RecursionError.  Links to folders are not entered."""
+    stack = [str(top)]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        files, subfolders = [], []
+        for entry in entries:
+            try:
+                is_folder = entry.is_dir()
+            except OSError:
+                is_folder = False
+            if not is_folder:
+                files.append(entry.name)
+            elif not entry.name.startswith((".", "__")) and not entry.is_symlink():
+                subfolders.append(entry.path)
+        yield folder, files
+        stack.extend(sorted(subfolders, reverse=True))
+
+
 def templates_identity(dirs: Iterable[Path]) -> str:
     """Digest of every template and asset file: what the build id and a unit that may use any template key on
     (``template_uses``)."""
     h = hashlib.sha256()
     for d in dirs:
-        for root, subdirs, files in os.walk(d):
-            subdirs[:] = sorted(s for s in subdirs if not s.startswith((".", "__")))
+        for root, files in _folders_under(d):
             for name in sorted(files):
                 if name.startswith("."):
                     continue

@@ -40,7 +40,7 @@ from site_builder.search_index import SearchIndexError
 from site_builder.stages.publish import IN_PLACE_LIMIT
 from site_builder.settings import SettingsError, SiteConfig, load_settings, normalize_base_url, project_paths
 from site_builder.terminal import printable
-from site_builder.watching import Watcher, follow
+from site_builder.watching import Watcher, WatchError, follow
 from site_builder.writing import OutputError, OutputSlot
 
 EVENTS_PATH = "__site_builder__/events"
@@ -453,6 +453,23 @@ def project_files(options: ServeOptions) -> tuple[set[Path], Path]:
     return {f.parent.resolve() / f.name for f in (options.settings, about)}, static.resolve()  # (a link: as named)
 
 
+def _listen(options: ServeOptions, live: LiveState) -> _Server:
+    """The server, listening; ListenError naming the address where it cannot (a busy port, a host that is no
+    name: "a..b", for which IDNA raises UnicodeError, not OSError)."""
+    try:
+        return listening_server(options.host, options.port, _make_handler(options, live))
+    except (OSError, UnicodeError) as exc:
+        why = (exc.strerror or exc) if isinstance(exc, OSError) else "not a host name"
+        raise ListenError(f"cannot listen on {url_host(options.host)}:{options.port}: {why}") from None
+
+
+def _addresses(options: ServeOptions, port: int, base_path: str) -> tuple[str, str]:
+    """The URL a browser on this machine opens, and where else the server listens (words to add to it, or "")."""
+    shown = _EVERY_ADDRESS.get(options.host, options.host)
+    also = f" and every address of this machine ({options.host})" if shown != options.host else ""
+    return f"http://{url_host(shown)}:{port}{base_path}", also
+
+
 def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[str], None] | None = None,
           stop: threading.Event | None = None) -> int:
     live = LiveState()
@@ -464,22 +481,17 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
     observer = Observer()
     try:  # Ctrl-C may come at any point, even during the first build: always stop the same clean way
         # The port first: a busy port is said at once, not after the first build (seconds on a large mirror).
-        try:
-            httpd = listening_server(options.host, options.port, _make_handler(options, live))
-        except (OSError, UnicodeError) as exc:  # (UnicodeError: a host that is no name, "a..b", as IDNA says)
-            where = f"{url_host(options.host)}:{options.port}"
-            why = (exc.strerror or exc) if isinstance(exc, OSError) else "not a host name"
-            raise ListenError(f"cannot listen on {where}: {why}") from None
+        httpd = _listen(options, live)
         site.rebuild("start")
-        shown = _EVERY_ADDRESS.get(options.host, options.host)
-        url = f"http://{url_host(shown)}:{httpd.server_address[1]}{live.base_path}"
-        also = f" and every address of this machine ({options.host})" if shown != options.host else ""
+        url, also = _addresses(options, httpd.server_address[1], live.base_path)
 
         watcher = watcher_for(options)
         site.request_rebuild = watcher.poke
         watches: dict[tuple[Path, bool], object] = {}
+        # (started before the first page is served, the watches made one by one after: an edit made once the site
+        # is up is always seen, and a folder that cannot be watched is named)
+        observer.start()
         follow(observer, watcher, watches)
-        observer.start()  # (before the first page is served: an edit made once the site is up is always seen)
         # (shutdown() waits for the server's next poll: every 50 ms, not the default half second, so that Ctrl-C
         # stops at once)
         threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
@@ -504,8 +516,11 @@ def serve(options: ServeOptions, open_browser: bool = False, ready: Callable[[st
             if watcher.wait_for_batch(stop, site.look_ahead):
                 site.rebuild("change", watcher.take_changes())
                 watcher.retarget(*project_files(options))  # (site.toml may name another about page or static folder)
-                if follow(observer, watcher, watches):  # (a folder watched from now on: its files since the build
-                    watcher.poke()                       # read it are seen by one more)
+                try:
+                    if follow(observer, watcher, watches):  # (a folder watched from now on: its files since the
+                        watcher.poke()                       # build read it are seen by one more)
+                except WatchError as exc:
+                    options.log(f"ERROR {exc}")
     except KeyboardInterrupt:
         pass
     finally:

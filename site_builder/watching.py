@@ -4,6 +4,7 @@ bundles) becomes one rebuild, and never the build's own writes in the output."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Callable
 
 from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
+
+from site_builder.terminal import printable
 
 DEBOUNCE_SECONDS = 0.1
 # After a file was closed from writing or renamed into place its new content is complete, so a short quiet
@@ -146,16 +149,22 @@ class Watcher(FileSystemEventHandler):
         return False
 
 
+class WatchError(Exception):
+    """A folder that cannot be watched: its folders nest deeper than the watcher follows (it walks them by
+    recursion)."""
+
+
 def follow(observer: Observer, watcher: Watcher, watches: dict) -> bool:
     """Watch the folders *watcher* names now, and stop watching those it no longer names.  Returns whether it
-    began to watch one: what was made in it before then (after the build that named it read it) was not seen."""
+    began to watch one: what was made in it before then (after the build that named it read it) was not seen.
+    WatchError where one cannot be watched (the others are)."""
     wanted = [(folder, recursive) for folder, recursive in watcher.watched() if folder.is_dir()]
     for key in [key for key in watches if key not in wanted]:
         try:
             observer.unschedule(watches.pop(key))
         except (KeyError, OSError):
             pass
-    began = False
+    began, deep = False, []
     for folder, recursive in wanted:
         if (folder, recursive) not in watches:
             try:
@@ -163,4 +172,10 @@ def follow(observer: Observer, watcher: Watcher, watches: dict) -> bool:
                 began = True
             except OSError:
                 pass  # (gone again already; the full listing after each build still sees its files)
+            except RecursionError:
+                watches[folder, recursive] = None  # (not tried again while it is named)
+                deep.append(folder)
+    if deep:
+        raise WatchError(f"{printable(str(deep[0]))}: cannot watch it for changes: its folders nest too deep "
+                         f"(over ~{sys.getrecursionlimit() - 100:,} levels); move what is that deep out of it")
     return began

@@ -192,6 +192,36 @@ def bundles_dir(tmp_path) -> Path:
     return d
 
 
+DEEP = 1000  # (folders nested this deep: past what a walk by recursion follows, Python's limit being 1,000 calls)
+
+
+@pytest.fixture
+def nest_deep():
+    """Makes *DEEP* folders named ``d``, one in the other, under a folder it is given, and returns the deepest;
+    removes them after the test, bottom up (``shutil.rmtree``, which recurses, would stop at them)."""
+    made = []
+
+    def nest(under: Path) -> Path:
+        under.mkdir(parents=True, exist_ok=True)
+        folder = under
+        for _ in range(DEEP):
+            folder = folder / "d"
+            folder.mkdir()
+        made.append(under)
+        return folder
+
+    yield nest
+    for under in made:
+        deepest = under / "/".join(["d"] * DEEP)
+        for folder in [deepest, *deepest.parents]:
+            if folder == under:
+                break
+            for name in os.listdir(folder):
+                if not (folder / name).is_dir() or (folder / name).is_symlink():
+                    os.unlink(folder / name)
+            os.rmdir(folder)
+
+
 @pytest.fixture
 def free_inodes(monkeypatch) -> dict[str, int]:
     """``os.statvfs`` reporting an inode budget of ``free_inodes["total"]`` with ``free_inodes["count"]`` free (the

@@ -167,7 +167,8 @@ def test_compare_benchmark_times_whole_commands_in_fresh_processes(tmp_path):
         row = re.search(rf"^{name} +([0-9.]+) +([0-9.]+) \(([0-9.]+)x\)$", result.stdout, re.M)
         assert row, result.stdout
         first, second, ratio = map(float, row.groups())
-        assert second > first + 1.8 and ratio == pytest.approx(second / first, rel=0.05), result.stdout
+        # (each of the slower checkout's commands sleeps 2 s; the first's median moves with the machine's load)
+        assert second >= 2.0 > first and ratio == pytest.approx(second / first, rel=0.05), result.stdout
     for work in ("20-0", "20-1"):
         assert (tmp_path / "work" / work / "site" / "pith").is_dir()
 

@@ -338,6 +338,18 @@ def test_serve_says_at_once_that_its_port_is_taken(bundles_dir, tmp_path):
     assert not (tmp_path / "site").exists()  # nothing was built
 
 
+def test_serve_says_which_folder_nests_too_deep_to_watch(bundles_dir, tmp_path, nest_deep):
+    """The watcher walks a folder it watches by recursion: one nested a thousand deep was a traceback.  The
+    build reads it (a bundle at the bottom is one like any other); serve cannot watch it, and says so."""
+    (nest_deep(bundles_dir / "deep") / "x.json").write_text("{}")
+    r = cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--no-search")
+    assert r.returncode == 0 and r.stdout.startswith("5 bundles read, 4 published, 1 rejected"), r.stderr
+    r = cli("serve", "--bundles", bundles_dir, "--output", tmp_path / "site", "--port", "0", "--no-search")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.splitlines()[-1] == (f"error: {bundles_dir}: cannot watch it for changes: its folders nest too "
+                                         f"deep (over ~900 levels); move what is that deep out of it")
+
+
 def test_serve_on_a_host_that_is_no_host_name_is_one_line(bundles_dir, tmp_path):
     """Python's resolver raises UnicodeError, not OSError, for a name with an empty label: it was a traceback."""
     r = cli("serve", "--bundles", bundles_dir, "--output", tmp_path / "site", "--host", "mirror..local", "--no-search")

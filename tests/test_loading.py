@@ -55,6 +55,21 @@ def test_discover_is_recursive_sorted_and_skips_hidden(tmp_path):
     assert [f.rel for f in found] == ["a.json", "b/z.json"] and skipped == []
 
 
+def test_discover_and_the_static_files_walk_folders_nested_past_any_recursion_depth_first(tmp_path, nest_deep):
+    """A pull request's folders nested a thousand deep were a RecursionError that stopped build and verify: they
+    are walked as any others, each folder's entries in name order, a subfolder's where it stands among them."""
+    deepest = nest_deep(tmp_path / "m")
+    (deepest / "deep.json").write_text("{}")
+    for rel in ("a.json", "m/l.json", "m/n/k.json", "z.json"):
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_text("{}")
+    found, skipped = discover(tmp_path)
+    assert [f.rel for f in found] == ["a.json", "m/" + "d/" * 1000 + "deep.json", "m/l.json", "m/n/k.json",
+                                      "z.json"] and skipped == []
+    files, problems = read_static_files(tmp_path)
+    assert [f.rel for f in files] == [f.rel for f in found] and problems == []
+
+
 def test_discover_and_list_bundles_leave_out_the_folders_they_are_told_to(tmp_path):
     for folder in ("site", "b/site"):
         (tmp_path / folder / "pith").mkdir(parents=True)

@@ -222,6 +222,17 @@ def test_the_templates_identity_tells_every_two_trees_apart(tmp_path):
     assert templates_identity([two]) == before
 
 
+def test_a_templates_folder_nested_past_any_recursion_is_read_to_its_depth(tmp_path, nest_deep):
+    """Folders a thousand deep in the templates folder (a pull request's) were a RecursionError that stopped
+    every build; a file at the bottom counts like any other."""
+    from site_builder.rendering import templates_identity
+    deepest = nest_deep(tmp_path / "templates")
+    (deepest / "partial.html").write_text("one")
+    before = templates_identity([tmp_path / "templates"])
+    (deepest / "partial.html").write_text("two")
+    assert templates_identity([tmp_path / "templates"]) != before
+
+
 def test_a_template_or_settings_file_that_is_no_regular_file_is_never_read(tmp_path):
     """A project may come from someone else (a pull request): a template, or site.toml, that is a link to
     /dev/zero (or a FIFO) would be read for ever.  The templates' identity leaves it out, a page that names it
