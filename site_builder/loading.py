@@ -147,35 +147,35 @@ def _walk_bundles(root: Path, left_out: dict[str, set[str]],
     stack = [(listing(root, "", True), "")]
     while stack:
         entries, prefix = stack[-1]
-        entry = next(entries, None)
-        if entry is None:
-            stack.pop()
-            continue
-        if entry.name.startswith("."):
-            continue
-        rel = prefix + entry.name
-        if not _is_utf8(entry.name):  # (it could be neither shown, nor written into the report, as it is)
-            if entry.name.endswith(".json") or entry.is_dir(follow_symlinks=False):
-                skipped.append(SkippedFile(_shown_name(rel), "file_name", "the name is not valid UTF-8"))
-            continue
-        try:
-            st = entry.stat(follow_symlinks=False)
-            mode = st.st_mode
-        except OSError as exc:
-            if entry.name.endswith(".json"):
-                skipped.append(SkippedFile(rel, "file_read", f"cannot stat: {exc.strerror}"))
-            continue
-        if stat.S_ISDIR(mode):
-            if entry.name in left_out and os.path.realpath(entry.path) in left_out[entry.name]:
+        for entry in entries:  # (left for a subfolder, and taken up again where it stopped once that is done)
+            if entry.name.startswith("."):
                 continue
-            inner = listing(Path(entry.path), rel + "/", False)
-            if inner is not None:
-                stack.append((inner, rel + "/"))
-        elif entry.name.endswith(".json"):
-            if stat.S_ISREG(mode):
-                found.append(InputFile(rel, entry.path, stat_signature(st)))
-            else:
-                skipped.append(SkippedFile(rel, "file_type", _kind(mode)))
+            rel = prefix + entry.name
+            if not _is_utf8(entry.name):  # (it could be neither shown, nor written into the report, as it is)
+                if entry.name.endswith(".json") or entry.is_dir(follow_symlinks=False):
+                    skipped.append(SkippedFile(_shown_name(rel), "file_name", "the name is not valid UTF-8"))
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+                mode = st.st_mode
+            except OSError as exc:
+                if entry.name.endswith(".json"):
+                    skipped.append(SkippedFile(rel, "file_read", f"cannot stat: {exc.strerror}"))
+                continue
+            if stat.S_ISDIR(mode):
+                if entry.name in left_out and os.path.realpath(entry.path) in left_out[entry.name]:
+                    continue
+                inner = listing(Path(entry.path), rel + "/", False)
+                if inner is not None:
+                    stack.append((inner, rel + "/"))
+                    break
+            elif entry.name.endswith(".json"):
+                if stat.S_ISREG(mode):
+                    found.append(InputFile(rel, entry.path, stat_signature(st)))
+                else:
+                    skipped.append(SkippedFile(rel, "file_type", _kind(mode)))
+        else:
+            stack.pop()
     return found, skipped
 
 
