@@ -15,7 +15,7 @@ from pathlib import Path
 from site_builder.writing import make_folders, not_private
 
 # What the cache keeps in its folder, by name (compiled_templates.py keeps its files in ``templates``).
-CACHE_NAMES = ("cache.sqlite", "cache.sqlite-wal", "cache.sqlite-shm", "cache.lock", "templates")
+CACHE_NAMES = ("cache.sqlite", "cache.sqlite-wal", "cache.sqlite-shm", "cache.sqlite-journal", "cache.lock", "templates")
 
 
 class CacheFolderUnsafe(Exception):
