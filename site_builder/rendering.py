@@ -281,7 +281,7 @@ class SiteRenderer:
         self.config = config
         self.trust = trust
         self.env = jinja2.Environment(
-            loader=TemplateLoader([str(d) for d in dirs]),
+            loader=TemplateLoader([str(d) for d in dirs], encoding="utf-8-sig"),  # (a byte-order mark is no text)
             bytecode_cache=compiled,
             autoescape=True,
             undefined=jinja2.StrictUndefined,

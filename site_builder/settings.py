@@ -180,7 +180,8 @@ def load_settings(path: Path) -> SiteConfig:
     if not path.exists():
         return config
     try:  # (a regular file of at most 1 MB: a site.toml that a pull request makes a link to /dev/zero is no hang)
-        data = tomllib.loads(read_bytes(path, SETTINGS_MAX_BYTES, follow_links=True).decode("utf-8"))
+        # (a byte-order mark, as some editors on Windows save one, is taken off: TOML's parser refuses it)
+        data = tomllib.loads(read_bytes(path, SETTINGS_MAX_BYTES, follow_links=True).decode("utf-8-sig"))
     except FileReadError as exc:
         raise SettingsError(f"{path}: {exc.reason}") from None
     except UnicodeDecodeError as exc:

@@ -440,3 +440,23 @@ def test_the_collector_is_paused_while_the_cache_loads_and_left_as_it_was(bundle
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_files_an_editor_saved_with_a_byte_order_mark_are_read_as_their_text(bundles_dir, tmp_path):
+    """Some editors on Windows save UTF-8 with a byte-order mark (and CRLF line ends): site.toml was a TOML error
+    ("Invalid statement"), the about page lost its heading to an invisible character, and a template put one
+    into every page it is in."""
+    from site_builder.settings import load_settings
+    bom = b"\xef\xbb\xbf"
+    (tmp_path / "site.toml").write_bytes(bom + b'title = "Saved on Windows"\r\nabout_file = "about.md"\r\n')
+    (tmp_path / "about.md").write_bytes(bom + b"# About us\r\n\r\nText.\r\n")
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates" / "_site_footer.html").write_bytes(bom + b"<footer>Ours</footer>\r\n")
+    config = load_settings(tmp_path / "site.toml")
+    assert config.title == "Saved on Windows"
+    out = tmp_path / "site"
+    build(build_options(bundles_dir, out, load_trust_set(), search=False, config=config,
+                        about_file=tmp_path / "about.md", templates=tmp_path / "templates"))
+    about = (out / "about" / "index.html").read_text()
+    assert "<h1>About us</h1>" in about and "<footer>Ours</footer>" in about
+    assert not [p for p in out.rglob("*.html") if "\ufeff" in p.read_text()]

@@ -205,7 +205,7 @@ def read_about(path: Path | None) -> str | None:
         return None
     raw = path.read_bytes()
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8-sig")  # (a byte-order mark, as some editors save one, is no text of the page)
     except UnicodeDecodeError as exc:
         raise SettingsError(f"{path}: not UTF-8 text ({exc.reason} at byte offset {exc.start:,})") from None
 
