@@ -338,6 +338,19 @@ def test_serve_says_at_once_that_its_port_is_taken(bundles_dir, tmp_path):
     assert not (tmp_path / "site").exists()  # nothing was built
 
 
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_a_name_the_output_streams_encoding_cannot_hold_is_shown_escaped(bundles_dir, encoding):
+    """A terminal that is not UTF-8 (``LC_ALL=en_US.ISO-8859-1``) could not hold a file name in Chinese:
+    ``verify`` ended with a UnicodeEncodeError at its line."""
+    (bundles_dir / "\u00e9\u4eba.json").write_text("{}")
+    r = subprocess.run([sys.executable, "-m", "site_builder", "verify", str(bundles_dir)], capture_output=True,
+                       env={**os.environ, "PYTHONIOENCODING": encoding}, timeout=300)
+    out, err = r.stdout.decode(encoding), r.stderr.decode(encoding)
+    assert r.returncode == 1 and "Traceback" not in err, err
+    shown = {"ascii": "\\xe9\\u4eba.json", "latin-1": "\u00e9\\u4eba.json"}[encoding]
+    assert out.splitlines()[-1] == f"REJECTED {bundles_dir}/{shown}: structure: bundle.bundle_type is missing"
+
+
 def test_serve_says_which_folder_nests_too_deep_to_watch(bundles_dir, tmp_path, nest_deep):
     """The watcher walks a folder it watches by recursion: one nested a thousand deep was a traceback.  The
     build reads it (a bundle at the bottom is one like any other); serve cannot watch it, and says so."""
