@@ -82,9 +82,9 @@ def _folder_stamp(st: os.stat_result) -> tuple[int, int, int]:
     return st.st_ino, st.st_mtime_ns, st.st_ctime_ns
 
 
-def _is_utf8(name: str) -> bool:
-    """Whether a name from the file system is valid UTF-8 (Python keeps each byte that is not as a lone
-    surrogate, which no UTF-8 text can hold)."""
+def is_utf8(name: str) -> bool:
+    """Whether a name from the file system (or a variable from the environment) is valid UTF-8 (Python keeps
+    each byte that is not as a lone surrogate, which no UTF-8 text can hold)."""
     try:
         name.encode("utf-8")
         return True
@@ -151,7 +151,7 @@ def _walk_bundles(root: Path, left_out: dict[str, set[str]],
             if entry.name.startswith("."):
                 continue
             rel = prefix + entry.name
-            if not _is_utf8(entry.name):  # (it could be neither shown, nor written into the report, as it is)
+            if not is_utf8(entry.name):  # (it could be neither shown, nor written into the report, as it is)
                 if entry.name.endswith(".json") or entry.is_dir(follow_symlinks=False):
                     skipped.append(SkippedFile(_shown_name(rel), "file_name", "the name is not valid UTF-8"))
                 continue

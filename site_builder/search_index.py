@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Iterable, Sequence
 
+from site_builder.loading import is_utf8
+
 BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"  # RFC 4648, the alphabet of pith ids, in the order of their values
 ID_LENGTH = 26
 MAX_SHARDS = 32 * 32  # split by the ids' first two characters at most
@@ -165,10 +167,10 @@ def index_search(site: Path, indexes: Sequence[tuple[str | None, str]] = ((None,
     # a usage error, a PWD so named a panic): it runs in a private folder of its own that holds one link, "site",
     # to the tree, with the environment's variables that are UTF-8.
     named = tempfile.TemporaryDirectory(prefix="site-builder-index-")
-    os.symlink(os.path.abspath(site), os.path.join(named.name, "site"))
-    environment = {**{k: v for k, v in os.environ.items() if _is_utf8(k) and _is_utf8(v)}, "PWD": named.name}
+    environment = {**{k: v for k, v in os.environ.items() if is_utf8(k) and is_utf8(v)}, "PWD": named.name}
     environment.pop("OLDPWD", None)
     try:
+        os.symlink(os.path.abspath(site), os.path.join(named.name, "site"))
         while pending or running:
             while pending and len(running) < max(1, processes):
                 glob, folder = pending.pop(0)
@@ -195,14 +197,6 @@ def index_search(site: Path, indexes: Sequence[tuple[str | None, str]] = ((None,
             log.close()
         named.cleanup()
 
-
-def _is_utf8(text: str) -> bool:
-    """Whether *text* (from the environment: bytes that are not UTF-8 are kept as lone surrogates) is UTF-8."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _check_exit(code: int, log: IO[bytes]) -> None:
