@@ -450,7 +450,7 @@ def main(argv: list[str] | None = None, left_for_exit: list | None = None) -> in
 def say(text: str, err: bool = False) -> None:
     """Print a line, every character from an input that could act on a terminal shown as an escape, and every
     one the stream's encoding cannot hold as well (``LC_ALL=en_US.ISO-8859-1``, ``PYTHONIOENCODING=ascii``: a
-    file named in Chinese was a UnicodeEncodeError that ended ``verify``)."""
+    file named in Chinese must not end ``verify`` with a UnicodeEncodeError)."""
     stream = sys.stderr if err else sys.stdout
     encoding = getattr(stream, "encoding", None) or "utf-8"
     print(printable(text).encode(encoding, "backslashreplace").decode(encoding), file=stream)

@@ -119,8 +119,8 @@ def start_context(start_method: str):
 def _start_forkserver() -> None:
     """Start the forkserver (and its resource tracker) now, unless they run.  Both are new interpreters started
     with ``python -c``, which puts the working folder first on the import path: serve, run in a project holding
-    a multiprocessing.py (a pull request's file), ran that file.  PYTHONSAFEPATH (Python 3.11) keeps it off; it
-    is set only while they start, as other programs this process starts may rely on the working folder."""
+    a multiprocessing.py (a pull request's file), would run that file.  PYTHONSAFEPATH (Python 3.11) keeps it
+    off; it is set only while they start, as other programs this process starts may rely on the working folder."""
     from multiprocessing import forkserver
 
     before = os.environ.get("PYTHONSAFEPATH")

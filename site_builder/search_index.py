@@ -163,9 +163,10 @@ def index_search(site: Path, indexes: Sequence[tuple[str | None, str]] = ((None,
     pending = list(indexes)
     running: list[tuple[subprocess.Popen, IO[bytes]]] = []
     finished = 0
-    # Pagefind takes its arguments and environment as UTF-8 only (a site under a folder named in other bytes was
-    # a usage error, a PWD so named a panic): it runs in a private folder of its own that holds one link, "site",
-    # to the tree, with the environment's variables that are UTF-8.
+    # Pagefind takes its arguments and environment as UTF-8 only (a site under a folder named in other bytes is
+    # its usage error, a PWD so named its panic), and ``python -m`` imports from the folder it starts in first
+    # (a project's pagefind.py would run instead): it runs in a private folder of its own that holds one link,
+    # "site", to the tree, with the environment's variables that are UTF-8.
     named = tempfile.TemporaryDirectory(prefix="site-builder-index-")
     environment = {**{k: v for k, v in os.environ.items() if is_utf8(k) and is_utf8(v)}, "PWD": named.name}
     environment.pop("OLDPWD", None)
