@@ -410,29 +410,28 @@ def read_static_files(folder: Path | None) -> tuple[list[StaticFile], list[str]]
     files: list[StaticFile] = []
     problems: list[str] = []
 
-    def listing(path: Path, prefix: str) -> Iterator[os.DirEntry] | None:
+    def listing(path: Path, prefix: str) -> Iterator[os.DirEntry]:
         try:
             with os.scandir(path) as it:
                 return iter(sorted(it, key=_entry_name))
         except OSError as exc:
             problems.append(f"{prefix or folder.name + '/'}: cannot list folder: {exc.strerror}")
-            return None
+            return iter(())
 
-    stack = [(listing(folder, ""), "")]  # (depth first, in name order, by a stack: see ``discover``)
+    stack = [(listing(folder, ""), "")]  # (depth first, in name order, by a stack: see ``_walk_bundles``)
     while stack:
         entries, prefix = stack[-1]
-        entry = next(entries, None) if entries is not None else None
-        if entry is None:
+        for entry in entries:
+            if entry.name.startswith(".") and not (prefix == "" and entry.name == ".well-known"):
+                continue
+            rel = prefix + entry.name
+            if entry.is_dir(follow_symlinks=False):
+                stack.append((listing(Path(entry.path), rel + "/"), rel + "/"))
+                break
+            try:
+                files.append(StaticFile(rel, read_bytes(Path(entry.path), STATIC_MAX_BYTES)))
+            except FileReadError as exc:
+                problems.append(f"{rel}: {exc.reason}")
+        else:
             stack.pop()
-            continue
-        if entry.name.startswith(".") and not (prefix == "" and entry.name == ".well-known"):
-            continue
-        rel = prefix + entry.name
-        if entry.is_dir(follow_symlinks=False):
-            stack.append((listing(Path(entry.path), rel + "/"), rel + "/"))
-            continue
-        try:
-            files.append(StaticFile(rel, read_bytes(Path(entry.path), STATIC_MAX_BYTES)))
-        except FileReadError as exc:
-            problems.append(f"{rel}: {exc.reason}")
     return files, problems

@@ -199,7 +199,6 @@ def index_search(site: Path, indexes: Sequence[tuple[str | None, str]] = ((None,
         named.cleanup()
 
 
-
 def _check_exit(code: int, log: IO[bytes]) -> None:
     """Raise SearchIndexError for a Pagefind that failed (naming its last line) or was killed."""
     if code < 0:  # killed: by the kernel's out-of-memory killer, most likely (it holds the whole index)

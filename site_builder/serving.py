@@ -280,9 +280,10 @@ class _PreviewHandler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         try:
-            path = unquote(urlsplit(self.path).path)
+            asked = urlsplit(self.path)
         except ValueError:  # (a target urllib cannot parse, "http://[::1/": a bad request, not a traceback)
             return self._send(400, b"Bad request\n", "text/plain; charset=utf-8")
+        path = unquote(asked.path)
         base = unquote(self.live.base_path)  # (as the path asked is: "/my%20mirror/" is "/my mirror/")
         if path == base + EVENTS_PATH:
             return self._events()
@@ -290,7 +291,7 @@ class _PreviewHandler(http.server.BaseHTTPRequestHandler):
             return self._send(200, self.live_js, "text/javascript")
         if not path.startswith(base):
             if path == "/" or path + "/" == base:
-                return self._send(302, b"", "text/plain", {"Location": self._keeping_query(self.live.base_path)})
+                return self._send(302, b"", "text/plain", {"Location": _keeping_query(self.live.base_path, asked.query)})
             return self._not_found()
         rel = path[len(base):]
         parts = [p for p in rel.split("/") if p]
@@ -305,7 +306,7 @@ class _PreviewHandler(http.server.BaseHTTPRequestHandler):
         if name == "":  # a folder: its index.html
             if not path.endswith("/"):  # (the path as asked, still quoted: a header holds ASCII only)
                 return self._send(301, b"", "text/plain",
-                                  {"Location": self._keeping_query(urlsplit(self.path).path + "/")})
+                                  {"Location": _keeping_query(asked.path + "/", asked.query)})
             if data is None:
                 return self._not_found()
             name = "index.html"
@@ -314,11 +315,6 @@ class _PreviewHandler(http.server.BaseHTTPRequestHandler):
         if suffix == ".html":
             data = self._inject(data)
         self._send(200, data, ctype)
-
-    def _keeping_query(self, location: str) -> str:
-        """*location* with the query asked for (``search?q=x`` leads to ``search/?q=x``, as static hosts answer)."""
-        query = urlsplit(self.path).query
-        return f"{location}?{query}" if query else location
 
     def _not_found(self):
         found = site_file(self.output, ["404.html"])
@@ -397,6 +393,11 @@ def _regular_file(fd: int, name: str | None) -> bytes | None:
     finally:
         if inner is not None:
             os.close(inner)
+
+
+def _keeping_query(location: str, query: str) -> str:
+    """*location* with the query asked for (``search?q=x`` leads to ``search/?q=x``, as static hosts answer)."""
+    return f"{location}?{query}" if query else location
 
 
 def _make_handler(options: ServeOptions, live: LiveState) -> type[_PreviewHandler]:

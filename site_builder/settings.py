@@ -75,13 +75,10 @@ def _not_in_a_url(value: str) -> list[str]:
 
 
 def credentials_left_out(url: str) -> str | None:
-    """*url* said without the user name or password it holds (``https://…@host``), or None where it holds none
-    (or it is no URL at all: ``unfetchable`` says why).  Such a URL is refused wherever it is given: every line
-    naming it would print the secret, and no request (urllib) would send it."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return None
+    """*url* (one ``unfetchable`` passed) said without the user name or password it holds (``https://…@host``),
+    or None where it holds none.  Such a URL is refused wherever it is given: every line naming it would print
+    the secret, and no request (urllib) would send it."""
+    parts = urlsplit(url)
     if parts.username is None and parts.password is None:
         return None
     return f"{parts.scheme}://…@{parts.hostname}"
@@ -98,7 +95,7 @@ def unfetchable(url: str) -> str | None:
         host = parts.hostname
     except ValueError as exc:  # ("Invalid IPv6 URL", "Port out of range 0-65535")
         return str(exc)[:1].lower() + str(exc)[1:]
-    if parts.scheme.lower() not in ("http", "https"):
+    if parts.scheme not in ("http", "https"):
         return "not an http(s) URL"
     if not host:
         return "no host"

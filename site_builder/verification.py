@@ -33,7 +33,6 @@ KNOWN_TOP_LEVEL = frozenset(
 )
 
 PITH_NUMBER_RE = re.compile(r"pith:([0-9]{4}):([A-Z2-7]{26})\Z")
-PITH_ID_RE = re.compile(r"[A-Z2-7]{26}\Z")
 HEX64_RE = re.compile(r"[0-9a-f]{64}\Z")
 # New style 2301.01234 / 0704.0001, old style hep-lat/0305021 or math.AG/0601001.
 ARXIV_ID = r"(?:[0-9]{4}\.[0-9]{4,5}|[a-z]+(?:-[a-z]+)*(?:\.[A-Z]{2})?/[0-9]{7})"
