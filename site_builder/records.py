@@ -129,7 +129,9 @@ class PaperSummary:
 
     @property
     def categories(self) -> tuple[str, ...]:
-        return (self.primary_cat, *[c for c in self.cross_cats if c != self.primary_cat])
+        """The primary category, then the cross-lists, each once: a signed bundle may repeat one (or name the
+        primary again), and a record listed twice in one category is two entries with one id in its feed."""
+        return tuple(dict.fromkeys((self.primary_cat, *self.cross_cats)))
 
     @property
     def submitted_date(self) -> str:

@@ -227,6 +227,33 @@ def test_claims_in_markdown_are_compared_with_what_the_page_shows(site_with_clai
     assert state == "failed" and ["page: claims", "failed"] in checks
 
 
+def test_a_record_whose_cross_lists_repeat_shows_and_checks_each_category_once(tmp_path):
+    """A signed bundle may repeat a cross-list and name its primary category among them: its page, its category's
+    listing and feed show it once per category, and the reader's browser, which reads the categories from the
+    bundle, agrees with the page."""
+    from signing import TestKey, sign_bundle, to_bytes
+    key = TestKey()
+    trust = load_trust_set([key.write(tmp_path / "k.json")])
+    b = json.loads(REAL_FILES[0].read_bytes())
+    metadata = b["canonical_record"]["metadata"]
+    primary = metadata["primary_cat"]
+    metadata["cross_cats_sorted"] = ["math.CO", "math.CO", primary]
+    (tmp_path / "bundles").mkdir()
+    (tmp_path / "bundles" / "r.json").write_bytes(to_bytes(sign_bundle(b, key)))
+    build(BuildOptions(bundles=tmp_path / "bundles", output=tmp_path / "site", trust=trust, search=False))
+    pith_id = json.loads((tmp_path / "bundles" / "r.json").read_bytes())["pith_number"].rsplit(":", 1)[1]
+    site = tmp_path / "site"
+    listing = (site / "category" / "math.CO" / "index.html").read_text("utf-8")
+    assert listing.count(f'href="/pith/{pith_id}/"') == 1
+    assert (site / "category" / "math.CO" / "feed.xml").read_text("utf-8").count("<entry>") == 1
+    with serve(site) as url, chromium() as browser:
+        page = browser.new_page()
+        state, checks, message = run_verify(page, url + f"pith/{pith_id}/")
+        shown = page.eval_on_selector_all('[data-field="categories"] .cat-code', "es => es.map(e => e.textContent)")
+    assert shown == [primary, "math.CO"]
+    assert state == "verified" and ["page: categories", "passed"] in checks, message
+
+
 def _verify_in_standalone(page, bundle_path=None, url=None):
     page.eval_on_selector("#result", "e => { e.dataset.state = 'idle'; }")  # (not the last check's outcome)
     if bundle_path is not None:

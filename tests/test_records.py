@@ -66,6 +66,16 @@ def test_bounded_views_cut_at_a_word_and_count_the_rest(real_bundle):
     assert summarize(with_paper(real_bundle, abstract_excerpt="a" * 1_001)).short_abstract == "a" * 999 + "…"
 
 
+def test_each_category_is_listed_once_though_the_bundle_repeats_it(real_bundle):
+    """``cross_cats_sorted`` is signed, not checked for repeats: a record is shown, listed and fed once per
+    category, its primary first, whatever the list holds."""
+    bundle = copy.deepcopy(real_bundle)
+    primary = bundle["canonical_record"]["metadata"]["primary_cat"]
+    bundle["canonical_record"]["metadata"]["cross_cats_sorted"] = ["math.CO", "hep-th", "math.CO", primary]
+    summary = summarize(bundle)
+    assert summary.categories == summary.listed_categories == (primary, "math.CO", "hep-th")
+
+
 def test_a_cut_falls_at_the_last_word_unless_that_would_lose_over_half_the_text(real_bundle):
     """A long title is cut after its last whole word; one whose last space is in its first half (a long chemical
     name, a URL) is cut mid-word instead, rather than shown as a stub."""
@@ -100,6 +110,26 @@ def test_a_missing_snapshot_gives_empty_words_not_an_error(real_bundle):
     bundle = copy.deepcopy(real_bundle)
     bundle["events"] = [e for e in bundle["events"] if e["event_type"] != "graph_snapshot"]
     assert paper_text(bundle) == PaperText("", (), "")
+
+
+def test_the_latest_snapshot_is_what_the_summary_and_the_page_show(real_bundle):
+    """A bundle gains a graph snapshot each time the resolver reviews the paper again: its list row and its page
+    show the last one's words, headline and claims, not the first's."""
+    bundle = copy.deepcopy(real_bundle)
+    first = next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")
+    later = copy.deepcopy(first)
+    paper = later["payload"]["graph_snapshot"]["paper"]
+    paper.update(authors_text="Ada Lovelace and Grace Hopper", abstract_excerpt="A revised abstract.",
+                 headline="The revised headline")
+    later["payload"]["graph_snapshot"]["claims"] = {"count": 1, "items": [{"claim_id": "c9", "kind": "result",
+                                                                           "text": "A revised claim", "status": "ok"}]}
+    bundle["events"].append(later)
+    summary = summarize(bundle)
+    assert (summary.authors, summary.abstract) == (("Ada Lovelace", "Grace Hopper"), "A revised abstract.")
+    info = detail(bundle, summary)
+    assert info.headline == "The revised headline"
+    assert [claim.text for claim in info.claims] == ["A revised claim"]
+    assert summarize(real_bundle).authors != summary.authors  # (the first snapshot's words differ)
 
 
 def test_the_detail_lists_what_the_record_has_and_lacks(real_bundle):

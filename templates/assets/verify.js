@@ -221,7 +221,8 @@
       pith_number: b.get("pith_number"),
       arxiv: "arXiv:" + id + " v" + version,
       submitted: meta.get("submitted_at").slice(0, 10),
-      categories: [primary].concat(meta.get("cross_cats_sorted").filter(function (c) { return c !== primary; })),
+      // each once, as the page lists them: a signed bundle may repeat a cross-list or name the primary again
+      categories: [primary].concat(meta.get("cross_cats_sorted")).filter(function (c, i, all) { return all.indexOf(c) === i; }),
       abstract: norm(str(paper, "abstract_excerpt")),
       claims: claims
     };
