@@ -17,6 +17,7 @@ from typing import Sequence
 from site_builder.canonical import pretty_json
 from site_builder.merge import KNOWN_EVENT_TYPES
 from site_builder.terminal import printable
+from site_builder.verification import is_utc_timestamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +222,7 @@ class TimelineEvent:
     key_id: str
     event_id: str
     known: bool
+    dated: bool = True  # created_at is a real UTC date and time (``is_utc_timestamp``), which ``<time>`` may hold
 
     @property
     def short_event_id(self) -> str:
@@ -364,7 +366,7 @@ def _timeline_event(e: dict) -> TimelineEvent:
     return TimelineEvent(event_type=_text(e.get("event_type")), target=_text(e.get("target")),
                          created_at=_text(e.get("created_at")), signer_id=_text(e["signer"].get("signer_id")),
                          key_id=_text(e["signer"].get("key_id")), event_id=_text(e.get("event_id")),
-                         known=e.get("event_type") in KNOWN_EVENT_TYPES)
+                         known=e.get("event_type") in KNOWN_EVENT_TYPES, dated=is_utc_timestamp(e.get("created_at")))
 
 
 def _receipt(created: dict) -> Receipt:

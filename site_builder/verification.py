@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
@@ -66,7 +67,22 @@ def is_arxiv_category(cat: object) -> bool:
     return archive in _WORD_SUBJECTS and _WORD_SUBJECT_RE.match(subject) is not None
 # Names Windows reserves (a mirror may be copied to any filesystem); checked for every path component.
 WINDOWS_RESERVED_RE = re.compile(r"(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?\Z", re.IGNORECASE)
-TIMESTAMP_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z\Z")
+TIMESTAMP_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.[0-9]+)?Z\Z")
+
+
+def is_utc_timestamp(value: object) -> bool:
+    """Whether *value* is a UTC date and time as the resolver writes them (``YYYY-MM-DDTHH:MM:SS[.fff]Z``) naming
+    a real instant: pages put it in ``<time datetime>`` and feeds in their dates, which must be one
+    (``2023-02-30T25:61:00Z`` is not; nor is a leap second, ``:60``, which HTML's dates leave out)."""
+    match = TIMESTAMP_RE.match(value) if isinstance(value, str) else None
+    if match is None:
+        return False
+    year, month, day, hour, minute, second = map(int, match.groups())
+    try:
+        datetime.date(year, month, day)
+    except ValueError:
+        return False
+    return hour < 24 and minute < 60 and second < 60
 
 Status = Literal["passed", "failed", "skipped"]
 
@@ -281,7 +297,7 @@ def check_structure(ctx: _Context) -> None:
         _require(alias, f"source_aliases[{i}]", {"alias_kind": str, "alias_value": str})
     for i, key in enumerate(bundle["public_keys"]):
         _require(key, f"public_keys[{i}]", {"key_id": str})
-    if not TIMESTAMP_RE.match(bundle["built_at"]):
+    if not is_utc_timestamp(bundle["built_at"]):
         raise StructureError(f"built_at {bundle['built_at'][:40]!r} is not an ISO 8601 UTC timestamp")
     ctx.record_created = created[0]
     _require_signed_message(ctx.record_created["payload"]["receipt"], "receipt", "canonical_sha256_bytes")
@@ -312,7 +328,7 @@ def check_identifiers(ctx: _Context) -> None:
     for cat in [metadata["primary_cat"], *metadata["cross_cats_sorted"]]:
         if not is_arxiv_category(cat):
             raise IdentifierError(f"category {str(cat)[:40]!r} is not a valid arXiv category")
-    if not TIMESTAMP_RE.match(metadata["submitted_at"]):
+    if not is_utc_timestamp(metadata["submitted_at"]):
         raise IdentifierError(f"submitted_at {metadata['submitted_at'][:40]!r} is not an ISO 8601 UTC timestamp")
 
 
@@ -476,8 +492,8 @@ class Check:
 
 # The checks, in the order they run: the one definition the verifier, the report and the pages read.
 CHECKS: tuple[Check, ...] = (
-    Check("structure", "structure", "required fields and types, bundle_type, bundle_version 1.0", check_structure),
-    Check("identifiers", "identifiers", "pith ID, arXiv id, version and categories are safe, well-formed names", check_identifiers),
+    Check("structure", "structure", "required fields and types, bundle_type, bundle_version 1.0, built_at a real UTC time", check_structure),
+    Check("identifiers", "identifiers", "pith ID, arXiv id, version and categories are safe, well-formed names; submitted_at a real UTC time", check_identifiers),
     Check("key_pinned", "key", "every signature names a pinned key (id and fingerprint); embedded keys match the pins", check_key_pinned),
     Check("canonical_hash", "hash", "sha256 of the canonical record equals canonical_sha256", check_canonical_hash),
     Check("pith_number", "record", "pith ID and year derive from the record; short number consistent", check_pith_number),

