@@ -143,6 +143,12 @@ class PaperSummary:
         return f"{self.arxiv_id}v{self.version}"
 
     @property
+    def license_url(self) -> str:
+        """The license where it is an http(s) URL a page can link to as it is, else "" (shown as text): a signed
+        license is free text, and ``https://example.org/a b`` or ``http://`` in an ``href`` is invalid HTML."""
+        return self.license if _LINKABLE_URL.match(self.license) else ""
+
+    @property
     def display_title(self) -> str:
         return self.title or f"arXiv:{self.arxiv_version_id}"
 
@@ -177,6 +183,11 @@ class PaperSummary:
         return self.categories[:LISTED_CATEGORIES]
 
 
+# An http(s) URL with a host name, whose every character may stand in an href as it is: no space, quote or angle
+# bracket, a "%" only before two hex digits, and one "#" at most.
+_URL_CHARS = r"(?:[A-Za-z0-9\-._~!$&()*+,;=:@/?]|%[0-9A-Fa-f]{2})"
+_LINKABLE_URL = re.compile(rf"https?://[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{{1,5}})?"
+                           rf"(?:[/?]{_URL_CHARS}*)?(?:#{_URL_CHARS}*)?\Z")
 SHORT_TITLE = 300
 SHORT_ABSTRACT = 1_000
 LISTED_AUTHORS = 10

