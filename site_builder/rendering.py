@@ -65,11 +65,16 @@ def _validate_link(url: str) -> bool:
     return lowered.startswith(_SAFE_SCHEMES)
 
 
-def make_markdown() -> MarkdownIt:
+def make_markdown(images: bool = False) -> MarkdownIt:
+    """CommonMark without raw HTML, its links checked (``_validate_link``).  Without *images*, ``![alt](url)`` is
+    a link to the image, not an ``<img>``: a bundle's claims come from a paper's own text, and an image there
+    would be fetched from the author's server by every reader's browser (a tracking pixel on the mirror)."""
     from markdown_it import MarkdownIt  # (~40 ms to import: a build that renders no Markdown does without it)
 
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
     md.validateLink = _validate_link
+    if not images:
+        md.disable("image")
     return md
 
 
@@ -292,7 +297,7 @@ class SiteRenderer:
             # when any template changes, so Jinja need not stat every template file on every page.
             auto_reload=False,
         )
-        self._md: MarkdownIt | None = None  # made when first needed
+        self._md: dict[bool, MarkdownIt] = {}  # by whether images are shown; each made when first needed
         self.env.filters["markdown"] = self.markdown
         self.env.filters["tojson_compact"] = lambda v: Markup(
             json.dumps(v, ensure_ascii=True, sort_keys=True, separators=(",", ":"))
@@ -396,16 +401,19 @@ class SiteRenderer:
             rows = self._check_rows[key] = Markup(self.render_text(CHECK_ROWS_TEMPLATE, checks=key))
         return rows
 
-    def markdown(self, text: str) -> Markup:
+    def markdown(self, text: str, images: bool = False) -> Markup:
         """*text* rendered as Markdown, or as plain text, with a note saying so, where rendering it could take
-        long: markdown-it's link and image parsing is quadratic in nested brackets (1 MB of ``[`` took 42 s)."""
+        long: markdown-it's link and image parsing is quadratic in nested brackets (1 MB of ``[`` took 42 s).
+        Images are shown only where a template asks (``markdown(images=True)``: the site's own about page), never
+        from a bundle's text by default (``make_markdown``)."""
         text = text or ""
         if not markdown_is_bounded(text):
             return Markup('<p class="plain-text">') + escape(text) + Markup(
                 '</p><p class="note">(shown as plain text: too complex to render as Markdown)</p>')
-        if self._md is None:
-            self._md = make_markdown()
-        return Markup(self._md.render(text))
+        md = self._md.get(images)
+        if md is None:
+            md = self._md[images] = make_markdown(images)
+        return Markup(md.render(text))
 
     def render(self, template: str, **context: Any) -> bytes:
         return self.render_text(template, **context).encode("utf-8")

@@ -1,4 +1,5 @@
-"""Validly signed but hostile content: no script from any bundle runs on any page, and pages stay readable."""
+"""Validly signed but hostile content: no script from any bundle runs on any page, no page asks another host for
+anything, and pages stay readable."""
 
 import copy
 import json
@@ -23,6 +24,7 @@ PAYLOADS = [
     f"</script><script>{PWN}</script>",
     f"[click me](javascript:{PWN})",
     "[data](data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==)",
+    "![pixel](https://tracker.invalid/pixel.png?reader=1)",  # (a paper's author would learn each reader's address)
     f"<a href=\"javascript:{PWN}\">link</a>",
     "{{ 7*7 }} {% raw %}",
     "\u202eevil\u202c \u2066isolate\u2069 \u200f",
@@ -75,6 +77,7 @@ def test_no_raw_payload_in_any_page(hostile_site):
         assert "onerror=\"window" not in html and "<script>window" not in html, page
         assert 'href="javascript:' not in html.lower() and 'href="data:' not in html.lower(), page
         assert "<svg onload" not in html, page
+        assert "<img src=\"https://tracker" not in html, page  # (it would load from another host)
 
 
 def test_no_script_runs_and_pages_stay_readable(hostile_site):
@@ -86,6 +89,7 @@ def test_no_script_runs_and_pages_stay_readable(hostile_site):
         context = browser.new_context(viewport={"width": 1024, "height": 800})
         page = context.new_page()
         page.on("dialog", lambda d: (problems.append(f"dialog {d.message}"), d.dismiss()))
+        page.on("request", lambda r: None if r.url.startswith(url) else problems.append(f"request to {r.url}"))
         for rel in pages:
             start = url + rel.removesuffix("index.html")
             page.goto(start)

@@ -406,6 +406,10 @@ def test_markdown_fields_render_safely():
                  "[x](java%0ascript:alert(1))", "[x](&#106;avascript:alert(1))", "<a href='javascript:x'>x</a>"):
         html = md.render(evil).lower()
         assert "<script" not in html and "<a " not in html, (evil, html)
+    # An image in a bundle's text is a link to it, never loaded; the site's own about page may show one.
+    assert md.render("![pixel](https://tracker.example/p.png)") == \
+        '<p>!<a href="https://tracker.example/p.png">pixel</a></p>\n'
+    assert make_markdown(images=True).render("![logo](/logo.png)") == '<p><img src="/logo.png" alt="logo" /></p>\n'
 
 
 @pytest.mark.slow
