@@ -1,8 +1,9 @@
 """Rendering: Jinja templates -> page bytes.  No file I/O besides loading templates.
 
 Autoescaping is on for every template whatever its extension, and text that may
-hold Markdown goes through markdown-it-py with raw HTML off and only http(s),
-mailto and relative links allowed.
+hold Markdown goes through markdown-it-py with raw HTML off and only http(s) and
+mailto links allowed (and, in the site's own about page, links within the site and
+images).
 """
 
 from __future__ import annotations
@@ -59,21 +60,30 @@ def markdown_is_bounded(text: str) -> bool:
 
 
 def _validate_link(url: str) -> bool:
+    """A link of the site's own text: http(s), mailto, or within the site (a path, a query, a fragment)."""
     lowered = "".join(url.split()).lower()
     if ":" not in lowered.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]:
         return True  # relative link or fragment
     return lowered.startswith(_SAFE_SCHEMES)
 
 
-def make_markdown(images: bool = False) -> MarkdownIt:
-    """CommonMark without raw HTML, its links checked (``_validate_link``).  Without *images*, ``![alt](url)`` is
-    a link to the image, not an ``<img>``: a bundle's claims come from a paper's own text, and an image there
-    would be fetched from the author's server by every reader's browser (a tracking pixel on the mirror)."""
+def _validate_absolute_link(url: str) -> bool:
+    """A link of a bundle's text: http(s) or mailto alone.  A path in it was written for no page of this site
+    (``x.png`` beside a record page is nothing), and would lead a reader wherever in the mirror its author chose."""
+    return "".join(url.split()).lower().startswith(_SAFE_SCHEMES)
+
+
+def make_markdown(own: bool = False) -> MarkdownIt:
+    """CommonMark without raw HTML, its links checked.  A bundle's text (not *own*) gets absolute links alone
+    (``_validate_absolute_link``; any other is shown as the text it is) and no images: ``![alt](url)`` is a link to
+    the image, not an ``<img>``, since a paper's author writes the claims, and an image there would be fetched
+    from the author's server by every reader's browser (a tracking pixel on the mirror).  The site's *own* text
+    (the about page) may link within the site and show images."""
     from markdown_it import MarkdownIt  # (~40 ms to import: a build that renders no Markdown does without it)
 
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
-    md.validateLink = _validate_link
-    if not images:
+    md.validateLink = _validate_link if own else _validate_absolute_link
+    if not own:
         md.disable("image")
     return md
 
@@ -297,7 +307,7 @@ class SiteRenderer:
             # when any template changes, so Jinja need not stat every template file on every page.
             auto_reload=False,
         )
-        self._md: dict[bool, MarkdownIt] = {}  # by whether images are shown; each made when first needed
+        self._md: dict[bool, MarkdownIt] = {}  # by whether the text is the site's own; made when first needed
         self.env.filters["markdown"] = self.markdown
         self.env.filters["tojson_compact"] = lambda v: Markup(
             json.dumps(v, ensure_ascii=True, sort_keys=True, separators=(",", ":"))
@@ -401,18 +411,18 @@ class SiteRenderer:
             rows = self._check_rows[key] = Markup(self.render_text(CHECK_ROWS_TEMPLATE, checks=key))
         return rows
 
-    def markdown(self, text: str, images: bool = False) -> Markup:
+    def markdown(self, text: str, own: bool = False) -> Markup:
         """*text* rendered as Markdown, or as plain text, with a note saying so, where rendering it could take
         long: markdown-it's link and image parsing is quadratic in nested brackets (1 MB of ``[`` took 42 s).
-        Images are shown only where a template asks (``markdown(images=True)``: the site's own about page), never
-        from a bundle's text by default (``make_markdown``)."""
+        Links within the site and images only where a template says the text is the site's own
+        (``markdown(own=True)``: the about page), never in a bundle's text by default (``make_markdown``)."""
         text = text or ""
         if not markdown_is_bounded(text):
             return Markup('<p class="plain-text">') + escape(text) + Markup(
                 '</p><p class="note">(shown as plain text: too complex to render as Markdown)</p>')
-        md = self._md.get(images)
+        md = self._md.get(own)
         if md is None:
-            md = self._md[images] = make_markdown(images)
+            md = self._md[own] = make_markdown(own)
         return Markup(md.render(text))
 
     def render(self, template: str, **context: Any) -> bytes:

@@ -420,10 +420,10 @@ def test_every_path_a_build_writes_is_refused_to_static_files(bundles_dir, tmp_p
     assert not any(refused_static_path(rel) for rel in [".well-known/security.txt", "CNAME", "img/sitemap.xml"])
 
 
-def test_the_about_page_shows_its_images_and_a_bundles_text_none(tmp_path):
-    """The site's own about page may show an image (a logo from the static folder); an image in a bundle's text
-    (a claim, the headline, the summary: a paper's own words) is a link to it, so that no reader's browser asks
-    the paper's author's server for it."""
+def test_the_about_page_shows_its_images_and_paths_and_a_bundles_text_neither(tmp_path):
+    """The site's own about page may show an image (a logo from the static folder) and link within the site; an
+    image in a bundle's text (a claim, the headline, the summary: a paper's own words) is a link to it, so that no
+    reader's browser asks the paper's author's server for it, and a path there is shown as written."""
     from conftest import signed_project
     key, trust, bundles, base = signed_project(tmp_path)
     pixel = "![pixel](https://tracker.example/p.png)"
@@ -431,17 +431,19 @@ def test_the_about_page_shows_its_images_and_a_bundles_text_none(tmp_path):
     snapshot = next(e for e in b["events"] if e["event_type"] == "graph_snapshot")["payload"]["graph_snapshot"]
     snapshot["claims"] = {"count": 1, "items": [{"claim_id": "C1", "kind": "strongest_claim", "text": f"Claim {pixel}",
                                                  "status": "machine_extracted"}]}
-    snapshot["verdict"]["one_line_summary"] = f"Summary {pixel}"
+    snapshot["verdict"]["one_line_summary"] = f"Summary {pixel} [figure 2](fig2.png)"
     signed = sign_bundle(b, key)
     (bundles / "r.json").write_bytes(to_bytes(signed))
     about = tmp_path / "about.md"
-    about.write_text("# About\n\n![our logo](/logo.png)\n")
+    about.write_text("# About\n\n![our logo](/logo.png) [All papers](../papers/)\n")
     out = tmp_path / "site"
     build(BuildOptions(bundles=bundles, output=out, trust=trust, about_file=about, search=False))
-    assert '<img src="/logo.png" alt="our logo" />' in (out / "about" / "index.html").read_text()
+    assert '<img src="/logo.png" alt="our logo" /> <a href="../papers/">All papers</a>' in \
+        (out / "about" / "index.html").read_text()
     html = (out / "pith" / signed["pith_number"][-26:] / "index.html").read_text()
     assert "tracker.example" in html and '<img src="https://tracker' not in html
     assert html.count('!<a href="https://tracker.example/p.png">pixel</a>') == 3
+    assert "[figure 2](fig2.png)" in html and 'href="fig2.png"' not in html  # (a path: written for no page here)
 
 
 def test_the_collector_is_paused_while_the_cache_loads_and_left_as_it_was(bundles_dir, tmp_path, monkeypatch):

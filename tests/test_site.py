@@ -392,24 +392,29 @@ def test_old_style_arxiv_id_addresses(tmp_path):
 
 def test_markdown_fields_render_safely():
     from site_builder.rendering import make_markdown
-    md = make_markdown()
+    md, own = make_markdown(), make_markdown(own=True)
     assert md.render("**bold** and [link](https://arxiv.org)") == \
         '<p><strong>bold</strong> and <a href="https://arxiv.org">link</a></p>\n'
-    # Links within the site, fragments, queries and mail stay links (a colon after the first slash, or in a
-    # query or a fragment, is no scheme).
-    assert md.render("[a](../about/) [b](#top) [c](?q=1) [d](papers/x:y) [e](mailto:a@b.org) [f](#sec:intro) "
-                     "[g](?at=10:30)") == (
+    # In the site's own text (the about page), links within the site, fragments, queries and mail stay links (a
+    # colon after the first slash, or in a query or a fragment, is no scheme).
+    within = "[a](../about/) [b](#top) [c](?q=1) [d](papers/x:y) [e](mailto:a@b.org) [f](#sec:intro) [g](?at=10:30)"
+    assert own.render(within) == (
         '<p><a href="../about/">a</a> <a href="#top">b</a> <a href="?q=1">c</a> <a href="papers/x:y">d</a> '
         '<a href="mailto:a@b.org">e</a> <a href="#sec:intro">f</a> <a href="?at=10:30">g</a></p>\n')
+    # A bundle's text was written for no page of this site: only its http(s) and mail links are links, and the
+    # rest is shown as written (a protocol-relative one too, whose host a page's scheme would not say).
+    assert md.render(within + " [h](//cdn.example/x)") == (
+        '<p>[a](../about/) [b](#top) [c](?q=1) [d](papers/x:y) <a href="mailto:a@b.org">e</a> [f](#sec:intro) '
+        '[g](?at=10:30) [h](//cdn.example/x)</p>\n')
     for evil in ("[x](javascript:alert(1))", "[x](JaVaScRiPt:alert(1))", "[x](data:text/html,<b>)",
                  "[x](vbscript:msgbox)", "<script>alert(1)</script>", "[x]( javascript:alert(1))",
                  "[x](java%0ascript:alert(1))", "[x](&#106;avascript:alert(1))", "<a href='javascript:x'>x</a>"):
-        html = md.render(evil).lower()
-        assert "<script" not in html and "<a " not in html, (evil, html)
+        for html in (md.render(evil).lower(), own.render(evil).lower()):
+            assert "<script" not in html and "<a " not in html, (evil, html)
     # An image in a bundle's text is a link to it, never loaded; the site's own about page may show one.
     assert md.render("![pixel](https://tracker.example/p.png)") == \
         '<p>!<a href="https://tracker.example/p.png">pixel</a></p>\n'
-    assert make_markdown(images=True).render("![logo](/logo.png)") == '<p><img src="/logo.png" alt="logo" /></p>\n'
+    assert own.render("![logo](/logo.png)") == '<p><img src="/logo.png" alt="logo" /></p>\n'
 
 
 @pytest.mark.slow
