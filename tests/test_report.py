@@ -231,3 +231,12 @@ def test_the_report_draws_attention_to_the_files_not_published_then_to_published
     doc = report.document([], None)
     assert [a["path"] for a in doc.attention] == ["0-" + REAL_FILES[0].name, "a-unread.json", "z-broken.json",
                                                   warned.inspection.rel]
+    # The HTML report lists at most 1,000 (README): the files not published first, then published ones with
+    # warnings, however many (a mirror whose every bundle embeds a key it does not pin).
+    many = BuildReport()
+    many.outcomes = [FileOutcome(rejected(f"junk{n:04d}.json", "json_syntax", "line 1: bad"), REJECTED)
+                     for n in range(600)]
+    many.outcomes += [replace(warned, inspection=replace(warned.inspection, rel=f"w{n:04d}.json"))
+                      for n in range(700)]
+    attention = [a["path"] for a in many.document([], None).attention]
+    assert attention == [f"junk{n:04d}.json" for n in range(600)] + [f"w{n:04d}.json" for n in range(400)]
