@@ -531,6 +531,29 @@ def test_a_cache_document_of_another_shape_under_the_users_own_tag_costs_only_wo
     assert tree(out) == tree(project / "clean")
 
 
+def test_a_result_filed_under_another_digest_is_not_taken_for_it_even_under_the_users_own_tag(project):
+    """A verification result is taken for a file only where it is that file's digest's: one filed under another
+    digest (tagged with this user's key, as a builder's bug could leave it) would publish one record's result
+    for another's bytes.  It costs work only: the build matches one without a cache."""
+    from site_builder.build import build, default_cache_dir
+    out = project / "site"
+    build(opts(project, out, both_keys()))
+    key = user_cache_key().bound_to(cache_context())
+    db = sqlite3.connect(default_cache_dir(out) / "cache.sqlite")
+    files, _ = cache_document(db, "files")
+    victim, other = files["gen0.json"][1], files["gen1.json"][1]
+    part = f"inspections/{victim[0]}"
+    results, _ = cache_document(db, part)
+    results["results"][victim] = cache_document(db, f"inspections/{other[0]}")[0]["results"][other]
+    plant_document(db, part, results, document_tag(key, part, results))
+    db.execute("DELETE FROM meta WHERE key LIKE 'quick%'")  # (the no-op answer would be taken before any result)
+    db.commit()
+    db.close()
+    build(opts(project, out, both_keys()))
+    build(opts(project, project / "clean", both_keys(), use_cache=False))
+    assert tree(out) == tree(project / "clean")
+
+
 def test_the_builders_own_cache_folder_is_made_private_and_links_at_its_names_are_removed(trust_project):
     """The folder beside the output is the builder's own: found writable by others (a umask of 002, a copy), it
     is made private and used; a link planted there at one of the cache's names (the database, its lock) is
