@@ -73,6 +73,27 @@ def _validate_absolute_link(url: str) -> bool:
     return "".join(url.split()).lower().startswith(_SAFE_SCHEMES)
 
 
+def _name_empty_links(state) -> None:
+    """A markdown-it core rule: a link whose text is empty or blank (``[](https://example.org)``) shows its
+    address as its text.  Rendered as written it is a link nobody sees and no screen reader can name (axe:
+    link-name); an image with its alt text names the link it is in."""
+    from markdown_it.token import Token
+
+    for block in state.tokens:
+        if block.type != "inline" or not block.children:
+            continue
+        children, named, href = [], True, ""
+        for token in block.children:
+            if token.type == "link_open":
+                named, href = False, str(token.attrGet("href") or "")
+            elif token.type == "link_close" and not named:
+                children.append(Token("text", "", 0, content=href))
+            elif token.type in ("text", "code_inline", "image") and token.content.strip():
+                named = True
+            children.append(token)
+        block.children = children
+
+
 def make_markdown(own: bool = False) -> MarkdownIt:
     """CommonMark without raw HTML, its links checked.  A bundle's text (not *own*) gets absolute links alone
     (``_validate_absolute_link``; any other is shown as the text it is) and no images: ``![alt](url)`` is a link to
@@ -85,6 +106,7 @@ def make_markdown(own: bool = False) -> MarkdownIt:
     md.validateLink = _validate_link if own else _validate_absolute_link
     if not own:
         md.disable("image")
+    md.core.ruler.push("name_empty_links", _name_empty_links)
     return md
 
 

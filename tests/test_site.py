@@ -415,6 +415,14 @@ def test_markdown_fields_render_safely():
     assert md.render("![pixel](https://tracker.example/p.png)") == \
         '<p>!<a href="https://tracker.example/p.png">pixel</a></p>\n'
     assert own.render("![logo](/logo.png)") == '<p><img src="/logo.png" alt="logo" /></p>\n'
+    # A link with no text to see is one no screen reader can name (axe: link-name): it shows its address; an
+    # image's alt text names the link it is in.
+    assert md.render("[](https://a.example/) [ ](https://b.example/) [`c`](https://c.example/)") == (
+        '<p><a href="https://a.example/">https://a.example/</a> <a href="https://b.example/"> https://b.example/</a> '
+        '<a href="https://c.example/"><code>c</code></a></p>\n')
+    assert own.render("[![logo](/logo.png)](/) [![](/logo.png)](/about/)") == (
+        '<p><a href="/"><img src="/logo.png" alt="logo" /></a> <a href="/about/"><img src="/logo.png" alt="" />'
+        '/about/</a></p>\n')
 
 
 @pytest.mark.slow
