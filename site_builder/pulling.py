@@ -30,7 +30,7 @@ from site_builder.inspection import inspect_bytes
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, read_bytes
 from site_builder.selection import is_rollback, published_record
-from site_builder.settings import credentials_left_out, unfetchable
+from site_builder.urls import credentials_left_out, unfetchable
 from site_builder.strict_json import StrictJSONError, parse_strict
 from site_builder.writing import create_new
 

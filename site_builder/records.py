@@ -17,6 +17,7 @@ from typing import Sequence
 from site_builder.canonical import pretty_json
 from site_builder.merge import KNOWN_EVENT_TYPES
 from site_builder.terminal import printable
+from site_builder.urls import linkable
 from site_builder.verification import is_utc_timestamp
 
 
@@ -144,9 +145,9 @@ class PaperSummary:
 
     @property
     def license_url(self) -> str:
-        """The license where it is an http(s) URL a page can link to as it is, else "" (shown as text): a signed
-        license is free text, and ``https://example.org/a b`` or ``http://`` in an ``href`` is invalid HTML."""
-        return self.license if _LINKABLE_URL.match(self.license) else ""
+        """The license where it is an http(s) URL a page can link to as it is (``urls.linkable``), else "" (shown
+        as text): a signed license is free text, and ``https://example.org/a b`` in an ``href`` is invalid HTML."""
+        return self.license if linkable(self.license) else ""
 
     @property
     def display_title(self) -> str:
@@ -183,11 +184,6 @@ class PaperSummary:
         return self.categories[:LISTED_CATEGORIES]
 
 
-# An http(s) URL with a host name, whose every character may stand in an href as it is: no space, quote or angle
-# bracket, a "%" only before two hex digits, and one "#" at most.
-_URL_CHARS = r"(?:[A-Za-z0-9\-._~!$&()*+,;=:@/?]|%[0-9A-Fa-f]{2})"
-_LINKABLE_URL = re.compile(rf"https?://[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{{1,5}})?"
-                           rf"(?:[/?]{_URL_CHARS}*)?(?:#{_URL_CHARS}*)?\Z")
 SHORT_TITLE = 300
 SHORT_ABSTRACT = 1_000
 LISTED_AUTHORS = 10

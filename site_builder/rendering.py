@@ -28,13 +28,13 @@ from site_builder.keys import TrustSet
 from site_builder.settings import SiteConfig
 from site_builder.speedups import SitewidePartials, call_helpers_directly
 from site_builder.terminal import printable
+from site_builder.urls import linkable
 from site_builder.verification import CHECK_DESCRIPTIONS
 from site_builder.writing import is_plain_path
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
 
-_SAFE_SCHEMES = ("http:", "https:", "mailto:")
 # Rendered list rows kept per renderer (~0.8 KB each).  Large enough to hold every record of a 100,000-record
 # mirror: clearing it half-way through the listings left less reuse than its overhead costs (measured: 100,000
 # records' listings in 40.6 s with 50,000 rows kept, 25.5 s with no reuse at all, 17.8 s with 200,000 kept).
@@ -64,13 +64,19 @@ def _validate_link(url: str) -> bool:
     lowered = "".join(url.split()).lower()
     if ":" not in lowered.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]:
         return True  # relative link or fragment
-    return lowered.startswith(_SAFE_SCHEMES)
+    return _validate_absolute_link(url)
 
 
 def _validate_absolute_link(url: str) -> bool:
     """A link of a bundle's text: http(s) or mailto alone.  A path in it was written for no page of this site
-    (``x.png`` beside a record page is nothing), and would lead a reader wherever in the mirror its author chose."""
-    return "".join(url.split()).lower().startswith(_SAFE_SCHEMES)
+    (``x.png`` beside a record page is nothing), and would lead a reader wherever in the mirror its author chose.
+    An http(s) one must be a URL an href holds as it stands (``urls.linkable``: ``https://``, ``https://a..b/``
+    or a port over 65535, written in a paper, is shown as text, not as a link that is invalid HTML).  markdown-it
+    asks this of the link as it normalised it (its host in ASCII, its other characters percent-encoded)."""
+    lowered = "".join(url.split()).lower()
+    if lowered.startswith("mailto:"):
+        return True
+    return lowered.startswith(("http:", "https:")) and linkable(url)
 
 
 def _name_empty_links(state) -> None:

@@ -11,6 +11,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from site_builder.loading import FileReadError, read_bytes
 from site_builder.records import NOT_SHOWN
+from site_builder.urls import credentials_left_out, unfetchable
 
 SETTINGS_FILE = "site.toml"
 SETTINGS_MAX_BYTES = 1 << 20
@@ -72,40 +73,6 @@ _NOT_IN_A_BASE_URL = set(' "<>\\^`{|}')
 def _not_in_a_url(value: str) -> list[str]:
     """The characters of *value* a URL never holds as they are (``_NOT_IN_A_BASE_URL``, controls), in order."""
     return sorted({c for c in value if c in _NOT_IN_A_BASE_URL or ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0})
-
-
-def credentials_left_out(url: str) -> str | None:
-    """*url* (one ``unfetchable`` passed) said without the user name or password it holds (``https://…@host``),
-    or None where it holds none.  Such a URL is refused wherever it is given: every line naming it would print
-    the secret, and no request (urllib) would send it."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return None
-    return f"{parts.scheme}://…@{parts.hostname}"
-
-
-def unfetchable(url: str) -> str | None:
-    """Why *url* is no http(s) URL a request could be made to, or None where it is one.  urllib raises
-    ValueError, not OSError, for such a URL (``https://[::1/``, a port over 65535, a host ``a..b``), as it
-    parses it, so one given by the user is refused here, and one a server sends (a redirect, a manifest's
-    pattern) is its failure, not the command's traceback."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port  # (raises for a port that is not a number from 0 to 65535)
-        host = parts.hostname
-    except ValueError as exc:  # ("Invalid IPv6 URL", "Port out of range 0-65535")
-        return str(exc)[:1].lower() + str(exc)[1:]
-    if parts.scheme not in ("http", "https"):
-        return "not an http(s) URL"
-    if not host:
-        return "no host"
-    if port == 0:
-        return "port 0"
-    try:
-        host.encode("idna")
-    except UnicodeError:
-        return f"host {host!r} is not a host name"
-    return None
 
 
 def normalize_base_url(value: str) -> str:

@@ -9,7 +9,6 @@ import pytest
 from site_builder.settings import (
     SettingsError,
     SiteConfig,
-    credentials_left_out,
     load_settings,
     normalize_base_url,
     project_paths,
@@ -200,12 +199,3 @@ def test_the_settings_readme_shows_load_and_its_numbers_are_the_defaults(tmp_pat
     for name in ("page_size", "search_shard_size", "search_max_shards", "resolver_url"):
         assert shown[name] == getattr(SiteConfig(), name) == getattr(config, name), name
 
-
-@pytest.mark.parametrize("url, said", [
-    ("https://token@mirror.example/", "https://…@mirror.example"),  # (a token given as the user name)
-    ("https://:secret@mirror.example/", "https://…@mirror.example"),
-    ("https://me:secret@mirror.example:8443/", "https://…@mirror.example"),
-    ("https://mirror.example/", None), ("https://mirror.example/a@b/", None),  # (an @ in the path holds none)
-])
-def test_a_url_holding_either_a_user_name_or_a_password_is_said_without_them(url, said):
-    assert credentials_left_out(url) == said

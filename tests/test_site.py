@@ -415,6 +415,11 @@ def test_markdown_fields_render_safely():
     assert md.render("![pixel](https://tracker.example/p.png)") == \
         '<p>!<a href="https://tracker.example/p.png">pixel</a></p>\n'
     assert own.render("![logo](/logo.png)") == '<p><img src="/logo.png" alt="logo" /></p>\n'
+    # An http(s) link that is no URL an href holds (a paper's text: no host, a host or port that is none, two
+    # fragments, a user name) is shown as written, not as an invalid link.
+    broken = "[a](https://) [b](https://a..b/) [c](https://a.example:99999/) [d](https://e.example/a#b#c) " \
+             "[e](https://[::1) [f](https://u:p@e.example/)"
+    assert md.render(broken) == own.render(broken) == f"<p>{broken}</p>\n"
     # A link with no text to see is one no screen reader can name (axe: link-name): it shows its address; an
     # image's alt text names the link it is in.
     assert md.render("[](https://a.example/) [ ](https://b.example/) [`c`](https://c.example/)") == (
