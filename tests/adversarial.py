@@ -2,7 +2,8 @@
 
 ``corpus()`` returns cases grouped by class; each names the check that must reject it.
 Content tampering inserts the marker ``EVIL`` wherever it can, so a test can prove that
-nothing derived from a rejected bundle reaches the site.
+nothing derived from a rejected bundle reaches the site.  ``odd_bundle`` makes the other
+kind: validly signable bundles whose shown text is odd, which must publish well-formed pages.
 """
 
 from __future__ import annotations
@@ -202,3 +203,38 @@ def corpus() -> list[Case]:
     add("unreadable", c, "file_read", make=unreadable)
     add("vanishes-mid-build", c, "file_read", make=None)  # simulated by the test (listed, then gone)
     return cases
+
+
+# Text a paper's author may write into what the resolver signs (a title, a claim, a license), and which every page
+# and feed must still hold validly: Markdown that makes odd links, markup, long unbroken words, controls.
+ODD_TEXT = ["", " ", "a" * 400, "x " * 700, "<b>&amp;</b>", "\u202eRTL", "中文 😀 \U0010fffd", "a\u2028b", "]]> -->",
+            "% 100%", "![i](x.png)", "# heading\n\n- list\n\n> quote", "`code` *em*", "[](https://e.example/)",
+            "[x](https://)", "[y](https://[::1)", "<https://>", "[z](https://a.example:99999/)", "[w](https://a..b/)",
+            "[q](https://e.example/%zz)", "[r](https://e.example/a#b#c)", "[s](https://exa mple.org)", "[p](fig.png)",
+            "[u](https://u:p@e.example/)", "[t](https://e.example/<x>)", "http://", "https://a.example/x y"]
+ODD_CATEGORIES = ["cs.LG", "math.CO", "hep-th", "cs", "physics.optics", "q-fin.CP", "astro-ph", "math.AG"]
+
+
+def odd_bundle(rng, base: dict, i: int) -> dict:
+    """*base* with every field a page shows set to odd but valid values drawn by *rng*."""
+    def text() -> str:
+        return rng.choice(ODD_TEXT) + rng.choice(["", " tail", " " + rng.choice(ODD_TEXT)])
+    b = copy.deepcopy(base)
+    b["canonical_record"]["source"].update(id=rng.choice([f"2401.{10000 + i:05d}", f"hep-th/{9901000 + i:07d}"]),
+                                          version=rng.choice([1, 2, 999]))
+    metadata = b["canonical_record"]["metadata"]
+    metadata.update(primary_cat=rng.choice(ODD_CATEGORIES), license=text(),
+                    cross_cats_sorted=[rng.choice(ODD_CATEGORIES) for _ in range(rng.randrange(4))],
+                    submitted_at=rng.choice(["2007-01-01T00:00:00Z", "2016-02-29T12:00:00.5Z"]))
+    for event in b["events"]:
+        if event["event_type"] == "graph_snapshot":
+            snapshot = event["payload"]["graph_snapshot"]
+            snapshot["paper"].update(title=text(), abstract_excerpt=text(), headline=text(),
+                                     authors_text=rng.choice(["", ", , ,", "A and B", ",".join("P" * 30), text()]))
+            snapshot["claims"] = {"count": 2, "items": [{"claim_id": text()[:9], "kind": text()[:20], "text": text(),
+                                                         "status": text()[:20]} for _ in range(rng.randrange(3))]}
+            snapshot["verdict"]["one_line_summary"] = text()
+            snapshot["references"] = rng.choice([{}, {"count": "7", "resolved_work": None}, {"count": 3}])
+    b["source_aliases"].append({"alias_kind": text()[:15] or "k", "alias_value": text(),
+                                "created_at": "2026-01-01T00:00:00Z"})
+    return b

@@ -148,41 +148,6 @@ def test_canonical_json_round_trips(value):
     assert canon(parsed) == text
 
 
-# Text a paper's author may write into what the resolver signs (a title, a claim, a license), and which every page
-# and feed must still hold validly: Markdown that makes odd links, markup, long unbroken words, controls.
-ODD_TEXT = ["", " ", "a" * 400, "x " * 700, "<b>&amp;</b>", "\u202eRTL", "中文 😀 \U0010fffd", "a\u2028b", "]]> -->",
-            "% 100%", "![i](x.png)", "# heading\n\n- list\n\n> quote", "`code` *em*", "[](https://e.example/)",
-            "[x](https://)", "[y](https://[::1)", "<https://>", "[z](https://a.example:99999/)", "[w](https://a..b/)",
-            "[q](https://e.example/%zz)", "[r](https://e.example/a#b#c)", "[s](https://exa mple.org)", "[p](fig.png)",
-            "[u](https://u:p@e.example/)", "[t](https://e.example/<x>)", "http://", "https://a.example/x y"]
-ODD_CATEGORIES = ["cs.LG", "math.CO", "hep-th", "cs", "physics.optics", "q-fin.CP", "astro-ph", "math.AG"]
-
-
-def odd_bundle(rng, base: dict, i: int) -> dict:
-    """*base* with every field a page shows set to odd but valid values drawn by *rng*."""
-    def text() -> str:
-        return rng.choice(ODD_TEXT) + rng.choice(["", " tail", " " + rng.choice(ODD_TEXT)])
-    b = copy.deepcopy(base)
-    b["canonical_record"]["source"].update(id=rng.choice([f"2401.{10000 + i:05d}", f"hep-th/{9901000 + i:07d}"]),
-                                          version=rng.choice([1, 2, 999]))
-    metadata = b["canonical_record"]["metadata"]
-    metadata.update(primary_cat=rng.choice(ODD_CATEGORIES), license=text(),
-                    cross_cats_sorted=[rng.choice(ODD_CATEGORIES) for _ in range(rng.randrange(4))],
-                    submitted_at=rng.choice(["2007-01-01T00:00:00Z", "2016-02-29T12:00:00.5Z"]))
-    for event in b["events"]:
-        if event["event_type"] == "graph_snapshot":
-            snapshot = event["payload"]["graph_snapshot"]
-            snapshot["paper"].update(title=text(), abstract_excerpt=text(), headline=text(),
-                                     authors_text=rng.choice(["", ", , ,", "A and B", ",".join("P" * 30), text()]))
-            snapshot["claims"] = {"count": 2, "items": [{"claim_id": text()[:9], "kind": text()[:20], "text": text(),
-                                                         "status": text()[:20]} for _ in range(rng.randrange(3))]}
-            snapshot["verdict"]["one_line_summary"] = text()
-            snapshot["references"] = rng.choice([{}, {"count": "7", "resolved_work": None}, {"count": 3}])
-    b["source_aliases"].append({"alias_kind": text()[:15] or "k", "alias_value": text(),
-                                "created_at": "2026-01-01T00:00:00Z"})
-    return b
-
-
 @pytest.mark.slow  # (the W3C validator)
 def test_pages_and_feeds_of_validly_signed_odd_text_are_valid_and_link_only_within_the_site(tmp_path):
     """Forty records of odd text, signed: every page passes the W3C validator, every feed and sitemap parses as
@@ -194,6 +159,7 @@ def test_pages_and_feeds_of_validly_signed_odd_text_are_valid_and_link_only_with
     import feedparser
     from lxml import etree
 
+    from adversarial import odd_bundle
     from linkcheck import broken_links
     from signing import TestKey, sign_bundle, to_bytes
     from site_builder.build import BuildOptions, build

@@ -73,6 +73,41 @@ def test_axe_finds_no_serious_violation_on_any_page_type(site, scheme, width):
     assert problems == []
 
 
+def test_axe_finds_no_serious_violation_on_pages_of_validly_signed_odd_text(tmp_path):
+    """Records whose text a paper's author wrote oddly (Markdown making empty or broken links, markup, long
+    unbroken words, no title or authors), signed: their pages and the lists showing them, at a phone's width
+    in light and dark.  (An empty Markdown link was a link no screen reader could name.)"""
+    import random
+
+    from adversarial import odd_bundle
+    from signing import TestKey
+
+    rng, key = random.Random(11), TestKey()
+    (tmp_path / "bundles").mkdir()
+    for i in range(12):
+        raw = to_bytes(sign_bundle(odd_bundle(rng, json.loads(rng.choice(REAL_FILES).read_bytes()), i), key))
+        (tmp_path / "bundles" / f"odd{i:02d}.json").write_bytes(raw)
+    out = tmp_path / "site"
+    build(BuildOptions(bundles=tmp_path / "bundles", output=out, search=False,
+                       trust=load_trust_set([key.write(tmp_path / "k.json")])))
+    paths = ["", "papers/", "category/"] + [f"pith/{p.parent.name}/" for p in sorted(out.glob("pith/*/badge.svg"))]
+    assert len(paths) == 3 + 12
+    problems = []
+    with serve(out) as url, chromium() as browser:
+        for scheme in ("light", "dark"):
+            page = browser.new_page(viewport={"width": WIDTHS["phone"], "height": 800}, color_scheme=scheme)
+            for path in paths:
+                page.goto(url + path)
+                page.add_script_tag(content=AXE)
+                found = page.evaluate("async () => (await axe.run(document, {resultTypes: ['violations']}))"
+                                      ".violations")
+                problems += [f"{scheme} {path}: {v['id']} ({v['nodes'][0]['html'][:80]})" for v in found
+                             if v["impact"] in ("serious", "critical")]
+                if page.evaluate("document.scrollingElement.scrollWidth") > WIDTHS["phone"]:
+                    problems.append(f"{scheme} {path}: scrolls sideways")
+    assert problems == []
+
+
 @pytest.mark.parametrize("path", ["paper", "verification"])
 def test_no_table_column_is_squeezed_and_nothing_scrolls_sideways_on_a_phone(site, path):
     folder, ids, _ = site
