@@ -92,8 +92,8 @@ def _name_empty_links(state) -> None:
         for token in block.children:
             if token.type == "link_open":
                 named, href = False, str(token.attrGet("href") or "")
-            elif token.type == "link_close" and not named:
-                children.append(Token("text", "", 0, content=href))
+            elif token.type == "link_close" and not named:  # (the address as written: Unicode, not %-escaped)
+                children.append(Token("text", "", 0, content=state.md.normalizeLinkText(href)))
             elif token.type in ("text", "code_inline", "image") and token.content.strip():
                 named = True
             children.append(token)

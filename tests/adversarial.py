@@ -211,7 +211,9 @@ ODD_TEXT = ["", " ", "a" * 400, "x " * 700, "<b>&amp;</b>", "\u202eRTL", "中文
             "% 100%", "![i](x.png)", "# heading\n\n- list\n\n> quote", "`code` *em*", "[](https://e.example/)",
             "[x](https://)", "[y](https://[::1)", "<https://>", "[z](https://a.example:99999/)", "[w](https://a..b/)",
             "[q](https://e.example/%zz)", "[r](https://e.example/a#b#c)", "[s](https://exa mple.org)", "[p](fig.png)",
-            "[u](https://u:p@e.example/)", "[t](https://e.example/<x>)", "http://", "https://a.example/x y"]
+            "[u](https://u:p@e.example/)", "[t](https://e.example/<x>)", "http://", "https://a.example/x y",
+            "ctrl\x00\x1b[31m\x85\ufffe\U0001fffe end", "bom\ufeffand\ufeff and x", "x*y*z and 2*3*4", "R&amp;D &#106; &eacute;",
+            "A and\nB,\n C", "[](https://bücher.example/ä)", "<https://bücher.example/>", "1) one\n2) two", "~~~\ncode\n~~~"]
 ODD_CATEGORIES = ["cs.LG", "math.CO", "hep-th", "cs", "physics.optics", "q-fin.CP", "astro-ph", "math.AG"]
 
 

@@ -254,6 +254,36 @@ def test_a_record_whose_cross_lists_repeat_shows_and_checks_each_category_once(t
     assert state == "verified" and ["page: categories", "passed"] in checks, message
 
 
+def test_pages_of_validly_signed_odd_text_verify_in_the_browser(tmp_path):
+    """What the page shows of text a paper's author wrote oddly is what the bundle signs, as the reader's
+    browser compares them: Markdown (emphasis inside words, entities, links not made, an empty link showing its
+    address), characters no page shows, authors split over lines.  A mismatch here is a false alarm: the reader
+    is told the mirror edited the page."""
+    import random
+
+    from adversarial import odd_bundle
+    from signing import TestKey, sign_bundle, to_bytes
+
+    rng, key = random.Random(5), TestKey()
+    (tmp_path / "bundles").mkdir()
+    for i in range(30):
+        raw = to_bytes(sign_bundle(odd_bundle(rng, json.loads(rng.choice(REAL_FILES).read_bytes()), i), key))
+        (tmp_path / "bundles" / f"odd{i:02d}.json").write_bytes(raw)
+    site = tmp_path / "site"
+    build(BuildOptions(bundles=tmp_path / "bundles", output=site, search=False,
+                       trust=load_trust_set([key.write(tmp_path / "k.json")])))
+    ids = sorted(p.parent.name for p in site.glob("pith/*/badge.svg"))
+    assert len(ids) == 30
+    failed = []
+    with serve(site) as url, chromium() as browser:
+        page = browser.new_page()
+        for pith_id in ids:
+            state, checks, message = run_verify(page, url + f"pith/{pith_id}/")
+            if state != "verified":
+                failed.append(f"{pith_id}: {message[:300]}")
+    assert failed == []
+
+
 def _verify_in_standalone(page, bundle_path=None, url=None):
     page.eval_on_selector("#result", "e => { e.dataset.state = 'idle'; }")  # (not the last check's outcome)
     if bundle_path is not None:

@@ -193,11 +193,26 @@
   // The page's signed fields are read from their visible text (never from attributes a host could leave intact
   // while editing the text), normalised as the templates write them.
   function norm(s) { return String(s == null ? "" : s).replace(/\s+/g, " ").trim(); }
-  function str(m, k) { var v = m instanceof Map ? m.get(k) : undefined; return typeof v === "string" ? v : ""; }
-  function splitAuthors(t) { return t.split(/,\s*|\s+and\s+/).map(function (a) { return a.trim(); }).filter(Boolean); }
-  function plainMarkdown(s) {  // (the words of Markdown as its rendering shows them: syntax, links' targets and list markers aside)
-    return norm(String(s).replace(/!?\[([^\]]*)\]\([^)]*\)/g, "$1").replace(/^\s*(?:(?:[-*+]|\d+[.)])\s+)+/gm, "")
-      .replace(/[^\p{L}\p{N}]+/gu, " "));
+  // What no page shows of a bundle's text (records.NOT_SHOWN): controls but tab and line ends, and the
+  // noncharacters of every plane.  The page leaves them out; so must what it is compared with.
+  var NOT_SHOWN = new RegExp("[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f\\ufdd0-\\ufdef\\ufffe\\uffff" +
+    Array.from({ length: 16 }, function (_, i) { var p = (i + 1).toString(16); return "\\u{" + p + "fffe}\\u{" + p + "ffff}"; }).join("") +
+    "]", "gu");
+  function str(m, k) { var v = m instanceof Map ? m.get(k) : undefined; return typeof v === "string" ? v.replace(NOT_SHOWN, "") : ""; }
+  // Python's whitespace (records.split_authors splits on it), which is JavaScript's \s but for U+FEFF.
+  var WS = "[\\t\\n\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]";
+  var AUTHOR_SPLIT = new RegExp("," + WS + "*|" + WS + "+and" + WS + "+");
+  function splitAuthors(t) { return t.split(AUTHOR_SPLIT).map(norm).filter(Boolean); }
+  var decoder = new DOMParser();  // (an inert document: what it parses never runs or loads anything)
+  function decodeEntity(entity) { return decoder.parseFromString(entity, "text/html").documentElement.textContent; }
+  // The letters and digits of Markdown as its rendering shows them, in order: its syntax, emphasis included
+  // (x*y*z shows as xyz), links' targets, list markers and entities' spelling aside; a link without text shows
+  // its address.  Both the page's text and the bundle's go through it, so what only one of them spells out (an
+  // entity, a link written but not made) counts the same on both sides.
+  function markdownWords(s) {
+    return String(s).replace(/&(?:#[0-9]{1,8}|#[xX][0-9a-fA-F]{1,8}|[A-Za-z][A-Za-z0-9]{0,31});/g, decodeEntity)
+      .replace(/!?\[\s*\]\(\s*<?([^\s)>]*)>?[^)]*\)/g, "$1").replace(/!?\[([^\]]*)\]\([^)]*\)/g, "$1")
+      .replace(/^\s*(?:(?:[-*+]|\d+[.)])\s+)+/gm, "").replace(/[^\p{L}\p{N}]+/gu, "");
   }
   var SHOWN_AUTHORS = 10;
 
@@ -250,10 +265,12 @@
     check("abstract", text('[data-field="abstract"]'), v.abstract || null);
     var shownClaims = Array.from(doc.querySelectorAll('[data-field="claims"] [data-claim]'), function (el) {
       function part(sel) { var p = el.querySelector(sel); return p ? norm(p.textContent) : ""; }
-      return [part(".claim-id"), part(".kind"), plainMarkdown(part(".claim-text")), part(".status")].join(" | ");
+      var shownText = el.querySelector(".claim-text") ? el.querySelector(".claim-text").cloneNode(true) : null;
+      if (shownText) shownText.querySelectorAll(".note").forEach(function (n) { n.remove(); });  // (the page's own words)
+      return [part(".claim-id"), part(".kind"), markdownWords(shownText ? shownText.textContent : ""), part(".status")].join(" | ");
     });
     check("claims", shownClaims.join(" || "), v.claims.map(function (c) {
-      return [norm(c.id), norm(c.kind), plainMarkdown(c.text), norm(c.status)].join(" | ");
+      return [norm(c.id), norm(c.kind), markdownWords(c.text), norm(c.status)].join(" | ");
     }).join(" || "));
     return results;
   }
