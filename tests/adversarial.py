@@ -213,7 +213,9 @@ ODD_TEXT = ["", " ", "a" * 400, "x " * 700, "<b>&amp;</b>", "\u202eRTL", "中文
             "[q](https://e.example/%zz)", "[r](https://e.example/a#b#c)", "[s](https://exa mple.org)", "[p](fig.png)",
             "[u](https://u:p@e.example/)", "[t](https://e.example/<x>)", "http://", "https://a.example/x y",
             "ctrl\x00\x1b[31m\x85\ufffe\U0001fffe end", "bom\ufeffand\ufeff and x", "x*y*z and 2*3*4", "R&amp;D &#106; &eacute;",
-            "A and\nB,\n C", "[](https://bücher.example/ä)", "<https://bücher.example/>", "1) one\n2) two", "~~~\ncode\n~~~"]
+            "A and\nB,\n C", "[](https://bücher.example/ä)", "<https://bücher.example/>", "1) one\n2) two", "~~~\ncode\n~~~",
+            "$\\mathcal{O}(n \\log n)$ for x_1, x_2", "p < 0.05 & q > 1", "\\&amp; a\\*b\\*c __init__",
+            "[a]: https://ref.example/\n\nsee [a]", "[b][]\n\n[b]: https://ref.example/b", "&#99999999; &unknown;"]
 ODD_CATEGORIES = ["cs.LG", "math.CO", "hep-th", "cs", "physics.optics", "q-fin.CP", "astro-ph", "math.AG"]
 
 

@@ -206,11 +206,12 @@
   var decoder = new DOMParser();  // (an inert document: what it parses never runs or loads anything)
   function decodeEntity(entity) { return decoder.parseFromString(entity, "text/html").documentElement.textContent; }
   // The letters and digits of Markdown as its rendering shows them, in order: its syntax, emphasis included
-  // (x*y*z shows as xyz), links' targets, list markers and entities' spelling aside; a link without text shows
-  // its address.  Both the page's text and the bundle's go through it, so what only one of them spells out (an
-  // entity, a link written but not made) counts the same on both sides.
+  // (x*y*z shows as xyz), links' targets and reference definitions ("[a]: https://..."), list markers and
+  // entities' spelling aside; a link without text shows its address.  Both the page's text and the bundle's go
+  // through it, so what only one of them spells out (an entity, a link written but not made) counts the same.
   function markdownWords(s) {
     return String(s).replace(/&(?:#[0-9]{1,8}|#[xX][0-9a-fA-F]{1,8}|[A-Za-z][A-Za-z0-9]{0,31});/g, decodeEntity)
+      .replace(/^ {0,3}\[[^\]\n]+\]:[ \t]*\n?[ \t]*\S+.*$/gm, "")
       .replace(/!?\[\s*\]\(\s*<?([^\s)>]*)>?[^)]*\)/g, "$1").replace(/!?\[([^\]]*)\]\([^)]*\)/g, "$1")
       .replace(/^\s*(?:(?:[-*+]|\d+[.)])\s+)+/gm, "").replace(/[^\p{L}\p{N}]+/gu, "");
   }
