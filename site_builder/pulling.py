@@ -30,8 +30,8 @@ from site_builder.inspection import inspect_bytes
 from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, read_bytes
 from site_builder.selection import is_rollback, published_record
-from site_builder.urls import credentials_left_out, unfetchable
 from site_builder.strict_json import StrictJSONError, parse_strict
+from site_builder.urls import credentials_left_out, unfetchable
 from site_builder.writing import create_new
 
 # (in any letter case: the ID is base32, whose letters are one case, as the site's 404 page takes it too)

@@ -84,6 +84,7 @@ def is_utc_timestamp(value: object) -> bool:
         return False
     return hour < 24 and minute < 60 and second < 60
 
+
 Status = Literal["passed", "failed", "skipped"]
 
 

@@ -20,9 +20,9 @@ from site_builder.options import BuildOptions
 from site_builder.pages import Unit, refused_static_path, static_unit
 from site_builder.rendering import template_assets
 from site_builder.settings import SettingsError, SiteConfig
-from site_builder.urls import credentials_left_out, unfetchable
 from site_builder.stages.context import BuildContext, digest_of
 from site_builder.terminal import printable
+from site_builder.urls import credentials_left_out, unfetchable
 from site_builder.writing import MARKER
 
 
