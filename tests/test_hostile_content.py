@@ -60,7 +60,7 @@ def hostile_site(tmp_path_factory):
     bad_cat["canonical_record"]["metadata"]["primary_cat"] = "<script>cs.AI</script>"
     (bundles / "hostile-category.json").write_bytes(to_bytes(sign_bundle(bad_cat, key)))
     report = build(BuildOptions(bundles=bundles, output=root / "site", trust=load_trust_set([key.write(root / "k.json")]),
-                                search=False))
+                                search=True))
     return root / "site", report
 
 
@@ -110,6 +110,28 @@ def test_no_script_runs_and_pages_stay_readable(hostile_site):
             assert f"Title {i}" in page.locator("h1").first.inner_text()
             if page.evaluate("window.__pwned || 0"):
                 problems.append(f"script ran after navigating to paper {i}")
+    assert problems == []
+
+
+def test_search_results_of_hostile_text_run_no_script(hostile_site):
+    """Pagefind's results show titles, authors and excerpts of the pages it indexed: a query that finds every
+    hostile record (and one that finds the payloads' own words) shows them as text, and nothing runs."""
+    site, _ = hostile_site
+    problems = []
+    with serve(site) as url, chromium() as browser:
+        page = browser.new_page()
+        page.on("dialog", lambda d: (problems.append(f"dialog {d.message}"), d.dismiss()))
+        page.on("request", lambda r: None if r.url.startswith(url) else problems.append(f"request to {r.url}"))
+        for query, every in (("Mallory", True), ("onerror", False), ("script", False)):
+            page.goto(url + "search/?q=" + query)
+            page.wait_for_function("document.querySelectorAll('.pagefind-ui__result').length > 0")
+            message = page.inner_text(".pagefind-ui__message")  # (the first five are shown, then "Load more")
+            if every and not message.startswith(f"{len(PAYLOADS)} results"):
+                problems.append(f"{query}: {message}")
+            if page.evaluate("window.__pwned || 0"):
+                problems.append(f"script ran on the results for {query}")
+            if page.evaluate("document.querySelectorAll('#search img, #search svg, #search script').length"):
+                problems.append(f"markup from a bundle in the results for {query}")
     assert problems == []
 
 
