@@ -242,3 +242,22 @@ def odd_bundle(rng, base: dict, i: int) -> dict:
     b["source_aliases"].append({"alias_kind": text()[:15] or "k", "alias_value": text(),
                                 "created_at": "2026-01-01T00:00:00Z"})
     return b
+
+
+def odd_site(root: Path, count: int, seed: int, base_url: str = "/"):
+    """*count* records of odd text (``odd_bundle``, drawn with *seed*), signed with a key made here, in
+    ``root/bundles``, built into ``root/site`` without the search index: (the site, the build's report)."""
+    import random
+
+    from site_builder.build import BuildOptions, build
+    from site_builder.keys import load_trust_set
+    from site_builder.settings import SiteConfig
+
+    rng, key = random.Random(seed), TestKey()
+    (root / "bundles").mkdir()
+    for i in range(count):
+        odd = sign_bundle(odd_bundle(rng, rng.choice(REAL), i), key)
+        (root / "bundles" / f"odd{i:02d}.json").write_bytes(to_bytes(odd))
+    report = build(BuildOptions(bundles=root / "bundles", output=root / "site", search=False,
+                                trust=load_trust_set([key.write(root / "k.json")]), config=SiteConfig(base_url=base_url)))
+    return root / "site", report

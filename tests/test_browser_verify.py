@@ -259,19 +259,9 @@ def test_pages_of_validly_signed_odd_text_verify_in_the_browser(tmp_path):
     browser compares them: Markdown (emphasis inside words, entities, links not made, an empty link showing its
     address), characters no page shows, authors split over lines.  A mismatch here is a false alarm: the reader
     is told the mirror edited the page."""
-    import random
+    from adversarial import odd_site
 
-    from adversarial import odd_bundle
-    from signing import TestKey, sign_bundle, to_bytes
-
-    rng, key = random.Random(5), TestKey()
-    (tmp_path / "bundles").mkdir()
-    for i in range(30):
-        raw = to_bytes(sign_bundle(odd_bundle(rng, json.loads(rng.choice(REAL_FILES).read_bytes()), i), key))
-        (tmp_path / "bundles" / f"odd{i:02d}.json").write_bytes(raw)
-    site = tmp_path / "site"
-    build(BuildOptions(bundles=tmp_path / "bundles", output=site, search=False,
-                       trust=load_trust_set([key.write(tmp_path / "k.json")])))
+    site, _ = odd_site(tmp_path, 30, seed=5)
     ids = sorted(p.parent.name for p in site.glob("pith/*/badge.svg"))
     assert len(ids) == 30
     failed = []

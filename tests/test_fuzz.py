@@ -152,28 +152,16 @@ def test_canonical_json_round_trips(value):
 def test_pages_and_feeds_of_validly_signed_odd_text_are_valid_and_link_only_within_the_site(tmp_path):
     """Forty records of odd text, signed: every page passes the W3C validator, every feed and sitemap parses as
     strict XML (feedparser finds no fault and no entry twice), and every link within the site resolves."""
-    import random
     import shutil
     import subprocess
 
     import feedparser
     from lxml import etree
 
-    from adversarial import odd_bundle
+    from adversarial import odd_site
     from linkcheck import broken_links
-    from signing import TestKey, sign_bundle, to_bytes
-    from site_builder.build import BuildOptions, build
-    from site_builder.settings import SiteConfig
 
-    rng, key = random.Random(7), TestKey()
-    (tmp_path / "bundles").mkdir()
-    for i in range(40):
-        odd = sign_bundle(odd_bundle(rng, rng.choice(REAL_OBJECTS), i), key)
-        (tmp_path / "bundles" / f"odd{i:02d}.json").write_bytes(to_bytes(odd))
-    out = tmp_path / "site"
-    report = build(BuildOptions(bundles=tmp_path / "bundles", output=out, search=False,
-                                trust=load_trust_set([key.write(tmp_path / "k.json")]),
-                                config=SiteConfig(base_url="https://mirror.example/sub/")))
+    out, report = odd_site(tmp_path, 40, seed=7, base_url="https://mirror.example/sub/")
     assert report.count("published") == 40
     for path in out.rglob("*.xml"):
         etree.parse(str(path), etree.XMLParser(recover=False))

@@ -77,19 +77,9 @@ def test_axe_finds_no_serious_violation_on_pages_of_validly_signed_odd_text(tmp_
     """Records whose text a paper's author wrote oddly (Markdown making empty or broken links, markup, long
     unbroken words, no title or authors), signed: their pages and the lists showing them, at a phone's width
     in light and dark.  (An empty Markdown link was a link no screen reader could name.)"""
-    import random
+    from adversarial import odd_site
 
-    from adversarial import odd_bundle
-    from signing import TestKey
-
-    rng, key = random.Random(11), TestKey()
-    (tmp_path / "bundles").mkdir()
-    for i in range(12):
-        raw = to_bytes(sign_bundle(odd_bundle(rng, json.loads(rng.choice(REAL_FILES).read_bytes()), i), key))
-        (tmp_path / "bundles" / f"odd{i:02d}.json").write_bytes(raw)
-    out = tmp_path / "site"
-    build(BuildOptions(bundles=tmp_path / "bundles", output=out, search=False,
-                       trust=load_trust_set([key.write(tmp_path / "k.json")])))
+    out, _ = odd_site(tmp_path, 12, seed=11)
     paths = ["", "papers/", "category/"] + [f"pith/{p.parent.name}/" for p in sorted(out.glob("pith/*/badge.svg"))]
     assert len(paths) == 3 + 12
     problems = []
