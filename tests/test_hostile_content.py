@@ -5,6 +5,7 @@ import copy
 import json
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from site_builder.build import BuildOptions, build
 from site_builder.keys import load_trust_set
@@ -125,9 +126,13 @@ def test_search_results_of_hostile_text_run_no_script(hostile_site):
         for query, every in (("Mallory", True), ("onerror", False), ("script", False)):
             page.goto(url + "search/?q=" + query)
             page.wait_for_function("document.querySelectorAll('.pagefind-ui__result').length > 0")
-            message = page.inner_text(".pagefind-ui__message")  # (the first five are shown, then "Load more")
-            if every and not message.startswith(f"{len(PAYLOADS)} results"):
-                problems.append(f"{query}: {message}")
+            page.wait_for_load_state("networkidle")  # (the results' fragments are fetched one by one)
+            if every:  # (the first five are shown, then "Load more"; the message counts them all)
+                try:
+                    page.wait_for_function("document.querySelector('.pagefind-ui__message').textContent"
+                                           f".startsWith('{len(PAYLOADS)} results')", timeout=15_000)
+                except PlaywrightTimeout:
+                    problems.append(f"{query}: {page.inner_text('.pagefind-ui__message')}")
             if page.evaluate("window.__pwned || 0"):
                 problems.append(f"script ran on the results for {query}")
             if page.evaluate("document.querySelectorAll('#search img, #search svg, #search script').length"):
