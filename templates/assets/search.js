@@ -34,6 +34,7 @@ window.addEventListener("DOMContentLoaded", function () {
     }
     var shown = 0;
     document.querySelectorAll(".pagefind-ui__result").forEach(function (result) {
+      if (result.querySelector(".pagefind-ui__loading")) { shown++; return; }  // (its excerpt is not there yet: undecided)
       var marks = Array.from(result.querySelectorAll("mark"), function (m) { return m.textContent.toLowerCase(); });
       var keep = marks.some(function (m) { return terms.some(function (t) { return matches(m, t); }); })
         && (!category || meta(result, "categories").indexOf(category) >= 0) && (!year || meta(result, "year").indexOf(year) >= 0);
