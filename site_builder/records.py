@@ -229,7 +229,7 @@ class TimelineEvent:
     key_id: str
     event_id: str
     known: bool
-    dated: bool = True  # created_at is a real UTC date and time (``is_utc_timestamp``), which ``<time>`` may hold
+    dated: bool  # created_at is a real UTC date and time (``is_utc_timestamp``), which ``<time>`` may hold
 
     @property
     def short_event_id(self) -> str:

@@ -73,10 +73,7 @@ def _validate_absolute_link(url: str) -> bool:
     An http(s) one must be a URL an href holds as it stands (``urls.linkable``: ``https://``, ``https://a..b/``
     or a port over 65535, written in a paper, is shown as text, not as a link that is invalid HTML).  markdown-it
     asks this of the link as it normalised it (its host in ASCII, its other characters percent-encoded)."""
-    lowered = "".join(url.split()).lower()
-    if lowered.startswith("mailto:"):
-        return True
-    return lowered.startswith(("http:", "https:")) and linkable(url)
+    return "".join(url.split()).lower().startswith("mailto:") or linkable(url)
 
 
 def _name_empty_links(state) -> None:
