@@ -154,7 +154,8 @@ def _build_arguments(b: argparse.ArgumentParser) -> None:
 
 def _pull_arguments(pl: argparse.ArgumentParser) -> None:
     pl.add_argument("targets", nargs="+", metavar="ID_OR_LIST",
-                    help="pith numbers, 26-character IDs, or files listing them one per line")
+                    help="pith numbers, 26-character IDs, records' URLs (https://pith.science/pith/<ID>: the ID is "
+                         "taken, the bundle fetched from --from), or files listing them one per line")
     pl.add_argument("--from", dest="source", default="https://pith.science", metavar="URL",
                     help="resolver or mirror to fetch /pith/<ID>/bundle.json from")
     pl.add_argument("--bundles", type=Path, default=Path("bundles"), metavar="DIR",

@@ -19,6 +19,7 @@ import stat
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -69,14 +70,42 @@ class PullReport:
                 f"{self.count('failed')} failed")
 
 
+# The files a record's folder holds on the resolver and on a mirror (its page is the folder itself).
+RECORD_FILES = frozenset({"index.html", "bundle.json", "state.json", "badge.svg"})
+ID_SEGMENT_RE = re.compile(r"[A-Z2-7]{26}\Z", re.IGNORECASE)
+
+
+def pith_id_of(text: str) -> str | None:
+    """The pith ID *text* names, in upper case: a pith number, a 26-character ID in any letter case, or the
+    http(s) URL of a record's page or file on the resolver or a mirror (``https://pith.science/pith/<ID>``, as a
+    reader copies it from the address bar, ``.../pith/<ID>/bundle.json``); ``None`` for anything else.  Only the
+    ID is taken from a URL: the bundle is fetched from the pull's source and verified like any other."""
+    text = text.strip()
+    match = PITH_ID_RE.match(text)
+    if match:
+        return match.group(1).upper()
+    if not text.lower().startswith(("http://", "https://")):
+        return None
+    try:
+        segments = urllib.parse.urlsplit(text).path.split("/")
+    except ValueError:  # (an unclosed "[": no URL)
+        return None
+    if segments[-1] == "" or segments[-1] in RECORD_FILES:
+        segments.pop()
+    if len(segments) >= 2 and segments[-2] == "pith" and ID_SEGMENT_RE.match(segments[-1]):
+        return segments[-1].upper()
+    return None
+
+
 def parse_targets(items: list[str]) -> tuple[list[str], list[PullOutcome]]:
-    """Pith IDs from full pith numbers, 26-character IDs (in any letter case), or files listing them one per line
-    (# comments; a byte-order mark, as some editors save, and Windows line ends are fine)."""
+    """Pith IDs from full pith numbers, 26-character IDs (in any letter case), records' URLs (``pith_id_of``), or
+    files listing them one per line (# comments; a byte-order mark, as some editors save, and Windows line ends
+    are fine)."""
     ids: list[str] = []
     bad: list[PullOutcome] = []
     for item in items:
         lines = [(item, item)]  # (where it is said, what it says)
-        if not PITH_ID_RE.match(item.strip()) and Path(item).is_file():
+        if pith_id_of(item) is None and Path(item).is_file():
             try:
                 text = Path(item).read_text("utf-8-sig")
             except (OSError, UnicodeDecodeError) as exc:
@@ -87,12 +116,12 @@ def parse_targets(items: list[str]) -> tuple[list[str], list[PullOutcome]]:
         for where, line in lines:
             if not line.strip():
                 continue
-            match = PITH_ID_RE.match(line.strip())
-            if match:
-                ids.append(match.group(1).upper())
+            pith_id = pith_id_of(line)
+            if pith_id:
+                ids.append(pith_id)
             else:
                 bad.append(PullOutcome(where.strip()[:200], "failed",
-                                       "not a pith number, 26-character ID or list file"))
+                                       "not a pith number, 26-character ID, record URL or list file"))
     return list(dict.fromkeys(ids)), bad
 
 

@@ -19,7 +19,7 @@ import trustme
 
 from site_builder.keys import TrustSet, key_from_document, load_trust_set
 from site_builder.loading import DEFAULT_MAX_BYTES
-from site_builder.pulling import STATE_FILE, Fetcher, PullError, bundle_url_pattern, parse_targets, pull
+from site_builder.pulling import STATE_FILE, Fetcher, PullError, bundle_url_pattern, parse_targets, pith_id_of, pull
 
 from browser import serving
 from conftest import REAL_FILES, free_port, returns_past_fifos
@@ -180,6 +180,30 @@ def test_a_list_file_as_editors_save_it_and_ids_in_any_letter_case(tmp_path):
     assert ids == IDS[:4]
     # (a file's line is named by its number, never echoed; what was typed is said as typed)
     assert [(o.pith_id, o.status) for o in bad] == [(f"{listed}:6", "failed"), ("typed-wrong", "failed")]
+
+
+@pytest.mark.parametrize("url", [
+    "https://pith.science/pith/{id}", "https://pith.science/pith/{id}/", "http://pith.science/pith/{lower}",
+    "HTTPS://Mirror.Example/pith/{id}#abstract", "https://u.github.io/mirror/pith/{id}/index.html?ref=feed",
+    "https://u.github.io/mirror/pith/{id}/bundle.json", "https://pith.science/pith/{id}/state.json",
+    "https://m.example/.well-known/pith/{lower}/bundle.json", "https://m.example/pith/{id}/badge.svg",
+])
+def test_a_records_url_names_its_id(url):
+    """A record's address as a reader copies it from the address bar, or of one of its files, names the record."""
+    assert pith_id_of(url.format(id=IDS[0], lower=IDS[0].lower())) == IDS[0]
+
+
+@pytest.mark.parametrize("text", [
+    "https://pith.science/pith/{short}",          # a short address: it names no record by itself
+    "https://pith.science/{id}",                  # no record folder
+    "https://pith.science/pith/{id}/other.json",  # a file no record folder holds
+    "https://pith.science/pith/{id}//", "https://pith.science/pith/{id}/bundle.json/",
+    "https://pith.science/papers/?q={id}",        # the ID in the query
+    "ftp://pith.science/pith/{id}", "file:///srv/pith/{id}/bundle.json", "pith.science/pith/{id}",
+    "https://[::1/pith/{id}", "https://pith.science/pith/{id}x", "pith:20:{id}", "{id}{id}",
+])
+def test_what_names_no_record_is_none(text):
+    assert pith_id_of(text.format(id=IDS[0], short=IDS[0][:8])) is None
 
 
 def test_a_list_file_that_is_not_text_stops_the_pull_naming_it(tmp_path):
@@ -488,7 +512,8 @@ def test_cli_with_list_file_summary_and_exit_code(tmp_path):
     s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]]})
     s.add("/pith-mirrors.json", {"body": b'{"mirrors": 5}'})
     listing = tmp_path / "records.txt"
-    listing.write_text(f"# my records\npith:2020:{IDS[0]}\n\n{IDS[1]}  # missing on the server\nnot-an-id\n")
+    listing.write_text(f"# my records\nhttps://pith.science/pith/{IDS[0]}\n\n{IDS[1]}  # missing on the server\n"
+                       f"not-an-id\n")
     with running(s) as url:
         r, quiet = (subprocess.run([sys.executable, "-m", "site_builder", "pull", "--from", url, "--bundles",
                                     str(tmp_path / folder), "--retries", "0", str(listing), *flags],
