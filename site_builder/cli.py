@@ -21,6 +21,7 @@ from site_builder.keys import KeyFileError, load_trust_set
 from site_builder.loading import BundlesFolderError, InputFile, discover, is_mirror
 from site_builder.mirror_audit import audit_records, mirror_records
 from site_builder.options import SERVE_HOST, SERVE_PORT, BuildPolicy
+from site_builder.parallel import MAX_JOBS
 from site_builder.rendering import describe_template_error
 from site_builder.search_index import SearchIndexError
 from site_builder.settings import SETTINGS_FILE, SettingsError, load_settings, normalize_base_url, project_paths
@@ -37,8 +38,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def _count(least: int):
-    """An argparse type: a whole number of at least *least* (a clear usage error, not a traceback later)."""
+def _count(least: int, most: int | None = None):
+    """An argparse type: a whole number of at least *least* and at most *most* (a clear usage error, not a
+    traceback later)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -46,6 +48,8 @@ def _count(least: int):
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
         if value < least:
             raise argparse.ArgumentTypeError(f"{value} is less than {least}")
+        if most is not None and value > most:
+            raise argparse.ArgumentTypeError(f"{value} is more than {most}")
         return value
     return parse
 
@@ -103,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="bundle files or folders of them")
     _keys_argument(v)
     v.add_argument("--json", action="store_true", help="print the results as one JSON document")
-    v.add_argument("--jobs", type=_count(0), default=0, metavar="N",
+    v.add_argument("--jobs", type=_count(0, MAX_JOBS), default=0, metavar="N",
                    help="worker processes (0: one per core this process may use)")
     return parser
 
@@ -134,7 +138,7 @@ def _site_arguments(p: argparse.ArgumentParser) -> None:
 def _build_arguments(b: argparse.ArgumentParser) -> None:
     _site_arguments(b)
     b.add_argument("--strict", action="store_true", help="exit 1 if any bundle was rejected")
-    b.add_argument("--jobs", type=_count(0), default=0, metavar="N",
+    b.add_argument("--jobs", type=_count(0, MAX_JOBS), default=0, metavar="N",
                    help="worker processes (0: one per core this process may use)")
     b.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
                    help="build cache folder (default: .site-builder-cache/<output name> beside the output)")

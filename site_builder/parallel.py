@@ -21,6 +21,10 @@ import orjson
 from site_builder.loading import Prefetcher
 
 PARALLEL_THRESHOLD = 64
+# The most worker processes a build or check starts (``--jobs``): each is a copy of the build holding tens of
+# megabytes once it works, and a pool starts them all at once, so a slip of the keyboard (``--jobs 10000``) would
+# take the machine's memory and process table rather than speed anything up.
+MAX_JOBS = 256
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,7 @@ def imap_in_workers(fn, init, initargs, items: list, workers: Workers, stage: st
     (the renderer with its compiled templates)."""
     pool = None
     progress = workers.progress
-    processes = workers.processes
+    processes = min(workers.processes, len(items))  # (a worker with no item would only be started and ended)
     if len(items) >= PARALLEL_THRESHOLD and processes > 1:  # (one worker would only add the hand-over)
         build_pid = os.getpid() if workers.mp_context == "fork" else None  # (leave_with_parent)
         try:

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import REAL_FILES, ROOT, run_unprivileged, stand_in_pagefind
 from signing import TestKey, sign_bundle, to_bytes
+from site_builder.parallel import MAX_JOBS
 
 
 def cli(*args, cwd=None, env=None):
@@ -297,6 +298,9 @@ def test_the_defaults_readme_shows_in_a_usage_line_are_the_ones_help_names():
 def test_numbers_out_of_range_are_usage_errors(tmp_path):
     for args, message in [(("build", "--jobs", "-1"), "argument --jobs: -1 is less than 0"),
                           (("build", "--jobs", "two"), "argument --jobs: 'two' is not a whole number"),
+                          # (a pool forks its workers at once: a slip of the keyboard would fork ten thousand)
+                          (("build", "--jobs", "10000"), f"argument --jobs: 10000 is more than {MAX_JOBS}"),
+                          (("verify", "--jobs", str(MAX_JOBS + 1), "x"), f"{MAX_JOBS + 1} is more than {MAX_JOBS}"),
                           (("serve", "--port", "65536"), "argument --port: 65536 is not a TCP port"),
                           (("pull", "--concurrency", "0", "x"), "argument --concurrency: 0 is less than 1"),
                           (("pull", "--timeout", "-5", "x"), "argument --timeout: -5 is not a positive number"),
@@ -310,6 +314,7 @@ def test_numbers_out_of_range_are_usage_errors(tmp_path):
         assert "Traceback" not in r.stderr
     # The bounds themselves are taken (an option is taken as it is read: the help after it is shown, exit 0).
     for args in (("serve", "--port", "65535"), ("serve", "--port", "0"), ("build", "--jobs", "0"),
+                 ("build", "--jobs", str(MAX_JOBS)),
                  ("verify", "--jobs", "0"), ("pull", "--concurrency", "1"), ("pull", "--retries", "0"),
                  ("pull", "--timeout", "0.5")):
         assert cli(*args, "--help", cwd=tmp_path).returncode == 0, args

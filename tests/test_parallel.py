@@ -40,6 +40,25 @@ def test_results_come_in_order_from_the_state_each_process_made(count):
         assert {r[1] for r in results} == {"worker"} and os.getpid() not in pids
 
 
+class Started:
+    """A stage's state that leaves a mark for each process that made it."""
+
+    def __init__(self, folder: str):
+        open(os.path.join(folder, str(os.getpid())), "x").close()
+
+
+def nothing(state: Started, item: int) -> int:
+    return item
+
+
+def test_no_more_workers_are_started_than_there_are_items(tmp_path):
+    """Asked for more workers than there is work (``--jobs 80`` for 64 bundles), a pool starts one per item:
+    a pool forks all its workers at once, and the rest would only be started and ended."""
+    items = list(range(PARALLEL_THRESHOLD))
+    assert map_in_workers(nothing, Started, (str(tmp_path),), items, Workers(jobs=len(items) + 16), "test") == items
+    assert len(os.listdir(tmp_path)) == len(items)
+
+
 def test_one_job_works_in_this_process():
     results = map_in_workers(add, Offset, (1,), list(range(PARALLEL_THRESHOLD * 2)), Workers(jobs=1), "test")
     assert {r[2] for r in results} == {os.getpid()}
