@@ -174,6 +174,9 @@ def _walk_bundles(root: Path, left_out: dict[str, set[str]],
                     found.append(InputFile(rel, entry.path, stat_signature(st)))
                 else:
                     skipped.append(SkippedFile(rel, "file_type", _kind(mode)))
+            elif entry.name[-5:].lower() == ".json":  # (a bundle saved as .JSON is said, not passed over in silence)
+                skipped.append(SkippedFile(rel, "file_name", f"ends in {entry.name[-5:]}: a bundle file's name ends "
+                                                             f"in .json, in lower case; not read"))
         else:
             stack.pop()
     return found, skipped

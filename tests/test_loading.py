@@ -34,10 +34,12 @@ def test_bad_files_rejected_with_reason_good_ones_published(bundles_dir, tmp_pat
     os.mkfifo(bundles_dir / "pipe.json")
     (bundles_dir / ".hidden.json").write_bytes(b"not even json")
     (bundles_dir / "notes.txt").write_text("ignored")
+    (bundles_dir / "notes.jsonl").write_text("ignored")
+    (bundles_dir / "SAVED.JSON").write_bytes(REAL_FILES[0].read_bytes())  # (a real bundle, wrongly named)
     report = build(BuildOptions(bundles=bundles_dir, output=tmp_path / "site", trust=load_trust_set(), search=False))
     got = {o.inspection.rel: o.inspection.check for o in report.rejected}
     expected = {name: check for name, (_, check) in BAD_FILES.items()}
-    expected.update({"link.json": "file_type", "pipe.json": "file_type"})
+    expected.update({"link.json": "file_type", "pipe.json": "file_type", "SAVED.JSON": "file_name"})
     assert got == expected
     assert report.count("published") == 4
     for o in report.rejected:
@@ -100,6 +102,18 @@ def plant_kinds(folder):
 
 
 LINK, FIFO = "a symbolic link (not followed)", "a FIFO, not a regular file"
+
+
+def test_a_file_named_json_in_other_letter_case_is_said_not_passed_over(tmp_path):
+    """A bundle saved as ``.JSON`` (by a tool on a case-insensitive system) is no bundle file, as the watcher,
+    the cache and the report know them; it is named with the reason rather than left out without a word."""
+    for name in ("a.json", "B.JSON", "c.Json", "d.txt", "e.jsonl", "f.json.bak", "JSON"):
+        (tmp_path / name).write_text("{}")
+    found, skipped = discover(tmp_path)
+    assert [f.rel for f in found] == ["a.json"]
+    assert [(s.rel, s.check, s.reason) for s in skipped] == [
+        (name, "file_name", f"ends in {name[1:]}: a bundle file's name ends in .json, in lower case; not read")
+        for name in ("B.JSON", "c.Json")]
 
 
 def test_each_kind_of_file_that_is_no_bundle_is_named_in_its_reason(tmp_path):
