@@ -64,6 +64,12 @@ MORE_TAMPERS = {
         public_key_b64=TestKey("other").document()["public_key_b64"])),
     "an event signer naming another key than its signature": ("key_pinned", lambda b: snapshot(b)["signer"].update(
         key_id="someone-else")),
+    "an event signer naming another fingerprint than its signature": ("key_pinned", lambda b: snapshot(b)[
+        "signer"].update(public_key_fingerprint="0" * 32)),
+    # (no hash covers the bundle signature's block but the signature itself, which an algorithm's name does not
+    # change: only this check refuses a block that says it is not Ed25519)
+    "a bundle signature that names another algorithm": ("key_pinned", lambda b: b["bundle_signature"].update(
+        algorithm="rsa-pss")),
     "a record_created payload holding another record": ("canonical_hash", lambda b: record_created(b)["payload"][
         "canonical_record"]["metadata"].update(license="http://example.org/stolen")),
     "a record_created payload naming another digest": ("canonical_hash", lambda b: record_created(b)["payload"].update(
@@ -247,6 +253,17 @@ def test_event_subject_from_another_record_is_rejected(real_bundles):
     snapshot(b)["subject_pith_number"] = other
     forged = sign_bundle(b, key, keep_subject=True)
     verdict = verify_bundle(forged, trust)
+    assert verdict.first_failure.name == "event_subject"
+
+
+def test_event_about_this_records_id_under_another_year_is_rejected(real_bundle):
+    """The subject is the whole pith number: an event signed for ``pith:<another year>:<this ID>`` is about
+    no record this bundle is."""
+    key = TestKey()
+    trust = TrustSet((key_from_document(key.document()),))
+    year, pith_id = real_bundle["pith_number"].split(":")[1:]
+    snapshot(real_bundle)["subject_pith_number"] = f"pith:{int(year) - 1}:{pith_id}"
+    verdict = verify_bundle(sign_bundle(real_bundle, key, keep_subject=True), trust)
     assert verdict.first_failure.name == "event_subject"
 
 
