@@ -71,8 +71,9 @@ def test_a_large_fields_tag_binds_every_byte_of_it(tmp_path, monkeypatch, digest
     assert not key.checks(tag, "documen", b"t" + large)
 
 
-@pytest.mark.parametrize("flaw", ["folder-writable-by-others", "key-readable-by-others", "key-is-a-link",
-                                  "key-is-a-folder", "key-wrong-length", "no-home"])
+@pytest.mark.parametrize("flaw", ["folder-writable-by-others", "key-readable-by-others", "key-readable-by-its-group",
+                                  "key-writable-by-its-group", "key-is-a-link", "key-is-a-folder",
+                                  "key-wrong-length", "no-home"])
 def test_a_key_that_others_could_read_or_plant_is_refused(tmp_path, flaw):
     env = {"HOME": str(tmp_path / "home")}
     path = key_path(env)
@@ -82,6 +83,10 @@ def test_a_key_that_others_could_read_or_plant_is_refused(tmp_path, flaw):
         path.parent.chmod(0o777)
     elif flaw == "key-readable-by-others":
         path.chmod(0o644)
+    elif flaw == "key-readable-by-its-group":  # (a group's members could tag cache entries as this user)
+        path.chmod(0o640)
+    elif flaw == "key-writable-by-its-group":
+        path.chmod(0o620)
     elif flaw == "key-is-a-link":
         planted = tmp_path / "planted"
         planted.write_bytes(b"k" * 32)
@@ -96,6 +101,17 @@ def test_a_key_that_others_could_read_or_plant_is_refused(tmp_path, flaw):
     else:
         env = {}
     with pytest.raises(CacheKeyUnavailable):
+        user_cache_key(env)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user (CI runs as root)")
+def test_a_key_file_of_another_user_is_refused_even_by_root_who_can_read_it(tmp_path):
+    """root reads any file, so a private key file another user put in root's cache folder would be read, and
+    that user could tag cache entries root's builds trust."""
+    env = {"HOME": str(tmp_path / "home")}
+    user_cache_key(env)
+    os.chown(key_path(env), 12345, 12345)
+    with pytest.raises(CacheKeyUnavailable, match="is not a file of this user's"):
         user_cache_key(env)
 
 
