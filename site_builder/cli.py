@@ -228,6 +228,10 @@ def _templates_folder_missing(args) -> bool:
     return False
 
 
+# What a first run in a project without bundles is told: where they come from.
+NO_BUNDLES_FOLDER_HINT = "name the folder of bundles with --bundles DIR, or fetch records into it with site-builder pull"
+
+
 def cmd_build(args, left_for_exit: list | None = None) -> int:
     if _settings_file_missing(args) or _templates_folder_missing(args):
         return EXIT_USAGE
@@ -250,7 +254,11 @@ def cmd_build(args, left_for_exit: list | None = None) -> int:
     try:
         with progress or contextlib.nullcontext():
             report = build(options)
-    except (BundlesFolderError, OutputError, SearchIndexError) as exc:
+    except BundlesFolderError as exc:
+        hint = "" if os.path.lexists(args.bundles) else f"; {NO_BUNDLES_FOLDER_HINT}"
+        say(f"error: {exc}{hint}", err=True)
+        return EXIT_USAGE
+    except (OutputError, SearchIndexError) as exc:
         say(f"error: {exc}", err=True)
         return EXIT_USAGE
     except SettingsError as exc:  # (the about page, read as the build starts)
@@ -412,7 +420,7 @@ def cmd_serve(args) -> int:
     if _settings_file_missing(args) or _templates_folder_missing(args):
         return EXIT_USAGE
     if not args.bundles.is_dir():
-        say(f"error: {args.bundles}: bundles folder does not exist", err=True)
+        say(f"error: {args.bundles}: bundles folder does not exist; {NO_BUNDLES_FOLDER_HINT}", err=True)
         return EXIT_USAGE
     try:  # (an output folder that is not a site is not served, with a banner over it: it is no site of ours)
         OutputSlot(args.output).check_usable()

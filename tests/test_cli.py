@@ -11,6 +11,7 @@ import pytest
 
 from conftest import REAL_FILES, ROOT, run_unprivileged, stand_in_pagefind
 from signing import TestKey, sign_bundle, to_bytes
+from site_builder.cli import NO_BUNDLES_FOLDER_HINT
 from site_builder.parallel import MAX_JOBS
 
 
@@ -60,7 +61,9 @@ def test_usage_errors_exit_2(tmp_path):
         r = cli(*command, "--trusted-keys", bad_key)  # (as for pull and serve, before they fetch or build)
         assert r.returncode == 2 and "32 bytes" in r.stderr and len(r.stderr.splitlines()) == 1, r
     missing = tmp_path / "none"
-    for flags, said in ((("--bundles", missing), f"error: {missing}: bundles folder does not exist"),
+    for flags, said in ((("--bundles", missing), f"error: {missing}: bundles folder does not exist; name the folder "
+                                                 f"of bundles with --bundles DIR, or fetch records into it with "
+                                                 f"site-builder pull"),
                         (("--bundles", ROOT / "bundles", "--base-url", "javascript:x"),
                          "error: base URL 'javascript:x': only http and https are supported")):
         r = cli("serve", *flags, "--output", tmp_path / "o")  # (before it listens or builds)
@@ -608,7 +611,9 @@ def test_a_path_that_is_not_there_is_one_line_and_exit_2(bundles_dir, tmp_path):
     for args, line in [(("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--templates", missing),
                         f"error: {missing}: templates folder does not exist"),
                        (("serve", "--bundles", missing, "--output", tmp_path / "site"),
-                        f"error: {missing}: bundles folder does not exist"),
+                        f"error: {missing}: bundles folder does not exist; {NO_BUNDLES_FOLDER_HINT}"),
+                       (("build", "--bundles", missing, "--output", tmp_path / "site"),
+                        f"error: {missing}: bundles folder does not exist; {NO_BUNDLES_FOLDER_HINT}"),
                        (("serve", "--bundles", bundles_dir, "--output", tmp_path / "site", "--templates", missing),
                         f"error: {missing}: templates folder does not exist"),
                        (("serve", "--bundles", bundles_dir, "--output", bundles_dir),  # (a folder that is no site)
