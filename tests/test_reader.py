@@ -288,9 +288,18 @@ def _search(page, url, query):
                            "!/^Searching|^Loading/i.test(document.querySelector('.pagefind-ui__message').textContent)",
                            timeout=15000)
     page.wait_for_timeout(300)  # (the results of the last keystroke settle)
-    return page.eval_on_selector_all(".pagefind-ui__result", """els => els.filter(e => !e.hidden).map(e => [
+    return _shown_results(page)
+
+
+def _shown_results(page):
+    """The results a reader sees (a near miss is hidden: not merely marked so, but not drawn), each as (its link,
+    its excerpt); the count the page says is theirs."""
+    shown = page.eval_on_selector_all(".pagefind-ui__result", """els => els.filter(e => e.checkVisibility()).map(e => [
         e.querySelector('.pagefind-ui__result-link').getAttribute('href'),
         (e.querySelector('.pagefind-ui__result-excerpt') || {}).textContent || ''])""")
+    said = page.inner_text(".pagefind-ui__message")
+    assert said.startswith(f"{len(shown)} result" if shown else "No results"), (said, shown)
+    return shown
 
 
 def test_search_returns_the_record_meant_and_nothing_for_boilerplate(reader):
@@ -307,18 +316,20 @@ def test_search_returns_the_record_meant_and_nothing_for_boilerplate(reader):
     assert excerpt[:30] in " ".join(abstract.split()) or "TensorOpt" in excerpt
     for query in ["cs.DC", "2004.10856", ids[0][:8]]:  # categories and ids are still found
         assert any(href.endswith(f"pith/{ids[0]}/") for href, _ in _search(page, url, query)), query
+    # as the pages write them: the home page's example, a page's full pith number and its "Cite as" line
+    cited = f"arXiv:{bundle['source']['id']}v{bundle['source']['version']}"
+    for query in [f"pith:{ids[0][:8]}", bundle["pith_number"], cited]:
+        assert [href for href, _ in _search(page, url, query)] == [f"/pith/{ids[0]}/"], query
     everything = {href for href, _ in _search(page, url, "training")}
     assert len(everything) >= 2
     page.select_option("#filter-category", "stat.ML")
     page.wait_for_timeout(200)
-    in_dc = page.eval_on_selector_all(".pagefind-ui__result", """els => els.filter(e => !e.hidden).map(e =>
-        e.querySelector('.pagefind-ui__result-link').getAttribute('href'))""")
+    in_dc = [href for href, _ in _shown_results(page)]
     assert in_dc and set(in_dc) < everything and f"/pith/{ids[0]}/" in in_dc
-    assert page.inner_text(".pagefind-ui__message").startswith(f"{len(in_dc)} result")
     page.select_option("#filter-category", "")
     page.select_option("#filter-year", bundle["canonical_record"]["metadata"]["submitted_at"][:4])
     page.wait_for_timeout(200)
-    years = page.eval_on_selector_all(".pagefind-ui__result", """els => els.filter(e => !e.hidden).map(e =>
+    years = page.eval_on_selector_all(".pagefind-ui__result", """els => els.filter(e => e.checkVisibility()).map(e =>
         e.querySelector('[data-pagefind-ui-meta=year]').textContent.trim())""")
     assert years and set(years) == {"Year: " + bundle["canonical_record"]["metadata"]["submitted_at"][:4]}
 

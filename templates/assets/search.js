@@ -6,8 +6,13 @@ window.addEventListener("DOMContentLoaded", function () {
     return;
   }
   var indexes = JSON.parse(document.getElementById("search-indexes").textContent);
+  // A pith number or arXiv id as the pages write them ("pith:5KDARQND", "pith:2020:5KDA...", "arXiv:2004.10856v1")
+  // is searched as the ID the index holds: Pagefind finds no word in "pith:5kdarqnd" to mark.
+  function asSearched(text) {
+    return text.replace(/(^|\s)(pith:([0-9]{4}:)?|arxiv:)(?=\S)/gi, "$1");
+  }
   var ui = new PagefindUI({
-    element: "#search", showSubResults: false, showImages: false, resetStyles: false,
+    element: "#search", showSubResults: false, showImages: false, resetStyles: false, processTerm: asSearched,
     bundlePath: indexes[0],
     mergeIndex: indexes.slice(1).map(function (path) { return { bundlePath: path }; }),
   });
@@ -26,7 +31,7 @@ window.addEventListener("DOMContentLoaded", function () {
   function dropNearMisses() {
     var input = document.querySelector("#search input"), message = document.querySelector(".pagefind-ui__message");
     if (!input || !message) return;
-    var terms = input.value.toLowerCase().split(/\s+/).filter(Boolean);
+    var terms = asSearched(input.value).toLowerCase().split(/\s+/).filter(Boolean);
     var category = document.getElementById("filter-category").value, year = document.getElementById("filter-year").value;
     function meta(result, name) {
       var tag = result.querySelector('[data-pagefind-ui-meta="' + name + '"]');
