@@ -314,6 +314,13 @@ def test_the_standalone_verifier_fetches_a_record_by_its_page_url(site, tmp_path
         page.goto(url + "verify/")
         state, text = _verify_in_standalone(page, url=url + f"pith/{IDS[2]}/")
         assert state == "verified" and REAL[2]["pith_number"] in text
+        # the page's address as the resolver writes it (no "/"), in other letter case, with a fragment
+        for address in (f"pith/{IDS[2]}", f"pith/{IDS[2].lower()}/index.html#claims"):
+            state, text = _verify_in_standalone(page, url=url + address)
+            assert state == "verified" and REAL[2]["pith_number"] in text, (address, text)
+        # a page that is no record's (a short address's) is said to be a page: no verdict on a signature
+        state, text = _verify_in_standalone(page, url=url + f"pith/{IDS[2][:8]}/")
+        assert state == "failed" and "is a web page, not a bundle" in text and "signed" not in text, text
         bundle.write_bytes(bundle.read_bytes().replace(b'"built_at":"2', b'"built_at":"1', 1))
         state, text = _verify_in_standalone(page, url=url + f"pith/{IDS[2]}/")
         assert state == "failed"
