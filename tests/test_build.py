@@ -131,6 +131,20 @@ def test_removed_bundle_disappears(bundles_dir, tmp_path):
     assert gone not in (out / "index.html").read_text()
 
 
+def test_a_file_that_is_no_bundle_added_beside_unchanged_bundles_is_reported_by_the_next_build(bundles_dir, tmp_path):
+    """No bundle changed, but a ``*.json`` that cannot be read (a link, not followed) came: the build is no no-op,
+    and its report (and so ``--strict``) names the file; so does the next, once it is gone, no longer."""
+    out = tmp_path / "site"
+    run(bundles_dir, out)
+    (bundles_dir / "linked.json").symlink_to(REAL_FILES[0])
+    report = run(bundles_dir, out)
+    assert [(o.inspection.rel, o.inspection.check) for o in report.rejected] == [("linked.json", "file_type")]
+    assert "linked.json" in (out / "verification.json").read_text()
+    (bundles_dir / "linked.json").unlink()
+    report = run(bundles_dir, out)
+    assert report.rejected == [] and "linked.json" not in (out / "verification.json").read_text()
+
+
 def test_failing_render_leaves_previous_output_intact(bundles_dir, tmp_path):
     out = tmp_path / "site"
     run(bundles_dir, out)

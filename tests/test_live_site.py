@@ -2,6 +2,7 @@
 no previous output, only the live site, served here by a local HTTP server or read from a folder."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -310,6 +311,23 @@ def test_a_newer_live_site_is_seen_even_when_the_inputs_did_not_change(deployed)
     assert published_bundle(d) == d["older"]
     build(BuildOptions(bundles=d["bundles"], output=out, trust=d["trust"], search=False, deployed=str(d["live"])))
     assert published_bundle(d) == d["newer"]
+
+
+def test_a_live_site_that_published_since_the_last_build_is_seen_though_nothing_else_changed(deployed):
+    """The same live folder, the same inputs: the live site's manifest is what changed (another runner
+    deployed a newer bundle), so the build is no no-op, and the newer live bundle stays published."""
+    d = deployed
+    out, live = d["tmp"] / "fresh", d["tmp"] / "live-here"
+    (d["tmp"] / "older").mkdir()
+    (d["tmp"] / "older" / "r.json").write_bytes(d["older"])
+    build(BuildOptions(bundles=d["tmp"] / "older", output=live, trust=d["trust"], search=False))
+    build(BuildOptions(bundles=d["bundles"], output=out, trust=d["trust"], search=False, deployed=str(live)))
+    assert published_bundle(d) == d["older"]
+    shutil.rmtree(live)
+    shutil.copytree(d["live"], live)
+    report = build(BuildOptions(bundles=d["bundles"], output=out, trust=d["trust"], search=False,
+                                deployed=str(live)))
+    assert report.changed and published_bundle(d) == d["newer"]
 
 
 def test_a_live_bundle_newer_than_the_previous_sites_copy_wins_and_says_so(deployed):
