@@ -229,7 +229,8 @@ def _templates_folder_missing(args) -> bool:
 
 
 # What a first run in a project without bundles is told: where they come from.
-NO_BUNDLES_FOLDER_HINT = "name the folder of bundles with --bundles DIR, or fetch records into it with site-builder pull"
+NO_BUNDLES_FOLDER_HINT = ("name the folder of bundles with --bundles DIR, or fetch records into it with "
+                          "site-builder pull")
 
 
 def cmd_build(args, left_for_exit: list | None = None) -> int:
