@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -99,6 +100,30 @@ def test_a_site_with_no_records_yet_dates_its_feed_by_source_date_epoch_or_the_e
         assert run(tmp_path / "bundles", out).count("published") == 0
     assert b"<updated>2026-01-01T00:00:00Z</updated>" in (tmp_path / "dated" / "feed.xml").read_bytes()
     assert b"<updated>1970-01-01T00:00:00Z</updated>" in (tmp_path / "undated" / "feed.xml").read_bytes()
+
+
+def test_a_home_page_says_what_it_has_and_offers_a_search_its_own_records_answer(bundles_dir, tmp_path):
+    """Nothing published: one sentence (and where the reasons are, if every bundle was rejected), not empty
+    headings, nor a search box over an index with nothing in it.  Otherwise the search box's example is the
+    newest record's arXiv id and short pith number, which this mirror's search finds."""
+    (tmp_path / "none").mkdir()
+    (tmp_path / "rejected").mkdir()
+    (tmp_path / "rejected" / "b.json").write_bytes(REAL_FILES[0].read_bytes().replace(b'"title":"', b'"title":"X', 1))
+    said = {}
+    for name in ("none", "rejected"):
+        run(tmp_path / name, tmp_path / f"site-{name}")
+        home = (tmp_path / f"site-{name}" / "index.html").read_text()
+        assert "Most recent papers" not in home and "<form" not in home and "<h2>Categories" not in home
+        said[name] = " ".join(re.search(r'<p class="empty">(.*?)</p>', home, re.S).group(1).split())
+    assert said["none"] == "No papers are published here yet."
+    assert said["rejected"].startswith("No papers are published here yet: every bundle read was rejected") \
+        and 'href="/verification/"' in said["rejected"]
+    run(bundles_dir, tmp_path / "site")
+    home = (tmp_path / "site" / "index.html").read_text()
+    newest = max((json.loads(p.read_bytes()) for p in REAL_FILES),
+                 key=lambda b: b["canonical_record"]["metadata"]["submitted_at"])
+    example = f'placeholder="e.g. {newest["source"]["id"]} or pith:{newest["pith_number"].rsplit(":", 1)[1][:8]}"'
+    assert example in home and 'class="empty"' not in home and "Most recent papers" in home
 
 
 def test_rejected_bundle_leaves_no_trace_and_others_build(bundles_dir, tmp_path):
