@@ -104,7 +104,7 @@ def test_a_site_with_no_records_yet_dates_its_feed_by_source_date_epoch_or_the_e
 
 def test_a_home_page_says_what_it_has_and_offers_a_search_its_own_records_answer(bundles_dir, tmp_path):
     """Nothing published: one sentence (and where the reasons are, if every bundle was rejected), not empty
-    headings, nor a search box over an index with nothing in it.  Otherwise the search box's example is the
+    headings, nor a search box over an index with nothing in it; the listings say it too.  Otherwise the search box's example is the
     newest record's arXiv id and short pith number, which this mirror's search finds."""
     (tmp_path / "none").mkdir()
     (tmp_path / "rejected").mkdir()
@@ -115,6 +115,10 @@ def test_a_home_page_says_what_it_has_and_offers_a_search_its_own_records_answer
         home = (tmp_path / f"site-{name}" / "index.html").read_text()
         assert "Most recent papers" not in home and "<form" not in home and "<h2>Categories" not in home
         said[name] = " ".join(re.search(r'<p class="empty">(.*?)</p>', home, re.S).group(1).split())
+        for listing in ("papers", "category", "year"):  # (the header's links lead to these)
+            page = (tmp_path / f"site-{name}" / listing / "index.html").read_text()
+            assert '<p class="empty">No papers are published here yet.</p>' in page and "<ol" not in page \
+                and '<ul class="groups' not in page, listing
     assert said["none"] == "No papers are published here yet."
     assert said["rejected"].startswith("No papers are published here yet: every bundle read was rejected") \
         and 'href="/verification/"' in said["rejected"]
