@@ -324,6 +324,9 @@ class Fetcher:
                     last += f": {exc.reason}"
                     if isinstance(exc.reason, ssl.SSLCertVerificationError):  # (the same certificate every try)
                         raise OSError(last) from None
+                    if isinstance(exc.reason, socket.gaierror) and exc.reason.errno == socket.EAI_NONAME:
+                        # (the same answer every try: not waited on for each bundle, as a temporary failure is)
+                        raise OSError("host name not found (a misspelt URL, or no network)") from None
                 elif isinstance(exc, TimeoutError) and str(exc):
                     last = str(exc)
                 if attempt < self.retries:

@@ -294,6 +294,18 @@ def test_a_content_length_that_is_no_number_is_read_to_the_end(tmp_path, length)
     assert (tmp_path / f"{IDS[0]}.json").read_bytes() == REAL[IDS[0]]
 
 
+def test_a_host_name_that_is_not_found_fails_at_once_with_one_line(tmp_path):
+    """Not found is the answer every try would get (a misspelt --from, or no network): the bundle fails without
+    the backoff's waits, which at four retries cost each bundle 7.5 s, and the line says what to look at."""
+    waits = []
+    report = pull(IDS[:2], "http://no-such-host.invalid", tmp_path, load_trust_set(),
+                  fetcher=Fetcher(timeout=5, retries=4, sleep=waits.append))
+    assert waits == []
+    assert [(o.status, o.detail) for o in report.outcomes] == [
+        ("failed", f"http://no-such-host.invalid/pith/{i}/bundle.json: host name not found (a misspelt URL, or no "
+                   f"network)") for i in IDS[:2]]
+
+
 def test_many_retries_wait_at_most_the_cap_and_fail_with_one_line(tmp_path):
     """With more retries than the backoff stays under the cap for (0.5 s doubled past 30 s), each wait is capped
     and the bundle fails with its line; the cap is noted only where the server asked for longer."""
