@@ -108,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     _keys_argument(v)
     v.add_argument("--json", action="store_true", help="print the results as one JSON document")
     v.add_argument("--jobs", type=_count(0, MAX_JOBS), default=0, metavar="N",
-                   help="worker processes (0: one per core this process may use)")
+                   help=f"worker processes (0: one per core this process may use; at most {MAX_JOBS})")
     return parser
 
 
@@ -139,7 +139,7 @@ def _build_arguments(b: argparse.ArgumentParser) -> None:
     _site_arguments(b)
     b.add_argument("--strict", action="store_true", help="exit 1 if any bundle was rejected")
     b.add_argument("--jobs", type=_count(0, MAX_JOBS), default=0, metavar="N",
-                   help="worker processes (0: one per core this process may use)")
+                   help=f"worker processes (0: one per core this process may use; at most {MAX_JOBS})")
     b.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
                    help="build cache folder (default: .site-builder-cache/<output name> beside the output)")
     b.add_argument("--no-cache", action="store_true", help="verify and render everything from scratch")
