@@ -60,9 +60,12 @@ def start_detached(save: Callable[[], None], cache: BuildCache) -> bool:
     if pid == 0:
         code = 1
         try:
+            # Drop the output lock and the caller's pipes (which the saver would hold open) before the saver
+            # is started: this process ends before the build returns, so the output is free for a next build
+            # at once, however late the saver gets to run.
+            keep_only_fd(cache.lock_fd)
             if os.fork() == 0:  # the grandchild: no parent waits for it, so it never becomes a zombie
                 os.setsid()
-                keep_only_fd(cache.lock_fd)  # drops the output lock and the caller's pipes (which it would hold open)
                 cache.reconnect()
                 save()
             code = 0

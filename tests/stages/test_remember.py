@@ -371,6 +371,39 @@ def test_a_one_shot_build_returns_before_its_cache_is_saved_or_saves_it_itself(p
     assert not again.changed and "verify" not in again.timings  # the no-op answer the save left
 
 
+# The build, its saver held up right after it is forked (as a loaded machine may hold it before its first
+# steps), and then at once what the next build of the output does first: take the output's lock.
+OUTPUT_FREE_AT_RETURN = ONE_SHOT_IMPORTS + """
+import fcntl
+setsid = os.setsid
+def slow_setsid():
+    time.sleep(2)
+    return setsid()
+os.setsid = slow_setsid
+""" + ONE_SHOT_BUILD + """
+fd = os.open(project / ".site.lock", os.O_RDWR)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    free = True
+except BlockingIOError:
+    free = False
+print(json.dumps({"saved_in_background": report.saved_in_background, "output_free": free}))
+"""
+
+
+def test_the_output_is_free_for_the_next_build_as_soon_as_a_build_returns(project):
+    """The saver is forked while the build holds the output's lock, so a copy of it held by the saver until it
+    let go of its caller's descriptors kept the output locked: a next build started at once (a script's next
+    line, a test) stopped with "another site-builder build is writing this output".  The saver's parent lets go
+    of them before the saver starts, and the build returns once that parent has ended."""
+    keys = [ROOT / "site_builder" / "data" / "pith-signing-key.json", benchmark_key().write(project / "bench-key.json")]
+    built = subprocess.run([sys.executable, "-c", OUTPUT_FREE_AT_RETURN, project, *keys], capture_output=True,
+                           text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    assert json.loads(built.stdout) == {"saved_in_background": True, "output_free": True}
+    _wait_for_saver(project)
+
+
 def test_the_detached_saver_holds_no_descriptor_of_its_caller_but_the_cache_lock(tmp_path):
     """The saver outlives the build: a pipe of the caller's it held open (its output, captured by a CI step or
     a script) would keep the caller waiting until the save ended.  It keeps the cache lock and nothing else, with
