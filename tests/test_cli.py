@@ -2,14 +2,18 @@
 
 import json
 import os
+import queue
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from conftest import REAL_FILES, ROOT, run_unprivileged, stand_in_pagefind
+from conftest import REAL_FILES, ROOT, free_port, run_unprivileged, stand_in_pagefind
 from signing import TestKey, sign_bundle, to_bytes
 from site_builder.cli import NO_BUNDLES_FOLDER_HINT
 from site_builder.parallel import MAX_JOBS
@@ -359,16 +363,53 @@ def test_a_name_the_output_streams_encoding_cannot_hold_is_shown_escaped(bundles
     assert out.splitlines()[-1] == f"REJECTED {bundles_dir}/{shown}: structure: bundle.bundle_type is missing"
 
 
-def test_serve_says_which_folder_nests_too_deep_to_watch(bundles_dir, tmp_path, nest_deep):
-    """The watcher walks a folder it watches by recursion: one nested a thousand deep was a traceback.  The
-    build reads it (a bundle at the bottom is one like any other); serve cannot watch it, and says so."""
-    (nest_deep(bundles_dir / "deep") / "x.json").write_text("{}")
+# serve as Python runs it, and with room to recurse (as os.walk has from Python 3.12 on, where it recurses no more)
+@pytest.mark.parametrize("recursion_limit", [None, 20_000])
+def test_serve_watches_a_folder_nested_a_thousand_deep_or_says_in_one_line_that_it_cannot(bundles_dir, tmp_path,
+                                                                                         nest_deep, recursion_limit):
+    """The watcher walks what it watches with ``os.walk``, which recursed before Python 3.12: a folder nested a
+    thousand deep was a traceback there.  The build reads it (a bundle at the bottom is one like any other); serve
+    either watches it, and builds again when a bundle is saved at the bottom, or stops with one line saying
+    which folder it cannot watch."""
+    deepest = nest_deep(bundles_dir / "deep")
+    (deepest / "x.json").write_text("{}")
     r = cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--no-search")
     assert r.returncode == 0 and r.stdout.startswith("5 bundles read, 4 published, 1 rejected"), r.stderr
-    r = cli("serve", "--bundles", bundles_dir, "--output", tmp_path / "site", "--port", "0", "--no-search")
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert r.stderr.splitlines()[-1] == (f"error: {bundles_dir}: cannot watch it for changes: its folders nest too "
-                                         f"deep (over ~900 levels); move what is that deep out of it")
+    start = (["-m", "site_builder"] if recursion_limit is None else
+             ["-c", f"import sys; sys.setrecursionlimit({recursion_limit}); from site_builder.cli import run; run()"])
+    proc = subprocess.Popen([sys.executable, *start, "serve", "--bundles", bundles_dir, "--output",
+                             tmp_path / "site", "--port", str(free_port()), "--no-search"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    said: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [said.put(line.rstrip("\n")) for line in proc.stderr], daemon=True).start()
+
+    def next_line(timeout=60) -> str | None:  # (None: serve ended)
+        while True:
+            try:
+                return said.get(timeout=0.2)
+            except queue.Empty:
+                if proc.poll() is not None and said.empty():
+                    return None
+                timeout -= 0.2
+                assert timeout > 0, "serve neither served nor stopped"
+    try:
+        lines = []
+        while (line := next_line()) is not None and not line.startswith(f"serving {tmp_path / 'site'} at "):
+            lines.append(line)
+        if line is None:  # it cannot watch the folder: one line, naming it
+            assert recursion_limit is None, lines
+            assert proc.wait() == 2 and not any("Traceback" in x for x in lines), lines
+            assert lines[-1] == (f"error: {bundles_dir}: cannot watch it for changes: its folders nest too deep "
+                                 f"(over ~900 levels); move what is that deep out of it")
+        else:  # it watches it: a bundle saved at the bottom is built
+            shutil.copy(REAL_FILES[0], deepest / "y.json")
+            while not ((line := next_line()) or "").startswith("[change]"):
+                assert line is not None, "serve ended"
+            assert "6 bundles read, 4 published, 1 rejected, 1 superseded" in line, line
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(30)
 
 
 def test_serve_on_a_host_that_is_no_host_name_is_one_line(bundles_dir, tmp_path):
