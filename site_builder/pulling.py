@@ -84,12 +84,13 @@ def pith_id_of(text: str) -> str | None:
     match = PITH_ID_RE.match(text)
     if match:
         return match.group(1).upper()
-    if not text.lower().startswith(("http://", "https://")):
-        return None
     try:
-        segments = urllib.parse.urlsplit(text).path.split("/")
+        parts = urllib.parse.urlsplit(text)
     except ValueError:  # (an unclosed "[": no URL)
         return None
+    if parts.scheme not in ("http", "https"):  # (urlsplit gives the scheme in lower case)
+        return None
+    segments = parts.path.split("/")
     if segments[-1] == "" or segments[-1] in RECORD_FILES:
         segments.pop()
     if len(segments) >= 2 and segments[-2] == "pith" and ID_SEGMENT_RE.match(segments[-1]):
