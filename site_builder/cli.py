@@ -38,6 +38,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+# (a thread and a connection to the source each: more is no longer polite to a server, nor faster through one)
+MAX_DOWNLOADS_AT_ONCE = 64
+
+
 def _count(least: int, most: int | None = None):
     """An argparse type: a whole number of at least *least* and at most *most* (a clear usage error, not a
     traceback later)."""
@@ -165,7 +169,8 @@ def _pull_arguments(pl: argparse.ArgumentParser) -> None:
     pl.add_argument("--bundles", type=Path, default=Path("bundles"), metavar="DIR",
                     help="folder the verified bundles are written to")
     _keys_argument(pl)
-    pl.add_argument("--concurrency", type=_count(1), default=4, metavar="N", help="downloads at once")
+    pl.add_argument("--concurrency", type=_count(1, MAX_DOWNLOADS_AT_ONCE), default=4, metavar="N",
+                    help=f"downloads at once (at most {MAX_DOWNLOADS_AT_ONCE})")
     pl.add_argument("--timeout", type=_seconds, default=20.0, metavar="SECONDS",
                     help="bound on each whole request, from connecting to the last byte")
     pl.add_argument("--retries", type=_count(0), default=4, metavar="N",
@@ -401,7 +406,12 @@ def cmd_pull(args) -> int:
     if not args.quiet:
         for note in report.notes:
             say(f"note: {note}", err=True)
+    if report.unreachable:
+        untried = sum(1 for o in report.outcomes if not o.tried)
+        say(f"FAILED {untried} record{'s' if untried != 1 else ''}, none tried: {report.unreachable}", err=True)
     for o in report.outcomes:
+        if not o.tried:
+            continue
         if o.status in ("rejected", "failed"):
             say(f"{o.status.upper()} {o.pith_id}: {o.detail}", err=True)
         elif not args.quiet and o.status in ("fetched", "kept"):

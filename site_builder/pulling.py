@@ -49,17 +49,24 @@ class ResponseTooLarge(OSError):
     """A response over the byte limit its request allowed; the message says how large."""
 
 
+class Unreachable(OSError):
+    """No answer from the server at all, after every try: its host name not found, its connection refused, reset
+    or timed out, its certificate not trusted.  A source that gives its manifest none gives its bundles none."""
+
+
 @dataclass
 class PullOutcome:
     pith_id: str
     status: str  # fetched | unchanged | kept | rejected | failed
     detail: str = ""
+    tried: bool = True  # (False: failed with the run, whose source could not be reached)
 
 
 @dataclass
 class PullReport:
     outcomes: list[PullOutcome] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the run did otherwise than asked, and why
+    unreachable: str | None = None  # why no bundle was tried: the source gave no answer at all
 
     def count(self, status: str) -> int:
         return sum(1 for o in self.outcomes if o.status == status)
@@ -321,17 +328,20 @@ class Fetcher:
                     self._wait(self._retry_after(exc.headers.get("Retry-After") if exc.headers else None, attempt))
             except (urllib.error.URLError, http.client.HTTPException, TimeoutError, ConnectionError) as exc:
                 last = {"IncompleteRead": "truncated response"}.get(type(exc).__name__, type(exc).__name__)
+                answered = isinstance(exc, http.client.HTTPException)  # (a bad or cut-off answer is one)
                 if isinstance(exc, urllib.error.URLError):
                     last += f": {exc.reason}"
                     if isinstance(exc.reason, ssl.SSLCertVerificationError):  # (the same certificate every try)
-                        raise OSError(last) from None
+                        raise Unreachable(last) from None
                     if isinstance(exc.reason, socket.gaierror) and exc.reason.errno == socket.EAI_NONAME:
                         # (the same answer every try: not waited on for each bundle, as a temporary failure is)
-                        raise OSError("host name not found (a misspelt URL, or no network)") from None
+                        raise Unreachable("host name not found (a misspelt URL, or no network)") from None
                 elif isinstance(exc, TimeoutError) and str(exc):
                     last = str(exc)
                 if attempt < self.retries:
                     self._wait(self._retry_after(None, attempt))
+                elif not answered:
+                    raise Unreachable(f"{last} after {self.retries + 1} attempt{'s' if self.retries else ''}")
         raise OSError(f"{last} after {self.retries + 1} attempt{'s' if self.retries else ''}")
 
 
@@ -342,7 +352,8 @@ MAX_RETRY_AFTER = 10 ** 9  # (what a server may ask for is said as it asked, up 
 def bundle_url_pattern(base: str, fetcher: Fetcher) -> tuple[str, str | None]:
     """The mirror's own bundle URL pattern from its pith-mirrors.json, else the resolver's layout; and, where the
     source serves a manifest that gives no usable pattern, a note saying why.  The manifest is the source's to
-    write: it is read as strict JSON, and only an http(s) URL holding ``{suffix}`` is taken from it."""
+    write: it is read as strict JSON, and only an http(s) URL holding ``{suffix}`` is taken from it.  Raises
+    ``Unreachable`` (its message names the manifest's URL) when the source gives no answer at all."""
     base = base.rstrip("/")
     default = base + "/pith/{suffix}/bundle.json"
 
@@ -353,7 +364,9 @@ def bundle_url_pattern(base: str, fetcher: Fetcher) -> tuple[str, str | None]:
         status, body, _ = fetcher.get(base + "/pith-mirrors.json", {}, MANIFEST_MAX_BYTES)
     except ResponseTooLarge as exc:
         return falling_back(str(exc))
-    except OSError:  # (the source unreachable or refusing: each bundle's own line says why)
+    except Unreachable as exc:
+        raise Unreachable(f"{base}/pith-mirrors.json: {exc}") from None
+    except OSError:  # (the source refusing this path, say with a 5xx: each bundle's own line says how it fares)
         return default, None
     if status != 200:
         return default, None
@@ -531,7 +544,12 @@ def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concur
         raise PullError(f"{bundles}: cannot make the bundles folder: {exc.strerror}") from None
     fetcher = fetcher or Fetcher()
     state_path = bundles / STATE_FILE
-    pattern, note = bundle_url_pattern(source, fetcher)
+    try:
+        pattern, note = bundle_url_pattern(source, fetcher)
+    except Unreachable as exc:  # (not each bundle tried in turn, each with its retries' waits, to the same end)
+        report.unreachable = str(exc)
+        report.outcomes.extend(PullOutcome(pith_id, "failed", f"not tried: {exc}", tried=False) for pith_id in ids)
+        return report
     if note is not None:
         report.notes.append(note)
     run = _PullRun(trust, fetcher, pattern, bundles, _read_state(state_path))

@@ -310,6 +310,7 @@ def test_numbers_out_of_range_are_usage_errors(tmp_path):
                           (("verify", "--jobs", str(MAX_JOBS + 1), "x"), f"{MAX_JOBS + 1} is more than {MAX_JOBS}"),
                           (("serve", "--port", "65536"), "argument --port: 65536 is not a TCP port"),
                           (("pull", "--concurrency", "0", "x"), "argument --concurrency: 0 is less than 1"),
+                          (("pull", "--concurrency", "65", "x"), "argument --concurrency: 65 is more than 64"),
                           (("pull", "--timeout", "-5", "x"), "argument --timeout: -5 is not a positive number"),
                           (("pull", "--timeout", "nan", "x"), "argument --timeout: nan is not a positive number"),
                           (("pull", "--timeout", "0", "x"), "argument --timeout: 0 is not a positive number"),
@@ -322,7 +323,8 @@ def test_numbers_out_of_range_are_usage_errors(tmp_path):
     # The bounds themselves are taken (an option is taken as it is read: the help after it is shown, exit 0).
     for args in (("serve", "--port", "65535"), ("serve", "--port", "0"), ("build", "--jobs", "0"),
                  ("build", "--jobs", str(MAX_JOBS)),
-                 ("verify", "--jobs", "0"), ("pull", "--concurrency", "1"), ("pull", "--retries", "0"),
+                 ("verify", "--jobs", "0"), ("pull", "--concurrency", "1"), ("pull", "--concurrency", "64"),
+                 ("pull", "--retries", "0"),
                  ("pull", "--timeout", "0.5")):
         assert cli(*args, "--help", cwd=tmp_path).returncode == 0, args
 

@@ -133,8 +133,9 @@ def test_fetches_verifies_and_writes(tmp_path):
 def test_an_https_source_is_fetched_only_with_a_certificate_for_its_name_from_a_trusted_authority(
         tmp_path, monkeypatch, certified_for, trusted):
     """The default source is https: a server is fetched from when a trusted authority certified its name, and
-    otherwise refused with the reason on the record's line, nothing written, and not tried again (the server
-    shows the same certificate every time: a pull of many records would wait out every record's retries)."""
+    otherwise refused with the reason, nothing written, and not tried again: the server shows the same
+    certificate every time, so the run stops at its manifest (a pull of many records would wait out every
+    record's retries)."""
     tls = https_certificate(tmp_path, monkeypatch, certified_for, trusted)
     s = Server()
     s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]]})
@@ -152,6 +153,7 @@ def test_an_https_source_is_fetched_only_with_a_certificate_for_its_name_from_a_
         assert outcome.status == "failed" and "CERTIFICATE_VERIFY_FAILED" in outcome.detail, outcome
         assert why in outcome.detail and not target.exists()
         assert waits == [] and "attempts" not in outcome.detail
+        assert not outcome.tried and report.unreachable.startswith(f"{url}/pith-mirrors.json: ")
 
 
 def test_an_https_server_that_sends_one_byte_at_a_time_is_cut_off_at_the_timeout(tmp_path, monkeypatch):
@@ -294,16 +296,41 @@ def test_a_content_length_that_is_no_number_is_read_to_the_end(tmp_path, length)
     assert (tmp_path / f"{IDS[0]}.json").read_bytes() == REAL[IDS[0]]
 
 
-def test_a_host_name_that_is_not_found_fails_at_once_with_one_line(tmp_path):
-    """Not found is the answer every try would get (a misspelt --from, or no network): the bundle fails without
-    the backoff's waits, which at four retries cost each bundle 7.5 s, and the line says what to look at."""
+def test_a_host_name_that_is_not_found_stops_the_pull_at_once_with_one_reason(tmp_path):
+    """Not found is the answer every try would get (a misspelt --from, or no network): the run stops at the
+    source's manifest without the backoff's waits (at four retries, 7.5 s a request) and tries no bundle, each
+    of which would get the same answer; the reason says what to look at, and every record is counted failed."""
     waits = []
     report = pull(IDS[:2], "http://no-such-host.invalid", tmp_path, load_trust_set(),
                   fetcher=Fetcher(timeout=5, retries=4, sleep=waits.append))
     assert waits == []
-    assert [(o.status, o.detail) for o in report.outcomes] == [
-        ("failed", f"http://no-such-host.invalid/pith/{i}/bundle.json: host name not found (a misspelt URL, or no "
-                   f"network)") for i in IDS[:2]]
+    reason = "http://no-such-host.invalid/pith-mirrors.json: host name not found (a misspelt URL, or no network)"
+    assert report.unreachable == reason
+    assert [(o.pith_id, o.status, o.tried) for o in report.outcomes] == [(i, "failed", False) for i in IDS[:2]]
+    assert report.count("failed") == 2 and list(tmp_path.iterdir()) == []
+
+
+def test_a_source_that_does_not_answer_is_tried_once_for_the_run_not_once_a_bundle(tmp_path):
+    """A refused connection is tried again with backoff, as it may be a server restarting; after the last try on
+    the manifest, no bundle is tried (four records would have cost four times the waits, to the same end)."""
+    waits = []
+    report = pull(IDS, f"http://127.0.0.1:{free_port()}", tmp_path, load_trust_set(),
+                  fetcher=Fetcher(**FAST, sleep=waits.append))
+    assert waits == [0.05, 0.1, 0.2]
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/pith-mirrors\.json: URLError: .*refused.* after 4 attempts",
+                        report.unreachable), report.unreachable
+    assert [(o.status, o.tried) for o in report.outcomes] == [("failed", False)] * 4
+
+
+def test_a_source_that_answers_its_manifest_with_an_error_still_has_each_bundle_tried(tmp_path):
+    """A server error on the manifest is an answer: the source is there, and its bundles may well be served."""
+    s = Server()
+    s.add("/pith-mirrors.json", {"status": 500})
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]]})
+    with running(s) as url:
+        report = pull(IDS[:1], url, tmp_path, load_trust_set(), fetcher=Fetcher(**FAST, sleep=lambda _: None))
+    assert report.unreachable is None
+    assert [(o.status, o.tried) for o in report.outcomes] == [("fetched", True)]
 
 
 def test_many_retries_wait_at_most_the_cap_and_fail_with_one_line(tmp_path):
@@ -542,6 +569,22 @@ def test_cli_with_list_file_summary_and_exit_code(tmp_path):
     assert quiet.returncode == 1 and quiet.stdout == r.stdout
     assert sorted(quiet.stderr.splitlines()) == sorted(line for line in r.stderr.splitlines()
                                                        if line.startswith("FAILED "))
+
+
+@pytest.mark.slow  # (a process started)
+def test_cli_says_once_that_the_source_gave_no_answer(tmp_path):
+    """Not one line per record, all the same: one saying how many records were not tried and why, then the
+    summary, and exit 1."""
+    listing = tmp_path / "records.txt"
+    listing.write_text("".join(f"{i}\n" for i in IDS) + "not-an-id\n")
+    r = subprocess.run([sys.executable, "-m", "site_builder", "pull", "--from", "https://no-such-host.invalid",
+                        "--bundles", str(tmp_path / "b"), str(listing)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert r.stdout == "0 fetched, 0 unchanged, 0 kept (local copy newer), 0 rejected, 5 failed\n"
+    assert sorted(r.stderr.splitlines()) == sorted([
+        "FAILED 4 records, none tried: https://no-such-host.invalid/pith-mirrors.json: host name not found (a "
+        "misspelt URL, or no network)",
+        f"FAILED {listing}:5: not a pith number, 26-character ID, record URL or list file"])
 
 
 class _Misbehaving:
