@@ -18,6 +18,7 @@ from pathlib import Path
 from site_builder.loading import FileReadError, read_bytes
 from site_builder.selection import PublishedBefore
 from site_builder.strict_json import StrictJSONError, parse_strict
+from site_builder.urls import is_url
 from site_builder.writing import MARKER
 
 MAX_MANIFEST_BYTES = 100 * 1024 * 1024  # GitHub Pages' limit for one file
@@ -59,10 +60,6 @@ def manifest_claims(raw: bytes) -> tuple[str | None, dict[str, PublishedBefore],
         claims[match.group(1)] = PublishedBefore(match.group(1), sha256, built_at, events)
     build_id = doc.get("build_id")
     return (build_id if isinstance(build_id, str) else None), claims, malformed
-
-
-def is_url(source: str) -> bool:
-    return source.lower().startswith(("http://", "https://"))
 
 
 class LiveSite:

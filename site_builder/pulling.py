@@ -32,7 +32,7 @@ from site_builder.keys import TrustSet
 from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, read_bytes
 from site_builder.selection import is_rollback, published_record
 from site_builder.strict_json import StrictJSONError, parse_strict
-from site_builder.urls import credentials_left_out, unfetchable
+from site_builder.urls import credentials_left_out, is_url, unfetchable
 from site_builder.writing import create_new
 
 # (in any letter case: the ID is base32, whose letters are one case, as the site's 404 page takes it too)
@@ -203,7 +203,7 @@ class _RefusedRedirect(urllib.error.HTTPError):
 
 class _NoRedirectToOtherSchemes(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):
-        if not newurl.lower().startswith(("http://", "https://")):
+        if not is_url(newurl):
             raise _RefusedRedirect(newurl, code, "redirect to a non-HTTP URL refused", headers, fp)
         if (problem := unfetchable(newurl)) is not None:
             raise _RefusedRedirect(newurl, code, f"redirect to no usable URL ({problem})", headers, fp)
@@ -391,7 +391,7 @@ def _manifest_pattern(base: str, body: bytes) -> tuple[str | None, str]:
     pattern = chosen.get("bundle_pattern")
     if not isinstance(pattern, str) or "{suffix}" not in pattern:
         return None, "its bundle_pattern is not a URL holding {suffix}"
-    if not pattern.lower().startswith(("http://", "https://")):
+    if not is_url(pattern):
         return None, "its bundle_pattern is not an http(s) URL"
     if (problem := unfetchable(pattern.replace("{suffix}", "ID"))) is not None:
         return None, f"its bundle_pattern is no usable URL ({problem})"
@@ -527,7 +527,7 @@ def _pull_one(run: _PullRun, pith_id: str) -> PullOutcome:
 
 def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concurrency: int = 4,
          fetcher: Fetcher | None = None, progress: Callable[[int, int], None] | None = None) -> PullReport:
-    if not source.lower().startswith(("http://", "https://")):
+    if not is_url(source):
         raise PullError(f"{source}: --from must be an http(s) URL")
     if (problem := unfetchable(source)) is not None:
         raise PullError(f"{source}: --from is no usable URL ({problem})")

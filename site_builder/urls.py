@@ -15,6 +15,13 @@ from urllib.parse import urlsplit
 _HREF = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?#]|%[0-9A-Fa-f]{2})*\Z")
 
 
+def is_url(text: str) -> bool:
+    """Whether *text* says it is an http(s) URL, by its scheme in any letter case (``HTTPS://``): a source or
+    pattern that does is read as one, and whether it is one a request can be made to is ``unfetchable``'s to
+    say; one that does not is a folder (``--live``) or refused (``--from``, a redirect, a manifest's pattern)."""
+    return text.lower().startswith(("http://", "https://"))
+
+
 def unfetchable(url: str) -> str | None:
     """Why *url* is no http(s) URL a request could be made to, or None where it is one.  urllib raises
     ValueError, not OSError, for such a URL (``https://[::1/``, a port over 65535, a host ``a..b``), as it

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from site_builder.urls import credentials_left_out, linkable, unfetchable
+from site_builder.urls import credentials_left_out, is_url, linkable, unfetchable
+
+
+@pytest.mark.parametrize("text, said_to_be", [
+    ("https://mirror.example/", True), ("HTTP://mirror.example", True), ("Https://x", True),
+    ("output", False), ("./https://x", False), ("ftp://mirror.example/", False), ("https:/x", False),
+    ("httpss://x", False), ("", False),
+])
+def test_text_is_taken_for_an_http_url_by_its_scheme_in_any_letter_case(text, said_to_be):
+    """A ``--live`` that is not one is a folder: "output" is read from disk, "HTTPS://..." fetched."""
+    assert is_url(text) is said_to_be
 
 
 @pytest.mark.parametrize("url, said", [

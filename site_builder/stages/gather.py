@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from site_builder.live_site import LiveManifest, LiveSite, LiveSiteUnavailable, is_url
+from site_builder.live_site import LiveManifest, LiveSite, LiveSiteUnavailable
 from site_builder.loading import (
     InputFile,
     SkippedFile,
@@ -22,7 +22,7 @@ from site_builder.rendering import template_assets
 from site_builder.settings import SettingsError, SiteConfig
 from site_builder.stages.context import BuildContext, digest_of
 from site_builder.terminal import printable
-from site_builder.urls import credentials_left_out, unfetchable
+from site_builder.urls import credentials_left_out, is_url, unfetchable
 from site_builder.writing import MARKER
 
 
