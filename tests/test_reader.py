@@ -334,6 +334,45 @@ def test_search_returns_the_record_meant_and_nothing_for_boilerplate(reader):
     assert years and set(years) == {"Year: " + bundle["canonical_record"]["metadata"]["submitted_at"][:4]}
 
 
+def test_more_results_are_offered_where_they_may_be_shown_and_not_for_near_misses(tmp_path):
+    """Eight records share a word, three of them from 2019, which say it less often.  A query one letter off the
+    word gets eight near misses from Pagefind, five loaded, all hidden: the page says "No results" and offers no
+    more of them.  The word itself finds all eight, five at a time, the five that say it more first; with the year
+    2019 chosen, none of those is shown, so the page says "No results" among the first five and still offers more,
+    and loading them shows the three."""
+    key, trust, bundles = resigned_real_bundles(tmp_path)
+    for n in range(8):
+        paper = with_paper(json.loads(REAL_FILES[0].read_bytes()), title=f"Xylophone tuning, part {n}",
+                           **({} if n < 3 else {"abstract_excerpt": "Xylophone, xylophone and xylophone again."}))
+        paper["canonical_record"]["source"]["id"] = f"2004.9990{n}"
+        if n < 3:
+            paper["canonical_record"]["metadata"]["submitted_at"] = "2019-03-04T00:00:00Z"
+        (bundles / f"x{n}.json").write_bytes(to_bytes(sign_bundle(paper, key)))
+    build(BuildOptions(bundles=bundles, output=tmp_path / "site", trust=trust))
+    more = "document.querySelector('.pagefind-ui__button')"
+    loaded = ("document.querySelectorAll('.pagefind-ui__result').length === {} && "
+              "!document.querySelector('.pagefind-ui__result .pagefind-ui__loading')")
+    with serve(tmp_path / "site") as url, chromium() as browser:
+        page = browser.new_page()
+        assert _search(page, url, "xylophonq") == []
+        assert page.eval_on_selector_all(".pagefind-ui__result", "els => els.length") == 5  # (loaded, not drawn)
+        assert page.evaluate(f"{more} && !{more}.checkVisibility()")
+        page.fill("#search input", "xylophone")
+        page.wait_for_function(f"document.querySelector('.pagefind-ui__message').textContent.startsWith('8 results')"
+                               f" && {more} && {more}.checkVisibility() && {loaded.format(5)}", timeout=15000)
+        assert page.eval_on_selector_all(".pagefind-ui__result", "els => els.filter(e => e.checkVisibility()).length") == 5
+        assert page.inner_text(".pagefind-ui__message") == "8 results for xylophone"  # (Pagefind's: all it found)
+        page.select_option("#filter-year", "2019")
+        page.wait_for_timeout(200)
+        assert _shown_results(page) == [] and page.evaluate(f"{more}.checkVisibility()")
+        assert page.inner_text(".pagefind-ui__message") == "No results for xylophone among the first 5"
+        page.click(".pagefind-ui__button")
+        page.wait_for_function(loaded.format(8), timeout=15000)
+        page.wait_for_timeout(200)
+        assert len(_shown_results(page)) == 3
+        assert page.inner_text(".pagefind-ui__message") == "3 results for xylophone"
+
+
 def test_the_404_page_finds_a_pith_number_in_other_case_and_offers_a_search(reader):
     page, url, ids, width = reader
     page.goto(url + f"pith/{ids[0][:8].lower()}/")

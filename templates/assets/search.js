@@ -37,23 +37,30 @@ window.addEventListener("DOMContentLoaded", function () {
       var tag = result.querySelector('[data-pagefind-ui-meta="' + name + '"]');
       return tag ? tag.textContent.replace(/^[^:]*:\s*/, "").trim().split(/\s+/) : [];
     }
-    var shown = 0;
+    var shown = 0, marked = 0;
     document.querySelectorAll(".pagefind-ui__result").forEach(function (result) {
-      if (result.querySelector(".pagefind-ui__loading")) { shown++; return; }  // (its excerpt is not there yet: undecided)
+      if (result.querySelector(".pagefind-ui__loading")) { shown++; marked++; return; }  // (no excerpt yet: undecided)
       var marks = Array.from(result.querySelectorAll("mark"), function (m) { return m.textContent.toLowerCase(); });
-      var keep = marks.some(function (m) { return terms.some(function (t) { return matches(m, t); }); })
-        && (!category || meta(result, "categories").indexOf(category) >= 0) && (!year || meta(result, "year").indexOf(year) >= 0);
+      var found = marks.some(function (m) { return terms.some(function (t) { return matches(m, t); }); });
+      var keep = found && (!category || meta(result, "categories").indexOf(category) >= 0)
+        && (!year || meta(result, "year").indexOf(year) >= 0);
       if (result.hidden !== !keep) result.hidden = !keep;
+      if (found) marked++;
       if (keep) shown++;
     });
     var total = document.querySelectorAll(".pagefind-ui__result").length;
+    // A near miss is Pagefind's answer to a word it does not hold, and then every result is one: no more of them
+    // are offered.  Results a filter hides are: the next ones may be in its category or year.
+    var more = document.querySelector(".pagefind-ui__button");
+    if (more && more.hidden !== (total > 0 && marked === 0)) more.hidden = total > 0 && marked === 0;
     var text = null;
     if (total && shown < total) {
       if (!message.dataset.pagefind || message.dataset.query !== input.value) {
         message.dataset.pagefind = message.textContent;
         message.dataset.query = input.value;
       }
-      text = shown ? shown + (shown === 1 ? " result" : " results") + " for " + input.value : "No results for " + input.value;
+      text = (shown ? shown + (shown === 1 ? " result" : " results") : "No results") + " for " + input.value;
+      if (more && !more.hidden) text += " among the first " + total;
     } else if (message.dataset.pagefind) {
       text = message.dataset.pagefind;
     }
