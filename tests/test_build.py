@@ -50,6 +50,13 @@ def test_output_tree_of_the_example_bundles(bundles_dir, tmp_path):
     mirrors = json.loads((out / "pith-mirrors.json").read_text())
     assert mirrors["manifest_type"] == "pith_mirror_manifest"
     assert mirrors["mirrors"][0]["public_key"]["public_key_hex"] == key["public_key_hex"]
+    # A client (pull, another mirror) following the manifest's patterns for a record gets that record's files.
+    raw = REAL_FILES[0].read_bytes()
+    pith_id = json.loads(raw)["pith_number"].rsplit(":", 1)[1]
+    for pattern, expected in (("bundle_pattern", raw), ("well_known_pattern", raw),
+                              ("state_pattern", resolver_json(json.loads(raw)["state"]))):
+        path = mirrors["mirrors"][0][pattern].replace("{suffix}", pith_id)
+        assert path.startswith("/") and (out / path[1:]).read_bytes() == expected, pattern
     report_doc = json.loads((out / "verification.json").read_text())
     assert {f["path"] for f in report_doc["files"]} == {p.name for p in REAL_FILES}
     for f in report_doc["files"]:

@@ -7,6 +7,8 @@ import random
 from dataclasses import replace
 from types import SimpleNamespace
 
+import pytest
+
 from site_builder import pages
 from site_builder.records import PaperSummary, PaperText, detail, summarize
 from site_builder.settings import SiteConfig
@@ -71,24 +73,30 @@ def test_short_address_plan_matches_its_definition_with_many_collisions():
     assert shared and len(per_record) > 100  # both kinds occur
 
 
-def _colliding_summaries(rng, count):
-    """Summaries whose pith ids, arXiv ids and versions collide often (so short addresses are shared)."""
+def _colliding_summaries(rng, count, stems=40, shared_arxiv_ids=("2001.00001", "2001.00002", "hep-lat/0305021")):
+    """Summaries whose pith ids, arXiv ids and versions collide often (so short addresses are shared): their
+    ids begin with one of *stems* prefixes, and three in four have one of *shared_arxiv_ids*."""
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
-    stems = ["".join(rng.choice(alphabet) for _ in range(20)) for _ in range(40)]
+    prefixes = ["".join(rng.choice(alphabet) for _ in range(20)) for _ in range(stems)]
     papers = {}
     for _ in range(count):
-        stem = rng.choice(stems)[:rng.choice([8, 12, 16, 20])]
+        stem = rng.choice(prefixes)[:rng.choice([8, 12, 16, 20])]
         pith_id = (stem + "".join(rng.choice(alphabet) for _ in range(26)))[:26]
-        arxiv_id = rng.choice(["2001.00001", "2001.00002", "hep-lat/0305021", f"2101.{rng.randrange(10**5):05d}"])
+        own = f"2101.{rng.randrange(10**5):05d}"
+        arxiv_id = rng.choice([*shared_arxiv_ids, own])
         papers[pith_id] = _summary(pith_id, arxiv_id, rng.randrange(1, 4))
     return list(papers.values())
 
 
-def test_replanning_around_added_and_removed_records_equals_a_full_plan():
+# Dense: nearly every record is linked to every other by some address, so each step re-plans nearly all of
+# them.  Sparse: 300 prefixes and arXiv ids of their own, so a step re-plans a few neighbourhoods and keeps the
+# other shared addresses from the plan before, whose list pages must still show the records as they are now.
+@pytest.mark.parametrize("collisions", [{}, {"stems": 300, "shared_arxiv_ids": ()}], ids=["dense", "sparse"])
+def test_replanning_around_added_and_removed_records_equals_a_full_plan(collisions):
     """An incremental build re-plans only the addresses near the records that came or went; after every step of
     a random sequence of additions and removals the plan is the one planned from scratch."""
     rng = random.Random(11)
-    pool = _colliding_summaries(rng, 900)
+    pool = _colliding_summaries(rng, 900, **collisions)
     papers = sorted(pool[:500], key=lambda p: p.pith_id)
     plan = pages.plan_redirects(papers)
     waiting = pool[500:]

@@ -95,3 +95,25 @@ def test_built_at_is_ordered_in_time_not_as_text_where_a_fraction_of_a_second_is
     assert select([later, whole]).published[whole.inspection.pith_id] is later
     assert not is_rollback(later.inspection, published_record(whole.inspection))  # (it was refused as one)
     assert is_rollback(whole.inspection, published_record(later.inspection))
+
+
+def test_the_latest_built_at_is_published_even_where_an_older_bundle_holds_more_events():
+    """The order is the time the resolver built the bundle, then (for one time) the events: an older bundle with
+    an extra event is superseded by a newer one with fewer (README: "the latest built_at is published")."""
+    import copy
+    import json
+
+    from generate import sign_bundle, to_bytes
+    bundle = json.loads(make_bundle(1))
+    snapshot = next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")
+    extra = copy.deepcopy(snapshot)
+    extra["created_at"] = "2026-08-31T00:00:00Z"
+    more = dict(bundle, events=[*bundle["events"], extra], built_at="2026-09-01T00:00:00Z")
+    newer = dict(bundle, built_at="2026-09-02T00:00:00Z")
+    older_with_more = candidate("a.json", to_bytes(sign_bundle(more, benchmark_key())))
+    newer_with_fewer = candidate("b.json", to_bytes(sign_bundle(newer, benchmark_key())))
+    assert older_with_more.inspection.summary.event_count == newer_with_fewer.inspection.summary.event_count + 1
+    for order in ([older_with_more, newer_with_fewer], [newer_with_fewer, older_with_more]):
+        chosen = select(order)
+        assert chosen.published[newer_with_fewer.inspection.pith_id] is newer_with_fewer
+        assert list(chosen.superseded) == ["a.json"]
