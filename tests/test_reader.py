@@ -360,7 +360,8 @@ def test_more_results_are_offered_where_they_may_be_shown_and_not_for_near_misse
         page.fill("#search input", "xylophone")
         page.wait_for_function(f"document.querySelector('.pagefind-ui__message').textContent.startsWith('8 results')"
                                f" && {more} && {more}.checkVisibility() && {loaded.format(5)}", timeout=15000)
-        assert page.eval_on_selector_all(".pagefind-ui__result", "els => els.filter(e => e.checkVisibility()).length") == 5
+        drawn = "els => els.filter(e => e.checkVisibility()).length"
+        assert page.eval_on_selector_all(".pagefind-ui__result", drawn) == 5
         assert page.inner_text(".pagefind-ui__message") == "8 results for xylophone"  # (Pagefind's: all it found)
         page.select_option("#filter-year", "2019")
         page.wait_for_timeout(200)
