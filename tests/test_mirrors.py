@@ -129,6 +129,23 @@ def test_a_tree_beside_proves_only_the_recorded_files_themselves(tmp_path):
     assert unproven(beside, ["AAAA"], None) == {"AAAA"}
 
 
+def test_a_file_put_in_place_with_the_same_size_and_mtime_is_still_another_file(tmp_path):
+    """What one who can write the tree does to hide an edit: a forged bundle of the same size, its mtime set to
+    the recorded file's, renamed over it.  Its inode tells it apart (it was made while the file it replaced still
+    was, so it cannot have that file's number): the live check hashes it, and the tree beside does not keep it."""
+    tree = _tree(tmp_path)
+    recorded = signatures_now(tree, {"AAAA": SHA, "BBBB": SHA})
+    target = tree / "pith" / "AAAA" / "bundle.json"
+    forged = target.with_name("forged.json")
+    forged.write_bytes(b'{"a": 9}')
+    was = target.stat()
+    os.utime(forged, ns=(was.st_atime_ns, was.st_mtime_ns))
+    assert (forged.stat().st_size, forged.stat().st_mtime_ns) == (was.st_size, was.st_mtime_ns)
+    os.replace(forged, target)
+    assert edited_in(tree, recorded) == {"AAAA"}
+    assert unproven(tree, ["AAAA", "BBBB"], recorded) == {"AAAA"}
+
+
 def test_without_hard_links_each_path_is_its_own_file_and_still_checked(tmp_path):
     tree = _tree(tmp_path, linked=False)
     recorded = signatures_now(tree, {"AAAA": SHA, "BBBB": SHA})
