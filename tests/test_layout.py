@@ -80,6 +80,15 @@ def test_every_module_with_logic_has_its_test_module(name):
     assert test.is_file(), f"{name}: no {test.relative_to(ROOT)}"
 
 
+def test_no_test_undoes_every_patch_of_its_own():
+    """``monkeypatch.undo()`` undoes the autouse fixtures' patches too: the cache home of the test's own
+    (conftest.user_cache_home), so that the builds after it read and write the user's real cache, under another
+    key than the builds before it, and find none of their entries.  A patch for a part of a test is made in
+    ``monkeypatch.context()``."""
+    tests = sorted(path for path in (ROOT / "tests").rglob("*.py") if path.name != "test_layout.py")
+    assert [str(path.relative_to(ROOT)) for path in tests if "monkeypatch.undo()" in path.read_text()] == []
+
+
 def test_no_test_module_imports_another():
     """Shared fixtures and helpers live in conftest.py and the helper modules, never in a test module."""
     tests = sorted((ROOT / "tests").rglob("test_*.py"))

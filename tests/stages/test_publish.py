@@ -4,9 +4,11 @@ holds, when updating in place beats a fresh tree, and the one rule by which any 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
 import shutil
+import signal
 from types import SimpleNamespace
 
 import pytest
@@ -161,16 +163,53 @@ def test_a_tree_beside_left_half_updated_is_not_taken_for_what_it_was(project, m
     out, trust = project / "site", both_keys()
     build(opts(project, out, trust, link_twin=True))  # (the tree beside: a twin of the site)
     (project / "bundles" / "gen9.json").write_bytes(make_bundle(9))
-    recording_writers(monkeypatch, fail_at="collection")
-    with pytest.raises(OSError, match="No space left"):
+    with monkeypatch.context() as patched, pytest.raises(OSError, match="No space left"):
+        recording_writers(patched, fail_at="collection")
         build(opts(project, out, trust, link_twin=True))
-    monkeypatch.undo()
     (project / "bundles" / "gen9.json").unlink()
     (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=1))  # (a site to build, not the live)
     build(opts(project, out, trust, link_twin=True))
     clean = project / "clean"
     build(opts(project, clean, trust, use_cache=False))
     assert tree(out) == tree(clean)
+
+
+def _build_killed_after_its_first_removal(options) -> None:
+    """A build (in a child process) killed as SIGKILL does, with no handler run, right after it removed the first
+    stale file of the tree it updates in place."""
+    from site_builder.writing import StagingTree
+
+    remove = StagingTree.remove
+
+    def remove_then_die(self, rel):
+        remove(self, rel)
+        os.kill(os.getpid(), signal.SIGKILL)
+    StagingTree.remove = remove_then_die
+    build(options)
+
+
+def test_a_tree_beside_killed_while_its_stale_files_go_is_not_taken_for_what_it_was(project):
+    """A build killed right after it removed the first stale file of the tree beside leaves a tree that lacks a
+    file of a unit its cache entry says it holds.  Undo the change and make another, so that the next build plans
+    that unit as it was and has work to do: it must not take the tree for what it was, or the site would lack
+    the file."""
+    out, trust = project / "site", both_keys()
+    build(opts(project, out, trust, link_twin=True))  # (the tree beside: a twin of the site)
+    bundle = project / "bundles" / "gen2.json"
+    original = bundle.read_bytes()
+    bundle.write_bytes(make_bundle(2, variant=1))
+    before = tree(project / ".site.prev")
+    killed = multiprocessing.get_context("fork").Process(target=_build_killed_after_its_first_removal,
+                                                         args=(opts(project, out, trust, link_twin=True),))
+    killed.start()
+    killed.join(120)
+    assert killed.exitcode == -signal.SIGKILL
+    assert len(before) - len(tree(project / ".site.prev")) in (1, 2)  # (one file gone; and the marker, first)
+    bundle.write_bytes(original)
+    (project / "bundles" / "gen3.json").write_bytes(make_bundle(3, variant=1))
+    build(opts(project, out, trust, link_twin=True))
+    build(opts(project, project / "clean", trust, use_cache=False))
+    assert tree(out) == tree(project / "clean")
 
 
 def test_a_unit_a_file_of_which_is_gone_from_the_live_site_is_written_again(project, tmp_path):
@@ -264,11 +303,11 @@ def test_a_twin_that_cannot_be_linked_is_dropped_before_the_build_returns(projec
         if any(rel.endswith(failing_file) for rel in rels):
             raise OSError(28, "No space left on device")
         mirror(self, rels, source_root, copy)
-    monkeypatch.setattr(StagingTree, "mirror", no_room)
     out = project / "site"
-    build(opts(project, out, both_keys(), link_twin=True))
+    with monkeypatch.context() as patched:
+        patched.setattr(StagingTree, "mirror", no_room)
+        build(opts(project, out, both_keys(), link_twin=True))
     assert not [p.name for p in project.iterdir() if p.name.startswith(".site.") and p.name != ".site.lock"]
-    monkeypatch.undo()
     build(opts(project, project / "clean", both_keys(), use_cache=False))
     assert tree(out) == tree(project / "clean")
 
