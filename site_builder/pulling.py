@@ -308,7 +308,7 @@ class Fetcher:
             max_bytes: int | None = None) -> tuple[int, bytes, dict[str, str]]:
         """GET with retries; returns (status, body, headers) for 200/304/404, raises OSError otherwise.  A body
         over *max_bytes* (default: the fetcher's ``max_bytes``) is refused."""
-        last = "no attempt"
+        last, answered = "no attempt", True  # (the last try's failure, and whether the server gave any answer)
         self._notes.items = []
         limit = self.max_bytes if max_bytes is None else max_bytes
         for attempt in range(self.retries + 1):
@@ -317,7 +317,7 @@ class Fetcher:
             except urllib.error.HTTPError as exc:
                 if exc.code in (304, 404):
                     return exc.code, b"", dict(exc.headers or {})
-                last = f"HTTP {exc.code}"
+                last, answered = f"HTTP {exc.code}", True
                 if 300 <= exc.code < 400:
                     last = (f"{exc.msg} (HTTP {exc.code} to {str(exc.filename)[:200]})"
                             if isinstance(exc, _RefusedRedirect) else
@@ -340,9 +340,8 @@ class Fetcher:
                     last = str(exc)
                 if attempt < self.retries:
                     self._wait(self._retry_after(None, attempt))
-                elif not answered:
-                    raise Unreachable(f"{last} after {self.retries + 1} attempt{'s' if self.retries else ''}")
-        raise OSError(f"{last} after {self.retries + 1} attempt{'s' if self.retries else ''}")
+        failure = OSError if answered else Unreachable
+        raise failure(f"{last} after {self.retries + 1} attempt{'s' if self.retries else ''}")
 
 
 _DIGITS = re.compile(r"[0-9]+")  # (a number of seconds or bytes, as HTTP writes one)

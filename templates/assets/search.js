@@ -37,8 +37,8 @@ window.addEventListener("DOMContentLoaded", function () {
       var tag = result.querySelector('[data-pagefind-ui-meta="' + name + '"]');
       return tag ? tag.textContent.replace(/^[^:]*:\s*/, "").trim().split(/\s+/) : [];
     }
-    var shown = 0, marked = 0;
-    document.querySelectorAll(".pagefind-ui__result").forEach(function (result) {
+    var results = document.querySelectorAll(".pagefind-ui__result"), shown = 0, marked = 0;
+    results.forEach(function (result) {
       if (result.querySelector(".pagefind-ui__loading")) { shown++; marked++; return; }  // (no excerpt yet: undecided)
       var marks = Array.from(result.querySelectorAll("mark"), function (m) { return m.textContent.toLowerCase(); });
       var found = marks.some(function (m) { return terms.some(function (t) { return matches(m, t); }); });
@@ -48,11 +48,11 @@ window.addEventListener("DOMContentLoaded", function () {
       if (found) marked++;
       if (keep) shown++;
     });
-    var total = document.querySelectorAll(".pagefind-ui__result").length;
+    var total = results.length;
     // A near miss is Pagefind's answer to a word it does not hold, and then every result is one: no more of them
     // are offered.  Results a filter hides are: the next ones may be in its category or year.
-    var more = document.querySelector(".pagefind-ui__button");
-    if (more && more.hidden !== (total > 0 && marked === 0)) more.hidden = total > 0 && marked === 0;
+    var more = document.querySelector(".pagefind-ui__button"), nearMissesOnly = total > 0 && marked === 0;
+    if (more && more.hidden !== nearMissesOnly) more.hidden = nearMissesOnly;
     var text = null;
     if (total && shown < total) {
       if (!message.dataset.pagefind || message.dataset.query !== input.value) {
