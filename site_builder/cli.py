@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import errno
 import json
@@ -406,9 +407,6 @@ def cmd_pull(args) -> int:
     if not args.quiet:
         for note in report.notes:
             say(f"note: {note}", err=True)
-    if report.unreachable:
-        untried = sum(1 for o in report.outcomes if not o.tried)
-        say(f"FAILED {untried} record{'s' if untried != 1 else ''}, none tried: {report.unreachable}", err=True)
     for o in report.outcomes:
         if not o.tried:
             continue
@@ -416,6 +414,10 @@ def cmd_pull(args) -> int:
             say(f"{o.status.upper()} {o.pith_id}: {o.detail}", err=True)
         elif not args.quiet and o.status in ("fetched", "kept"):
             say(f"{o.status.upper()} {o.pith_id}: {o.detail}", err=True)
+    untried = collections.Counter(o.detail for o in report.outcomes if not o.tried)  # (one line for each reason)
+    for why, count in untried.items():
+        say(f"FAILED {count} record{'s' if count != 1 else ''}, {'none' if report.unreachable else 'not'} tried: "
+            f"{why}", err=True)
     say(report.summary_line())
     return EXIT_REJECTED if report.count("rejected") or report.count("failed") else EXIT_OK
 

@@ -59,7 +59,7 @@ class PullOutcome:
     pith_id: str
     status: str  # fetched | unchanged | kept | rejected | failed
     detail: str = ""
-    tried: bool = True  # (False: failed with the run, whose source could not be reached)
+    tried: bool = True  # (False: failed unasked, its host having given no answer; *detail* then says why)
 
 
 @dataclass
@@ -414,8 +414,9 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 @dataclass
 class _PullRun:
-    """What every download of one ``pull`` shares: the keys, the fetcher, the URL pattern, the target folder and
-    the validators remembered for conditional requests (written back when the run ends)."""
+    """What every download of one ``pull`` shares: the keys, the fetcher, the URL pattern, the target folder, the
+    validators remembered for conditional requests (written back when the run ends) and the hosts that gave no
+    answer at all (a manifest's ``bundle_pattern`` may name another host than the source, such as a CDN)."""
 
     trust: TrustSet
     fetcher: Fetcher
@@ -423,10 +424,27 @@ class _PullRun:
     bundles: Path
     state: dict
     lock: threading.Lock = field(default_factory=threading.Lock)
+    silent: dict[str, str] = field(default_factory=dict)  # origin -> why no more of its requests are made
 
     def remember(self, pith_id: str, meta: dict) -> None:
         with self.lock:
             self.state[pith_id] = meta
+
+    def why_not_asked(self, url: str) -> str | None:
+        """Why *url* is not requested (its host gave an earlier request no answer after every try), or None."""
+        with self.lock:
+            return self.silent.get(_origin(url))
+
+    def gave_no_answer(self, url: str, exc: Unreachable) -> None:
+        """Every later request to *url*'s host fails untried: each would wait out its own tries to the same end
+        (7.5 s of backoff for a refused connection at four retries, minutes for timeouts)."""
+        with self.lock:
+            self.silent.setdefault(_origin(url), f"{_origin(url)} gave no answer to {url}: {exc}")
+
+
+def _origin(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme.lower()}://{parts.netloc.lower()}"
 
 
 def _read_state(path: Path) -> dict[str, dict[str, str | None]]:
@@ -487,9 +505,13 @@ def _pull_one(run: _PullRun, pith_id: str) -> PullOutcome:
         return PullOutcome(pith_id, "failed", unwritable)
     headers = _validators(run, pith_id, local)
     url = run.pattern.replace("{suffix}", pith_id)
+    if (why := run.why_not_asked(url)) is not None:
+        return PullOutcome(pith_id, "failed", why, tried=False)
     try:
         status, body, response_headers = run.fetcher.get(url, headers)
     except OSError as exc:
+        if isinstance(exc, Unreachable):
+            run.gave_no_answer(url, exc)
         notes = "".join(f" ({note})" for note in run.fetcher.notes())
         return PullOutcome(pith_id, "failed", f"{url}: {exc}{notes}")
     if status == 304 and not headers:
@@ -537,21 +559,50 @@ def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concur
     report = PullReport(list(bad))
     if os.path.lexists(bundles) and not bundles.is_dir():
         raise PullError(f"{bundles}: --bundles names a file, not a folder")
+    made = _missing_folders(bundles)
     try:
         bundles.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise PullError(f"{bundles}: cannot make the bundles folder: {exc.strerror}") from None
-    fetcher = fetcher or Fetcher()
+    try:
+        _pull_into(report, ids, source, bundles, trust, concurrency, fetcher or Fetcher(), progress)
+    finally:
+        _remove_if_empty(made)  # (a pull that wrote nothing, say to a misspelt --bundles, leaves nothing behind)
+    return report
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """*folder* and those above it that do not exist, the deepest first: what ``mkdir(parents=True)`` makes."""
+    missing = []
+    while not os.path.lexists(folder) and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _remove_if_empty(folders: list[Path]) -> None:
+    """The folders the pull made (the deepest first) removed, up to the first that holds anything."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # (not empty: it holds what the pull wrote)
+            return
+
+
+def _pull_into(report: PullReport, ids: list[str], source: str, bundles: Path, trust: TrustSet, concurrency: int,
+               fetcher: Fetcher, progress: Callable[[int, int], None] | None) -> None:
+    """*ids* fetched from *source* into the folder *bundles*, their outcomes added to *report*."""
     state_path = bundles / STATE_FILE
     try:
         pattern, note = bundle_url_pattern(source, fetcher)
     except Unreachable as exc:  # (not each bundle tried in turn, each with its retries' waits, to the same end)
         report.unreachable = str(exc)
-        report.outcomes.extend(PullOutcome(pith_id, "failed", f"not tried: {exc}", tried=False) for pith_id in ids)
-        return report
+        report.outcomes.extend(PullOutcome(pith_id, "failed", str(exc), tried=False) for pith_id in ids)
+        return
     if note is not None:
         report.notes.append(note)
-    run = _PullRun(trust, fetcher, pattern, bundles, _read_state(state_path))
+    remembered = _read_state(state_path)
+    run = _PullRun(trust, fetcher, pattern, bundles, dict(remembered))
     done = [0]
 
     def counted(pith_id: str) -> PullOutcome:
@@ -564,9 +615,10 @@ def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concur
 
     with ThreadPoolExecutor(max(1, concurrency)) as pool:
         report.outcomes.extend(pool.map(counted, ids))
+    if run.state == remembered:  # (nothing new to remember: the file, or its absence, says it already)
+        return
     try:
         _write_atomically(state_path, (json.dumps(run.state, indent=1, sort_keys=True) + "\n").encode())
     except OSError as exc:  # (the bundles are written: only the next pull's conditional requests are lost)
         report.notes.append(f"{state_path}: cannot remember what was fetched ({exc.strerror or exc}); the next "
                             f"pull downloads each bundle again")
-    return report

@@ -19,6 +19,7 @@ import trustme
 
 from site_builder.keys import TrustSet, key_from_document, load_trust_set
 from site_builder.loading import DEFAULT_MAX_BYTES
+from site_builder.cli import main
 from site_builder.pulling import STATE_FILE, Fetcher, PullError, bundle_url_pattern, parse_targets, pith_id_of, pull
 
 from browser import serving
@@ -333,6 +334,59 @@ def test_a_source_that_answers_its_manifest_with_an_error_still_has_each_bundle_
     assert [(o.status, o.tried) for o in report.outcomes] == [("fetched", True)]
 
 
+def _manifest_naming(pattern: str) -> dict:
+    return {"body": json.dumps({"mirrors": [{"base_url": "https://elsewhere.example",
+                                             "bundle_pattern": pattern}]}).encode()}
+
+
+def test_a_bundle_host_that_gives_no_answer_is_tried_for_one_record_not_for_each(tmp_path):
+    """The source answers, but its manifest serves the bundles from another host (a CDN) that refuses every
+    connection: the first record waits out its tries, and the others fail untried, saying which host and why,
+    instead of each waiting out the same tries.  The folder the pull made, holding nothing, is not left behind."""
+    s = Server()
+    cdn = f"http://127.0.0.1:{free_port()}"
+    s.add("/pith-mirrors.json", _manifest_naming(cdn + "/b/{suffix}.json"))
+    waits = []
+    with running(s) as url:
+        report = pull(IDS, url, tmp_path / "new" / "bundles", load_trust_set(), concurrency=1,
+                      fetcher=Fetcher(**FAST, sleep=waits.append))
+    assert waits == [0.05, 0.1, 0.2]  # (one record's tries, not four)
+    first, *others = report.outcomes
+    assert (first.status, first.tried) == ("failed", True) and first.detail.startswith(f"{cdn}/b/{IDS[0]}.json: ")
+    assert report.unreachable is None and [(o.status, o.tried) for o in others] == [("failed", False)] * 3
+    assert {o.detail for o in others} == {f"{cdn} gave no answer to {first.detail}"}, others[0].detail
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bundle_host_that_answers_with_an_error_has_each_record_tried(tmp_path):
+    """An error status is an answer, as for the manifest: the next record may well be served."""
+    s = Server()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"status": 503})
+    s.add(f"/pith/{IDS[1]}/bundle.json", {"body": REAL[IDS[1]]})
+    with running(s) as url:
+        report = pull(IDS[:2], url, tmp_path, load_trust_set(), concurrency=1,
+                      fetcher=Fetcher(**FAST, sleep=lambda _: None))
+    assert [(o.status, o.tried) for o in report.outcomes] == [("failed", True), ("fetched", True)]
+
+
+def test_a_pull_that_writes_nothing_leaves_no_folder_it_made_and_no_state_in_one_it_did_not(tmp_path):
+    """A pull whose every record failed (a misspelt --bundles, IDs the source does not have) leaves the disk as
+    it found it: the folders it made are removed, and a folder that was there is left as it was, without a
+    ``.pull-state.json``.  One that fetched something keeps its folder, its bundle and what it remembers."""
+    s = Server()
+    s.add(f"/pith/{IDS[1]}/bundle.json", {"body": REAL[IDS[1]], "etag": '"v1"'})
+    (tmp_path / "there").mkdir()
+    with running(s) as url:
+        missing = pull(IDS[:1], url, tmp_path / "made" / "deeper", load_trust_set(), fetcher=Fetcher(**FAST))
+        kept = pull(IDS[:1], url, tmp_path / "there", load_trust_set(), fetcher=Fetcher(**FAST))
+        fetched = pull(IDS[1:2], url, tmp_path / "new", load_trust_set(), fetcher=Fetcher(**FAST))
+    assert missing.count("failed") == kept.count("failed") == 1 and fetched.count("fetched") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "there"]
+    assert list((tmp_path / "there").iterdir()) == []
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == [STATE_FILE, f"{IDS[1]}.json"]
+    assert json.loads((tmp_path / "new" / STATE_FILE).read_text())[IDS[1]]["etag"] == '"v1"'
+
+
 def test_many_retries_wait_at_most_the_cap_and_fail_with_one_line(tmp_path):
     """With more retries than the backoff stays under the cap for (0.5 s doubled past 30 s), each wait is capped
     and the bundle fails with its line; the cap is noted only where the server asked for longer."""
@@ -585,6 +639,22 @@ def test_cli_says_once_that_the_source_gave_no_answer(tmp_path):
         "FAILED 4 records, none tried: https://no-such-host.invalid/pith-mirrors.json: host name not found (a "
         "misspelt URL, or no network)",
         f"FAILED {listing}:5: not a pith number, 26-character ID, record URL or list file"])
+
+
+def test_cli_says_once_which_bundle_host_gave_no_answer(tmp_path, capsys):
+    """The records that were not tried are one line with their count and the reason, after the line of the one
+    record that was tried; the exit code is 1."""
+    s = Server()
+    cdn = f"http://127.0.0.1:{free_port()}"
+    s.add("/pith-mirrors.json", _manifest_naming(cdn + "/b/{suffix}.json"))
+    with running(s) as url:
+        code = main(["pull", "--from", url, "--bundles", str(tmp_path / "b"), "--retries", "0", "--concurrency", "1",
+                     *IDS])
+    out, err = capsys.readouterr()
+    assert code == 1 and out == "0 fetched, 0 unchanged, 0 kept (local copy newer), 0 rejected, 4 failed\n"
+    tried, untried = err.splitlines()
+    assert tried.startswith(f"FAILED {IDS[0]}: {cdn}/b/{IDS[0]}.json: URLError: "), err
+    assert untried == f"FAILED 3 records, not tried: {cdn} gave no answer to {tried.removeprefix(f'FAILED {IDS[0]}: ')}"
 
 
 class _Misbehaving:
