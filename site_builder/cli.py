@@ -389,7 +389,8 @@ def cmd_verify(args) -> int:
 
 
 def cmd_pull(args) -> int:
-    from site_builder.pulling import Fetcher, PullError, pull
+    from site_builder.fetching import Fetcher
+    from site_builder.pulling import PullError, pull
 
     trust = _trust(args.trusted_keys)
     if trust is None:

@@ -55,7 +55,7 @@ class BuildPolicy:
     # of it as it goes, which the next change updates in place: that change then takes well under a second
     # instead of linking a whole tree (~5 s at 10,000 records), for 6-20 % (tmpfs) to ~18 % (disk) more full build.
     link_twin: bool = False
-    deployed_fetcher: object | None = None  # a pulling.Fetcher for a URL (its timeouts); a default one otherwise
+    deployed_fetcher: object | None = None  # a fetching.Fetcher for a URL (its timeouts); a default one otherwise
     # The trees' mirrored bundles looked up in a child process (started as the workers are) while the build goes
     # on (mirrors.MirrorLookups), else as the build comes to each tree.
     look_ahead: bool = True

@@ -1,3 +1,4 @@
+import http.server
 import json
 import os
 import copy
@@ -6,11 +7,14 @@ import itertools
 import shutil
 import signal
 import socket
+import ssl
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
+import trustme
 
 from site_builder.build import BuildOptions
 from site_builder.cache import cache_context
@@ -19,6 +23,7 @@ from site_builder.options import BuildPolicy
 from site_builder.keys import TrustSet, key_from_document, load_trust_set
 from site_builder.stages import write
 
+from browser import serving
 from generate import benchmark_key, edited_visibly, make_bundle
 from signing import TestKey, sign_bundle, to_bytes, with_paper
 
@@ -416,3 +421,87 @@ def recording_writers(monkeypatch, fail_at: str | None = None) -> list[tuple[str
         return dataclasses.replace(kind, write=write_noted)
     monkeypatch.setattr(write, "OUTPUT_KINDS", tuple(noted(kind) for kind in write.OUTPUT_KINDS))
     return calls
+
+
+# --- HTTP servers that answer as a test scripts them (pull, the live-site check, fetching) -----------------------
+
+REAL_BY_ID = {json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1]: p.read_bytes() for p in REAL_FILES}
+QUICK_RETRIES = dict(timeout=1.0, retries=3, backoff=0.05)  # (a Fetcher's, for tests that wait out its tries)
+
+
+class ScriptedServer:
+    """Routes: path -> list of responses consumed in order (the last one repeats)."""
+
+    def __init__(self):
+        self.routes: dict[str, list[dict]] = {}
+        self.requests: list[tuple[str, dict]] = []
+        self.in_flight = self.most_in_flight = 0  # (bundle requests being answered at once)
+        self.lock = threading.Lock()
+
+    def add(self, path, *responses):
+        self.routes[path] = list(responses)
+
+    def handler(self):
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                server.requests.append((self.path, dict(self.headers)))
+                queue = server.routes.get(self.path)
+                if not queue:
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                r = queue.pop(0) if len(queue) > 1 else queue[0]
+                if r.get("sleep"):
+                    with server.lock:
+                        server.in_flight += 1
+                        server.most_in_flight = max(server.most_in_flight, server.in_flight)
+                    time.sleep(r["sleep"])
+                    with server.lock:
+                        server.in_flight -= 1
+                etag = r.get("etag")
+                if etag and self.headers.get("If-None-Match") == etag:
+                    self.send_response(304)
+                    self.end_headers()
+                    return
+                body = r.get("body", b"")
+                self.send_response(r.get("status", 200))
+                for k, v in r.get("headers", {}).items():
+                    self.send_header(k, v)
+                if etag:
+                    self.send_header("ETag", etag)
+                self.send_header("Content-Length", str(r.get("length", len(body))))
+                self.end_headers()
+                try:
+                    # (a drip sends its first 25 bytes one at a time, then the rest at once)
+                    pieces = [body[i:i + 1] for i in range(25)] + [body[25:]] if r.get("drip") else [body]
+                    for piece in pieces:
+                        self.wfile.write(piece)
+                        self.wfile.flush()
+                        time.sleep(r.get("drip", 0))
+                except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+                    pass  # the client gave up (a timeout test)
+
+        return Handler
+
+
+def running(server: ScriptedServer, tls: ssl.SSLContext | None = None):
+    return serving(server.handler(), tls)
+
+
+def https_certificate(tmp_path, monkeypatch, certified_for: str = "localhost", trusted: bool = True
+                      ) -> ssl.SSLContext:
+    """A server's TLS context with a certificate for *certified_for* from an authority of the test's own, which
+    this process trusts (through OpenSSL's SSL_CERT_FILE, as a company's own authority is) if *trusted*."""
+    authority = trustme.CA()
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert(certified_for).configure_cert(tls)
+    if trusted:
+        authority.cert_pem.write_to_path(str(tmp_path / "authority.pem"))
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "authority.pem"))
+    return tls

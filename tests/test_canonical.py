@@ -41,6 +41,9 @@ def test_real_receipt_signatures_verify_with_pinned_key(vector):
 @pytest.mark.parametrize("vector", TITLES, ids=[v["pith_id"] for v in TITLES])
 def test_title_canon_hash(vector):
     assert title_canon_sha256(vector["title"]) == vector["title_canon_sha256"]
+    # (as an arXiv listing wraps it: in upper case, a line break and runs of spaces and tabs between its words)
+    wrapped = "  " + "\n\t".join(vector["title"].upper().split(" ", 1)).replace(" ", "   ") + " \r\n"
+    assert title_canon_sha256(wrapped) == vector["title_canon_sha256"], wrapped
 
 
 def test_canon_matches_python_recipe_and_keeps_unicode():

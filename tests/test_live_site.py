@@ -10,7 +10,7 @@ import pytest
 
 from site_builder.build import BuildOptions, build
 from site_builder.options import BuildPolicy
-from site_builder.pulling import Fetcher
+from site_builder.fetching import Fetcher
 
 from browser import serve, serving
 from conftest import REAL_FILES, free_port

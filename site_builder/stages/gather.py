@@ -78,7 +78,7 @@ def read_deployed(options: BuildOptions) -> tuple[LiveSite | None, LiveManifest 
                             f"and no request would send them)")
     fetcher = options.policy.deployed_fetcher
     if fetcher is None and is_url(options.deployed):
-        from site_builder.pulling import Fetcher  # (only here: the HTTP stack costs a no-op build ~30 ms to import)
+        from site_builder.fetching import Fetcher  # (only here: the HTTP stack costs a no-op build ~30 ms to import)
         # Every request of the check within 20 s, and all of them within 5 minutes.
         fetcher = Fetcher(timeout=20, retries=2, deadline=time.monotonic() + 300)
     site = LiveSite(options.deployed, fetcher)
