@@ -19,7 +19,7 @@ from site_builder import builder_identity
 from site_builder.build import BuildOptions, WorkerLostError, build, inspect_files
 from site_builder.inspection import Inspection, rejected
 from site_builder.keys import KeyFileError, load_trust_set
-from site_builder.loading import BundlesFolderError, InputFile, discover, is_mirror
+from site_builder.loading import BundlesFolderError, InputFile, discover
 from site_builder.mirror_audit import audit_records, mirror_records
 from site_builder.options import SERVE_HOST, SERVE_PORT, BuildPolicy
 from site_builder.parallel import MAX_JOBS
@@ -355,8 +355,8 @@ def cmd_verify(args) -> int:
             return EXIT_USAGE
         try:
             before = len(items) + len(records)
-            if is_mirror(path):
-                records += mirror_records(path)
+            if (held := mirror_records(path)) is not None:
+                records += held
             else:
                 items.extend(_verify_items(path))
             if len(items) + len(records) == before:  # (a check of nothing passes: a typo must not)

@@ -18,18 +18,37 @@ from typing import Callable
 from site_builder.canonical import canon
 from site_builder.inspection import Inspection, by_reference, inspect_bytes, rejected
 from site_builder.keys import TrustSet
-from site_builder.loading import DEFAULT_MAX_BYTES, FileReadError, InputFile, mirror_record_ids, read_bytes
+from site_builder.loading import (DEFAULT_MAX_BYTES, FileReadError, InputFile, is_mirror, mirror_record_ids,
+                                  read_bytes)
 from site_builder.parallel import Workers, map_in_workers
 from site_builder.stages.verify import Inspector
 from site_builder.strict_json import StrictJSONError, parse_strict
 
 
-def mirror_records(folder: Path) -> list[InputFile]:
-    """Each record of the mirror at *folder*, as its ``pith/<ID>/bundle.json`` (named by the path shown), in ID
-    order (``mirror_record_ids``)."""
-    ids = mirror_record_ids(folder)
-    return [InputFile(str(folder / "pith" / pid / "bundle.json"), str(folder / "pith" / pid / "bundle.json"), None)
-            for pid in ids]
+def mirror_records(folder: Path) -> list[InputFile] | None:
+    """The records of a mirror that *folder* holds, each as its ``pith/<ID>/bundle.json`` (named by the path
+    given), in ID order (``mirror_record_ids``): every record where *folder* is the mirror (``is_mirror``) or its
+    ``pith/`` folder, one where it is that record's folder.  None where it is none of these (a folder of bundles):
+    a record's ``state.json`` is no bundle, and is checked as its state only where the record is known as one."""
+    if is_mirror(folder):
+        return [_record_file(folder / "pith" / pid, folder / "pith" / pid) for pid in mirror_record_ids(folder)]
+    if folder.is_symlink() or not folder.is_dir():  # (as ``is_mirror`` follows no link to a mirror)
+        return None
+    real = folder.resolve()
+    if real.name == "pith" and is_mirror(real.parent):
+        return [_record_file(real / pid, folder / pid) for pid in mirror_record_ids(real.parent)]
+    if real.parent.name == "pith" and is_mirror(real.parent.parent) and real.name in mirror_record_ids(
+            real.parent.parent):
+        return [_record_file(real, folder)]
+    return None
+
+
+def _record_file(record: Path, given: Path) -> InputFile:
+    """The bundle of the record folder *record*, read at that path (its two other files are found from it) and
+    named as *given* names paths: relative to the working folder where *given* is relative (``verify .`` in a
+    record's folder names ``bundle.json`` and ``../../.well-known/pith/<ID>/bundle.json``)."""
+    path = record / "bundle.json"
+    return InputFile(rel=str(path) if given.is_absolute() else os.path.relpath(path), path=str(path), sig=None)
 
 
 def audit_record(inspector: Inspector, item: InputFile) -> list[Inspection]:
@@ -38,7 +57,8 @@ def audit_record(inspector: Inspector, item: InputFile) -> list[Inspection]:
     (checked only where the bundle verified)."""
     record = Path(item.path).parent
     pid = record.name
-    raw = _read(Path(item.path), inspector.max_bytes)
+    name = str if item.path == item.rel or os.path.isabs(item.rel) else os.path.relpath  # (as the bundle is named)
+    raw = _read(Path(item.path), item.rel, inspector.max_bytes)
     if isinstance(raw, Inspection):
         return [raw]
     result = by_reference(inspect_bytes(item.rel, raw, inspector.trust))
@@ -48,41 +68,42 @@ def audit_record(inspector: Inspector, item: InputFile) -> list[Inspection]:
         return [Inspection(item.rel, result.sha256, result.size, "mirror_path",
                            f"holds the bundle of {result.summary.pith_number}, not of record {pid}")]
     copy = record.parent.parent / ".well-known" / "pith" / pid / "bundle.json"
-    problems = [_copy_problem(copy, raw, pid, inspector.max_bytes),
-                _state_problem(record / "state.json", parse_strict(raw)["state"], inspector.max_bytes)]
+    problems = [_copy_problem(copy, name(copy), raw, pid, inspector.max_bytes),
+                _state_problem(record / "state.json", name(record / "state.json"), parse_strict(raw)["state"],
+                               inspector.max_bytes)]
     return [result, *(p for p in problems if p is not None)]
 
 
-def _copy_problem(path: Path, raw: bytes, pid: str, max_bytes: int) -> Inspection | None:
-    """None where the file at *path* holds *raw*, byte for byte; else its rejection."""
-    found = _read(path, max_bytes)
+def _copy_problem(path: Path, shown: str, raw: bytes, pid: str, max_bytes: int) -> Inspection | None:
+    """None where the file at *path* holds *raw*, byte for byte; else its rejection (naming it *shown*)."""
+    found = _read(path, shown, max_bytes)
     if isinstance(found, Inspection):
         return found
-    return None if found == raw else rejected(str(path), "mirror_copy", f"not the same bytes as pith/{pid}/bundle.json")
+    return None if found == raw else rejected(shown, "mirror_copy", f"not the same bytes as pith/{pid}/bundle.json")
 
 
-def _state_problem(path: Path, state: object, max_bytes: int) -> Inspection | None:
+def _state_problem(path: Path, shown: str, state: object, max_bytes: int) -> Inspection | None:
     """None where the file at *path* is *state* as JSON (the same value: the same canonical form, whatever its
-    layout); else its rejection."""
-    found = _read(path, max_bytes)
+    layout); else its rejection (naming it *shown*)."""
+    found = _read(path, shown, max_bytes)
     if isinstance(found, Inspection):
         return found
     try:
         same = canon(parse_strict(found)) == canon(state)
     except StrictJSONError as exc:
-        return rejected(str(path), "state_json", f"not strict JSON: {exc.reason}")
-    return None if same else rejected(str(path), "state_json", "not the state of the verified bundle beside it")
+        return rejected(shown, "state_json", f"not strict JSON: {exc.reason}")
+    return None if same else rejected(shown, "state_json", "not the state of the verified bundle beside it")
 
 
-def _read(path: Path, max_bytes: int) -> bytes | Inspection:
-    """The bytes of the file at *path*, or the rejection saying why there are none (its name: the path shown,
-    as ``mirror_records`` names a record's bundle)."""
+def _read(path: Path, shown: str, max_bytes: int) -> bytes | Inspection:
+    """The bytes of the file at *path*, or the rejection saying why there are none (naming the file *shown*, as
+    ``mirror_records`` names a record's bundle)."""
     if not os.path.lexists(path):
-        return rejected(str(path), "mirror_path", "missing")
+        return rejected(shown, "mirror_path", "missing")
     try:
         return read_bytes(path, max_bytes)
     except FileReadError as exc:
-        return rejected(str(path), exc.check, exc.reason)
+        return rejected(shown, exc.check, exc.reason)
 
 
 def audit_records(records: list[InputFile], trust: TrustSet, jobs: int = 0,

@@ -15,7 +15,9 @@ from site_builder.loading import is_mirror
 from site_builder.mirror_audit import audit_records, mirror_records
 from site_builder.parallel import PARALLEL_THRESHOLD
 
-IDS = sorted(json.loads(p.read_bytes())["pith_number"].rpartition(":")[2] for p in REAL_FILES)
+NUMBERS = sorted((json.loads(p.read_bytes())["pith_number"] for p in REAL_FILES), key=lambda n: n.rpartition(":")[2])
+IDS = [number.rpartition(":")[2] for number in NUMBERS]
+YEARS = [number.split(":")[1] for number in NUMBERS]
 
 
 @pytest.fixture
@@ -47,6 +49,32 @@ def test_a_bundles_folder_is_verified_file_by_file_as_ever(bundles_dir, mirror, 
     code, lines = verify(capsys, mirror)
     assert code == 1
     assert f"REJECTED {mirror}/pith/{IDS[0]}/state.json: structure: bundle.bundle_type is missing" in lines
+
+
+def test_a_mirrors_pith_folder_or_one_records_folder_is_checked_as_the_mirror_checks_it(mirror, capsys,
+                                                                                       monkeypatch):
+    """``verify site/pith`` or a record's folder: its ``state.json`` files are no bundles, but each the state of the
+    bundle beside it; the records' other files are found where the mirror serves them, and named as the folder
+    given names paths (relative to the working folder for a relative one)."""
+    assert verify(capsys, mirror / "pith") == (0, [f"OK pith:{year}:{pid} {mirror}/pith/{pid}/bundle.json"
+                                                   for year, pid in zip(YEARS, IDS)])
+    record = mirror / "pith" / IDS[0]
+    (record / "state.json").write_text("{}")
+    (mirror / ".well-known" / "pith" / IDS[0] / "bundle.json").unlink()
+    code, lines = verify(capsys, record)
+    assert code == 1 and lines == [
+        f"OK pith:{YEARS[0]}:{IDS[0]} {record}/bundle.json",
+        f"REJECTED {mirror}/.well-known/pith/{IDS[0]}/bundle.json: mirror_path: missing",
+        f"REJECTED {record}/state.json: state_json: not the state of the verified bundle beside it"]
+    monkeypatch.chdir(record)
+    assert verify(capsys, ".") == (1, [
+        f"OK pith:{YEARS[0]}:{IDS[0]} bundle.json",
+        f"REJECTED ../../.well-known/pith/{IDS[0]}/bundle.json: mirror_path: missing",
+        "REJECTED state.json: state_json: not the state of the verified bundle beside it"])
+    monkeypatch.chdir(mirror)
+    code, lines = verify(capsys, "pith")
+    assert code == 1 and len(lines) == len(IDS) + 2 and f"OK pith:{YEARS[1]}:{IDS[1]} pith/{IDS[1]}/bundle.json" in lines
+    assert verify(capsys, f"pith/{IDS[1]}") == (0, [f"OK pith:{YEARS[1]}:{IDS[1]} pith/{IDS[1]}/bundle.json"])
 
 
 def test_a_state_json_served_by_a_mirror_must_be_the_verified_bundles_state(mirror, capsys):
