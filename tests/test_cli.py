@@ -35,6 +35,9 @@ def test_build_summary_line_and_exit_codes(bundles_dir, tmp_path):
     r = cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--no-search", "--strict")
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "search index" not in last
+    (bundles_dir / "bad.json").unlink()  # (--strict fails a build for a rejection, not for being strict)
+    r = cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--no-search", "--strict")
+    assert r.returncode == 0 and " 0 rejected, " in r.stdout, r.stderr
 
 
 @pytest.mark.slow  # (a second or more: left to the full suite)
