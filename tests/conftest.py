@@ -423,7 +423,7 @@ def recording_writers(monkeypatch, fail_at: str | None = None) -> list[tuple[str
     return calls
 
 
-# --- HTTP servers that answer as a test scripts them (pull, the live-site check, fetching) -----------------------
+# --- An HTTP server that answers as a test scripts it (pull and its HTTP client) ---------------------------------
 
 REAL_BY_ID = {json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1]: p.read_bytes() for p in REAL_FILES}
 QUICK_RETRIES = dict(timeout=1.0, retries=3, backoff=0.05)  # (a Fetcher's, for tests that wait out its tries)
