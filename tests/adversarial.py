@@ -215,7 +215,8 @@ ODD_TEXT = ["", " ", "a" * 400, "x " * 700, "<b>&amp;</b>", "\u202eRTL", "中文
             "ctrl\x00\x1b[31m\x85\ufffe\U0001fffe end", "bom\ufeffand\ufeff and x", "x*y*z and 2*3*4", "R&amp;D &#106; &eacute;",
             "A and\nB,\n C", "[](https://bücher.example/ä)", "<https://bücher.example/>", "1) one\n2) two", "~~~\ncode\n~~~",
             "$\\mathcal{O}(n \\log n)$ for x_1, x_2", "p < 0.05 & q > 1", "\\&amp; a\\*b\\*c __init__",
-            "[a]: https://ref.example/\n\nsee [a]", "[b][]\n\n[b]: https://ref.example/b", "&#99999999; &unknown;"]
+            "[a]: https://ref.example/\n\nsee [a]", "[b][]\n\n[b]: https://ref.example/b", "&#99999999; &unknown;",
+            "9.5 % (p ≤ 0.01 ± 0.3; −2 °C, €4, $5)", "1. one.\n2. two...", "1\\. not a list. v2.0", "a=b+c|d~e^f"]
 ODD_CATEGORIES = ["cs.LG", "math.CO", "hep-th", "cs", "physics.optics", "q-fin.CP", "astro-ph", "math.AG"]
 
 
@@ -237,6 +238,9 @@ def odd_bundle(rng, base: dict, i: int) -> dict:
                                      authors_text=rng.choice(["", ", , ,", "A and B", ",".join("P" * 30), text()]))
             snapshot["claims"] = {"count": 2, "items": [{"claim_id": text()[:9], "kind": text()[:20], "text": text(),
                                                          "status": text()[:20]} for _ in range(rng.randrange(3))]}
+            if i < len(ODD_TEXT):  # (the first records hold every odd text once, as authors and as a claim)
+                snapshot["paper"]["authors_text"] = ODD_TEXT[i]
+                snapshot["claims"]["items"].append({"claim_id": "C", "kind": "k", "text": ODD_TEXT[i], "status": "s"})
             snapshot["verdict"]["one_line_summary"] = text()
             snapshot["references"] = rng.choice([{}, {"count": "7", "resolved_work": None}, {"count": 3}])
     b["source_aliases"].append({"alias_kind": text()[:15] or "k", "alias_value": text(),

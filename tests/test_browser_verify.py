@@ -22,7 +22,7 @@ IDS = [b["pith_number"].rsplit(":", 1)[1] for b in REAL]
 def edge_values(seed: int = 11, count: int = 150) -> list:
     rng = random.Random(seed)
     chars = ["a", "Z", "é", "ß", "中", "\u2028", "\u2029", "\x7f", "\x00", "\x1f", "\n", "\t", '"', "\\", "/",
-             "\U0001F600", "\uFF5E", "\uE000", "\U00010000", "\u00A0", "\u200F", "<", "&", "'"]
+             "\U0001F600", "\uFF5E", "\uE000", "\U00010000", "\u00A0", "\u200F", "<", "&", "'", "\b", "\f", "\r"]
     floats = [0.1, -0.0, 0.0, 1.0, 1e-7, 1e-5, 0.0001, 1e16, 1e15, 123456789.125, 5e-324, 1.7976931348623157e308,
               -2.5e-10, 3.14159, 1e22, 1e21, 100.0, 2 ** -30]
     ints = [0, 1, -1, 2 ** 53 - 1, -(2 ** 53 - 1), 10 ** 15, 42]
@@ -128,6 +128,78 @@ def test_bundle_altered_after_the_build_is_reported(site, tmp_path, alteration, 
     assert message.startswith("FAILED") and "Verified" not in message
 
 
+@pytest.fixture(scope="module")
+def signed_here(tmp_path_factory):
+    """A site of one record signed with a key the test makes, which its pages pin: (the site, the record's ID,
+    the key, the bundle as signed), so that a test can sign what the real key never would."""
+    from signing import TestKey, sign_bundle, to_bytes
+    root = tmp_path_factory.mktemp("signed-here")
+    key = TestKey()
+    b = sign_bundle(REAL[0], key)
+    (root / "bundles").mkdir()
+    (root / "bundles" / "r.json").write_bytes(to_bytes(b))
+    build(BuildOptions(bundles=root / "bundles", output=root / "site", search=False,
+                       trust=load_trust_set([key.write(root / "k.json")])))
+    return root / "site", b["pith_number"].rsplit(":", 1)[1], key, b
+
+
+def _resealed(b: dict, key) -> dict:
+    """*b* with its bundle hash and signature made again by *key* (nothing else of it re-derived)."""
+    from site_builder.canonical import digest_without
+    b["bundle_signature"] = {}
+    sha = digest_without(b, "bundle_signature")
+    b["bundle_signature"] = key.block(signature_b64=key.sign_hex(sha), signed_message="bundle_sha256_bytes",
+                                      signed_at="2026-09-01T00:00:00Z", bundle_sha256=sha)
+    return b
+
+
+def _subject_elsewhere(b, key):
+    from signing import sign_bundle
+    other = json.loads(json.dumps(b))
+    other["events"][-1]["subject_pith_number"] = "pith:2020:AAAAAAAAAAAAAAAAAAAAAAAAAA"
+    return sign_bundle(other, key, keep_subject=True)
+
+
+def _event_id_elsewhere(b, key):
+    b["events"][0]["event_id"] = "sha256:" + "0" * 64
+    return _resealed(b, key)
+
+
+def _receipt_of_another_digest(b, key):
+    from signing import sign_bundle
+    b["events"][0]["payload"]["receipt"]["canonical_sha256"] = "0" * 64  # (its signature is over the record's)
+    return sign_bundle(b, key, keep_receipt=True)
+
+
+def _fingerprint_of_another_key(b, key):
+    b["bundle_signature"]["public_key_fingerprint"] = "0" * 64  # (no digest covers a signature block)
+    return b
+
+
+def _signature_not_base64(b, key):
+    b["bundle_signature"]["signature_b64"] = "not base64!"
+    return b
+
+
+@pytest.mark.parametrize("alter, failing", [
+    (_subject_elsewhere, "event_subject"), (_event_id_elsewhere, "event_id"),
+    (_receipt_of_another_digest, "receipt_digest"), (_fingerprint_of_another_key, "bundle_signature"),
+    (_signature_not_base64, "bundle_signature")])
+def test_a_bundle_the_pinned_key_signed_that_breaks_a_rule_is_reported(signed_here, tmp_path, alter, failing):
+    """The pinned key's signatures hold, but the bundle breaks a rule the verifier keeps besides them (PITH_FORMAT.md
+    §2-3): an event about another record, an event_id not its content's, a receipt for another digest, a
+    signature block naming another key's fingerprint or holding no base64.  The one check fails, named."""
+    from signing import to_bytes
+    site, pith_id, key, signed = signed_here
+    copy = tmp_path / "site"
+    shutil.copytree(site, copy)
+    (copy / "pith" / pith_id / "bundle.json").write_bytes(to_bytes(alter(json.loads(json.dumps(signed)), key)))
+    with serve(copy) as url, chromium() as browser:
+        state, checks, message = run_verify(browser.new_page(), url + f"pith/{pith_id}/")
+    assert state == "failed" and {name for name, cls in checks if cls == "failed"} == {failing}, checks
+    assert message.startswith("FAILED") and "Verified" not in message
+
+
 def test_browser_without_ed25519_says_so_and_never_claims_verified(site):
     with serve(site) as url, chromium() as browser:
         page = browser.new_page()
@@ -206,8 +278,10 @@ def site_with_claims(tmp_path_factory):
          "text": "The **scheduler** cuts training time by *30 %* on [eight GPUs](https://example.org/gpus)."},
         {"claim_id": "C2", "kind": "limitation", "status": "not_checked",
          "text": "Needs `NCCL` and:\n\n- a fast network\n- 1. fixed batch sizes"},
+        {"claim_id": "C3", "kind": "main_result", "status": "supported",
+         "text": "Error falls by 9.5 % (p ≤ 0.01, ±0.3; −2 °C at €40, $5)\\.\n\n1. first.\n2. second..."},
     ]
-    snapshot["claims"]["count"] = 2
+    snapshot["claims"]["count"] = 3
     (root / "bundles").mkdir()
     (root / "bundles" / "r.json").write_bytes(to_bytes(sign_bundle(b, key)))
     build(BuildOptions(bundles=root / "bundles", output=root / "site", trust=trust, search=False))
@@ -225,6 +299,18 @@ def test_claims_in_markdown_are_compared_with_what_the_page_shows(site_with_clai
     with serve(copy) as url, chromium() as browser:
         state, checks, _ = run_verify(browser.new_page(), url + f"pith/{pith_id}/")
     assert state == "failed" and ["page: claims", "failed"] in checks
+
+
+@pytest.mark.parametrize("shown, edited", [("9.5 %", "95 %"), ("p ≤ 0.01", "p ≥ 0.01"), ("−2", "2"),
+                                           ("€40", "£40")])
+def test_a_claims_number_or_sign_edited_on_the_page_fails(site_with_claims, tmp_path, shown, edited):
+    """A claim is compared by more than its letters and digits: a decimal point moved, a comparison turned, a
+    minus sign or a currency changed says something else, though its letters and digits are the same."""
+    site, pith_id = site_with_claims
+    copy = _edited_page(site, tmp_path, pith_id, lambda html: html.replace(shown, edited, 1))
+    with serve(copy) as url, chromium() as browser:
+        state, checks, message = run_verify(browser.new_page(), url + f"pith/{pith_id}/")
+    assert state == "failed" and ["page: claims", "failed"] in checks, message
 
 
 def test_a_record_whose_cross_lists_repeat_shows_and_checks_each_category_once(tmp_path):
@@ -259,11 +345,11 @@ def test_pages_of_validly_signed_odd_text_verify_in_the_browser(tmp_path):
     browser compares them: Markdown (emphasis inside words, entities, links not made, an empty link showing its
     address), characters no page shows, authors split over lines.  A mismatch here is a false alarm: the reader
     is told the mirror edited the page."""
-    from adversarial import odd_site
+    from adversarial import ODD_TEXT, odd_site
 
-    site, _ = odd_site(tmp_path, 30, seed=5)
+    site, _ = odd_site(tmp_path, len(ODD_TEXT), seed=5)  # (each odd text once as authors and as a claim, at least)
     ids = sorted(p.parent.name for p in site.glob("pith/*/badge.svg"))
-    assert len(ids) == 30
+    assert len(ids) == len(ODD_TEXT)
     failed = []
     with serve(site) as url, chromium() as browser:
         page = browser.new_page()

@@ -201,19 +201,24 @@
   function str(m, k) { var v = m instanceof Map ? m.get(k) : undefined; return typeof v === "string" ? v.replace(NOT_SHOWN, "") : ""; }
   // Python's whitespace (records.split_authors splits on it), which is JavaScript's \s but for U+FEFF.
   var WS = "[\\t\\n\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]";
-  var AUTHOR_SPLIT = new RegExp("," + WS + "*|" + WS + "+and" + WS + "+");
-  function splitAuthors(t) { return t.split(AUTHOR_SPLIT).map(norm).filter(Boolean); }
+  var AUTHOR_SPLIT = new RegExp("," + WS + "*|" + WS + "+and" + WS + "+"), PY_STRIP = new RegExp("^" + WS + "+|" + WS + "+$", "g");
+  // Each author as Python strips it (not of a U+FEFF, which the page then shows beside the comma that follows).
+  function splitAuthors(t) { return t.split(AUTHOR_SPLIT).map(function (a) { return a.replace(PY_STRIP, ""); }).filter(Boolean); }
   var decoder = new DOMParser();  // (an inert document: what it parses never runs or loads anything)
   function decodeEntity(entity) { return decoder.parseFromString(entity, "text/html").documentElement.textContent; }
-  // The letters and digits of Markdown as its rendering shows them, in order: its syntax, emphasis included
-  // (x*y*z shows as xyz), links' targets and reference definitions ("[a]: https://..."), list markers and
-  // entities' spelling aside; a link without text shows its address.  Both the page's text and the bundle's go
-  // through it, so what only one of them spells out (an entity, a link written but not made) counts the same.
+  // What a claim says, of Markdown as its rendering shows it, in order: its letters and digits, and the
+  // characters that change what a number or a comparison says but are never Markdown's syntax (".", "%", and
+  // every math and currency sign but the ASCII ones Markdown uses, as in "≤", "±", "−", "€", "$"): "9.5 %" is not
+  // "95 %", nor "≤" "≥".  Its syntax, emphasis included (x*y*z shows as xyz), links' targets and reference
+  // definitions ("[a]: https://..."), list markers and entities' spelling aside; a link without text shows its
+  // address.  Both the page's text and the bundle's go through it, so what only one of them spells out (an
+  // entity, a link written but not made, a character escaped: "1\\. x" shows as "1. x") counts the same.
   function markdownWords(s) {
-    return String(s).replace(/&(?:#[0-9]{1,8}|#[xX][0-9a-fA-F]{1,8}|[A-Za-z][A-Za-z0-9]{0,31});/g, decodeEntity)
+    return String(s).replace(/\\([!-\/:-@\[-`{-~])/g, "$1")
+      .replace(/&(?:#[0-9]{1,8}|#[xX][0-9a-fA-F]{1,8}|[A-Za-z][A-Za-z0-9]{0,31});/g, decodeEntity)
       .replace(/^ {0,3}\[[^\]\n]+\]:[ \t]*\n?[ \t]*\S+.*$/gm, "")
       .replace(/!?\[\s*\]\(\s*<?([^\s)>]*)>?[^)]*\)/g, "$1").replace(/!?\[([^\]]*)\]\([^)]*\)/g, "$1")
-      .replace(/^\s*(?:(?:[-*+]|\d+[.)])\s+)+/gm, "").replace(/[^\p{L}\p{N}]+/gu, "");
+      .replace(/^\s*(?:(?:[-*+]|\d+[.)])\s+)+/gm, "").replace(/[^\p{L}\p{N}\p{Sm}\p{Sc}.%]+|[+<=>|~]/gu, "");
   }
   var SHOWN_AUTHORS = 10;
 
@@ -256,8 +261,8 @@
     }
     check("title", text('[data-field="title"]'), v.title);
     var first = v.authors.slice(0, SHOWN_AUTHORS), rest = v.authors.slice(SHOWN_AUTHORS);
-    check("authors", text('[data-field="authors"]'), first.length ? first.join(", ") : "Authors not given");
-    check("more authors", text('[data-field="more-authors"]'), rest.length ? "et al. (" + rest.length + " more) " + rest.join(", ") : null);
+    check("authors", text('[data-field="authors"]'), first.length ? norm(first.join(", ")) : "Authors not given");
+    check("more authors", text('[data-field="more-authors"]'), rest.length ? norm("et al. (" + rest.length + " more) " + rest.join(", ")) : null);
     check("pith number", text('[data-field="pith_number"]'), v.pith_number);
     check("arXiv id and version", text('[data-field="arxiv"]'), v.arxiv);
     check("submitted", text('[data-field="submitted"]'), v.submitted);
