@@ -216,7 +216,8 @@ ODD_TEXT = ["", " ", "a" * 400, "x " * 700, "<b>&amp;</b>", "\u202eRTL", "中文
             "A and\nB,\n C", "[](https://bücher.example/ä)", "<https://bücher.example/>", "1) one\n2) two", "~~~\ncode\n~~~",
             "$\\mathcal{O}(n \\log n)$ for x_1, x_2", "p < 0.05 & q > 1", "\\&amp; a\\*b\\*c __init__",
             "[a]: https://ref.example/\n\nsee [a]", "[b][]\n\n[b]: https://ref.example/b", "&#99999999; &unknown;",
-            "9.5 % (p ≤ 0.01 ± 0.3; −2 °C, €4, $5)", "1. one.\n2. two...", "1\\. not a list. v2.0", "a=b+c|d~e^f"]
+            "9.5 % (p ≤ 0.01 ± 0.3; −2 °C, €4, $5)", "1. one.\n2. two...", "1\\. not a list. v2.0", "a=b+c|d~e^f",
+            "[" * 1001 + " too many brackets to render: *plain* 1.5 %"]  # (a page shows it as plain text, with a note)
 ODD_CATEGORIES = ["cs.LG", "math.CO", "hep-th", "cs", "physics.optics", "q-fin.CP", "astro-ph", "math.AG"]
 
 
