@@ -42,7 +42,8 @@ def edge_values(seed: int = 11, count: int = 150) -> list:
         return {text(4): value(depth + 1) for _ in range(rng.randrange(5))}
 
     fixed = [{"\U0001F600": 1, "\uFF5E": 2, "a": 3, "\uE000": 4},  # UTF-16 order differs from code-point order
-             {"z": {"y": {"x": [{}, [], "", 0]}}}, "\x00\x01\x1f\x7f\u2028", [1.0, 1, -0.0, 1e-7, 1e16]]
+             {"z": {"y": {"x": [{}, [], "", 0]}}}, "\x00\x01\x1f\x7f\u2028", [1.0, 1, -0.0, 1e-7, 1e16],
+             [2 ** 64, -(10 ** 21), 10 ** 30, 2 ** 53 + 1]]  # (integers a double cannot hold: Python writes each digit)
     return fixed + [value() for _ in range(count)]
 
 
@@ -198,6 +199,7 @@ def test_a_bundle_the_pinned_key_signed_that_breaks_a_rule_is_reported(signed_he
         state, checks, message = run_verify(browser.new_page(), url + f"pith/{pith_id}/")
     assert state == "failed" and {name for name, cls in checks if cls == "failed"} == {failing}, checks
     assert message.startswith("FAILED") and "Verified" not in message
+    assert not [name for name, _ in checks if name.startswith("page: ")]  # (the page is held only to a verified bundle)
 
 
 def test_browser_without_ed25519_says_so_and_never_claims_verified(site):
