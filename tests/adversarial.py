@@ -171,6 +171,8 @@ def corpus() -> list[Case]:
     add("version-as-string", c, "structure", _edit(lambda b: b["canonical_record"]["source"].update(version="1")))
     add("unknown-bundle-version", c, "structure", _edit(lambda b: b.update(bundle_version="2.0")))
     add("not-an-object", c, "structure", b'["EVIL"]')
+    # (a second record_created event, another record's creation signed as this one's: the one record is which?)
+    add("two-record-created-events", c, "structure", _edit(lambda b: b["events"].insert(1, copy.deepcopy(_created(b)))))
 
     # -- identifiers that try to escape the output folder ----------------------------------------------------
     c = "identifiers"

@@ -106,6 +106,23 @@ def test_the_same_key_pinned_under_another_id_verifies_nothing_its_old_id_did_ev
     assert report.count("published") == 0 and report.count("rejected") == 4
 
 
+def test_another_key_pinned_under_the_same_id_verifies_nothing_the_first_did_even_from_the_cache(tmp_path):
+    """The key file rewritten with another key under the same id (a key rotated, or the wrong one pasted): the
+    results cached under the first key count for nothing under the second, whose signature no bundle holds.
+    The trust set's identity, which keys the cache, must cover the keys' bytes as well as their ids."""
+    from signing import sign_bundle, to_bytes
+    from site_builder.build import BuildOptions, build
+    first, second = TestKey("same-id"), TestKey("same-id")
+    (tmp_path / "bundles").mkdir()
+    for i, path in enumerate(sorted((ROOT / "bundles").glob("*.json"))):
+        (tmp_path / "bundles" / f"b{i}.json").write_bytes(to_bytes(sign_bundle(json.loads(path.read_bytes()), first)))
+    options = dict(bundles=tmp_path / "bundles", output=tmp_path / "site", search=False)
+    keys = tmp_path / "key.json"
+    assert build(BuildOptions(trust=load_trust_set([first.write(keys)]), **options)).count("published") == 4
+    report = build(BuildOptions(trust=load_trust_set([second.write(keys)]), **options))
+    assert report.count("published") == 0 and report.count("rejected") == 4
+
+
 def test_a_key_file_that_is_no_regular_file_or_too_large_is_one_line_and_a_link_is_followed(tmp_path):
     """``--trusted-keys`` names a file: a FIFO (waited on for ever), a device such as /dev/zero (read for ever) or
     a file over 1 MB is refused with one line; a link to a key file is the user's own choice and is followed."""
