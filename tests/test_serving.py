@@ -1255,6 +1255,22 @@ def test_every_page_served_carries_the_live_reload_script_before_its_body_ends(p
         assert raw_get(port, "/twice.html")[1] == f"<body>a{tag}</body><body>b</body>"  # (one script a page)
         assert raw_get(port, "/__site_builder__/live.js")[0] == 200
         assert raw_get(port, "/data.json")[1] == '{"a": "</body>"}'
+        (output / "feed.xml").write_text("<feed><title>x</title></feed>")  # (a feed reader gets the feed as built)
+        assert raw_get(port, "/feed.xml")[1] == "<feed><title>x</title></feed>"
+        # the site's 404 page too: a page not built yet reloads once it is
+        assert raw_get(port, "/pith/NOTYETBUILT/") == (404, f"<html><body>Not found here{tag}</body></html>")
+
+
+def test_a_404_html_that_is_a_folder_is_not_the_not_found_page(plain_site):
+    """The builder writes ``404.html`` as a file: a folder of that name, with an ``index.html`` put in it, is not
+    the site's; the server's own page answers instead."""
+    output, _ = plain_site
+    (output / "404.html").unlink()
+    (output / "404.html").mkdir()
+    (output / "404.html" / "index.html").write_text("<html><body>planted</body></html>")
+    with handler_over(output) as port:
+        status, body = raw_get(port, "/missing")
+    assert status == 404 and "planted" not in body and "Not found" in body
 
 
 def test_head_answers_with_the_headers_alone_and_the_connection_goes_on(plain_site):
