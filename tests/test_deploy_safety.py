@@ -34,6 +34,19 @@ def cli(*args, cwd=None):
                           cwd=cwd, timeout=300)
 
 
+@pytest.mark.parametrize("marker, ours", [
+    (b'{"build_id": "' + b"a" * 64 + b'", "generator": "site-builder", "built_at": null}', True),
+    (b'{"build_id": "' + b"a" * 64 + b'", "generator": "site-builder"}', True),
+    (b'{"build_id": "' + b"a" * 64 + b'", "generator": "another-tool"}', False),
+    (b'{"build_id": "' + b"a" * 64 + b'"}', False),
+    (b'{"build_id": "' + b"a" * 64 + b'", "generator": "site-builder-fork"}', False)])
+def test_a_site_is_this_builders_only_where_its_marker_names_this_builder(tmp_path, marker, ours):
+    """Another tool's report may start with a build id too: only one that names site-builder as its generator
+    makes the folder a site this builder may replace."""
+    (tmp_path / "verification.json").write_bytes(marker)
+    assert is_builder_output(tmp_path) == ours
+
+
 @pytest.mark.parametrize("marker", [b'{"ok": true}\n', *(pytest.param(m, marks=pytest.mark.slow) for m in (
     None, b'{"build_id": "not hex", "generator": "site-builder"}',
     b'{"generator": "site-builder", "build_id": "' + b"a" * 64 + b'"}'))])

@@ -416,21 +416,25 @@ def test_an_output_that_is_a_mount_point_is_refused_at_once(tmp_path, monkeypatc
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
 
 
-def test_a_new_file_is_never_written_through_a_link_even_one_planted_after_the_old_name_went(tmp_path, monkeypatch):
+@pytest.mark.parametrize("link", ["symbolic", "hard"])
+def test_a_new_file_is_never_written_through_a_link_even_one_planted_after_the_old_name_went(tmp_path, monkeypatch,
+                                                                                          link):
     """``create_new`` removes what is at the name, then creates the file; another process may plant a link in
-    between (the race is played here by unlinking and planting the link again).  The open then fails: nothing is
-    written through the link, and what it leads to is untouched."""
+    between (the race is played here by unlinking and planting the link again): a symbolic link, or a hard link
+    to a file of the user's, which is a file like any other.  The open then fails: nothing is written through
+    the link, and what it leads to is untouched."""
     from site_builder import writing
 
     target = tmp_path / "elsewhere.txt"
     target.write_text("keep me")
     name = tmp_path / "new.json"
-    name.symlink_to(target)
+    plant = (lambda path: Path(path).symlink_to(target)) if link == "symbolic" else (lambda path: os.link(target, path))
+    plant(name)
     real_unlink = os.unlink
 
     def unlink_then_plant(path):
         real_unlink(path)
-        Path(path).symlink_to(target)
+        plant(path)
 
     with monkeypatch.context() as race:  # (undone on leaving: the test's other patches, its cache home, stay)
         race.setattr(writing.os, "unlink", unlink_then_plant)
