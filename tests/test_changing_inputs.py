@@ -51,6 +51,26 @@ def after_first_render(action):
     return progress, done
 
 
+def test_a_bundle_rewritten_in_place_with_its_mtime_put_back_is_verified_again(tmp_path, pinned):
+    """The cache knows a bundle by its size, mtime, inode and change time: a file rewritten in its own inode, the
+    same size, its mtime set back to what it was (``touch -r``, an rsync that keeps times), still has a new change
+    time, which no user can set.  So it is read and verified again, and the forgery is rejected by its check, as
+    it would be in a build without a cache."""
+    bundles, _ = real_bundles(tmp_path)
+    options = BuildOptions(bundles=bundles, output=tmp_path / "site", trust=pinned, search=False)
+    assert build(options).count("published") == len(REAL_FILES)
+    target = bundles / REAL_FILES[0].name
+    before = os.stat(target)
+    time.sleep(0.01)  # (a change time the file system can tell from the first)
+    tamper_keeping_size(target)
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(target)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    report = build(options)
+    [rejected] = report.rejected
+    assert rejected.inspection.rel == target.name and rejected.inspection.check == "event_hash", rejected.inspection
+
+
 def test_files_changed_between_verifying_and_rendering_are_rejected_and_the_rest_is_built(tmp_path, pinned):
     bundles, originals = real_bundles(tmp_path)
     names = sorted(originals)
