@@ -219,7 +219,8 @@ ODD_TEXT = ["", " ", "a" * 400, "x " * 700, "<b>&amp;</b>", "\u202eRTL", "中文
             "$\\mathcal{O}(n \\log n)$ for x_1, x_2", "p < 0.05 & q > 1", "\\&amp; a\\*b\\*c __init__",
             "[a]: https://ref.example/\n\nsee [a]", "[b][]\n\n[b]: https://ref.example/b", "&#99999999; &unknown;",
             "9.5 % (p ≤ 0.01 ± 0.3; −2 °C, €4, $5)", "1. one.\n2. two...", "1\\. not a list. v2.0", "a=b+c|d~e^f",
-            "[" * 1001 + " too many brackets to render: *plain* 1.5 %"]  # (a page shows it as plain text, with a note)
+            "[" * 1001 + " too many brackets to render: *plain* 1.5 %",
+            "foo\n2. bar and [text][ref] 3.5\n\n[ref]: https://r.example/", "[t][undefined] x.y", " \n\ufeff "]  # (a page shows it as plain text, with a note)
 ODD_CATEGORIES = ["cs.LG", "math.CO", "hep-th", "cs", "physics.optics", "q-fin.CP", "astro-ph", "math.AG"]
 
 
@@ -241,8 +242,8 @@ def odd_bundle(rng, base: dict, i: int) -> dict:
                                      authors_text=rng.choice(["", ", , ,", "A and B", ",".join("P" * 30), text()]))
             snapshot["claims"] = {"count": 2, "items": [{"claim_id": text()[:9], "kind": text()[:20], "text": text(),
                                                          "status": text()[:20]} for _ in range(rng.randrange(3))]}
-            if i < len(ODD_TEXT):  # (the first records hold every odd text once, as authors and as a claim)
-                snapshot["paper"]["authors_text"] = ODD_TEXT[i]
+            if i < len(ODD_TEXT):  # (the first records hold every odd text once: as authors, abstract and a claim)
+                snapshot["paper"]["authors_text"] = snapshot["paper"]["abstract_excerpt"] = ODD_TEXT[i]
                 snapshot["claims"]["items"].append({"claim_id": "C", "kind": "k", "text": ODD_TEXT[i], "status": "s"})
             snapshot["verdict"]["one_line_summary"] = text()
             snapshot["references"] = rng.choice([{}, {"count": "7", "resolved_work": None}, {"count": 3}])

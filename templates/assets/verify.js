@@ -209,15 +209,17 @@
   // What a claim says, of Markdown as its rendering shows it, in order: its letters and digits, and the
   // characters that change what a number or a comparison says but are never Markdown's syntax (".", "%", and
   // every math and currency sign but the ASCII ones Markdown uses, as in "≤", "±", "−", "€", "$"): "9.5 %" is not
-  // "95 %", nor "≤" "≥".  Its syntax, emphasis included (x*y*z shows as xyz), links' targets and reference
-  // definitions ("[a]: https://..."), list markers and entities' spelling aside; a link without text shows its
-  // address.  Both the page's text and the bundle's go through it, so what only one of them spells out (an
-  // entity, a link written but not made, a character escaped: "1\\. x" shows as "1. x") counts the same.
+  // "95 %", nor "≤" "≥".  Its syntax aside: emphasis (x*y*z shows as xyz), links' targets, reference definitions
+  // ("[a]: https://...") and a reference link's label ("[text][ref]"), list markers and entities' spelling; a
+  // link without text shows its address.  Both the page's text and the bundle's go through it, so what only one
+  // of them spells out (an entity, a link written but not made, a character escaped: "1\\. x" shows as "1. x")
+  // counts the same.
   function markdownWords(s) {
     return String(s).replace(/\\([!-\/:-@\[-`{-~])/g, "$1")
       .replace(/&(?:#[0-9]{1,8}|#[xX][0-9a-fA-F]{1,8}|[A-Za-z][A-Za-z0-9]{0,31});/g, decodeEntity)
       .replace(/^ {0,3}\[[^\]\n]+\]:[ \t]*\n?[ \t]*\S+.*$/gm, "")
       .replace(/!?\[\s*\]\(\s*<?([^\s)>]*)>?[^)]*\)/g, "$1").replace(/!?\[([^\]]*)\]\([^)]*\)/g, "$1")
+      .replace(/!?\[([^\]]*)\]\[[^\]]*\]/g, "$1")
       .replace(/^\s*(?:(?:[-*+]|\d+[.)])\s+)+/gm, "").replace(/[^\p{L}\p{N}\p{Sm}\p{Sc}.%]+|[+<=>|~]/gu, "");
   }
   var SHOWN_AUTHORS = 10;
@@ -268,7 +270,8 @@
     check("submitted", text('[data-field="submitted"]'), v.submitted);
     check("categories", Array.from(doc.querySelectorAll('[data-field="categories"] .cat-code'), function (e) { return norm(e.textContent); }).join(" "),
           v.categories.join(" "));
-    check("abstract", text('[data-field="abstract"]'), v.abstract || null);
+    // (an abstract of white space alone is none, whether the page leaves the section out or shows it blank)
+    check("abstract", text('[data-field="abstract"]') || null, v.abstract || null);
     var shownClaims = Array.from(doc.querySelectorAll('[data-field="claims"] [data-claim]'), function (el) {
       function part(sel) { var p = el.querySelector(sel); return p ? norm(p.textContent) : ""; }
       var shownText = el.querySelector(".claim-text") ? el.querySelector(".claim-text").cloneNode(true) : null;
