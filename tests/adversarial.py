@@ -242,8 +242,9 @@ def odd_bundle(rng, base: dict, i: int) -> dict:
                                      authors_text=rng.choice(["", ", , ,", "A and B", ",".join("P" * 30), text()]))
             snapshot["claims"] = {"count": 2, "items": [{"claim_id": text()[:9], "kind": text()[:20], "text": text(),
                                                          "status": text()[:20]} for _ in range(rng.randrange(3))]}
-            if i < len(ODD_TEXT):  # (the first records hold every odd text once: as authors, abstract and a claim)
-                snapshot["paper"]["authors_text"] = snapshot["paper"]["abstract_excerpt"] = ODD_TEXT[i]
+            if i < len(ODD_TEXT):  # (the first records hold every odd text once: as title, authors, abstract, claim)
+                paper = snapshot["paper"]
+                paper["title"] = paper["authors_text"] = paper["abstract_excerpt"] = ODD_TEXT[i]
                 snapshot["claims"]["items"].append({"claim_id": "C", "kind": "k", "text": ODD_TEXT[i], "status": "s"})
             snapshot["verdict"]["one_line_summary"] = text()
             snapshot["references"] = rng.choice([{}, {"count": "7", "resolved_work": None}, {"count": 3}])

@@ -349,7 +349,7 @@ def test_pages_of_validly_signed_odd_text_verify_in_the_browser(tmp_path):
     is told the mirror edited the page."""
     from adversarial import ODD_TEXT, odd_site
 
-    site, _ = odd_site(tmp_path, len(ODD_TEXT), seed=5)  # (each odd text once as authors, abstract and a claim)
+    site, _ = odd_site(tmp_path, len(ODD_TEXT), seed=5)  # (each odd text once as title, authors, abstract, claim)
     ids = sorted(p.parent.name for p in site.glob("pith/*/badge.svg"))
     assert len(ids) == len(ODD_TEXT)
     failed = []
