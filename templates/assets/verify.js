@@ -201,11 +201,11 @@
   function str(m, k) { var v = m instanceof Map ? m.get(k) : undefined; return typeof v === "string" ? v.replace(NOT_SHOWN, "") : ""; }
   // Python's whitespace (records.split_authors splits on it), which is JavaScript's \s but for U+FEFF.
   var WS = "[\\t\\n\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]";
-  var AUTHOR_SPLIT = new RegExp("," + WS + "*|" + WS + "+and" + WS + "+"), PY_STRIP = new RegExp("^" + WS + "+|" + WS + "+$", "g");
-  // Each author as Python strips it (not of a U+FEFF, which the page then shows beside the comma that follows).
-  // pyWords: the words of a text as Python's split() finds them (a title of a U+FEFF alone is one, shown blank).
+  // The words of a text as Python's split() finds them (a title of a U+FEFF alone is one, which a page shows blank).
   var PY_SPACE = new RegExp(WS + "+");
   function pyWords(t) { return t.split(PY_SPACE).filter(Boolean).join(" "); }
+  var AUTHOR_SPLIT = new RegExp("," + WS + "*|" + WS + "+and" + WS + "+"), PY_STRIP = new RegExp("^" + WS + "+|" + WS + "+$", "g");
+  // Each author as Python strips it (not of a U+FEFF, which the page then shows beside the comma that follows).
   function splitAuthors(t) { return t.split(AUTHOR_SPLIT).map(function (a) { return a.replace(PY_STRIP, ""); }).filter(Boolean); }
   var decoder = new DOMParser();  // (an inert document: what it parses never runs or loads anything)
   function decodeEntity(entity) { return decoder.parseFromString(entity, "text/html").documentElement.textContent; }
