@@ -100,11 +100,20 @@ def sign_bundle(bundle: dict, key: TestKey, *, claim_key_id: str | None = None, 
         b["state"] = state
     else:
         b["state"]["state_sha256"] = digest_without(b["state"], "state_sha256")
-    b["bundle_signature"] = {}
-    bundle_sha = digest_without(b, "bundle_signature")
-    b["bundle_signature"] = sig_block(signature_b64=key.sign_hex(bundle_sha), signed_message="bundle_sha256_bytes",
-                                      signed_at="2026-09-01T00:00:00Z", bundle_sha256=bundle_sha)
-    return b
+    return seal(b, key, key_id, fingerprint)
+
+
+def seal(bundle: dict, key: TestKey, key_id: str | None = None, fingerprint: str | None = None) -> dict:
+    """*bundle* with its bundle hash and signature made (again) by *key*, its block naming *key_id* and
+    *fingerprint* (default: the key's own); nothing else of it is re-derived."""
+    bundle["bundle_signature"] = {}
+    bundle_sha = digest_without(bundle, "bundle_signature")
+    bundle["bundle_signature"] = {"signature_status": "signed_v1", "algorithm": "ed25519",
+                                  "key_id": key_id or key.key_id,
+                                  "public_key_fingerprint": fingerprint or key.fingerprint,
+                                  "signature_b64": key.sign_hex(bundle_sha), "signed_message": "bundle_sha256_bytes",
+                                  "signed_at": "2026-09-01T00:00:00Z", "bundle_sha256": bundle_sha}
+    return bundle
 
 
 def to_bytes(bundle: dict) -> bytes:

@@ -224,9 +224,14 @@ def mirror_record_ids(root: Path) -> list[str]:
     ``pith/`` cannot be listed).  The other entries of ``pith/`` are pages (the short addresses ``pith/<8>/``...)."""
     try:
         with os.scandir(root / "pith") as entries:
-            return sorted(e.name for e in entries if _RECORD_FOLDER.match(e.name) and e.is_dir(follow_symlinks=False))
+            return sorted(e.name for e in entries if is_record_id(e.name) and e.is_dir(follow_symlinks=False))
     except OSError as exc:
         raise BundlesFolderError(f"{root / 'pith'}: cannot list the mirror's records: {exc.strerror}") from None
+
+
+def is_record_id(name: str) -> bool:
+    """Whether *name* names a record's folder in a mirror's ``pith/``: a 26-character pith ID."""
+    return _RECORD_FOLDER.match(name) is not None
 
 
 _RECORD_FOLDER = re.compile(r"[A-Z2-7]{26}\Z")

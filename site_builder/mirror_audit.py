@@ -18,8 +18,8 @@ from typing import Callable
 from site_builder.canonical import canon
 from site_builder.inspection import Inspection, by_reference, inspect_bytes, rejected
 from site_builder.keys import TrustSet
-from site_builder.loading import (DEFAULT_MAX_BYTES, FileReadError, InputFile, is_mirror, mirror_record_ids,
-                                  read_bytes)
+from site_builder.loading import (DEFAULT_MAX_BYTES, FileReadError, InputFile, is_mirror, is_record_id,
+                                  mirror_record_ids, read_bytes)
 from site_builder.parallel import Workers, map_in_workers
 from site_builder.stages.verify import Inspector
 from site_builder.strict_json import StrictJSONError, parse_strict
@@ -37,9 +37,8 @@ def mirror_records(folder: Path) -> list[InputFile] | None:
     real = folder.resolve()
     if real.name == "pith" and is_mirror(real.parent):
         return [_record_file(real / pid, folder / pid) for pid in mirror_record_ids(real.parent)]
-    if real.parent.name == "pith" and is_mirror(real.parent.parent) and real.name in mirror_record_ids(
-            real.parent.parent):
-        return [_record_file(real, folder)]
+    if real.parent.name == "pith" and is_record_id(real.name) and is_mirror(real.parent.parent):
+        return [_record_file(real, folder)]  # (a real folder: resolved, and found to be one)
     return None
 
 

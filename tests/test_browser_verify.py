@@ -144,16 +144,6 @@ def signed_here(tmp_path_factory):
     return root / "site", b["pith_number"].rsplit(":", 1)[1], key, b
 
 
-def _resealed(b: dict, key) -> dict:
-    """*b* with its bundle hash and signature made again by *key* (nothing else of it re-derived)."""
-    from site_builder.canonical import digest_without
-    b["bundle_signature"] = {}
-    sha = digest_without(b, "bundle_signature")
-    b["bundle_signature"] = key.block(signature_b64=key.sign_hex(sha), signed_message="bundle_sha256_bytes",
-                                      signed_at="2026-09-01T00:00:00Z", bundle_sha256=sha)
-    return b
-
-
 def _subject_elsewhere(b, key):
     from signing import sign_bundle
     other = json.loads(json.dumps(b))
@@ -163,7 +153,8 @@ def _subject_elsewhere(b, key):
 
 def _event_id_elsewhere(b, key):
     b["events"][0]["event_id"] = "sha256:" + "0" * 64
-    return _resealed(b, key)
+    from signing import seal
+    return seal(b, key)
 
 
 def _receipt_of_another_digest(b, key):

@@ -234,7 +234,7 @@
       if (e.get("event_type") === "graph_snapshot") snapshot = e.get("payload").get("graph_snapshot");
     });
     var paper = snapshot instanceof Map ? snapshot.get("paper") : null;
-    var id = source.get("id"), version = pyNumber(source.get("version"));
+    var id = source.get("id"), version = pyNumber(source.get("version")), title = str(paper, "title");
     var primary = meta.get("primary_cat");
     var claims = [], items = snapshot instanceof Map && snapshot.get("claims") instanceof Map ? snapshot.get("claims").get("items") : null;
     (Array.isArray(items) ? items : []).forEach(function (c) {
@@ -242,7 +242,7 @@
                                           text: str(c, "text"), status: str(c, "status").replace(/_/g, " ") });
     });
     return {
-      title: pyWords(str(paper, "title")) ? norm(str(paper, "title")) : "arXiv:" + id + "v" + version,
+      title: pyWords(title) ? norm(title) : "arXiv:" + id + "v" + version,
       authors: splitAuthors(str(paper, "authors_text")),
       pith_number: b.get("pith_number"),
       arxiv: "arXiv:" + id + " v" + version,
