@@ -85,13 +85,14 @@ class Watcher(FileSystemEventHandler):
             if path == tree or tree in path.parents:
                 # Hidden names anywhere below the tree are editors' swap files, a cache, our lock, staging and
                 # retired trees; the build never reads them either (but for a static .well-known).  Nor does it
-                # read the bundles folder's other files (a log written there would start a rebuild per line).
+                # read the bundles folder's other files (a log written there would start a rebuild per line),
+                # but a bundle named .json in another letter case, which the build reports as not read.
                 parts = path.relative_to(tree).parts
                 if tree == self.static and parts[:1] == (".well-known",):
                     parts = parts[1:]
                 if any(part.startswith(".") for part in parts):
                     return False
-                return tree != self.bundles or is_directory or path.name.endswith(".json")
+                return tree != self.bundles or is_directory or path.name[-5:].lower() == ".json"
         return False
 
     def on_any_event(self, event):
