@@ -76,6 +76,20 @@ def serve(folder: Path, prefix: str = "/"):
         yield url + prefix
 
 
+# The screens pages are checked on.  The phone is emulated as one (``is_mobile``): Chromium then lays a page out at
+# the width its viewport meta tag asks for, as a phone does, and at 980 px shrunk to fit where it asks for none; a
+# narrow desktop window would lay out any page at its own width.
+SCREENS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 800}}
+
+
+def new_page(browser, screen: str = "desktop", scheme: str = "light", height: int | None = None):
+    """A page in *browser* on *screen* ("desktop" or "phone") in the colour *scheme* ("light" or "dark")."""
+    phone = screen == "phone"
+    return browser.new_page(viewport={**SCREENS[screen], **({"height": height} if height else {})},
+                            color_scheme=scheme, is_mobile=phone, has_touch=phone,
+                            device_scale_factor=3 if phone else 1)
+
+
 @contextlib.contextmanager
 def chromium():
     from playwright.sync_api import sync_playwright

@@ -10,7 +10,7 @@ from site_builder.build import BuildOptions, build
 from site_builder.canonical import canon
 from site_builder.keys import load_trust_set
 
-from browser import chromium, serve
+from browser import chromium, new_page, serve
 from conftest import REAL_FILES, ROOT
 
 pytestmark = pytest.mark.slow  # (headless Chromium)
@@ -365,14 +365,14 @@ def _verify_in_standalone(page, bundle_path=None, url=None):
     return page.eval_on_selector("#result", "e => e.dataset.state"), page.inner_text("#result")
 
 
-@pytest.mark.parametrize("viewport, scheme", [((1280, 800), "light"), ((390, 800), "dark")])
-def test_the_standalone_verifier_works_from_disk_with_no_request_but_the_bundle(site, tmp_path, viewport, scheme):
+@pytest.mark.parametrize("screen, scheme", [("desktop", "light"), ("phone", "dark")])
+def test_the_standalone_verifier_works_from_disk_with_no_request_but_the_bundle(site, tmp_path, screen, scheme):
     saved = tmp_path / "pith-verifier.html"
     shutil.copy(site / "verify" / "index.html", saved)
     tampered = tmp_path / "tampered.json"
     tampered.write_bytes(REAL_FILES[1].read_bytes().replace(b'"title":"', b'"title":"X', 1))
     with chromium() as browser:
-        page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]}, color_scheme=scheme)
+        page = new_page(browser, screen, scheme)
         requests = []
         page.on("request", lambda r: requests.append(r.url))
         page.goto(saved.as_uri())

@@ -11,14 +11,14 @@ from site_builder.build import BuildOptions, build
 from site_builder.keys import load_trust_set
 from site_builder.settings import SiteConfig
 
-from browser import chromium, serve
+from browser import SCREENS, chromium, new_page, serve
 from conftest import REAL_FILES, ROOT, resigned_real_bundles
 from signing import sign_bundle, to_bytes, with_paper
 
 pytestmark = pytest.mark.slow  # (headless Chromium)
 
 AXE = (Path(axe_playwright_python.__file__).parent / "axe.min.js").read_text("utf-8")
-WIDTHS = {"desktop": 1280, "phone": 390}
+WIDTHS = {screen: size["width"] for screen, size in SCREENS.items()}
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +44,7 @@ def reader(request, site):
     width, scheme = request.param
     folder, ids, _ = site
     with serve(folder) as url, chromium() as browser:
-        yield browser.new_page(viewport={"width": WIDTHS[width], "height": 800}, color_scheme=scheme), url, ids, \
-            WIDTHS[width]
+        yield new_page(browser, width, scheme), url, ids, WIDTHS[width]
 
 
 def page_types(ids):
@@ -60,7 +59,7 @@ def test_axe_finds_no_serious_violation_on_any_page_type(site, scheme, width):
     folder, ids, _ = site
     problems = []
     with serve(folder) as url, chromium() as browser:
-        page = browser.new_page(viewport={"width": WIDTHS[width], "height": 900}, color_scheme=scheme)
+        page = new_page(browser, width, scheme, height=900)
         for name, path in page_types(ids).items():
             page.goto(url + path)
             if name == "search":  # with results on screen, as a reader sees them
@@ -85,7 +84,7 @@ def test_axe_finds_no_serious_violation_on_pages_of_validly_signed_odd_text(tmp_
     problems = []
     with serve(out) as url, chromium() as browser:
         for scheme in ("light", "dark"):
-            page = browser.new_page(viewport={"width": WIDTHS["phone"], "height": 800}, color_scheme=scheme)
+            page = new_page(browser, "phone", scheme)
             for path in paths:
                 page.goto(url + path)
                 page.add_script_tag(content=AXE)
@@ -102,9 +101,9 @@ def test_axe_finds_no_serious_violation_on_pages_of_validly_signed_odd_text(tmp_
 def test_no_table_column_is_squeezed_and_nothing_scrolls_sideways_on_a_phone(site, path):
     folder, ids, _ = site
     with serve(folder) as url, chromium() as browser:
-        page = browser.new_page(viewport={"width": 390, "height": 800})
+        page = new_page(browser, "phone")
         page.goto(url + page_types(ids)[path])
-        assert page.evaluate("document.scrollingElement.scrollWidth") <= 390
+        assert page.evaluate("document.scrollingElement.scrollWidth") <= WIDTHS["phone"]
         # A squeezed column breaks a short word over lines ("r/e/j/e/c/t/e/d", "2026-/07-/05"): no visible cell
         # whose text is one word of up to 30 characters may take two lines.
         narrow = page.evaluate("""() => Array.from(document.querySelectorAll('main td, main th')).filter(c => {
@@ -118,7 +117,7 @@ def test_no_table_column_is_squeezed_and_nothing_scrolls_sideways_on_a_phone(sit
 def test_status_headers_do_not_wrap_on_a_desktop(site):
     folder, ids, _ = site
     with serve(folder) as url, chromium() as browser:
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page = new_page(browser, "desktop")
         page.goto(url + page_types(ids)["paper"])
         heights = page.evaluate("""() => Array.from(document.querySelectorAll('th'), th => [th.textContent,
             th.getBoundingClientRect().height, parseFloat(getComputedStyle(th).lineHeight)])""")
@@ -131,7 +130,7 @@ def test_a_long_author_list_is_folded_one_click_from_the_whole(site, width):
     html = (folder / "pith" / many / "index.html").read_bytes()
     assert len(html) < 150_000
     with serve(folder) as url, chromium() as browser:
-        page = browser.new_page(viewport={"width": WIDTHS[width], "height": 800})
+        page = new_page(browser, width)
         page.goto(url + f"pith/{many}/")
         assert page.evaluate("document.scrollingElement.scrollHeight") < (6000 if width == "desktop" else 12000)
         assert page.inner_text("[data-field=authors]").count("Author Number") == 10
@@ -178,7 +177,7 @@ def test_the_form_controls_are_made_for_a_finger_on_a_phone(site, path, wait_for
     the verifier's URL field stuck out of its box by its padding."""
     folder, ids, _ = site
     with serve(folder) as url, chromium() as browser:
-        page = browser.new_page(viewport={"width": 390, "height": 800})
+        page = new_page(browser, "phone")
         page.goto(url + path)
         page.wait_for_selector(wait_for)
         controls = page.evaluate("""() => {
@@ -204,7 +203,7 @@ def test_the_statistics_charts_labels_can_be_read(site, width, scheme):
     figure's indent and scaled down to fit a phone, their 12 px labels to 6 px; and drawn black in dark mode."""
     folder, ids, _ = site
     with serve(folder) as url, chromium() as browser:
-        page = browser.new_page(viewport={"width": WIDTHS[width], "height": 800}, color_scheme=scheme)
+        page = new_page(browser, width, scheme)
         page.goto(url + "stats/")
         labels = page.evaluate("""() => Array.from(document.querySelectorAll('.chart svg text'),
             t => [t.textContent, t.getBoundingClientRect().height, getComputedStyle(t).fill])""")
@@ -235,7 +234,7 @@ def test_a_listings_numbers_stay_on_a_phones_screen(tmp_path):
             papers=papers, first_index=first))
     found = {}
     with serve(site) as url, chromium() as browser:
-        page = browser.new_page(viewport={"width": 390, "height": 800})
+        page = new_page(browser, "phone")
         for first in firsts:
             page.goto(url + f"from-{first}/")
             found[first] = page.evaluate("""() => {
@@ -417,6 +416,29 @@ def test_copied_snippets_hold_full_urls(site, tmp_path):
     html = (out / "pith" / pid / "index.html").read_text()
     assert f"curl -s https://mirror.example.org/m/pith/{pid}/bundle.json" in html and "site-url" not in html
     assert f'<meta property="og:url" content="https://mirror.example.org/m/pith/{pid}/">' in html
+
+
+def test_each_copy_button_copies_the_snippet_it_names_and_says_so(site):
+    """The Cite block's buttons (BibTeX, LaTeX, the badge's HTML): a click puts that snippet's text on the
+    clipboard, as the page shows it (the badge's address completed), and the button says "Copied" for a moment."""
+    folder, ids, _ = site
+    with serve(folder) as url, chromium() as browser:
+        context = browser.new_context(permissions=["clipboard-read", "clipboard-write"])
+        page = context.new_page()
+        page.goto(url + f"pith/{ids[0]}/")
+        buttons = page.eval_on_selector_all("button[data-copy]", "els => els.map(b => [b.dataset.copy, b.textContent])")
+        assert [name for name, _ in buttons] == ["bibtex", "latex", "badge"]
+        copied = []
+        for name, label in buttons:
+            button = page.locator(f"button[data-copy={name}]")
+            button.click()
+            page.wait_for_function("b => b.textContent === 'Copied'", arg=button.element_handle(), timeout=2000)
+            copied.append(page.evaluate("navigator.clipboard.readText()"))
+            assert copied[-1] == page.eval_on_selector(f"#{name}", "e => e.textContent"), name
+            page.wait_for_function(f"b => b.textContent === {json.dumps(label)}", arg=button.element_handle(),
+                                   timeout=3000)
+    assert copied[1] == f"\\usepackage{{pith}}\n\\pithnumber{{{ids[0]}}}"
+    assert f'src="{url}pith/{ids[0]}/badge.svg"' in copied[2] and "@" in copied[0]
 
 
 def test_the_in_page_check_reads_and_works_at_every_width_and_scheme(reader):

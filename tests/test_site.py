@@ -271,6 +271,93 @@ def test_the_stats_page_counts_what_the_site_publishes(tmp_path):
     assert counts["rejected"] == 1 and counts["published"] == len(published) == 15
 
 
+def test_each_feed_names_itself_and_each_entrys_authors(sites):
+    """A feed's self link is its own address (a reader subscribes to the feed it found, not the site's), and an
+    entry names the record's first ten authors, then one "et al." naming how many there are: none for a record of
+    ten or fewer (the real records have 8 and 12 authors)."""
+    site = sites["root"]
+    authors = {ids(b): [a.strip() for a in next(e for e in b["events"] if e["event_type"] == "graph_snapshot")[
+        "payload"]["graph_snapshot"]["paper"]["authors_text"].split(",")] for b in REAL}
+    assert sorted(len(names) for names in authors.values()) == [3, 6, 8, 12]
+    for path in sorted(site.rglob("feed.xml")):
+        feed = feedparser.parse(path.read_bytes())
+        address = "https://mirror.example.org/" + path.relative_to(site).as_posix()
+        assert [link.href for link in feed.feed.links if link.rel == "self"] == [address]
+        for entry in feed.entries:
+            names = authors[entry.link.rstrip("/").rsplit("/", 1)[1]]
+            more = [f"et al. ({len(names)} authors)"] if len(names) > 10 else []
+            assert [a.name for a in entry.authors] == names[:10] + more, path
+
+
+def test_each_listing_page_links_to_its_neighbours_and_marks_itself(sites):
+    """"All papers" at two a page is two pages: the head and the page links of each point at the page before and
+    after it, and the page shown is marked as the current one (which a screen reader says), not linked."""
+    site = sites["root"]
+    for number, path, before, after in ((1, "papers/index.html", None, "/papers/page/2/"),
+                                        (2, "papers/page/2/index.html", "/papers/", None)):
+        page = lxml.html.parse(str(site / path)).getroot()
+        nav = page.find(".//nav[@class='pagination']")
+        for where in (page.find("head"), nav):
+            assert where.xpath("*[@rel='prev']/@href") == ([before] if before else []), (path, where.tag)
+            assert where.xpath("*[@rel='next']/@href") == ([after] if after else []), (path, where.tag)
+        assert nav.xpath("span[@aria-current='page']/text()") == [str(number)]
+        assert nav.xpath("a[not(@rel)]/text()") == [str(3 - number)]
+
+
+def test_every_page_leads_to_every_part_of_the_site(sites):
+    """The header of every page the site's layout frames names the site's parts, in order, under a base path."""
+    site = sites["sub"]
+    parts = ["/mirror/papers/", "/mirror/category/", "/mirror/year/", "/mirror/search/", "/mirror/stats/",
+             "/mirror/verification/"]
+    framed = [p for p in sorted(site.rglob("*.html")) if b'class="site-header"' in p.read_bytes()]
+    assert len(framed) > 20 and site / "404.html" in framed and site / "pith" / ids(REAL[0]) / "index.html" in framed
+    for path in framed:
+        header = lxml.html.parse(str(path)).getroot().find(".//header[@class='site-header']")
+        assert header.xpath("a[@class='brand']/@href") == ["/mirror/"], path
+        assert header.xpath("nav/a/@href") == parts, path
+
+
+def test_a_record_page_offers_its_json_at_the_resolvers_paths(sites):
+    """A record's downloads link its bundle byte for byte as published, at /pith/<ID>/ and at the
+    /.well-known/ path the resolver serves it from too, and its merged state."""
+    site = sites["sub"]
+    for b, raw in zip(REAL, REAL_FILES):
+        pid = ids(b)
+        page = lxml.html.parse(str(site / "pith" / pid / "index.html")).getroot()
+        links = page.xpath("//ul[@class='downloads']/li//a/@href")
+        assert links == [f"/mirror/pith/{pid}/bundle.json", f"/mirror/.well-known/pith/{pid}/bundle.json",
+                         f"/mirror/pith/{pid}/state.json", "#canonical-record"]
+        for link in links[:2]:
+            assert (site / link.removeprefix("/mirror/")).read_bytes() == raw.read_bytes()
+
+
+def test_the_category_and_year_pages_count_the_records_each_lists(sites):
+    """The categories and years pages give each group's number of records: a record is counted under its
+    primary category and each category it is cross-listed in, and under its submission year."""
+    site = sites["root"]
+    categories = Counter(c for b in REAL for c in [b["canonical_record"]["metadata"]["primary_cat"],
+                                                   *b["canonical_record"]["metadata"]["cross_cats_sorted"]])
+    years = Counter(b["canonical_record"]["metadata"]["submitted_at"][:4] for b in REAL)
+    for folder, expected in (("category", categories), ("year", years)):
+        groups = lxml.html.parse(str(site / folder / "index.html")).getroot().xpath(
+            "//ul[contains(@class, 'groups')]/li")
+        assert {li.findtext("a"): int(li.findtext("span[@class='n']")) for li in groups} == expected, folder
+    assert sorted(set(categories.values())) == [1, 2, 3, 4] and sorted(years.values()) == [1, 3]
+
+
+def test_a_list_row_marks_the_records_primary_category(sites):
+    """In a list row the primary category is the first and marked so; cross-listed ones follow, unmarked."""
+    site = sites["root"]
+    primary = {ids(b): b["canonical_record"]["metadata"]["primary_cat"] for b in REAL}
+    rows = paper_list(site / "papers" / "index.html").findall("li") + \
+        paper_list(site / "papers" / "page" / "2" / "index.html").findall("li")
+    assert len(rows) == len(REAL)
+    for row in rows:
+        pid = row.xpath("a[@class='title']/@href")[0].rstrip("/").rsplit("/", 1)[1]
+        assert row.xpath(".//a[@class='cat primary']/text()") == [primary[pid]]
+        assert row.xpath(".//a[contains(@class, 'cat')]/text()")[0] == primary[pid]
+
+
 def test_the_categories_are_named_where_they_are_listed(sites):
     """The categories page and each category's listing (its heading and its title) give the category's name
     beside its code (as a record's page does); they showed the code alone.  The years page names nothing."""
@@ -294,6 +381,7 @@ def test_short_addresses_redirect(sites):
         assert f'<meta http-equiv="refresh" content="0; url=/mirror/pith/{ids(b)}/">' in html
         assert f'<link rel="canonical" href="{SUB}pith/{ids(b)}/">' in html
         assert f'<a href="/mirror/pith/{ids(b)}/">' in html
+        assert '<meta name="robots" content="noindex">' in html  # (the record's own page is the one to index)
 
 
 def _two_records_of_one_version(tmp_path: Path) -> tuple[Path, TrustSet, list[str]]:
@@ -555,6 +643,11 @@ def test_each_page_shows_its_own_check_results(tmp_path, skipped_first):
         assert row is not None and row.groups() == (("skipped", "– skipped") if skip else ("passed", "✓ passed"))
         assert html.count('<tr class="') - html.count('<tr class="passed">') == (1 if skip else 0)
         assert ("State not independently recomputed" in html) == skip
+        # and its timeline lists the event it could not merge, marked so
+        types = [(row.findtext("td[1]/code"), "(unknown type, listed not merged)" in row.text_content())
+                 for row in lxml.html.fromstring(html).xpath("//table[@class='timeline']/tbody/tr")]
+        assert ("timestamp_anchor", True) in types if skip else all(t != "timestamp_anchor" for t, _ in types)
+        assert [t for t, unknown in types if unknown] == (["timestamp_anchor"] if skip else [])
 
 
 def _words(html_file: Path) -> str:
