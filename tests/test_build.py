@@ -490,6 +490,7 @@ def test_the_about_page_shows_its_images_and_paths_and_a_bundles_text_neither(tm
     build(BuildOptions(bundles=bundles, output=out, trust=trust, about_file=about, search=False))
     assert '<img src="/logo.png" alt="our logo" /> <a href="../papers/">All papers</a>' in \
         (out / "about" / "index.html").read_text()
+    assert '· <a href="/about/">about</a></p>' in (out / "index.html").read_text()  # (the home page leads to it)
     html = (out / "pith" / signed["pith_number"][-26:] / "index.html").read_text()
     assert "tracker.example" in html and '<img src="https://tracker' not in html
     assert html.count('!<a href="https://tracker.example/p.png">pixel</a>') == 3

@@ -880,3 +880,38 @@ def test_a_home_page_with_nothing_published_says_why(tmp_path, sites):
     assert " ".join(home.find(".//p[@class='counts']").text_content().split()) == \
         "4 papers published · 0 bundles rejected · verification report · statistics"
     assert "No papers are published" not in home.text_content()
+
+
+def test_a_listing_says_how_many_records_it_lists_and_which_page_is_shown(sites):
+    """A listing counts all its records, not the page's; a listing of more than one page says which is shown, in
+    its text and its title (a tab, a bookmark, a search result)."""
+    site = sites["root"]
+    expected = {"papers/index.html": ("4 papers, newest submission first · page 1 of 2", ""),
+                "papers/page/2/index.html": ("4 papers, newest submission first · page 2 of 2", " (page 2)"),
+                "category/cs.LG/page/2/index.html": ("3 papers, newest submission first · page 2 of 2 · Atom feed",
+                                                     " (page 2)"),
+                "category/stat.ML/index.html": ("2 papers, newest submission first · Atom feed", ""),
+                "category/cs.PL/index.html": ("1 paper, newest submission first · Atom feed", "")}
+    for path, (counts, numbered) in expected.items():
+        page = lxml.html.parse(str(site / path)).getroot()
+        assert " ".join(page.find(".//p[@class='counts']").text_content().split()) == counts, path
+        heading = page.findtext(".//h1")
+        assert page.findtext(".//title").startswith(heading + (": " if path.startswith("category/") else "")), path
+        assert (numbered in page.findtext(".//title")) and (numbered or "(page" not in page.findtext(".//title"))
+
+
+def test_a_record_page_links_its_license_its_doi_and_its_signed_bundle(sites):
+    """A record's page links its license where it is a web address, its DOI (the alias the record carries) and,
+    in its head, its signed bundle as the JSON form of the page."""
+    site = sites["root"]
+    for b in REAL:
+        pid = ids(b)
+        page = lxml.html.parse(str(site / "pith" / pid / "index.html")).getroot()
+        assert page.xpath("//head/link[@rel='alternate'][@type='application/json']/@href") == [
+            f"/pith/{pid}/bundle.json"]
+        [doi] = [a["alias_value"] for a in b["source_aliases"] if a["alias_kind"] == "doi"]
+        for where in ("p[@class='meta']", "ul[@class='aliases']/li"):  # (beside the license; among the aliases)
+            assert page.xpath(f"//main//{where}/a[starts-with(@href, 'https://doi.org/')]/@href") == [
+                f"https://doi.org/{doi}"], where
+        license = b["canonical_record"]["metadata"]["license"]
+        assert license.startswith("http") and page.xpath(f"//main//a[@href='{license}']/text()") == [license]
