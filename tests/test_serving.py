@@ -1209,6 +1209,61 @@ def test_a_page_closed_gives_up_its_reload_events(plain_site):
         eventually(given_up)
 
 
+@pytest.mark.slow
+def test_an_open_page_reloads_when_it_changed_or_all_did_and_not_otherwise(plain_site):
+    """In Chromium, serve's pages reload on what the server tells them: a page the build changed reloads (also
+    one opened as its folder's ``index.html``), one it did not change stays as the reader left it, and every
+    page reloads when the server says all changed (a template every page uses, past 500 pages)."""
+    from site_builder.serving import LiveState
+
+    output, _ = plain_site
+    (output / "pith" / "X").mkdir()
+    (output / "pith" / "X" / "index.html").write_text("<html><body>record X</body></html>")
+    live = LiveState()
+    with handler_over(output, live=live) as port, chromium() as browser:
+        base = f"http://127.0.0.1:{port}/"
+        pages = {path: browser.new_page() for path in ("pith/X/", "pith/X/index.html", "")}
+        for path, page in pages.items():
+            page.goto(base + path)
+
+        def told(data: dict, expected: set[str]) -> set[str]:
+            """The pages reloaded when the server publishes *data* (waited for until *expected* did)."""
+            for page in pages.values():
+                page.evaluate("window.__as_left = 1")
+
+            counts = []
+
+            def listening() -> bool:
+                """Each page listens: as many listeners as pages, three times running, none of them a page gone
+                by a reload (the second write to one fails, and its listener goes)."""
+                live.publish("status", {"error": None})
+                counts.append(len(live.clients))
+                time.sleep(0.05)
+                return counts[-3:] == [len(pages)] * 3
+            eventually(listening)
+            live.publish("reload", data)
+
+            def reloaded() -> set[str]:
+                found = set()
+                for path, page in pages.items():
+                    try:
+                        if page.evaluate("window.__as_left") is None:
+                            found.add(path)
+                    except Exception:  # (in the middle of reloading)
+                        pass
+                return found
+            eventually(lambda: reloaded() >= expected)
+            time.sleep(0.5)  # (a page that should not reload has had the time to)
+            for page in pages.values():
+                page.wait_for_load_state("load")
+            return reloaded()
+        for data, expected in (({"all": False, "paths": ["/pith/X/"], "build": 2}, {"pith/X/", "pith/X/index.html"}),
+                               ({"all": False, "paths": ["/pith/Y/", "/"], "build": 3}, {""}),
+                               ({"all": False, "paths": ["/pith/Y/"], "build": 4}, set()),
+                               ({"all": True, "paths": [], "build": 5}, set(pages))):
+            assert told(data, expected) == expected, data
+
+
 def test_the_live_reload_tag_keeps_a_quote_of_the_base_path_inside_its_attributes():
     """The base path comes from the command line or site.toml; the settings refuse a double quote in it, and
     the tag escapes one all the same."""
