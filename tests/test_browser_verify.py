@@ -196,16 +196,19 @@ def test_a_bundle_the_pinned_key_signed_that_breaks_a_rule_is_reported(signed_he
 def test_browser_without_ed25519_says_so_and_never_claims_verified(site):
     with serve(site) as url, chromium() as browser:
         page = browser.new_page()
-        page.add_init_script("""
-            const original = crypto.subtle.importKey.bind(crypto.subtle);
-            crypto.subtle.importKey = (format, data, algorithm, ...rest) =>
-                (algorithm && (algorithm.name || algorithm) === 'Ed25519')
-                    ? Promise.reject(new DOMException('Unrecognized name', 'NotSupportedError'))
-                    : original(format, data, algorithm, ...rest);
-        """)
+        page.add_init_script(NO_ED25519)
         state, checks, message = run_verify(page, url + f"pith/{IDS[0]}/")
     assert state == "unsupported" and checks == []
     assert "no Ed25519" in message and "Nothing was verified" in message
+
+
+NO_ED25519 = """
+    const original = crypto.subtle.importKey.bind(crypto.subtle);
+    crypto.subtle.importKey = (format, data, algorithm, ...rest) =>
+        (algorithm && (algorithm.name || algorithm) === 'Ed25519')
+            ? Promise.reject(new DOMException('Unrecognized name', 'NotSupportedError'))
+            : original(format, data, algorithm, ...rest);
+"""  # (a browser whose Web Crypto has no Ed25519)
 
 
 def _edited_page(site, tmp_path, pith_id, edit):
@@ -363,6 +366,51 @@ def _verify_in_standalone(page, bundle_path=None, url=None):
     # (a function, not an expression: the verifier's CSP forbids eval)
     page.wait_for_function("() => !['idle', 'running'].includes(document.getElementById('result').dataset.state)")
     return page.eval_on_selector("#result", "e => e.dataset.state"), page.inner_text("#result")
+
+
+def test_the_standalone_verifier_names_what_failed_and_keeps_nothing_of_the_last_check(site, tmp_path):
+    """A bundle that fails is named with the checks it failed, and the signed values of the bundle verified
+    before it are gone from the page; a bundle dropped on the page is checked as one chosen."""
+    tampered = tmp_path / "tampered.json"
+    tampered.write_bytes(REAL_FILES[1].read_bytes().replace(b'"title":"', b'"title":"X', 1))
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto((site / "verify" / "index.html").as_uri())
+        assert _verify_in_standalone(page, REAL_FILES[0])[0] == "verified"
+        assert page.eval_on_selector_all("#result dl.values dt", "els => els.length") > 3
+        state, text = _verify_in_standalone(page, tampered)
+        failed = page.eval_on_selector_all("#result ol.checks li.failed", "els => els.map(e => e.dataset.check)")
+        assert state == "failed" and failed
+        said = page.inner_text("#result output")
+        assert said.startswith("FAILED: ") and said.endswith(" — tampered.json is not what the pinned key signed.")
+        assert said.removeprefix("FAILED: ").split(" — ")[0].split(", ") == failed
+        assert page.eval_on_selector_all("#result dl.values > *", "els => els.length") == 0
+        page.eval_on_selector("#result", "e => { e.dataset.state = 'idle'; }")
+        page.evaluate("""text => { const files = new DataTransfer();
+            files.items.add(new File([text], "dropped.json", {type: "application/json"}));
+            document.getElementById("drop").dispatchEvent(new DragEvent("drop", {dataTransfer: files, bubbles: true,
+                                                                               cancelable: true})); }""",
+                      REAL_FILES[2].read_text())
+        page.wait_for_function("() => !['idle', 'running'].includes(document.getElementById('result').dataset.state)")
+        assert page.eval_on_selector("#result", "e => e.dataset.state") == "verified"
+        assert REAL[2]["pith_number"] in page.inner_text("#result") and "dropped.json" in page.inner_text("#result")
+
+
+def test_the_standalone_verifier_without_ed25519_or_a_bundle_at_the_url_gives_no_verdict(site, tmp_path):
+    """A browser without Ed25519 checks nothing and says so, never that a bundle is forged; an address that
+    answers with an error is said to be one, not a web page or a forgery."""
+    with serve(site) as url, chromium() as browser:
+        page = browser.new_page()
+        page.goto(url + "verify/")
+        state, text = _verify_in_standalone(page, url=url + f"pith/{'A' * 26}/")
+        missing = f"{url}pith/{'A' * 26}/bundle.json"
+        assert state == "failed" and f"could not fetch {missing}: HTTP 404" in text
+        page.add_init_script(NO_ED25519)
+        page.goto(url + "verify/")
+        state, text = _verify_in_standalone(page, REAL_FILES[0])
+        assert state == "unsupported" and "no Ed25519" in text and "Nothing was verified" in text
+        assert "FAILED" not in text and "Verified" not in text
+        assert page.eval_on_selector_all("#result ol.checks li", "els => els.length") == 0
 
 
 @pytest.mark.parametrize("screen, scheme", [("desktop", "light"), ("phone", "dark")])
