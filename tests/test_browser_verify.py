@@ -241,10 +241,18 @@ def test_a_page_edited_by_the_host_fails_and_names_the_field(site, tmp_path, fie
         state, checks, message = run_verify(page, url + f"pith/{IDS[0]}/")
         chip = page.inner_text("#mirror-chip")
         panel = page.get_attribute("#verification-panel", "class")
+        # drawn in the page's colour for "bad" (red), the chip, the panel's frame and the verdict alike
+        bad, drawn = page.evaluate("""() => [getComputedStyle(document.documentElement).getPropertyValue('--bad'),
+            [getComputedStyle(document.getElementById('mirror-chip')).color,
+             getComputedStyle(document.getElementById('mirror-chip')).borderTopColor,
+             getComputedStyle(document.getElementById('verification-panel')).borderTopColor,
+             getComputedStyle(document.querySelector('#verify-in-browser output')).color]]""")
     assert state == "failed"
     assert f"page: {field}" in {name for name, cls in checks if cls == "failed"}
     assert message.startswith("FAILED") and f"page: {field}" in message
     assert "failed" in chip and "✓" not in chip and "failed" in panel.split()
+    red = tuple(int(bad.strip()[i:i + 2], 16) for i in (1, 3, 5))
+    assert set(drawn) == {"rgb(%d, %d, %d)" % red}, (bad, drawn)
 
 
 def test_an_intact_page_verifies_with_every_field_compared_and_shows_the_signed_values(site):

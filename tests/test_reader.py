@@ -114,6 +114,22 @@ def test_no_table_column_is_squeezed_and_nothing_scrolls_sideways_on_a_phone(sit
         assert narrow == []
 
 
+def test_the_skip_link_shows_when_a_key_reaches_it_and_the_words_kept_for_search_never_show(site):
+    """The first Tab on a page reaches "Skip to content", which then shows on screen (it is off screen before);
+    the ids and category names a record page holds for the search index take no room a reader sees."""
+    folder, ids, _ = site
+    with serve(folder) as url, chromium() as browser:
+        page = new_page(browser, "desktop")
+        page.goto(url + f"pith/{ids[0]}/")
+        box = "sel => { const r = document.querySelector(sel).getBoundingClientRect(); return [r.left, r.width]; }"
+        assert page.evaluate(box, ".skip")[0] < 0
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.className") == "skip"
+        left, width = page.evaluate(box, ".skip")
+        assert left >= 0 and width > 0
+        assert page.evaluate(box, ".hidden-for-search")[1] <= 1
+
+
 def test_status_headers_do_not_wrap_on_a_desktop(site):
     folder, ids, _ = site
     with serve(folder) as url, chromium() as browser:
