@@ -112,6 +112,9 @@ def test_no_table_column_is_squeezed_and_nothing_scrolls_sideways_on_a_phone(sit
                     && getComputedStyle(c).display !== 'inline' && c.getBoundingClientRect().height > 1.8 * line;
             }).map(c => c.textContent.trim())""")
         assert narrow == []
+        # each row a block of its own, labelled: the header row is for screen readers alone, and takes no room
+        heads = page.eval_on_selector_all("main table thead", "els => els.map(e => e.getBoundingClientRect().height)")
+        assert heads and max(heads) <= 1, heads
 
 
 def test_the_skip_link_shows_when_a_key_reaches_it_and_the_words_kept_for_search_never_show(site):
