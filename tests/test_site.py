@@ -915,3 +915,35 @@ def test_a_record_page_links_its_license_its_doi_and_its_signed_bundle(sites):
                 f"https://doi.org/{doi}"], where
         license = b["canonical_record"]["metadata"]["license"]
         assert license.startswith("http") and page.xpath(f"//main//a[@href='{license}']/text()") == [license]
+
+
+def test_a_record_page_says_what_its_integrity_scan_found(tmp_path):
+    """The integrity scan the graph snapshot carries is shown as it reads: its verdict (clean, findings, or none
+    given), its findings counted by weight, and the detectors it ran; a scan that did not run is said to be
+    missing."""
+    from conftest import resigned_real_bundles
+
+    key, trust, bundles = resigned_real_bundles(tmp_path)
+    scans = {"2004.99991": ({"available": True, "clean": False, "findings": [{"id": "f1"}], "detectors_run": ["dup"],
+                             "summary": {"critical": 1, "advisory": 0, "informational": 0}},
+                            "Integrity scan: findings: 1 finding (1 critical, 0 advisory, 0 informational); "
+                            "detectors run: dup."),
+             "2004.99992": ({"available": True, "findings": [{}, {}], "detectors_run": ["dup", "refs"],
+                             "summary": {"critical": 0, "advisory": 2, "informational": 0}},
+                            "Integrity scan: no verdict: 2 findings (0 critical, 2 advisory, 0 informational); "
+                            "detectors run: dup, refs."),
+             "2004.99993": ({"available": False}, "Integrity scan: not carried in this record.")}
+    made = {}
+    for arxiv_id, (scan, _) in scans.items():
+        b = json.loads(REAL_FILES[0].read_bytes())
+        b["canonical_record"]["source"]["id"] = arxiv_id
+        next(e for e in b["events"] if e["event_type"] == "graph_snapshot")["payload"]["graph_snapshot"][
+            "integrity"] = scan
+        signed = sign_bundle(b, key)
+        (bundles / f"{arxiv_id}.json").write_bytes(to_bytes(signed))
+        made[arxiv_id] = ids(signed)
+    out = tmp_path / "site"
+    build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
+    for arxiv_id, (_, said) in scans.items():
+        page = lxml.html.parse(str(out / "pith" / made[arxiv_id] / "index.html")).getroot()
+        assert " ".join(page.find(".//ul[@class='integrity']/li").text_content().split()) == said
