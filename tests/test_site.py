@@ -947,3 +947,28 @@ def test_a_record_page_says_what_its_integrity_scan_found(tmp_path):
     for arxiv_id, (_, said) in scans.items():
         page = lxml.html.parse(str(out / "pith" / made[arxiv_id] / "index.html")).getroot()
         assert " ".join(page.find(".//ul[@class='integrity']/li").text_content().split()) == said
+
+
+def test_a_short_address_three_records_share_names_and_lists_all_three(tmp_path):
+    """An arXiv version issued as three records (the metadata differs, so the pith ids do): its address pages
+    count and list the three."""
+    key = TestKey()
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    pids = []
+    for n, license in enumerate(["http://creativecommons.org/licenses/by/4.0/",
+                                 "http://creativecommons.org/licenses/by-sa/4.0/", "http://arxiv.org/licenses/x/"]):
+        b = json.loads(REAL_FILES[0].read_bytes())
+        b["canonical_record"]["metadata"]["license"] = license
+        signed = sign_bundle(b, key)
+        (bundles / f"r{n}.json").write_bytes(to_bytes(signed))
+        pids.append(ids(signed))
+    out = tmp_path / "site"
+    build(BuildOptions(bundles=bundles, output=out, trust=load_trust_set([key.write(tmp_path / "key.json")]),
+                       search=False))
+    source = REAL[0]["canonical_record"]["source"]
+    for address in (source["id"], f"{source['id']}v{source['version']}"):
+        page = lxml.html.parse(str(out / "arxiv" / address / "index.html")).getroot()
+        assert page.findtext(".//h1").endswith(" names 3 records"), address
+        listed = page.xpath("//ol[contains(@class, 'papers')]/li/a[@class='title']/@href")
+        assert sorted(href.rstrip("/").rsplit("/", 1)[1] for href in listed) == sorted(pids)
