@@ -256,3 +256,28 @@ def test_follow_watches_the_folders_that_come_and_stops_watching_those_that_go(t
     assert observer.scheduled[3:] == [(str(tmp_path / "new"), True)]
     assert observer.unscheduled == [(str(tmp_path / "old"), True)]
     assert sorted(watches) == [(tmp_path, False), (tmp_path / "new", True), (tmp_path / "templates", True)]
+
+
+def test_a_folder_too_deep_to_watch_is_said_once_and_the_others_are_watched(tmp_path):
+    """A folder whose watch fails for its depth (Python 3.11's watcher walks folders by recursion) is named in
+    one error, and the folders beside it are watched all the same; the builds after it neither try it again nor
+    say it again while it is there, and once it is gone and made again it is tried again."""
+    for folder in ["output", "deep", "templates"]:
+        (tmp_path / folder).mkdir()
+
+    class TooDeep(_Observer):
+        def schedule(self, handler, path, recursive):
+            if path.endswith("deep"):
+                raise RecursionError("maximum recursion depth exceeded")
+            return super().schedule(handler, path, recursive)
+
+    watcher, observer, watches = _watcher(tmp_path, bundles=tmp_path), TooDeep(), {}
+    with pytest.raises(watching.WatchError, match=f"{tmp_path / 'deep'}: cannot watch it for changes"):
+        follow(observer, watcher, watches)
+    assert sorted(observer.scheduled) == [(str(tmp_path), False), (str(tmp_path / "templates"), True)]
+    assert follow(observer, watcher, watches) is False  # (no error, nothing new)
+    (tmp_path / "deep").rmdir()
+    follow(observer, watcher, watches)
+    (tmp_path / "deep").mkdir()
+    with pytest.raises(watching.WatchError):
+        follow(observer, watcher, watches)
