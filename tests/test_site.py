@@ -317,6 +317,8 @@ def test_every_page_leads_to_every_part_of_the_site(sites):
         header = lxml.html.parse(str(path)).getroot().find(".//header[@class='site-header']")
         assert header.xpath("a[@class='brand']/@href") == ["/mirror/"], path
         assert header.xpath("nav/a/@href") == parts, path
+    home = lxml.html.parse(str(site / "index.html")).getroot()  # (and its search box searches this site)
+    assert home.xpath("//form[@role='search']/@action") == ["/mirror/search/"]
 
 
 def test_a_record_page_offers_its_json_at_the_resolvers_paths(sites):
@@ -972,3 +974,64 @@ def test_a_short_address_three_records_share_names_and_lists_all_three(tmp_path)
         assert page.findtext(".//h1").endswith(" names 3 records"), address
         listed = page.xpath("//ol[contains(@class, 'papers')]/li/a[@class='title']/@href")
         assert sorted(href.rstrip("/").rsplit("/", 1)[1] for href in listed) == sorted(pids)
+
+
+def test_a_record_page_explains_each_check_and_links_each_alias_and_the_footer_its_key(sites, tmp_path):
+    """A record page's check table says what each check means, from the one list of checks; each alias links the
+    address page it names (its short pith addresses and arXiv addresses here, the DOI at doi.org); and every
+    page's footer links the pinned signing key and the feed, and the sitemap where the site has one (a full
+    base URL)."""
+    from site_builder.verification import CHECK_DESCRIPTIONS
+
+    site = sites["sub"]
+    b = REAL[0]
+    pid, source = ids(b), b["canonical_record"]["source"]
+    page = lxml.html.parse(str(site / "pith" / pid / "index.html")).getroot()
+    rows = page.xpath("//table[@class='checks']/tbody/tr")
+    assert len(rows) == len(CHECK_DESCRIPTIONS)
+    assert {row.findtext("td[1]/code"): row.findtext("td[3]") for row in rows} == CHECK_DESCRIPTIONS
+    aliases = {li.findtext("code"): li.xpath("a/@href") for li in page.xpath("//ul[@class='aliases']/li")}
+    assert aliases == {"arxiv": [f"/mirror/arxiv/{source['id']}/"],
+                       "arxiv_version": [f"/mirror/arxiv/{source['id']}v{source['version']}/"],
+                       "doi": [f"https://doi.org/10.48550/arxiv.{source['id']}"],
+                       **{f"pith_short_{n}": [f"/mirror/pith/{pid[:n]}/"] for n in (8, 12, 16)}}
+    for href in aliases.values():
+        assert href[0].startswith("https://") or (site / href[0].removeprefix("/mirror/") / "index.html").is_file()
+    relative = tmp_path / "relative"
+    build(BuildOptions(bundles=ROOT / "bundles", output=relative, trust=load_trust_set(), search=False))
+    for folder, base, sitemap in ((site, "/mirror/", True), (relative, "/", False)):
+        for path in (folder / "index.html", folder / "pith" / pid / "index.html"):
+            footer = lxml.html.parse(str(path)).getroot().find(".//footer")
+            assert footer.xpath(".//a/@href")[1:] == [f"{base}pith-signing-key.json", f"{base}feed.xml"] + (
+                [f"{base}sitemap.xml"] if sitemap else []), path
+    assert (site / "sitemap.xml").is_file() and not (relative / "sitemap.xml").exists()
+
+
+def test_the_shell_check_a_record_page_gives_prints_what_the_page_expects(sites, tmp_path):
+    """"Verify it yourself": the Python line the page gives, run on the record's bundle as the curl line saves it,
+    prints what the page says to expect (the digest checks, and the pith ID it makes)."""
+    import sys
+
+    for b in REAL:
+        pid = ids(b)
+        page = lxml.html.parse(str(sites["root"] / "pith" / pid / "index.html")).getroot()
+        section = page.xpath("//section[h2='Verify it yourself']")[0]
+        lines = section.findtext("pre/code").splitlines()
+        assert lines[0] == f"curl -s https://mirror.example.org/pith/{pid}/bundle.json -o bundle.json"
+        program = lines[1].removeprefix("python3 -c '").removesuffix("'")
+        shutil.copy(sites["root"] / "pith" / pid / "bundle.json", tmp_path / "bundle.json")
+        ran = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True)
+        expected = section.xpath("p[starts-with(., 'Expected')]/code/text()")
+        assert ran.returncode == 0 and ran.stdout == expected[0] + "\n" and expected[0] == f"True {pid}", ran
+        assert expected[1] == f"OK {b['pith_number']}"
+
+
+def test_a_record_page_shows_its_canonical_record_and_names_its_badge(sites):
+    """The canonical record section holds the record the pith number is the digest of, as JSON; the badge image
+    says in words what it shows."""
+    for b in REAL:
+        pid = ids(b)
+        page = lxml.html.parse(str(sites["root"] / "pith" / pid / "index.html")).getroot()
+        assert json.loads(page.findtext(".//section[@id='canonical-record']/pre/code")) == b["canonical_record"]
+        badge = page.xpath(f"//section[@id='cite']//img[@src='/pith/{pid}/badge.svg']/@alt")
+        assert badge == [f"pith:{b['short_pith_number'].removeprefix('pith:')} verified"]
