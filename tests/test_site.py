@@ -1028,6 +1028,13 @@ def test_the_shell_check_a_record_page_gives_prints_what_the_page_expects(sites,
         ran = subprocess.run([sys.executable, "-m", "site_builder", "verify", "bundle.json"], cwd=tmp_path,
                              capture_output=True, text=True)
         assert ran.returncode == 0 and ran.stdout.startswith(expected[1] + " "), ran
+    # a record whose canonical form holds more than ASCII (a license so named) checks as well
+    key = TestKey()
+    b = json.loads(REAL_FILES[0].read_bytes())
+    b["canonical_record"]["metadata"]["license"] = "Licence « libre » — ©"
+    (tmp_path / "bundle.json").write_bytes(to_bytes(sign_bundle(b, key)))
+    ran = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True)
+    assert ran.stdout.startswith("True "), ran
 
 
 def test_a_record_page_shows_its_canonical_record_and_names_its_badge(sites):
