@@ -1046,3 +1046,27 @@ def test_a_record_page_shows_its_canonical_record_and_names_its_badge(sites):
         assert json.loads(page.findtext(".//section[@id='canonical-record']/pre/code")) == b["canonical_record"]
         badge = page.xpath(f"//section[@id='cite']//img[@src='/pith/{pid}/badge.svg']/@alt")
         assert badge == [f"pith:{b['short_pith_number'].removeprefix('pith:')} verified"]
+
+
+def test_every_page_names_the_sites_feed_and_a_record_page_its_title_and_abstract_in_its_head(sites):
+    """Each page's head lets a feed reader find the site's feed and names its generator; a record page's title
+    (a tab, a bookmark, a search result) names the paper and its short pith number, and its description and
+    social card give the paper's title and abstract."""
+    from site_builder import __version__
+
+    site = sites["sub"]
+    for path in (site / "index.html", site / "papers" / "index.html", site / "pith" / ids(REAL[0]) / "index.html"):
+        head = lxml.html.parse(str(path)).getroot().find("head")
+        assert head.xpath("link[@rel='alternate'][@type='application/atom+xml'][1]/@href") == ["/mirror/feed.xml"]
+        assert head.xpath("meta[@name='generator']/@content") == [f"site-builder {__version__}"], path
+    for b in REAL:
+        pid = ids(b)
+        paper = next(e for e in b["events"] if e["event_type"] == "graph_snapshot")["payload"]["graph_snapshot"][
+            "paper"]
+        head = lxml.html.parse(str(site / "pith" / pid / "index.html")).getroot().find("head")
+        title = " ".join(paper["title"].split())
+        assert head.findtext("title").startswith(f"{title} · {b['short_pith_number']} · ")
+        assert head.xpath("meta[@property='og:title']/@content") == [title]
+        description = head.xpath("meta[@name='description']/@content")[0]
+        assert len(description) <= 303 and " ".join(paper["abstract_excerpt"].split()).startswith(
+            description.removesuffix("...").rstrip())
