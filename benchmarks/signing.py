@@ -116,6 +116,11 @@ def seal(bundle: dict, key: TestKey, key_id: str | None = None, fingerprint: str
     return bundle
 
 
+def snapshot_of(bundle: dict) -> dict:
+    """The payload of *bundle*'s graph snapshot event: its paper, claims, verdict, integrity scan..."""
+    return next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")["payload"]["graph_snapshot"]
+
+
 def to_bytes(bundle: dict) -> bytes:
     """The resolver's serialisation: compact, file key order, UTF-8."""
     return json.dumps(bundle, separators=(",", ":"), ensure_ascii=False).encode()

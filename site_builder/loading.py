@@ -174,12 +174,18 @@ def _walk_bundles(root: Path, left_out: dict[str, set[str]],
                     found.append(InputFile(rel, entry.path, stat_signature(st)))
                 else:
                     skipped.append(SkippedFile(rel, "file_type", _kind(mode)))
-            elif entry.name[-5:].lower() == ".json":  # (a bundle saved as .JSON is said, not passed over in silence)
+            elif named_json(entry.name):  # (a bundle saved as .JSON is said, not passed over in silence)
                 skipped.append(SkippedFile(rel, "file_name", f"ends in {entry.name[-5:]}: a bundle file's name ends "
                                                              f"in .json, in lower case; not read"))
         else:
             stack.pop()
     return found, skipped
+
+
+def named_json(name: str) -> bool:
+    """Whether *name* ends in .json in any letter case: a bundle file's name, or one the walk reports as not read
+    (a bundle is read only from a name in lower case)."""
+    return name[-5:].lower() == ".json"
 
 
 def _check_bundles_folder(root: Path) -> None:

@@ -13,6 +13,7 @@ from typing import Callable
 from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
 
+from site_builder.loading import named_json
 from site_builder.terminal import printable
 
 DEBOUNCE_SECONDS = 0.1
@@ -92,7 +93,7 @@ class Watcher(FileSystemEventHandler):
                     parts = parts[1:]
                 if any(part.startswith(".") for part in parts):
                     return False
-                return tree != self.bundles or is_directory or path.name[-5:].lower() == ".json"
+                return tree != self.bundles or is_directory or named_json(path.name)
         return False
 
     def on_any_event(self, event):

@@ -193,15 +193,6 @@ def test_a_bundle_the_pinned_key_signed_that_breaks_a_rule_is_reported(signed_he
     assert not [name for name, _ in checks if name.startswith("page: ")]  # (the page is held only to a verified bundle)
 
 
-def test_browser_without_ed25519_says_so_and_never_claims_verified(site):
-    with serve(site) as url, chromium() as browser:
-        page = browser.new_page()
-        page.add_init_script(NO_ED25519)
-        state, checks, message = run_verify(page, url + f"pith/{IDS[0]}/")
-    assert state == "unsupported" and checks == []
-    assert "no Ed25519" in message and "Nothing was verified" in message
-
-
 NO_ED25519 = """
     const original = crypto.subtle.importKey.bind(crypto.subtle);
     crypto.subtle.importKey = (format, data, algorithm, ...rest) =>
@@ -209,6 +200,15 @@ NO_ED25519 = """
             ? Promise.reject(new DOMException('Unrecognized name', 'NotSupportedError'))
             : original(format, data, algorithm, ...rest);
 """  # (a browser whose Web Crypto has no Ed25519)
+
+
+def test_browser_without_ed25519_says_so_and_never_claims_verified(site):
+    with serve(site) as url, chromium() as browser:
+        page = browser.new_page()
+        page.add_init_script(NO_ED25519)
+        state, checks, message = run_verify(page, url + f"pith/{IDS[0]}/")
+    assert state == "unsupported" and checks == []
+    assert "no Ed25519" in message and "Nothing was verified" in message
 
 
 def _edited_page(site, tmp_path, pith_id, edit):
@@ -271,12 +271,12 @@ def test_an_intact_page_verifies_with_every_field_compared_and_shows_the_signed_
 @pytest.fixture(scope="module")
 def site_with_claims(tmp_path_factory):
     """A record whose claims hold Markdown (emphasis, a link, code, a list), signed with a key the test makes."""
-    from signing import TestKey, sign_bundle, to_bytes
+    from signing import TestKey, sign_bundle, snapshot_of, to_bytes
     root = tmp_path_factory.mktemp("claims")
     key = TestKey()
     trust = load_trust_set([key.write(root / "k.json")])
     b = json.loads(REAL_FILES[0].read_bytes())
-    snapshot = next(e for e in b["events"] if e["event_type"] == "graph_snapshot")["payload"]["graph_snapshot"]
+    snapshot = snapshot_of(b)
     snapshot["claims"]["items"] = [
         {"claim_id": "C1", "kind": "main_result", "status": "supported",
          "text": "The **scheduler** cuts training time by *30 %* on [eight GPUs](https://example.org/gpus)."},

@@ -20,7 +20,7 @@ from site_builder.serving import Site
 from site_builder.settings import SiteConfig
 
 from conftest import REAL_FILES, ROOT, build_options, tree
-from signing import TestKey, sign_bundle, to_bytes, with_paper
+from signing import TestKey, sign_bundle, snapshot_of, to_bytes, with_paper
 
 
 def run(bundles: Path, output: Path, trust=None, **kw) -> object:
@@ -478,7 +478,7 @@ def test_the_about_page_shows_its_images_and_paths_and_a_bundles_text_neither(tm
     key, trust, bundles, base = signed_project(tmp_path)
     pixel = "![pixel](https://tracker.example/p.png)"
     b = with_paper(base, headline=f"Headline {pixel}")
-    snapshot = next(e for e in b["events"] if e["event_type"] == "graph_snapshot")["payload"]["graph_snapshot"]
+    snapshot = snapshot_of(b)
     snapshot["claims"] = {"count": 1, "items": [{"claim_id": "C1", "kind": "strongest_claim", "text": f"Claim {pixel}",
                                                  "status": "machine_extracted"}]}
     snapshot["verdict"]["one_line_summary"] = f"Summary {pixel} [figure 2](fig2.png)"

@@ -13,7 +13,7 @@ from site_builder.settings import SiteConfig
 
 from browser import SCREENS, chromium, new_page, serve
 from conftest import REAL_FILES, ROOT, resigned_real_bundles
-from signing import sign_bundle, to_bytes, with_paper
+from signing import sign_bundle, snapshot_of, to_bytes, with_paper
 
 pytestmark = pytest.mark.slow  # (headless Chromium)
 
@@ -323,8 +323,7 @@ def _shown_results(page):
 def test_search_returns_the_record_meant_and_nothing_for_boilerplate(reader):
     page, url, ids, width = reader
     bundle = json.loads(REAL_FILES[0].read_bytes())
-    abstract = next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")[
-        "payload"]["graph_snapshot"]["paper"]["abstract_excerpt"]
+    abstract = snapshot_of(bundle)["paper"]["abstract_excerpt"]
     for query in ["xyzzyq", "completeness", "verified", "license", "bitcoin", "excerpt", "fingerprint"]:
         assert _search(page, url, query) == [], query
     results = _search(page, url, "TensorOpt")

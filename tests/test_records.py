@@ -7,13 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from signing import with_paper
+from signing import snapshot_of, with_paper
 from site_builder import records
 from site_builder.records import PaperText, WordsHeldByReference, detail, paper_text, split_authors, summarize
-
-
-def _snapshot(bundle: dict) -> dict:
-    return next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")["payload"]["graph_snapshot"]
 
 
 def test_a_summary_is_made_of_the_bundles_signed_values(real_bundle):
@@ -156,7 +152,7 @@ def test_the_detail_lists_what_the_record_has_and_lacks(real_bundle):
 
     bundle = copy.deepcopy(real_bundle)
     bundle["state"]["current"].update(author_attestations=[{}, {}], timestamp_anchors=[{}], corrections=None)
-    _snapshot(bundle)["references"] = {"count": 7, "resolved_work": 3}
+    snapshot_of(bundle)["references"] = {"count": 7, "resolved_work": 3}
     info = detail(bundle, summarize(bundle))
     assert dict(info.completeness) == {"Bitcoin timestamp (OpenTimestamps)": 1, "Internet Archive copy": 0,
                                        "Author claim": 2, "Signed citations": 0, "Replications": 0,
@@ -165,9 +161,9 @@ def test_the_detail_lists_what_the_record_has_and_lacks(real_bundle):
                                        "storage verified": False, "references resolved": True}
     assert (info.references_count, info.references_resolved) == (7, 3)
 
-    _snapshot(bundle)["references"] = {"count": 7, "resolved_work": 0}  # listed, none resolved
+    snapshot_of(bundle)["references"] = {"count": 7, "resolved_work": 0}  # listed, none resolved
     assert dict(detail(bundle, summarize(bundle)).status_chips)["references resolved"] is False
-    _snapshot(bundle)["references"] = {"count": 7, "resolved_work": 1}  # one is enough
+    snapshot_of(bundle)["references"] = {"count": 7, "resolved_work": 1}  # one is enough
     assert dict(detail(bundle, summarize(bundle)).status_chips)["references resolved"] is True
     bundle["state"]["current"] = None  # (a state with nothing merged yet)
     info = detail(bundle, summarize(bundle))
@@ -191,17 +187,17 @@ def test_an_integrity_scan_is_shown_only_where_it_ran(real_bundle):
     """A snapshot whose integrity scan is not available (or is no object) shows no scan, whatever else it
     claims: "clean" must not be read from a scan that did not run."""
     bundle = copy.deepcopy(real_bundle)
-    _snapshot(bundle)["integrity"] = {"available": True, "clean": False, "summary": {"critical": 2},
+    snapshot_of(bundle)["integrity"] = {"available": True, "clean": False, "summary": {"critical": 2},
                                       "findings": [{}, {}], "detectors_run": ["d1"]}
     scan = detail(bundle, summarize(bundle)).integrity
     assert (scan.clean, scan.critical, scan.findings, scan.detectors) == (False, 2, 2, ("d1",))
     # A count that is no whole number of at least zero (a bool is not one) is shown as none.
-    _snapshot(bundle)["integrity"] = {"available": True, "summary": {"critical": -3, "advisory": True,
+    snapshot_of(bundle)["integrity"] = {"available": True, "summary": {"critical": -3, "advisory": True,
                                                                      "informational": "2"}}
     scan = detail(bundle, summarize(bundle)).integrity
     assert (scan.clean, scan.critical, scan.advisory, scan.informational) == (None, 0, 0, 0)
     for not_run in ({"available": False, "clean": True}, {"clean": True}, "clean", None):
-        _snapshot(bundle)["integrity"] = not_run
+        snapshot_of(bundle)["integrity"] = not_run
         assert detail(bundle, summarize(bundle)).integrity is None, not_run
 
 
@@ -216,7 +212,7 @@ def test_an_event_of_a_type_the_merge_does_not_know_is_marked_so(real_bundle):
 
 def test_the_detail_takes_the_review_verdict_and_its_headline_when_the_paper_has_none(real_bundle):
     bundle = with_paper(real_bundle, headline="")
-    snapshot = _snapshot(bundle)
+    snapshot = snapshot_of(bundle)
     snapshot["verdict"] = {"one_line_summary": "It holds.", "pith_extraction_headline": "The verdict's headline"}
     info = detail(bundle, summarize(bundle))
     assert (info.one_line_summary, info.headline) == ("It holds.", "The verdict's headline")
@@ -234,7 +230,7 @@ def test_text_no_page_or_feed_may_hold_is_left_out_and_the_rest_kept(real_bundle
     dirty = f"Title{NOT_SHOWN} é\u2014漢字 😀"
     bundle = with_paper(real_bundle, title=dirty, authors_text=f"Ada{NOT_SHOWN}, Alan",
                         abstract_excerpt=f"a\tb\nc{NOT_SHOWN}", headline=f"Head{NOT_SHOWN}")
-    snapshot = _snapshot(bundle)
+    snapshot = snapshot_of(bundle)
     snapshot["claims"] = {"items": [{"claim_id": f"C1{NOT_SHOWN}", "kind": "k", "text": f"A claim{NOT_SHOWN}",
                                      "status": "s"}]}
     snapshot["integrity"] = {"available": True, "clean": True, "detectors_run": [f"det{NOT_SHOWN}ector"]}

@@ -24,7 +24,7 @@ from site_builder.settings import SiteConfig, load_settings
 from browser import chromium, serve
 from conftest import REAL_FILES, ROOT, both_keys, real_and_generated_bundles, tree
 from linkcheck import broken_links
-from signing import TestKey, sign_bundle, to_bytes
+from signing import TestKey, sign_bundle, snapshot_of, to_bytes
 
 DATA = Path(__file__).parent / "data"
 SUB = "https://user.github.io/mirror/"
@@ -278,8 +278,7 @@ def test_each_feed_names_itself_and_each_entrys_authors(sites):
     entry names the record's first ten authors, then one "et al." naming how many there are: none for a record of
     ten or fewer (the real records have 3 to 12 authors)."""
     site = sites["root"]
-    authors = {ids(b): [a.strip() for a in next(e for e in b["events"] if e["event_type"] == "graph_snapshot")[
-        "payload"]["graph_snapshot"]["paper"]["authors_text"].split(",")] for b in REAL}
+    authors = {ids(b): [a.strip() for a in snapshot_of(b)["paper"]["authors_text"].split(",")] for b in REAL}
     assert sorted(len(names) for names in authors.values()) == [3, 6, 8, 12]
     for path in sorted(site.rglob("feed.xml")):
         feed = feedparser.parse(path.read_bytes())
@@ -707,8 +706,7 @@ def test_an_abstract_cut_short_says_so_and_links_the_whole(tmp_path):
     def abstract(b):
         return html.parse(str(out / "pith" / ids(b) / "index.html")).getroot().xpath('//p[@class="abstract"]')[0]
 
-    excerpt = next(e for e in cut_bundle["events"] if e["event_type"] == "graph_snapshot")[
-        "payload"]["graph_snapshot"]["paper"]["abstract_excerpt"]
+    excerpt = snapshot_of(cut_bundle)["paper"]["abstract_excerpt"]
     assert len(excerpt) == 600 and not excerpt.endswith(".")  # (as the resolver cuts it)
     assert abstract(cut_bundle).text_content() == excerpt + "… full abstract on arXiv"
     source = cut_bundle["canonical_record"]["source"]
@@ -939,8 +937,7 @@ def test_a_record_page_says_what_its_integrity_scan_found(tmp_path):
     for arxiv_id, (scan, _) in scans.items():
         b = json.loads(REAL_FILES[0].read_bytes())
         b["canonical_record"]["source"]["id"] = arxiv_id
-        next(e for e in b["events"] if e["event_type"] == "graph_snapshot")["payload"]["graph_snapshot"][
-            "integrity"] = scan
+        snapshot_of(b)["integrity"] = scan
         signed = sign_bundle(b, key)
         (bundles / f"{arxiv_id}.json").write_bytes(to_bytes(signed))
         made[arxiv_id] = ids(signed)
@@ -1061,8 +1058,7 @@ def test_every_page_names_the_sites_feed_and_a_record_page_its_title_and_abstrac
         assert head.xpath("meta[@name='generator']/@content") == [f"site-builder {__version__}"], path
     for b in REAL:
         pid = ids(b)
-        paper = next(e for e in b["events"] if e["event_type"] == "graph_snapshot")["payload"]["graph_snapshot"][
-            "paper"]
+        paper = snapshot_of(b)["paper"]
         head = lxml.html.parse(str(site / "pith" / pid / "index.html")).getroot().find("head")
         title = " ".join(paper["title"].split())
         assert head.findtext("title").startswith(f"{title} · {b['short_pith_number']} · ")
