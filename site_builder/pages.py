@@ -76,7 +76,7 @@ def paper_files(renderer: SiteRenderer, raw: bytes, bundle: dict, summary: Paper
                 mask: int = 0, versions: tuple[tuple[int, str], ...] = ()) -> Iterator[tuple[str, bytes]]:
     """One record's files (``record_files``): its page, mirrored JSON, badge, and the short addresses in *mask*
     (see ``own_addresses``), which lead only to it.  *versions*: the other versions of the paper in the site."""
-    info = detail(bundle, summary)
+    info = detail(bundle, summary, renderer.config.resolver_url)
     page, bundle_path, state, well_known, badge, *redirects = record_files(summary.pith_id, summary.arxiv_id,
                                                                             summary.version, mask)
     yield page, renderer.render(

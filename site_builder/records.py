@@ -384,8 +384,9 @@ def _receipt(created: dict) -> Receipt:
                    signature_b64=_text(r.get("signature_b64")))
 
 
-def detail(bundle: dict, summary: PaperSummary) -> PaperDetail:
-    """Everything the record page shows, from a verified bundle."""
+def detail(bundle: dict, summary: PaperSummary, resolver: str = "https://pith.science") -> PaperDetail:
+    """Everything the record page shows, from a verified bundle; *resolver*: the resolver the site mirrors
+    (``resolver_url``), whose address of the record the page links to."""
     snapshot = _latest_snapshot(bundle)
     verdict = snapshot.get("verdict") or {}
     claims = tuple(
@@ -420,7 +421,7 @@ def detail(bundle: dict, summary: PaperSummary) -> PaperDetail:
         receipt=receipt,
         aliases=aliases,
         canonical_record_pretty=_escaped_json(pretty_json(bundle["canonical_record"])),
-        resolver_url=f"https://pith.science/pith/{summary.pith_id}",
+        resolver_url=f"{resolver.rstrip('/')}/pith/{summary.pith_id}",
         completeness=completeness,
         references_resolved=resolved,
         status_chips=chips,

@@ -65,6 +65,10 @@ class SiteConfig:
         """Full URL when base_url has an origin; otherwise the site-internal link."""
         return self._absolute_base + path.lstrip("/")
 
+    def resolver(self, path: str) -> str:
+        """The address of *path* on the resolver the site mirrors (``resolver_url``), as the pages link to it."""
+        return self.resolver_url.rstrip("/") + "/" + path.lstrip("/")
+
 
 # Characters a URL never holds as they are (RFC 3986), and that would end an HTML attribute or a Markdown link.
 _NOT_IN_A_BASE_URL = set(' "<>\\^`{|}')

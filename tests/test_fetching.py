@@ -299,3 +299,16 @@ def test_a_run_deadline_ends_the_whole_pull(tmp_path):
         server.close()
     assert result.returncode == 1 and took < 15, (took, result.stderr)
     assert result.stdout.strip().splitlines()[-1].endswith(f"{len(IDS)} failed")
+
+
+def test_every_request_names_the_builder_and_its_version(tmp_path):
+    """The manifest's request and each bundle's carry the User-Agent README gives, with this version in it."""
+    from site_builder import __version__
+    s = ScriptedServer()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]]})
+    with running(s) as url:
+        report = pull([IDS[0]], url, tmp_path, load_trust_set(), fetcher=Fetcher(**FAST))
+    assert report.count("fetched") == 1
+    assert [path for path, _ in s.requests] == ["/pith-mirrors.json", f"/pith/{IDS[0]}/bundle.json"]
+    assert {headers["User-Agent"] for _, headers in s.requests} == {
+        f"site-builder/{__version__} (+https://pith.science mirror)"}

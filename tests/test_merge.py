@@ -41,3 +41,14 @@ def test_the_state_follows_the_events_order_and_aliases(real_bundle):
     assert state["current"]["source_aliases"] == bundle["source_aliases"]
     assert state["applied_event_ids"] == [e["event_id"] for e in bundle["events"]]
     assert state["event_count"] == len(bundle["events"])
+
+
+def test_graph_snapshots_are_listed_in_the_bundles_order_not_sorted(real_bundle):
+    """§4: one entry per graph_snapshot event, as the events come (a later snapshot whose id sorts first stays
+    last)."""
+    bundle = copy.deepcopy(real_bundle)
+    snapshot = next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")
+    later = {**copy.deepcopy(snapshot), "event_id": "0" * len(snapshot["event_id"])}
+    bundle["events"].append(later)
+    listed = [s["event_id"] for s in recompute_state(bundle)["current"]["graph_snapshots"]]
+    assert listed == [snapshot["event_id"], later["event_id"]]
