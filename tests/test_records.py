@@ -191,9 +191,10 @@ def test_an_integrity_scan_is_shown_only_where_it_ran(real_bundle):
                                       "findings": [{}, {}], "detectors_run": ["d1"]}
     scan = detail(bundle, summarize(bundle)).integrity
     assert (scan.clean, scan.critical, scan.findings, scan.detectors) == (False, 2, 2, ("d1",))
-    # A count that is no whole number of at least zero (a bool is not one) is shown as none.
-    snapshot_of(bundle)["integrity"] = {"available": True, "summary": {"critical": -3, "advisory": True,
-                                                                     "informational": "2"}}
+    # A count that is no whole number of at least zero (a bool is not one) is shown as none, and a verdict that
+    # is no true or false as no verdict (the text "false" would read as clean).
+    snapshot_of(bundle)["integrity"] = {"available": True, "clean": "false",
+                                        "summary": {"critical": -3, "advisory": True, "informational": "2"}}
     scan = detail(bundle, summarize(bundle)).integrity
     assert (scan.clean, scan.critical, scan.advisory, scan.informational) == (None, 0, 0, 0)
     for not_run in ({"available": False, "clean": True}, {"clean": True}, "clean", None):
@@ -264,3 +265,12 @@ def test_an_alias_of_a_kind_the_verifier_does_not_know_is_shown_as_text_and_neve
     info = detail(bundle, summarize(bundle))
     assert info.doi == detail(real_bundle, summarize(real_bundle)).doi != "10.9999/forged"
     assert info.aliases[-2:] == (("do\\x00i", "10.9999/forged"), ("handle", "hdl/1"))
+
+
+def test_a_record_without_a_title_is_named_by_its_arxiv_version(real_bundle):
+    """A snapshot that gives no title (or only spaces) names the record by its arXiv version wherever a title
+    goes: a page, a list row, a feed entry never show an empty name."""
+    summary = summarize(with_paper(real_bundle, title=" \n "))
+    source = real_bundle["canonical_record"]["source"]
+    assert summary.title == ""
+    assert summary.display_title == summary.short_title == f"arXiv:{source['id']}v{source['version']}"

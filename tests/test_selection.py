@@ -117,3 +117,29 @@ def test_the_latest_built_at_is_published_even_where_an_older_bundle_holds_more_
         chosen = select(order)
         assert chosen.published[newer_with_fewer.inspection.pith_id] is newer_with_fewer
         assert list(chosen.superseded) == ["a.json"]
+
+
+def test_for_one_built_at_the_bundle_with_more_events_is_published_whatever_the_digests():
+    """Two bundles built at the same time, one with an extra event: the one with more events is published (the
+    rollback rule would refuse the other next time), also where the other's digest sorts higher, which breaks a
+    tie only of time and events."""
+    import copy
+    import hashlib
+    import json
+
+    from generate import sign_bundle, to_bytes
+    bundle = json.loads(make_bundle(1))
+    fewer_raw = to_bytes(sign_bundle(bundle, benchmark_key()))
+    snapshot = next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")
+    for day in range(1, 29):  # (an extra event whose bundle's digest sorts below the other's)
+        extra = copy.deepcopy(snapshot)
+        extra["created_at"] = f"2026-08-{day:02d}T00:00:00Z"
+        more_raw = to_bytes(sign_bundle(dict(bundle, events=[*bundle["events"], extra]), benchmark_key()))
+        if hashlib.sha256(more_raw).hexdigest() < hashlib.sha256(fewer_raw).hexdigest():
+            break
+    fewer, more = candidate("a.json", fewer_raw), candidate("b.json", more_raw)
+    assert fewer.inspection.summary.built_at == more.inspection.summary.built_at
+    assert more.inspection.sha256 < fewer.inspection.sha256
+    for order in ([fewer, more], [more, fewer]):
+        chosen = select(order)
+        assert chosen.published[more.inspection.pith_id] is more and list(chosen.superseded) == ["a.json"]
