@@ -576,3 +576,41 @@ def test_the_builders_own_cache_folder_is_made_private_and_links_at_its_names_ar
     assert all(target.read_bytes() == b"not the cache's" for target in targets.values())
     assert (folder / "cache.sqlite").stat().st_size > 0
     assert build(options).changed is False  # (the cache the first build kept answers the second)
+
+
+def test_the_cache_keeps_only_what_the_two_trees_and_the_inputs_still_use(project):
+    """A mirror's cache does not grow with its history: the verification result of a file that is gone (deleted,
+    or changed to other bytes) is dropped from the cache, and the unit lists kept are those of the two trees in
+    the output folder (the site and the tree beside it that the next build updates), not of every build."""
+    from site_builder.build import build, default_cache_dir
+    from site_builder.stages.plan import read_build_id
+
+    out = project / "site"
+    build(opts(project, out, both_keys()))
+    db_path = default_cache_dir(out) / "cache.sqlite"
+
+    def stored() -> tuple[set[str], set[str]]:
+        db = sqlite3.connect(db_path)
+        try:
+            results = set()
+            for (name,) in db.execute("SELECT name FROM documents WHERE name LIKE 'inspections/%'"):
+                results |= set(cache_document(db, name)[0]["results"])
+            return results, {b for (b,) in db.execute("SELECT build_id FROM units")}
+        finally:
+            db.close()
+
+    with sqlite3.connect(db_path) as db:
+        files = cache_document(db, "files")[0]
+    deleted, changed = files["gen0.json"][1], files["gen1.json"][1]
+    assert {deleted, changed} <= stored()[0]
+    (project / "bundles" / "gen0.json").unlink()
+    build(opts(project, out, both_keys()))
+    (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=5))
+    build(opts(project, out, both_keys()))
+    (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=5))
+    build(opts(project, out, both_keys()))
+    results, build_ids = stored()
+    with sqlite3.connect(db_path) as db:
+        live = {sha for _, sha in cache_document(db, "files")[0].values()}
+    assert results == live and deleted not in results and changed not in results
+    assert build_ids == {read_build_id(out), read_build_id(project / ".site.prev")}
