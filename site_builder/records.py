@@ -17,7 +17,7 @@ from typing import Sequence
 from site_builder.canonical import pretty_json
 from site_builder.merge import KNOWN_EVENT_TYPES
 from site_builder.terminal import printable
-from site_builder.urls import linkable
+from site_builder.urls import RESOLVER, linkable, on_resolver
 from site_builder.verification import is_utc_timestamp
 
 
@@ -384,7 +384,7 @@ def _receipt(created: dict) -> Receipt:
                    signature_b64=_text(r.get("signature_b64")))
 
 
-def detail(bundle: dict, summary: PaperSummary, resolver: str = "https://pith.science") -> PaperDetail:
+def detail(bundle: dict, summary: PaperSummary, resolver: str = RESOLVER) -> PaperDetail:
     """Everything the record page shows, from a verified bundle; *resolver*: the resolver the site mirrors
     (``resolver_url``), whose address of the record the page links to."""
     snapshot = _latest_snapshot(bundle)
@@ -421,7 +421,7 @@ def detail(bundle: dict, summary: PaperSummary, resolver: str = "https://pith.sc
         receipt=receipt,
         aliases=aliases,
         canonical_record_pretty=_escaped_json(pretty_json(bundle["canonical_record"])),
-        resolver_url=f"{resolver.rstrip('/')}/pith/{summary.pith_id}",
+        resolver_url=on_resolver(resolver, f"pith/{summary.pith_id}"),
         completeness=completeness,
         references_resolved=resolved,
         status_chips=chips,

@@ -11,7 +11,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from site_builder.loading import FileReadError, read_bytes
 from site_builder.records import NOT_SHOWN
-from site_builder.urls import credentials_left_out, unfetchable
+from site_builder.urls import RESOLVER, credentials_left_out, on_resolver, unfetchable
 
 SETTINGS_FILE = "site.toml"
 SETTINGS_MAX_BYTES = 1 << 20
@@ -29,7 +29,7 @@ class SiteConfig:
     page_size: int = 100
     about_file: str = "about.md"
     static_dir: str = "static"  # files copied into the site as they are (beside the settings file; optional)
-    resolver_url: str = "https://pith.science"
+    resolver_url: str = RESOLVER
     # Records per search index at most (search_index.py): a larger site is indexed in shards, each re-made alone
     # and within the memory of its own size (~90 KB a record), which the search page merges in the browser; but
     # in no more than search_max_shards of them, as a query fetches from every one.
@@ -67,7 +67,7 @@ class SiteConfig:
 
     def resolver(self, path: str) -> str:
         """The address of *path* on the resolver the site mirrors (``resolver_url``), as the pages link to it."""
-        return self.resolver_url.rstrip("/") + "/" + path.lstrip("/")
+        return on_resolver(self.resolver_url, path)
 
 
 # Characters a URL never holds as they are (RFC 3986), and that would end an HTML attribute or a Markdown link.

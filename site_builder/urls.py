@@ -14,6 +14,13 @@ from urllib.parse import urlsplit
 # left out with them).
 _HREF = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?#]|%[0-9A-Fa-f]{2})*\Z")
 
+RESOLVER = "https://pith.science"  # the resolver a site mirrors where its settings name no other
+
+
+def on_resolver(resolver_url: str, path: str) -> str:
+    """The address of *path* on the resolver at *resolver_url* (written with or without its closing "/")."""
+    return resolver_url.rstrip("/") + "/" + path.lstrip("/")
+
 
 def is_url(text: str) -> bool:
     """Whether *text* says it is an http(s) URL, by its scheme in any letter case (``HTTPS://``): a source or

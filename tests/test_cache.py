@@ -589,28 +589,27 @@ def test_the_cache_keeps_only_what_the_two_trees_and_the_inputs_still_use(projec
     build(opts(project, out, both_keys()))
     db_path = default_cache_dir(out) / "cache.sqlite"
 
-    def stored() -> tuple[set[str], set[str]]:
+    def stored() -> tuple[dict, set[str], set[str]]:
+        """The file index, the digests whose results are kept and the build ids whose unit lists are."""
         db = sqlite3.connect(db_path)
         try:
             results = set()
             for (name,) in db.execute("SELECT name FROM documents WHERE name LIKE 'inspections/%'"):
                 results |= set(cache_document(db, name)[0]["results"])
-            return results, {b for (b,) in db.execute("SELECT build_id FROM units")}
+            return (cache_document(db, "files")[0], results,
+                    {b for (b,) in db.execute("SELECT build_id FROM units")})
         finally:
             db.close()
 
-    with sqlite3.connect(db_path) as db:
-        files = cache_document(db, "files")[0]
+    files, results, _ = stored()
     deleted, changed = files["gen0.json"][1], files["gen1.json"][1]
-    assert {deleted, changed} <= stored()[0]
+    assert {deleted, changed} <= results
     (project / "bundles" / "gen0.json").unlink()
     build(opts(project, out, both_keys()))
     (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=5))
     build(opts(project, out, both_keys()))
     (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=5))
     build(opts(project, out, both_keys()))
-    results, build_ids = stored()
-    with sqlite3.connect(db_path) as db:
-        live = {sha for _, sha in cache_document(db, "files")[0].values()}
-    assert results == live and deleted not in results and changed not in results
+    files, results, build_ids = stored()
+    assert results == {sha for _, sha in files.values()} and deleted not in results and changed not in results
     assert build_ids == {read_build_id(out), read_build_id(project / ".site.prev")}

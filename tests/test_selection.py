@@ -82,6 +82,15 @@ def built_at(stamp: str) -> bytes:
     return to_bytes(sign_bundle(bundle, benchmark_key()))
 
 
+def with_extra_snapshot(bundle: dict, created_at: str) -> dict:
+    """*bundle* with one more graph snapshot event (a copy of its own, created at *created_at*), unsigned."""
+    import copy
+
+    extra = copy.deepcopy(next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot"))
+    extra["created_at"] = created_at
+    return dict(bundle, events=[*bundle["events"], extra])
+
+
 def test_built_at_is_ordered_in_time_not_as_text_where_a_fraction_of_a_second_is_written():
     """PITH_FORMAT.md allows a fraction of a second; as text, "...:51.5Z" sorts before "...:51Z"."""
     stamps = ["2026-09-01T00:00:50.999Z", "2026-09-01T00:00:51Z", "2026-09-01T00:00:51.25Z",
@@ -100,15 +109,11 @@ def test_built_at_is_ordered_in_time_not_as_text_where_a_fraction_of_a_second_is
 def test_the_latest_built_at_is_published_even_where_an_older_bundle_holds_more_events():
     """The order is the time the resolver built the bundle, then (for one time) the events: an older bundle with
     an extra event is superseded by a newer one with fewer (README: "the latest built_at is published")."""
-    import copy
     import json
 
     from generate import sign_bundle, to_bytes
     bundle = json.loads(make_bundle(1))
-    snapshot = next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")
-    extra = copy.deepcopy(snapshot)
-    extra["created_at"] = "2026-08-31T00:00:00Z"
-    more = dict(bundle, events=[*bundle["events"], extra], built_at="2026-09-01T00:00:00Z")
+    more = dict(with_extra_snapshot(bundle, "2026-08-31T00:00:00Z"), built_at="2026-09-01T00:00:00Z")
     newer = dict(bundle, built_at="2026-09-02T00:00:00Z")
     older_with_more = candidate("a.json", to_bytes(sign_bundle(more, benchmark_key())))
     newer_with_fewer = candidate("b.json", to_bytes(sign_bundle(newer, benchmark_key())))
@@ -123,18 +128,15 @@ def test_for_one_built_at_the_bundle_with_more_events_is_published_whatever_the_
     """Two bundles built at the same time, one with an extra event: the one with more events is published (the
     rollback rule would refuse the other next time), also where the other's digest sorts higher, which breaks a
     tie only of time and events."""
-    import copy
     import hashlib
     import json
 
     from generate import sign_bundle, to_bytes
     bundle = json.loads(make_bundle(1))
     fewer_raw = to_bytes(sign_bundle(bundle, benchmark_key()))
-    snapshot = next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot")
     for day in range(1, 29):  # (an extra event whose bundle's digest sorts below the other's)
-        extra = copy.deepcopy(snapshot)
-        extra["created_at"] = f"2026-08-{day:02d}T00:00:00Z"
-        more_raw = to_bytes(sign_bundle(dict(bundle, events=[*bundle["events"], extra]), benchmark_key()))
+        more = with_extra_snapshot(bundle, f"2026-08-{day:02d}T00:00:00Z")
+        more_raw = to_bytes(sign_bundle(more, benchmark_key()))
         if hashlib.sha256(more_raw).hexdigest() < hashlib.sha256(fewer_raw).hexdigest():
             break
     fewer, more = candidate("a.json", fewer_raw), candidate("b.json", more_raw)
