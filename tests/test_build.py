@@ -60,9 +60,10 @@ def test_output_tree_of_the_example_bundles(bundles_dir, tmp_path):
     report_doc = json.loads((out / "verification.json").read_text())
     assert {f["path"] for f in report_doc["files"]} == {p.name for p in REAL_FILES}
     for f in report_doc["files"]:
-        assert f["sha256"] == hashlib.sha256((bundles_dir / f["path"]).read_bytes()).hexdigest()
+        data = (bundles_dir / f["path"]).read_bytes()
+        assert (f["sha256"], f["size"]) == (hashlib.sha256(data).hexdigest(), len(data))
         assert f["status"] == "published"
-        bundle = json.loads((bundles_dir / f["path"]).read_bytes())  # (what a later build's rollback check reads)
+        bundle = json.loads(data)  # (what a later build's rollback check reads)
         assert (f["pith_number"], f["built_at"], f["event_count"]) == (bundle["pith_number"], bundle["built_at"],
                                                                       len(bundle["events"]))
     home = (out / "index.html").read_text()
