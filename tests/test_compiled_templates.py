@@ -54,6 +54,20 @@ def test_a_changed_byte_or_another_users_key_loads_nothing(written, tmp_path):
     assert loaded(tmp_path / "c", key)
 
 
+@pytest.mark.parametrize("other", ["builder", "jinja"])
+def test_a_template_compiled_by_another_builder_or_jinja_is_compiled_again(written, tmp_path, monkeypatch, other):
+    """Jinja's compiled code depends on the environment the builder sets up and on Jinja's own code generator,
+    not only on the template's source: after an upgrade of either, the old code is not run."""
+    key, _ = written
+    if other == "builder":
+        monkeypatch.setattr("site_builder.compiled_templates.builder_identity", lambda: "0.0.0+another")
+    else:
+        monkeypatch.setattr(jinja2, "__version__", jinja2.__version__ + ".post1")
+    assert not loaded(tmp_path / "c", key)
+    monkeypatch.undo()
+    assert loaded(tmp_path / "c", key)
+
+
 def test_a_link_or_a_fifo_in_its_place_is_not_followed(written, tmp_path):
     key, path = written
     genuine = tmp_path / "genuine.jbc"
