@@ -177,8 +177,9 @@ def test_the_short_addresses_come_from_the_cache_while_the_records_ids_and_versi
 
 
 def test_records_that_come_or_go_re_plan_the_short_addresses_around_them(project, monkeypatch, tmp_path):
-    """A record added or removed: the next build takes the plan the last one recorded and plans again only the
-    addresses near the records that came or went, and the site equals a clean build's."""
+    """A record added or removed (one of two sharing an address too): the next build takes the plan the last one
+    recorded and plans again only the addresses near the records that came or went, and the site equals a clean
+    build's."""
     out, clean = project / "site", project / "clean"
     for name, record in (("same-a.json", None), ("same-b.json", 77)):  # two records of one arXiv id and version:
         (project / "bundles" / name).write_bytes(make_bundle(40, record=record, version=1))  # a shared address
@@ -187,11 +188,13 @@ def test_records_that_come_or_go_re_plan_the_short_addresses_around_them(project
     assert any(len(targets) == 2 for _, _, targets in shared)  # (kept as recorded unless near a change)
     made = _count_address_plans(monkeypatch)
     replanned = calls_of(monkeypatch, plan_stage, "replan_redirects")
-    for change in ("add", "remove"):
+    for change in ("add", "remove", "remove one of two at an address"):
         if change == "add":
             (project / "bundles" / "gen6.json").write_bytes(make_bundle(6))  # another record
-        else:
+        elif change == "remove":
             (project / "bundles" / "gen3.json").unlink()
+        else:  # (the recorded plan's shared page names a record that is gone)
+            (project / "bundles" / "same-b.json").unlink()
         build(opts(project, out, both_keys()))
         assert made == [] and len(replanned) == 1, change
         build(opts(project, clean, both_keys(), use_cache=False))  # (planned afresh: no cache)
