@@ -4,6 +4,7 @@ re-keys that record and the pages that show it, and nothing else."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import sqlite3
 
 import pytest
@@ -31,6 +32,22 @@ def test_the_same_inputs_give_the_same_plan(project, tmp_path):
     names = list(first.units)
     records = [n for n in names if n.startswith("record:")]
     assert names[:len(records)] == records == sorted(records)  # records first, by pith id, then the collection
+
+
+def test_a_warning_that_comes_with_no_unit_changed_names_a_new_build_and_the_report_shows_it(project):
+    """The build id names the report's head too: a static file the site refuses to copy changes no unit (it is not
+    copied), but verification.json must say why it is missing, so the site in the output is not taken as built."""
+    static, out = project / "static", project / "site"
+    static.mkdir()
+    (static / "notes.txt").write_text("kept")
+    options = opts(project, out, both_keys(), static_dir=static)
+    build(options)
+    before = json.loads((out / "verification.json").read_text())
+    (static / "verification.json").write_text("{}")  # (the site's own path: refused)
+    assert build(options).changed
+    after = json.loads((out / "verification.json").read_text())
+    assert after["build_id"] != before["build_id"] and before["warnings"] == []
+    assert [w for w in after["warnings"] if "static/verification.json" in w and "not copied" in w]
 
 
 def test_a_newer_bundle_re_keys_its_record_and_only_the_pages_that_show_it(project, tmp_path):
