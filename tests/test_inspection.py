@@ -12,7 +12,8 @@ from site_builder.inspection import by_reference, compact, inspect_bytes, inspec
 from site_builder.keys import load_trust_set
 from site_builder.records import DIGESTED_FIELDS, TextOf, paper_text
 
-from conftest import REAL_FILES
+from conftest import REAL_FILES, signed_project
+from signing import sign_bundle, snapshot_of, to_bytes
 
 
 def _inspect(rel: str):
@@ -86,3 +87,46 @@ def test_the_row_digest_follows_every_field():
     for name, value in changes:
         assert replace(summary, **{name: value}).row_digest != summary.row_digest, name
     assert replace(summary).row_digest == summary.row_digest
+
+
+def _signed(tmp_path, edit) -> tuple[bytes, object]:
+    """A real bundle edited by *edit*, re-signed with a test key, and the trust set of that key."""
+    key, trust, _, base = signed_project(tmp_path)
+    edit(base)
+    return to_bytes(sign_bundle(base, key)), trust
+
+
+def test_warnings_stay_with_a_result_published_or_rejected_and_through_the_cache(tmp_path):
+    """What a bundle is warned of is on its report line however the result was had: made now, or read back from
+    the cache by a later build; a rejected bundle keeps its warnings too."""
+    raw, trust = _signed(tmp_path, lambda b: b.update(mirror_note="an unknown field"))
+    bad = bytearray(raw)
+    bad[bad.index(b'"signature_b64":"') + 20] ^= 1
+    for data, verified in ((raw, True), (bytes(bad), False)):
+        result = inspect_bytes("a.json", data, trust)
+        assert result.verified is verified
+        assert [w.code for w in result.warnings] == ["unknown_fields"] and "mirror_note" in result.warnings[0].message
+        assert inspection_from_json(json.loads(json.dumps(inspection_to_json(result)))) == result
+
+
+def test_a_bundle_holding_a_float_is_hashed_as_the_format_writes_it(tmp_path):
+    """A float is written by the canonical form's rules (``1e-07``), not as a fast JSON encoder writes it
+    (``1e-7``): a genuine bundle that holds one must verify."""
+    def with_float(bundle):
+        snapshot_of(bundle)["paper"]["score"] = 1e-07
+    raw, trust = _signed(tmp_path, with_float)
+    assert b"1e-07" in raw
+    result = inspect_bytes("a.json", raw, trust)
+    assert result.verified, result.error_line()
+
+
+def test_a_published_bundle_with_a_skipped_check_keeps_it_through_the_cache(tmp_path):
+    """A bundle can verify with a check skipped (an event type this builder cannot merge: its state is checked by
+    its hash only); a later build that reads the result from the cache must not show that check as passed."""
+    key, trust, _, base = signed_project(tmp_path)
+    extra = json.loads(json.dumps(base["events"][0]))
+    extra.update(event_type="timestamp_anchor", target="record", payload={"ots": "abc"})
+    base["events"].append(extra)
+    result = inspect_bytes("a.json", to_bytes(sign_bundle(base, key, keep_state=True)), trust)
+    assert result.verified and [c.name for c in result.checks if c.status == "skipped"] == ["state_recomputed"]
+    assert inspection_from_json(json.loads(json.dumps(inspection_to_json(result)))) == result
