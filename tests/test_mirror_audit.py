@@ -103,7 +103,9 @@ def test_each_record_folder_must_hold_its_own_bundle_at_both_paths(mirror):
     pith, well_known = mirror / "pith", mirror / ".well-known" / "pith"
     other = (pith / IDS[1] / "bundle.json").read_bytes()
     replaced(pith / IDS[0] / "bundle.json", other)  # another record's, which verifies
-    replaced(well_known / IDS[2] / "bundle.json", other)
+    own = bytearray((pith / IDS[2] / "bundle.json").read_bytes())
+    own[own.index(b'"title":"') + 9] ^= 0x20  # (one letter's case: as long as the bundle, not its bytes)
+    replaced(well_known / IDS[2] / "bundle.json", bytes(own))
     (well_known / IDS[3] / "bundle.json").unlink()
     raw = bytearray(other)
     raw[raw.index(b'"signature_b64":"') + 20] ^= 1  # (a signature tampered with)
@@ -122,6 +124,20 @@ def test_each_record_folder_must_hold_its_own_bundle_at_both_paths(mirror):
     assert results[f"pith/{IDS[3]}/bundle.json"] == (None, "")
     assert results[f"pith/{IDS[2]}/bundle.json"] == (None, "")
     assert len(results) == 7  # (of a record whose bundle is rejected, nothing else is checked)
+
+
+def test_only_a_mirror_its_pith_folder_or_a_records_folder_is_read_as_one(mirror, tmp_path):
+    """Anything else is a folder of bundles, every JSON file in it read as one: a folder of one's own bundles
+    named ``pith``, a short address's folder in a mirror (a page), or a link to a mirror's folder (as
+    ``is_mirror`` follows none)."""
+    own = tmp_path / "pith"
+    own.mkdir()
+    (own / "a.json").write_bytes(REAL_FILES[0].read_bytes())
+    short = next(p for p in (mirror / "pith").iterdir() if len(p.name) == 8)
+    link = tmp_path / "link"
+    link.symlink_to(mirror / "pith")
+    assert [mirror_records(folder) for folder in (own, short, link)] == [None, None, None]
+    assert len(mirror_records(mirror / "pith")) == len(IDS)
 
 
 def test_a_large_mirror_is_checked_in_worker_processes_with_the_same_results(tmp_path):
