@@ -331,3 +331,19 @@ def test_outcomes_kept_in_pieces_follow_every_change_of_what_they_are_made_of(tm
     changed = {inspections[0].pith_id: "file_changed: changed after it was verified"}
     now = outcomes(changed)
     assert shown(now) == shown(outcomes(changed, keeping=False)) and now[0].inspection.check == "file_changed"
+
+
+def test_a_kept_copy_whose_bytes_changed_after_it_was_verified_is_not_reported_published(tmp_path):
+    """A copy kept from the previous site (a rollback refused) is published with a note saying so; where its
+    bytes changed before its files were written, it is not on the site, and the report must not say it is."""
+    key, trust, bundles = resigned_real_bundles(tmp_path)
+    inspections = [inspect_bytes(p.name, p.read_bytes(), trust) for p in sorted(bundles.iterdir())]
+    selection = select([Candidate(i, bundles / i.rel) for i in inspections])
+    kept, other = inspections[0], inspections[1]
+    for i in (kept, other):
+        selection.published[i.pith_id] = Candidate(i, tmp_path / "previous.json", kept_from="the previous site")
+    report = BuildReport()
+    select_stage.record_outcomes(report, inspections, selection,
+                                 {kept.pith_id: "file_changed: changed after it was verified"}, IncrementalStore())
+    notes = [(o.inspection.pith_id, o.status, o.note) for o in report.outcomes if o.note]
+    assert notes == [(other.pith_id, "published", "kept from the previous site")]
