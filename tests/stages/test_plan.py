@@ -36,7 +36,7 @@ def test_the_same_inputs_give_the_same_plan(project, tmp_path):
 
 def test_a_warning_that_comes_with_no_unit_changed_names_a_new_build_and_the_report_shows_it(project):
     """The build id names the report's head too: a static file the site refuses to copy changes no unit (it is not
-    copied), but verification.json must say why it is missing, so the site in the output is not taken as built."""
+    copied), but verification.json must say why it is missing, so the site in the output is not this build's."""
     static, out = project / "static", project / "site"
     static.mkdir()
     (static / "notes.txt").write_text("kept")
