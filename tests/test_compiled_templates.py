@@ -59,12 +59,12 @@ def test_a_template_compiled_by_another_builder_or_jinja_is_compiled_again(writt
     """Jinja's compiled code depends on the environment the builder sets up and on Jinja's own code generator,
     not only on the template's source: after an upgrade of either, the old code is not run."""
     key, _ = written
-    if other == "builder":
-        monkeypatch.setattr("site_builder.compiled_templates.builder_identity", lambda: "0.0.0+another")
-    else:
-        monkeypatch.setattr(jinja2, "__version__", jinja2.__version__ + ".post1")
-    assert not loaded(tmp_path / "c", key)
-    monkeypatch.undo()
+    with monkeypatch.context() as patched:
+        if other == "builder":
+            patched.setattr("site_builder.compiled_templates.builder_identity", lambda: "0.0.0+another")
+        else:
+            patched.setattr(jinja2, "__version__", jinja2.__version__ + ".post1")
+        assert not loaded(tmp_path / "c", key)
     assert loaded(tmp_path / "c", key)
 
 
