@@ -68,6 +68,21 @@ def test_a_folder_that_is_not_a_site_is_refused_and_left_as_it_was(bundles_dir, 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".project.")]
 
 
+def test_an_output_folder_that_is_a_link_is_refused_and_left_as_it_was(bundles_dir, tmp_path):
+    """The swap renames a new tree into the output's place, which would replace the link, not the site it leads
+    to: one line, exit 2, and the link and the site behind it as they were."""
+    site = tmp_path / "site"
+    assert cli("build", "--bundles", bundles_dir, "--output", site, "--no-search").returncode == 0
+    link = tmp_path / "public"
+    link.symlink_to(site)
+    before = tree(site)
+    result = cli("build", "--bundles", bundles_dir, "--output", link, "--no-search")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is a symbolic link" in lines[0]
+    assert link.is_symlink() and os.readlink(link) == str(site) and tree(site) == before
+
+
 def test_a_site_the_builder_wrote_is_replaced(bundles_dir, tmp_path):
     out = tmp_path / "site"
     assert cli("build", "--bundles", bundles_dir, "--output", out, "--no-search").returncode == 0
