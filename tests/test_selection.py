@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from generate import benchmark_key, make_bundle
+import copy
+import hashlib
+import json
+
+from generate import benchmark_key, make_bundle, sign_bundle, to_bytes
 from site_builder.inspection import inspect_bytes
 from site_builder.keys import TrustSet, key_from_document
 from site_builder.selection import Candidate, instant, is_rollback, published_record, select
@@ -44,8 +48,6 @@ def test_a_rollback_is_an_older_built_at_or_fewer_events_never_the_same_bytes():
 def test_an_equally_new_bundle_in_other_bytes_is_no_rollback():
     """The same built_at and event count in other bytes (the bundle written out again, indented) replaces the
     published one: only an older built_at or fewer events is refused (README, "No rollback")."""
-    import json
-
     raw = make_bundle(1)
     published = published_record(candidate("a.json", raw).inspection)
     rewritten = candidate("b.json", json.dumps(json.loads(raw), indent=2).encode())
@@ -56,8 +58,6 @@ def test_an_equally_new_bundle_in_other_bytes_is_no_rollback():
 def test_a_tie_is_broken_by_the_bytes_digest_whatever_the_files_are_called():
     """Two files of one record, equally new (the same bundle written out twice, compact and indented): the same
     one is published whichever name sorts first, so renaming files never changes the site."""
-    import json
-
     raw = make_bundle(1)
     indented = json.dumps(json.loads(raw), indent=2).encode()
     for names in (("a.json", "b.json"), ("b.json", "a.json")):
@@ -74,9 +74,6 @@ def test_a_tie_is_broken_by_the_bytes_digest_whatever_the_files_are_called():
 
 def built_at(stamp: str) -> bytes:
     """Record 1's bundle built at *stamp*, signed again."""
-    import json
-
-    from generate import sign_bundle, to_bytes
     bundle = json.loads(make_bundle(1))
     bundle["built_at"] = stamp
     return to_bytes(sign_bundle(bundle, benchmark_key()))
@@ -84,8 +81,6 @@ def built_at(stamp: str) -> bytes:
 
 def with_extra_snapshot(bundle: dict, created_at: str) -> dict:
     """*bundle* with one more graph snapshot event (a copy of its own, created at *created_at*), unsigned."""
-    import copy
-
     extra = copy.deepcopy(next(e for e in bundle["events"] if e["event_type"] == "graph_snapshot"))
     extra["created_at"] = created_at
     return dict(bundle, events=[*bundle["events"], extra])
@@ -109,9 +104,6 @@ def test_built_at_is_ordered_in_time_not_as_text_where_a_fraction_of_a_second_is
 def test_the_latest_built_at_is_published_even_where_an_older_bundle_holds_more_events():
     """The order is the time the resolver built the bundle, then (for one time) the events: an older bundle with
     an extra event is superseded by a newer one with fewer (README: "the latest built_at is published")."""
-    import json
-
-    from generate import sign_bundle, to_bytes
     bundle = json.loads(make_bundle(1))
     more = dict(with_extra_snapshot(bundle, "2026-08-31T00:00:00Z"), built_at="2026-09-01T00:00:00Z")
     newer = dict(bundle, built_at="2026-09-02T00:00:00Z")
@@ -128,10 +120,6 @@ def test_for_one_built_at_the_bundle_with_more_events_is_published_whatever_the_
     """Two bundles built at the same time, one with an extra event: the one with more events is published (the
     rollback rule would refuse the other next time), also where the other's digest sorts higher, which breaks a
     tie only of time and events."""
-    import hashlib
-    import json
-
-    from generate import sign_bundle, to_bytes
     bundle = json.loads(make_bundle(1))
     fewer_raw = to_bytes(sign_bundle(bundle, benchmark_key()))
     for day in range(1, 29):  # (an extra event whose bundle's digest sorts below the other's)
