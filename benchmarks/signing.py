@@ -133,3 +133,13 @@ def with_paper(bundle: dict, **paper) -> dict:
         if event["event_type"] == "graph_snapshot":
             event["payload"]["graph_snapshot"]["paper"].update(paper)
     return b
+
+
+def with_unmergeable_event(bundle: dict) -> dict:
+    """A copy with one more event, of a type the v1 merge has no rule for (a timestamp anchor): sign it with
+    ``keep_state=True``, and its state can be checked by its hash only."""
+    b = copy.deepcopy(bundle)
+    extra = copy.deepcopy(b["events"][0])
+    extra.update(event_type="timestamp_anchor", target="record", payload={"ots": "abc"})
+    b["events"].append(extra)
+    return b

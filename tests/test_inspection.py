@@ -13,7 +13,7 @@ from site_builder.keys import load_trust_set
 from site_builder.records import DIGESTED_FIELDS, TextOf, paper_text
 
 from conftest import REAL_FILES, signed_project
-from signing import sign_bundle, snapshot_of, to_bytes
+from signing import sign_bundle, to_bytes, with_paper, with_unmergeable_event
 
 
 def _inspect(rel: str):
@@ -89,17 +89,17 @@ def test_the_row_digest_follows_every_field():
     assert replace(summary).row_digest == summary.row_digest
 
 
-def _signed(tmp_path, edit) -> tuple[bytes, object]:
-    """A real bundle edited by *edit*, re-signed with a test key, and the trust set of that key."""
+def _signed(tmp_path, edit, keep_state: bool = False) -> tuple[bytes, object]:
+    """A real bundle edited by *edit* (which returns it), re-signed with a test key, and the trust set of that
+    key; *keep_state*: as ``sign_bundle``."""
     key, trust, _, base = signed_project(tmp_path)
-    edit(base)
-    return to_bytes(sign_bundle(base, key)), trust
+    return to_bytes(sign_bundle(edit(base), key, keep_state=keep_state)), trust
 
 
 def test_warnings_stay_with_a_result_published_or_rejected_and_through_the_cache(tmp_path):
     """What a bundle is warned of is on its report line however the result was had: made now, or read back from
     the cache by a later build; a rejected bundle keeps its warnings too."""
-    raw, trust = _signed(tmp_path, lambda b: b.update(mirror_note="an unknown field"))
+    raw, trust = _signed(tmp_path, lambda b: dict(b, mirror_note="an unknown field"))
     bad = bytearray(raw)
     bad[bad.index(b'"signature_b64":"') + 20] ^= 1
     for data, verified in ((raw, True), (bytes(bad), False)):
@@ -112,9 +112,7 @@ def test_warnings_stay_with_a_result_published_or_rejected_and_through_the_cache
 def test_a_bundle_holding_a_float_is_hashed_as_the_format_writes_it(tmp_path):
     """A float is written by the canonical form's rules (``1e-07``), not as a fast JSON encoder writes it
     (``1e-7``): a genuine bundle that holds one must verify."""
-    def with_float(bundle):
-        snapshot_of(bundle)["paper"]["score"] = 1e-07
-    raw, trust = _signed(tmp_path, with_float)
+    raw, trust = _signed(tmp_path, lambda b: with_paper(b, score=1e-07))
     assert b"1e-07" in raw
     result = inspect_bytes("a.json", raw, trust)
     assert result.verified, result.error_line()
@@ -123,10 +121,7 @@ def test_a_bundle_holding_a_float_is_hashed_as_the_format_writes_it(tmp_path):
 def test_a_published_bundle_with_a_skipped_check_keeps_it_through_the_cache(tmp_path):
     """A bundle can verify with a check skipped (an event type this builder cannot merge: its state is checked by
     its hash only); a later build that reads the result from the cache must not show that check as passed."""
-    key, trust, _, base = signed_project(tmp_path)
-    extra = json.loads(json.dumps(base["events"][0]))
-    extra.update(event_type="timestamp_anchor", target="record", payload={"ots": "abc"})
-    base["events"].append(extra)
-    result = inspect_bytes("a.json", to_bytes(sign_bundle(base, key, keep_state=True)), trust)
+    raw, trust = _signed(tmp_path, with_unmergeable_event, keep_state=True)
+    result = inspect_bytes("a.json", raw, trust)
     assert result.verified and [c.name for c in result.checks if c.status == "skipped"] == ["state_recomputed"]
     assert inspection_from_json(json.loads(json.dumps(inspection_to_json(result)))) == result

@@ -13,7 +13,7 @@ from site_builder.verification import CHECK_ORDER, CHECKS, CheckFailed, verify_b
 from site_builder import verification
 
 from conftest import REAL_FILES, ROOT
-from signing import TestKey, sign_bundle
+from signing import TestKey, sign_bundle, with_unmergeable_event
 
 
 def flip_b64(value: str) -> str:
@@ -315,10 +315,7 @@ def test_title_hash_mismatch_is_a_warning_not_a_rejection(real_bundle):
 def test_unknown_event_type_skips_state_recompute_with_warning(real_bundle):
     key = TestKey()
     trust = TrustSet((key_from_document(key.document()),))
-    extra = copy.deepcopy(snapshot(real_bundle))
-    extra.update(event_type="timestamp_anchor", target="record", payload={"ots": "abc"})
-    real_bundle["events"].append(extra)
-    b = sign_bundle(real_bundle, key, keep_state=True)  # a state the v1 merge cannot reproduce
+    b = sign_bundle(with_unmergeable_event(real_bundle), key, keep_state=True)  # a state the v1 merge cannot reproduce
     verdict = verify_bundle(b, trust)
     assert verdict.first_failure is None
     assert not verdict.state_recomputed
