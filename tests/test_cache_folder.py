@@ -112,11 +112,15 @@ def test_a_cache_folder_named_by_the_user_must_hold_nothing_but_a_cache(project,
     (holder / "templates" / "home.html").write_text("{% extends 'base.html' %}")
     with pytest.raises(OutputError, match=r"\(it holds templates\)"):  # (the cache's name, a user's templates)
         build(opts(project, site, both_keys(), cache_dir=holder))
+    (holder / "templates").rename(holder / "cache.sqlite")  # (a folder at the cache's file's name is none of it)
+    with pytest.raises(OutputError, match=r"\(it holds cache\.sqlite\)"):
+        build(opts(project, site, both_keys(), cache_dir=holder))
     empty = tmp_path_factory.mktemp("empty")
     for folder in (empty, empty / "new" / "cache"):  # (empty; made; then each a cache folder, used as one)
         options = opts(project, folder.parent / "site", both_keys(), cache_dir=folder)
         build(options)
         (folder / "cache.sqlite-journal").write_bytes(b"")  # (SQLite's own, where a write was cut short)
+        (folder / "templates" / f".{'0' * 40}.jbc.4242").write_bytes(b"")  # (a compile cut short: its temporary)
         assert not build(options).changed
         assert set(os.listdir(folder)) <= set(CACHE_NAMES)
 
