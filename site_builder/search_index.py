@@ -164,12 +164,11 @@ def index_search(site: Path, indexes: Sequence[tuple[str | None, str]] = ((None,
     running: list[tuple[subprocess.Popen, IO[bytes]]] = []
     finished = 0
     # Pagefind takes its arguments and environment as UTF-8 only (a site under a folder named in other bytes is
-    # its usage error, a PWD so named its panic), and ``python -m`` imports from the folder it starts in first
-    # (a project's pagefind.py would run instead): it runs in a private folder of its own that holds one link,
-    # "site", to the tree, with the environment's variables that are UTF-8.
+    # its usage error, a PWD or any variable so named its panic), and ``python -m`` imports from the folder it
+    # starts in first (a project's pagefind.py would run instead): it runs in a private folder of its own that
+    # holds one link, "site", to the tree, with the environment's variables that are UTF-8.
     named = tempfile.TemporaryDirectory(prefix="site-builder-index-")
     environment = {**{k: v for k, v in os.environ.items() if is_utf8(k) and is_utf8(v)}, "PWD": named.name}
-    environment.pop("OLDPWD", None)
     try:
         os.symlink(os.path.abspath(site), os.path.join(named.name, "site"))
         while pending or running:

@@ -79,12 +79,13 @@ def test_search_indexes_every_marked_page(bundles_dir, tmp_path):
 
 def test_a_site_under_a_folder_named_in_bytes_that_are_not_utf8_is_indexed(bundles_dir, tmp_path, monkeypatch):
     """Pagefind takes UTF-8 arguments and environment only: a project folder named in other bytes (the site's path
-    as its --site, the shell's PWD) was "pagefind failed" and no site at all."""
+    as its --site, the shell's PWD, any variable naming it) was "pagefind failed" and no site at all."""
     project = tmp_path / os.fsdecode(b"proj\xff")
     project.mkdir()
     monkeypatch.chdir(project)
     monkeypatch.setenv("PWD", str(project))
     monkeypatch.setenv("OLDPWD", str(project))
+    monkeypatch.setenv("PROJECT_HOME", str(project))  # (any variable: Pagefind panics reading the environment)
     build(BuildOptions(bundles=bundles_dir, output=project / "site", trust=load_trust_set(), search=True))
     entry = json.loads((project / "site" / "pagefind" / "pagefind-entry.json").read_text())
     assert entry["languages"]["en"]["page_count"] == len(REAL_FILES)
@@ -198,6 +199,7 @@ def test_files_under_lists_what_rglob_lists(tmp_path):
         (index / rel).write_bytes(b"x")
     (index / "empty").mkdir()
     (index / "link.json").symlink_to(index / "pagefind-entry.json")
+    (index / "gone.json").symlink_to(index / "removed.json")  # (a link to nothing is no file)
     expected = sorted(str(p.relative_to(tmp_path)) for p in index.rglob("*") if p.is_file())
     assert files_under(tmp_path, "pagefind") == expected and "pagefind/link.json" in expected
     assert files_under(tmp_path, "missing") == []
