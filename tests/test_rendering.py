@@ -199,6 +199,14 @@ def test_the_templates_identity_tells_every_two_trees_apart(tmp_path):
     (three / os.fsdecode(b"\xff.html")).write_bytes(b"x")
     assert templates_identity([one]) != templates_identity([two])
     assert templates_identity([three]) != templates_identity([tmp_path / "none"])
+    joined, first, second = tmp_path / "joined", tmp_path / "first", tmp_path / "second"
+    for folder in (joined, first, second):
+        folder.mkdir()
+    (joined / "a").write_bytes(b"1b2")  # (a name and its bytes run on into the next file's: "a" "1" "b" "2")
+    assert templates_identity([joined]) != templates_identity([two])
+    (first / "a").write_bytes(b"1")  # (the same files, in the project's folder and the built-in one in turn)
+    (second / "b").write_bytes(b"2")
+    assert templates_identity([first, second]) != templates_identity([two, tmp_path / "empty"])
     before = templates_identity([two])
     (two / "b").write_bytes(b"3")  # (an edit: the same names, other bytes)
     assert templates_identity([two]) != before
@@ -219,6 +227,8 @@ def test_the_templates_identity_tells_every_two_trees_apart(tmp_path):
     for hidden in (".git", "__pycache__"):  # (what a version control system or Python keeps there is no template)
         (two / hidden).mkdir()
         (two / hidden / "index").write_text("anything")
+    (two / ".home.html.swp").write_text("an editor's")  # (nor is an editor's file, which the watcher passes over)
+    (two / "elsewhere").symlink_to(one, target_is_directory=True)  # (a link to a folder is not entered)
     assert templates_identity([two]) == before
 
 
