@@ -243,6 +243,15 @@ def test_a_templates_folder_nested_past_any_recursion_is_read_to_its_depth(tmp_p
     assert templates_identity([tmp_path / "templates"]) != before
 
 
+def test_a_template_saved_with_a_byte_order_mark_renders_without_it(tmp_path):
+    """Some editors (Notepad) begin a UTF-8 file with a byte-order mark: it is no text of the template, and in a
+    page it would come before the doctype, or in the middle of a page that includes the template."""
+    (tmp_path / "home.html").write_bytes(b"\xef\xbb\xbf<!DOCTYPE html>{% include 'part.html' %}")
+    (tmp_path / "part.html").write_bytes(b"\xef\xbb\xbf<p>{{ 6 * 7 }}</p>")
+    renderer = SiteRenderer(SiteConfig(), [tmp_path], load_trust_set())
+    assert renderer.render("home.html") == b"<!DOCTYPE html><p>42</p>"
+
+
 def test_a_template_or_settings_file_that_is_no_regular_file_is_never_read(tmp_path):
     """A project may come from someone else (a pull request): a template, or site.toml, that is a link to
     /dev/zero (or a FIFO) would be read for ever.  The templates' identity leaves it out, a page that names it
