@@ -516,6 +516,9 @@ def test_markdown_fields_render_safely():
     assert md.render("[](https://a.example/) [ ](https://b.example/) [`c`](https://c.example/)") == (
         '<p><a href="https://a.example/">https://a.example/</a> <a href="https://b.example/"> https://b.example/</a> '
         '<a href="https://c.example/"><code>c</code></a></p>\n')
+    assert md.render("[](https://example.org/café) [](https://bücher.example/)") == (  # (as written, not as encoded)
+        '<p><a href="https://example.org/caf%C3%A9">https://example.org/café</a> '
+        '<a href="https://xn--bcher-kva.example/">https://bücher.example/</a></p>\n')
     assert own.render("[![logo](/logo.png)](/) [![](/logo.png)](/about/)") == (
         '<p><a href="/"><img src="/logo.png" alt="logo" /></a> <a href="/about/"><img src="/logo.png" alt="" />'
         '/about/</a></p>\n')
