@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import both_keys, keyword_of_calls, opts, tree
+from conftest import REAL_FILES, both_keys, keyword_of_calls, opts, tree
 from site_builder.build import build
 from site_builder.keys import load_trust_set
 from site_builder.options import BuildPolicy
@@ -75,6 +75,7 @@ def test_digests_of_parts_are_unambiguous():
     assert digest_of("ab", "c") != digest_of("a", "bc") and digest_of("a", b"b") == digest_of("a", "b")
     assert digest_of("a\0", "b") != digest_of("a", "\0b")  # (a part may hold the NUL a separator would be)
     assert digest_of("a", None) != digest_of("a", "None", "")
+    assert digest_of("\udcff") != digest_of("\udcfe")  # (a name in bytes that are not UTF-8, as Python holds it)
 
 
 @pytest.mark.parametrize("first", ["", "k" * 64, "\u00e9\ud800"])
@@ -147,6 +148,25 @@ def test_a_cache_folder_inside_the_output_is_refused_before_anything_is_written(
     assert (project / "elsewhere" / "cache.sqlite").is_file()
 
 
+def test_the_lookups_ahead_are_made_in_a_child_only_where_the_policy_looks_ahead(project, monkeypatch):
+    """Looking up the mirrored bundles in a child process is a speed-up, and ``BuildPolicy(look_ahead=False)``
+    (the benchmarks' ``--no-look-ahead``) switches it off: the build then looks each tree up itself."""
+    from site_builder import mirrors
+    started_by = []
+    real = mirrors.WorkAhead
+
+    def noted(steps, start_method):
+        started_by.append(start_method)
+        return real(steps, start_method)
+    monkeypatch.setattr(mirrors, "WorkAhead", noted)
+    for look_ahead in (False, True):
+        options = opts(project, project / f"site-{look_ahead}", both_keys(), look_ahead=look_ahead)
+        build(options)  # (a first build: nothing to look up ahead)
+        started_by.clear()
+        build(options)
+        assert started_by == ["fork" if look_ahead else None], look_ahead
+
+
 def test_a_build_takes_over_lookups_started_ahead_only_for_its_output_and_record(project, tmp_path, monkeypatch):
     """serve starts the lookups of the mirrored bundles before the build (``ServeSession.lookups``); the build
     takes them over where they are of its output and tree beside it against the cache's record as it stands,
@@ -198,6 +218,17 @@ def test_a_malformed_source_date_epoch_stops_the_build_with_one_line(project, mo
     assert source_date() == "9999-12-31T23:59:59Z"
 
 
+def test_a_source_date_epoch_set_empty_is_as_if_unset(project, monkeypatch):
+    """CI scripts pass the variable on whether or not it has a value (``SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-}``):
+    empty, it names no date, and the build goes on as without it."""
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    unset = build_key_of(opts(project, project / "site", both_keys()))
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "")
+    assert source_date() is None and build_key_of(opts(project, project / "site", both_keys())) == unset
+    report = build(opts(project, project / "site", both_keys()))
+    assert report.count("published") == len(REAL_FILES) + 6 and not report.rejected
+
+
 def test_the_default_cache_folder_is_beside_the_output_however_its_path_is_written(tmp_path, monkeypatch):
     """The cache lives beside the output, named after it: the same folder for every spelling of the output's
     path, never inside the output (which each build replaces), as ``--output .`` taken literally would put it."""
@@ -241,6 +272,7 @@ def test_the_stage_clock_adds_each_stages_cpu_of_this_process_and_of_its_childre
     own, children = end.user + end.system - start.user - start.system, \
         end.children_user + end.children_system - start.children_user - start.children_system
     assert set(timings) == set(cpu) == {"twice", "child"}
+    assert timings["twice"] >= 0.19  # (both stretches: each took 0.1 s of CPU, so at least as long)
     assert 0.15 <= cpu["twice"][0] <= own + 1e-9 and cpu["twice"][1] == 0  # (os.times: ticks of 10 ms)
     assert 0.25 <= cpu["child"][1] <= children + 1e-9 and 0 <= cpu["child"][0] < 0.1
     assert timings["twice"] >= 0.15
