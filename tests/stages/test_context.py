@@ -106,13 +106,15 @@ def test_an_output_that_holds_the_bundles_is_refused(project, tmp_path):
             pass
 
 
+@pytest.mark.parametrize("tree_name", ["site", ".site.prev"])
 @pytest.mark.parametrize("where", ["templates", "static", "about"])
-def test_a_folder_the_build_reads_inside_the_output_is_refused_and_kept(project, where):
-    """Every build replaces the output folder: templates, static files or an about page kept inside it would be
-    lost with the next build.  Such a layout is refused before anything is written, and the files are kept."""
+def test_a_folder_the_build_reads_inside_the_output_is_refused_and_kept(project, where, tree_name):
+    """Every build replaces the output folder (and the tree beside it, which a later build updates and swaps in):
+    templates, static files or an about page kept inside either would be lost with a next build.  Such a layout
+    is refused before anything is written, and the files are kept."""
     build(opts(project, project / "site", both_keys()))
-    inner = project / "site" / "mine"
-    inner.mkdir()
+    inner = project / tree_name / "mine"
+    inner.mkdir(parents=True)
     (inner / "about.md").write_text("# Mine")
     folder = {"templates": {"templates": inner}, "static": {"static_dir": inner},
               "about": {"about_file": inner / "about.md"}}[where]
