@@ -42,7 +42,8 @@ def test_a_template_uses_what_it_extends_includes_imports_and_asks_its_helpers_f
 @pytest.mark.parametrize("source", [
     "{% include name %}", "{% extends layout %}", '{% include "a" ~ ".html" %}', "{% import name as m %}",
     "{{ sitewide(name) }}", '{{ sitewide("a.html" ~ x) }}', "{% set s = sitewide %}{{ s('a.html') }}",
-    "{{ sitewide(*names) }}", "{% if %}",
+    "{{ sitewide(*names) }}", "{{ sitewide(1) }}", '{{ sitewide("a.html", "b.html") }}',
+    '{{ sitewide("a.html", x=1) }}', "{% if %}",
 ])
 def test_a_template_that_names_one_by_an_expression_or_does_not_parse_may_use_any(source):
     assert refs(source) is None
@@ -113,6 +114,11 @@ def test_references_are_parsed_once_per_source_and_kept_for_the_next_build(tmp_p
     # (what the cache says a source uses is what is used: it holds only entries this user's builder tagged)
     told = uses_of(tmp_path, {sha: [] for sha in kept})
     assert set(told.uses(RECORD_TEMPLATES)) == set(RECORD_TEMPLATES) and not told.learned
+    # (a template edited since: its new source is kept, its old one no longer)
+    (tmp_path / "_site_footer.html").write_text("<footer>mine</footer>")
+    edited = uses_of(tmp_path, dict(kept))
+    edited.digest(RECORD_TEMPLATES)
+    assert len(edited.to_keep()) == len(kept) and len(set(edited.to_keep()) - set(kept)) == 1
 
 
 class Recording(TemplateLoader):

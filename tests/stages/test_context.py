@@ -19,7 +19,7 @@ from site_builder.options import BuildPolicy
 from site_builder.report import BuildReport
 from site_builder.settings import SiteConfig
 from site_builder.stages.context import (StageClock, build_key_of, default_cache_dir, digest_of, digests_under,
-                                         opened_context, source_date)
+                                         opened_context, read_about, source_date)
 from site_builder.writing import OutputError
 
 
@@ -61,6 +61,15 @@ def test_each_stage_is_timed_once_and_the_stages_add_up_to_the_build(project):
     assert 0.5 * report.seconds < sum(report.timings.values()) <= report.seconds
     # (the build's process runs two threads at most: the main one and the one reading bundles ahead)
     assert sum(main for main, _ in report.cpu.values()) <= 2 * report.seconds + 0.05
+
+
+def test_the_about_page_is_read_without_a_byte_order_mark_and_is_none_where_no_file_is(tmp_path):
+    """An editor's byte-order mark before "# About" would keep the heading from being one; an about page that is
+    missing, or a folder, is none (the site then has no about page), not an error."""
+    (tmp_path / "about.md").write_bytes(b"\xef\xbb\xbf# About\n")
+    assert read_about(tmp_path / "about.md") == "# About\n"
+    (tmp_path / "folder.md").mkdir()
+    assert read_about(tmp_path / "folder.md") is None and read_about(tmp_path / "missing.md") is None
 
 
 def test_the_source_date_is_part_of_the_build_key(project, monkeypatch):
