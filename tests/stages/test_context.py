@@ -133,13 +133,16 @@ def test_a_folder_the_build_reads_inside_the_output_is_refused_and_kept(project,
     assert (inner / "about.md").read_text() == "# Mine"
 
 
-def test_an_output_inside_the_static_folder_is_refused_even_before_the_folder_exists(project):
+def test_an_output_inside_the_static_folder_is_refused_even_before_the_folder_exists(project, monkeypatch):
     """The static folder's files are copied into the site: an output inside it would be copied into the next
-    site, which would hold itself one level deeper each build (the first build makes the static folder)."""
-    options = opts(project, project / "static" / "site", both_keys(), static_dir=project / "static")
-    with pytest.raises(OutputError, match="must not be inside the static folder, whose files every build copies"):
-        build(options)
-    assert not (project / "static").exists()
+    site, which would hold itself one level deeper each build (the first build makes the static folder).  The
+    static folder is named relative to the working folder where site.toml is (the command line's default)."""
+    monkeypatch.chdir(project)
+    for static in (project / "static", Path("static")):
+        options = opts(project, project / "static" / "site", both_keys(), static_dir=static)
+        with pytest.raises(OutputError, match="must not be inside the static folder, whose files every build copies"):
+            build(options)
+        assert not (project / "static").exists()
 
 
 def test_a_cache_folder_inside_the_output_is_refused_before_anything_is_written(project, monkeypatch):
