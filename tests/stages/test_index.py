@@ -2,6 +2,7 @@
 every shard made again when Pagefind itself changed."""
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -10,7 +11,8 @@ from generate import make_bundle
 from site_builder.build import BuildOptions, build
 from site_builder.incremental import IncrementalStore
 from site_builder.keys import load_trust_set
-from site_builder.options import ServeSession
+from site_builder.options import BuildPolicy, ServeSession
+from site_builder.search_index import SEARCH_STAGE
 from site_builder.settings import SiteConfig
 
 
@@ -92,3 +94,17 @@ def test_a_deferred_index_made_after_all_is_named_by_the_build_id(project):
     assert report.changed and report.search_seconds > 0 and not report.search_behind  # (made now)
     again = build(opts(project, out, both_keys(), search=True, session=session))  # (plans: no quick no-op answer)
     assert not again.changed and again.files_written == 0
+
+
+@pytest.mark.parametrize("shard_size", [1, 10])  # (three shards: made of how many; one index: no total known)
+def test_the_progress_of_the_search_index_ends_done(bundles_dir, tmp_path, shard_size):
+    """The progress display shows Pagefind's run as shards made of how many, or for one index as a bar that
+    pulses (no total known); when it is done it says so, so that the bar ends full, not pulsing."""
+    seen = []
+    options = BuildOptions(bundles=bundles_dir, output=tmp_path / "site", trust=load_trust_set(),
+                           config=SiteConfig(search_shard_size=shard_size))
+    build(replace(options, policy=BuildPolicy(progress=lambda *call: seen.append(call))))
+    indexing = [call for call in seen if call[0] == SEARCH_STAGE]
+    shards = 3 if shard_size == 1 else 1
+    assert indexing[0] == (SEARCH_STAGE, 0, shards if shards > 1 else None)
+    assert indexing[-1] == (SEARCH_STAGE, shards, shards)
