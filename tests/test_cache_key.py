@@ -25,6 +25,29 @@ def test_the_key_is_made_once_private_to_the_user(tmp_path):
     assert repr(key) == "CacheKey(<secret>)"  # (never printed)
 
 
+def test_the_key_is_kept_only_under_a_home_or_cache_home_named_absolutely(tmp_path):
+    """A relative XDG_CACHE_HOME or HOME would put the key in whatever folder the build runs in: a project, which
+    may be a clone bringing a key its author knows.  A relative XDG_CACHE_HOME is ignored (the XDG rule), and a
+    relative HOME is none."""
+    home = str(tmp_path / "home")
+    assert key_path({"XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": home}) == \
+        tmp_path / "xdg" / "site-builder" / "cache-key"
+    assert key_path({"XDG_CACHE_HOME": "cache", "HOME": home}) == tmp_path / "home" / ".cache" / "site-builder" / \
+        "cache-key"
+    for env in ({"HOME": "home"}, {"XDG_CACHE_HOME": "cache", "HOME": "."}):
+        with pytest.raises(CacheKeyUnavailable, match="no home folder"):
+            key_path(env)
+
+
+def test_a_key_made_at_the_same_time_by_another_build_is_the_one_both_read(tmp_path):
+    """Two builds starting at once may both find no key and make one: the one linked into place first stays, so
+    that neither build tags entries with a key the other then replaces."""
+    env = {"HOME": str(tmp_path / "home")}
+    first = user_cache_key(env)
+    cache_key._create_secret(key_path(env))  # (the second build's, made as the first's was linked)
+    assert user_cache_key(env) == first and os.listdir(key_path(env).parent) == ["cache-key"]
+
+
 def test_making_and_reading_the_key_leaves_no_file_open_and_no_file_behind(tmp_path):
     """A build reads the key as it opens the cache; a process that builds again and again (a program calling
     ``build()``, serve whenever it opens its cache anew) would run out of descriptors (EMFILE) if each read left
@@ -46,6 +69,10 @@ def test_tags_bind_every_field_and_the_context(tmp_path):
     assert not a.checks(tag, "file", "a.json", "sig", "shb")
     assert not a.checks(tag, "file", "a.jso", "nsig", "sha")  # (fields are length-prefixed)
     assert not key.bound_to("context two").checks(tag, "file", "a.json", "sig", "sha")
+    for at in (0, len(tag) // 2, len(tag) - 1):  # (every character of a tag counts)
+        other = tag[:at] + ("0" if tag[at] != "0" else "1") + tag[at + 1:]
+        assert not a.checks(other, "file", "a.json", "sig", "sha")
+    assert a.tag("\udcff.json") != a.tag("\udcfe.json")  # (names in bytes that are not UTF-8, as Python holds them)
     assert not a.checks(None, "file", "a.json", "sig", "sha") and not a.checks(tag, "file", "a.json", 1, "sha")
     # (a planted row's tag may be of any type SQLite holds: False, never a TypeError that stops the build)
     for planted in (5, 2.5, tag.encode(), bytes.fromhex(tag), [tag]):
@@ -73,7 +100,7 @@ def test_a_large_fields_tag_binds_every_byte_of_it(tmp_path, monkeypatch, digest
 
 @pytest.mark.parametrize("flaw", ["folder-writable-by-others", "key-readable-by-others", "key-readable-by-its-group",
                                   "key-writable-by-its-group", "key-is-a-link", "key-is-a-folder",
-                                  "key-wrong-length", "no-home"])
+                                  "key-wrong-length", "key-one-byte-too-long", "no-home"])
 def test_a_key_that_others_could_read_or_plant_is_refused(tmp_path, flaw):
     env = {"HOME": str(tmp_path / "home")}
     path = key_path(env)
@@ -98,6 +125,8 @@ def test_a_key_that_others_could_read_or_plant_is_refused(tmp_path, flaw):
         path.mkdir(mode=0o700)
     elif flaw == "key-wrong-length":
         path.write_bytes(b"short")
+    elif flaw == "key-one-byte-too-long":
+        path.write_bytes(path.read_bytes() + b"k")
     else:
         env = {}
     with pytest.raises(CacheKeyUnavailable):
