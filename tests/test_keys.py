@@ -81,6 +81,14 @@ def test_the_trust_sets_identity_follows_its_keys():
     assert one.identity() != two.identity() and two.identity() == TrustSet(two.keys).identity()
 
 
+def test_the_keys_are_pinned_in_one_order_whatever_the_order_of_the_files(tmp_path):
+    """Pages list the pinned keys, and the same inputs give the same site: ``--trusted-key b.json --trusted-key
+    a.json`` pins the set ``a.json b.json`` does, in the same order."""
+    a, b = TestKey("b-key").write(tmp_path / "a.json"), TestKey("a-key").write(tmp_path / "b.json")
+    assert load_trust_set([a, b]) == load_trust_set([b, a])
+    assert [k.key_id for k in load_trust_set([a, b]).keys] == ["a-key", "b-key"]
+
+
 def test_no_two_trust_sets_share_an_identity():
     """The identity keys every cached verification result: a set of one key whose id spells out another key's
     id and bytes shared the identity of the set of both keys (ids joined to keys with ":", entries with a line
