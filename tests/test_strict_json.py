@@ -48,6 +48,21 @@ def test_a_syntax_error_says_where_in_one_plain_phrase(raw, reason):
     assert info.value.reason == reason
 
 
+@pytest.mark.parametrize("raw, reason", [
+    (b"  \n", "empty file"),  # (white space alone: not json's "Expecting value")
+    ('{"a": 1}'.encode("utf-16"), "UTF-16 byte-order mark; bundles are UTF-8"),
+    ('{"a": 1}'.encode("utf-16-le"), "contains NUL bytes (UTF-16 or binary?); bundles are UTF-8"),  # (no mark)
+    (b'{"a": ' + b"1" * 5000 + b"}", "integer " + "1" * 40 + "\u2026 is outside \u00b12^53"),  # (not Python's limit)
+])
+def test_a_file_that_is_no_utf8_json_or_holds_a_huge_integer_says_so_in_its_own_words(raw, reason):
+    """What a REJECTED line says of a file saved as UTF-16 (with its byte-order mark or without), of one of white
+    space alone, and of an integer of thousands of digits (Python's int() refuses one past 4,300 digits, in words
+    of its own that name a setting of Python's)."""
+    with pytest.raises(StrictJSONError) as info:
+        parse_strict(raw)
+    assert info.value.reason == reason
+
+
 @pytest.mark.parametrize("text, accepted", [
     (b"9007199254740991", True), (b"-9007199254740991", True),  # 2^53 - 1: the largest integer I-JSON allows
     (b"9007199254740992", False), (b"-9007199254740992", False),  # 2^53: JavaScript cannot tell it from 2^53 + 1
