@@ -9,7 +9,7 @@ import pytest
 
 from site_builder.build import BuildOptions, build
 from site_builder.keys import load_trust_set
-from site_builder.loading import (BundlesFolderError, FileReadError, discover, list_bundles, read_bytes,
+from site_builder.loading import (BundlesFolderError, FileReadError, discover, is_mirror, list_bundles, read_bytes,
                                   read_static_files, rediscover)
 
 from conftest import REAL_FILES, open_descriptors, run_unprivileged
@@ -344,8 +344,17 @@ def test_a_copy_of_a_mirror_offers_its_records_bundles_alone(bundles_dir, tmp_pa
     found, skipped = discover(copy)
     assert [f.rel for f in found] == [f"pith/{pid}/bundle.json" for pid in ids[1:]]
     assert [(s.rel, s.check) for s in skipped] == [(f"pith/{ids[0]}/bundle.json", "file_type")]
+    old = copy / "pith" / f"{ids[1]}.old"  # (a folder named not as one ID exactly, and a file that is: no records)
+    old.mkdir()
+    shutil.copy(copy / "pith" / ids[1] / "bundle.json", old / "bundle.json")
+    (copy / "pith" / ("A" * 26)).write_text("not a record's folder")
+    assert discover(copy) == (found, skipped)
     (copy / "pith-mirrors.json").unlink()  # (no longer laid out as a mirror: every JSON file is a candidate)
     assert len(discover(copy)[0]) > len(ids)
+    (copy / "pith-mirrors.json").write_text("{}")  # (a mirror's layout again, but its pith/ a link: never followed)
+    (copy / "pith").rename(tmp_path / "elsewhere")
+    (copy / "pith").symlink_to(tmp_path / "elsewhere")
+    assert not is_mirror(copy) and not [f for f in discover(copy)[0] if f.rel.startswith("pith/")]
 
 
 def test_rediscover_of_a_mirror_copy_follows_its_records(tmp_path, bundles_dir):
