@@ -582,3 +582,38 @@ def test_writing_a_site_leaves_no_file_descriptor_open(tmp_path):
             OutputSlot(tmp_path / "site").acquire()
     held.release()
     assert open_descriptors() == before
+
+
+def test_an_updated_tree_beside_is_published_though_the_output_was_deleted_since(tmp_path):
+    """A change updates the tree beside the output in place and swaps it in; an output deleted by hand since the
+    last build (or while this one ran) leaves nothing to swap with, and the updated tree is simply put there."""
+    slot = OutputSlot(tmp_path / "site")
+    make_tree(slot.prev)
+    (slot.prev / "index.html").write_text("updated")
+    slot.acquire()
+    slot.publish_prev()
+    slot.release()
+    assert (slot.output / "index.html").read_text() == "updated" and not os.path.lexists(slot.prev)
+
+
+@pytest.mark.parametrize("leads_to", ["a folder", "nothing"])
+def test_a_link_planted_where_the_tree_beside_goes_is_removed_not_followed(tmp_path, leads_to):
+    """Publishing keeps the old site beside the output (``.site.prev``); a link planted at that name, leading to
+    a folder or to nothing, is moved out of the way and removed like a tree of the builder's, and what it leads
+    to is left as it was."""
+    elsewhere = tmp_path / "elsewhere"
+    make_tree(elsewhere, files=4)
+    target = elsewhere if leads_to == "a folder" else tmp_path / "gone"
+    slot = OutputSlot(tmp_path / "site")
+    make_tree(slot.output)
+    (slot.output / "index.html").write_text("old site")
+    slot.prev.symlink_to(target, target_is_directory=True)
+    slot.acquire()
+    staging = slot.new_staging()
+    staging.write("index.html", b"new site")
+    slot.publish(staging)
+    slot.release()
+    assert (slot.output / "index.html").read_bytes() == b"new site"
+    assert not slot.prev.is_symlink() and (slot.prev / "index.html").read_text() == "old site"
+    assert sorted(str(p.relative_to(elsewhere)) for p in elsewhere.rglob("*")) == [
+        "d0", "d0/f0.html", "d1", "d1/f1.html", "d2", "d2/f2.html", "d3", "d3/f3.html"]
