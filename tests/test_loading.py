@@ -1,5 +1,6 @@
 """Bad files are each rejected with a one-line reason while the good bundles still build."""
 
+import contextlib
 import os
 import re
 import shutil
@@ -143,6 +144,29 @@ def test_a_bundles_folder_that_is_missing_or_a_file_stops_the_build_with_a_reaso
     for name, reason in (("missing", "bundles folder does not exist"), ("a-file", "not a folder")):
         with pytest.raises(BundlesFolderError, match=f"^{re.escape(str(tmp_path / name))}: {reason}$"):
             discover(tmp_path / name)
+
+
+def test_a_bundle_removed_between_the_listing_and_its_stat_is_named_not_passed_over(tmp_path, monkeypatch):
+    """A file listed and gone before its stat (removed by a checkout that runs beside the build) is reported,
+    with why, where the other files are still found; a file that is no bundle, gone the same way, is not said."""
+    (tmp_path / "a.json").write_text("{}")
+    (tmp_path / "gone.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("notes")
+    real_scandir = os.scandir
+
+    @contextlib.contextmanager
+    def listing_then_removing(path):
+        with real_scandir(path) as it:
+            entries = list(it)  # (real entries, listed while the files were there: none is stat'ed yet)
+        for name in ("gone.json", "notes.txt"):
+            (tmp_path / name).unlink()
+        yield iter(entries)
+
+    monkeypatch.setattr(os, "scandir", listing_then_removing)
+    found, skipped = discover(tmp_path)
+    assert [f.rel for f in found] == ["a.json"]
+    assert [(s.rel, s.check, s.reason) for s in skipped] == [
+        ("gone.json", "file_read", "cannot stat: No such file or directory")]
 
 
 def test_size_limit_and_vanished_file(tmp_path):
