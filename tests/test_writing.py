@@ -558,6 +558,24 @@ def test_publishing_with_a_spare_twin_keeps_the_twin_and_deletes_the_old_trees(t
     assert sorted(p.name for p in tmp_path.iterdir()) == [".site.lock", ".site.prev", "site"]
 
 
+def test_a_site_that_links_files_of_the_old_one_is_published_only_once_the_old_is_deleted(tmp_path):
+    """Deleting one name of a hard-linked file changes the file's status, and a deploy step that archives the site
+    right after the build (tar) fails on a file whose status changes as it reads it.  So where the new site took
+    files of the old one by link, the old site is gone when the build lets go of the output, twin or no twin."""
+    slot = OutputSlot(tmp_path / "site")
+    make_tree(slot.output, files=200)
+    (slot.output / "kept.html").write_bytes(b"unchanged page")
+    slot.acquire()
+    staging, spare = slot.new_staging(), slot.new_staging("-twin")
+    assert staging.reuse("kept.html", slot.output / "kept.html")
+    staging.write("index.html", b"new site")
+    spare.write("index.html", b"its twin")
+    slot.publish(staging, spare)
+    slot.release()
+    assert [p.name for p in tmp_path.glob(".site.*-*")] == []  # (not being deleted still: deleted)
+    assert (slot.output / "kept.html").read_bytes() == b"unchanged page"
+
+
 def test_writing_a_site_leaves_no_file_descriptor_open(tmp_path):
     """A site of 100,000 records is a million files: a descriptor left open for each file written, copied or
     looked at would stop the build at the process's limit (1,024 by default) with "Too many open files"."""
