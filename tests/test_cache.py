@@ -559,6 +559,31 @@ def test_a_short_address_plan_with_a_mask_of_no_addresses_is_planned_again_even_
     assert tree(out) == tree(project / "clean")
 
 
+@pytest.mark.parametrize("folder", ["../escaped/", "arxiv/../../escaped/", "arxiv//0903.10000/"])
+def test_a_short_address_plan_naming_a_list_page_outside_the_site_is_planned_again_even_under_the_users_own_tag(
+        project, folder):
+    """A recorded plan's shared addresses become list pages the build writes (and a later build removes): one
+    that is no plain path inside the site (tagged with this user's key, as a builder's bug could leave it) is
+    never written, and the site matches one built without a cache."""
+    from site_builder.build import build, default_cache_dir
+    out = project / "site"
+    (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, version=1))
+    (project / "bundles" / "same-arxiv-version.json").write_bytes(make_bundle(2, record=1002, version=1))
+    build(opts(project, out, both_keys()))
+    key = user_cache_key().bound_to(cache_context())
+    db = sqlite3.connect(default_cache_dir(out) / "cache.sqlite")
+    plan, _ = cache_document(db, "addresses")
+    plan["shared"][0][0] = folder
+    plant_document(db, "addresses", plan, document_tag(key, "addresses", plan))
+    db.execute("DELETE FROM meta WHERE key LIKE 'quick%'")  # (the no-op answer would be taken before any plan)
+    db.commit()
+    db.close()
+    build(opts(project, out, both_keys()))
+    assert not (project / "escaped").exists()
+    build(opts(project, project / "clean", both_keys(), use_cache=False))
+    assert tree(out) == tree(project / "clean")
+
+
 def test_a_result_filed_under_another_digest_is_not_taken_for_it_even_under_the_users_own_tag(project):
     """A verification result is taken for a file only where it is that file's digest's: one filed under another
     digest (tagged with this user's key, as a builder's bug could leave it) would publish one record's result
