@@ -532,13 +532,31 @@ def test_a_cache_document_of_another_shape_under_the_users_own_tag_costs_only_wo
     assert tree(out) == tree(project / "clean")
 
 
-@pytest.mark.parametrize("mask", [-1, 1 << 5], ids=["negative", "past-the-five-addresses"])
-def test_a_short_address_plan_with_a_mask_of_no_addresses_is_planned_again_even_under_the_users_own_tag(
-        project, mask):
-    """A record's own short addresses are kept as a mask of five bits.  A recorded plan whose mask is no such
-    number (tagged with this user's key, as a builder's bug could leave it) would give the record addresses it
-    does not have alone (-1 has every bit), over the list pages of addresses it shares: it costs work only, and the
-    site matches one built without a cache."""
+def _every_mask(plan: dict, mask: int) -> None:
+    for pid in plan["per_record"]:
+        plan["per_record"][pid] = mask
+
+
+PLAN_EDITS = {
+    # a record's own addresses are a mask of five bits: -1 has every bit (addresses it shares, whose list pages
+    # it would take), and a bit past the five names no address
+    "mask-negative": lambda plan: _every_mask(plan, -1),
+    "mask-past-the-five-addresses": lambda plan: _every_mask(plan, 1 << 5),
+    # a shared address becomes a list page the build writes (and a later build removes): a plain path in the site
+    "folder-outside": lambda plan: plan["shared"][0].__setitem__(0, "../escaped/"),
+    "folder-out-through-another": lambda plan: plan["shared"][0].__setitem__(0, "arxiv/../../escaped/"),
+    "folder-empty-part": lambda plan: plan["shared"][0].__setitem__(0, "arxiv//0903.10000/"),
+    # the records a list page shows, by pith id: a number is none of them, and a string is no list of them
+    "record-a-number": lambda plan: plan["shared"][0][2].__setitem__(0, 1),
+    "records-a-string": lambda plan: plan["shared"][0].__setitem__(2, "".join(plan["shared"][0][2])),
+}
+
+
+@pytest.mark.parametrize("edit", list(PLAN_EDITS))
+def test_a_short_address_plan_of_another_shape_is_planned_again_even_under_the_users_own_tag(project, edit):
+    """The short-address plan the last build recorded, with values no build records (tagged with this user's
+    key, as a builder's bug could leave it): the build neither stops nor writes outside the site, and the site
+    matches one built without a cache."""
     from site_builder.build import build, default_cache_dir
     out = project / "site"
     (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, version=1))
@@ -548,32 +566,7 @@ def test_a_short_address_plan_with_a_mask_of_no_addresses_is_planned_again_even_
     db = sqlite3.connect(default_cache_dir(out) / "cache.sqlite")
     plan, _ = cache_document(db, "addresses")
     assert plan["shared"] and min(plan["per_record"].values()) < ALL_ADDRESSES  # (records that share addresses)
-    for pid in plan["per_record"]:
-        plan["per_record"][pid] = mask
-    plant_document(db, "addresses", plan, document_tag(key, "addresses", plan))
-    db.execute("DELETE FROM meta WHERE key LIKE 'quick%'")  # (the no-op answer would be taken before any plan)
-    db.commit()
-    db.close()
-    build(opts(project, out, both_keys()))
-    build(opts(project, project / "clean", both_keys(), use_cache=False))
-    assert tree(out) == tree(project / "clean")
-
-
-@pytest.mark.parametrize("folder", ["../escaped/", "arxiv/../../escaped/", "arxiv//0903.10000/"])
-def test_a_short_address_plan_naming_a_list_page_outside_the_site_is_planned_again_even_under_the_users_own_tag(
-        project, folder):
-    """A recorded plan's shared addresses become list pages the build writes (and a later build removes): one
-    that is no plain path inside the site (tagged with this user's key, as a builder's bug could leave it) is
-    never written, and the site matches one built without a cache."""
-    from site_builder.build import build, default_cache_dir
-    out = project / "site"
-    (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, version=1))
-    (project / "bundles" / "same-arxiv-version.json").write_bytes(make_bundle(2, record=1002, version=1))
-    build(opts(project, out, both_keys()))
-    key = user_cache_key().bound_to(cache_context())
-    db = sqlite3.connect(default_cache_dir(out) / "cache.sqlite")
-    plan, _ = cache_document(db, "addresses")
-    plan["shared"][0][0] = folder
+    PLAN_EDITS[edit](plan)
     plant_document(db, "addresses", plan, document_tag(key, "addresses", plan))
     db.execute("DELETE FROM meta WHERE key LIKE 'quick%'")  # (the no-op answer would be taken before any plan)
     db.commit()
