@@ -577,6 +577,42 @@ def test_a_short_address_plan_of_another_shape_is_planned_again_even_under_the_u
     assert tree(out) == tree(project / "clean")
 
 
+def _every_published(doc: dict, field: int, value: object) -> None:
+    for entry in doc["published"].values():
+        entry[field] = value
+
+
+PREVIOUS_SITE_EDITS = {  # (each entry of "published": [sha256, built_at, event count])
+    "built_at-a-number": lambda doc: _every_published(doc, 1, 20990101),
+    "event-count-text": lambda doc: _every_published(doc, 2, "99"),
+}
+
+
+@pytest.mark.parametrize("edit", list(PREVIOUS_SITE_EDITS))
+def test_a_record_of_the_previous_site_of_another_shape_is_read_from_its_manifest_even_under_the_users_own_tag(
+        project, edit):
+    """What the site in the output published is taken from the cache's record while its verification.json is the
+    file that record was made for.  A record whose values are of another type (tagged with this user's key, as a
+    builder's bug could leave it) is not taken: the manifest is read instead, so the build neither stops nor lets
+    an older bundle replace the published one."""
+    from site_builder.build import build, default_cache_dir
+    out = project / "site"
+    newer = make_bundle(4, variant=1)
+    (project / "bundles" / "gen4.json").write_bytes(newer)
+    build(opts(project, out, both_keys()))
+    key = user_cache_key().bound_to(cache_context())
+    db = sqlite3.connect(default_cache_dir(out) / "cache.sqlite")
+    doc, _ = cache_document(db, "previous_site")
+    PREVIOUS_SITE_EDITS[edit](doc)
+    plant_document(db, "previous_site", doc, document_tag(key, "previous_site", doc))
+    db.commit()
+    db.close()
+    (project / "bundles" / "gen4.json").write_bytes(make_bundle(4))  # (an older bundle of the record)
+    report = build(opts(project, out, both_keys()))
+    assert [w for w in report.warnings if "rollback refused" in w]
+    assert newer in [p.read_bytes() for p in (out / "pith").glob("*/bundle.json")]
+
+
 def test_a_result_filed_under_another_digest_is_not_taken_for_it_even_under_the_users_own_tag(project):
     """A verification result is taken for a file only where it is that file's digest's: one filed under another
     digest (tagged with this user's key, as a builder's bug could leave it) would publish one record's result
