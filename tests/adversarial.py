@@ -133,6 +133,7 @@ def corpus() -> list[Case]:
     add("state-edited", c, "state_hash", _edit(lambda b: b["state"]["current"]["graph_snapshots"][0]["payload"]["graph_snapshot"]["paper"].update(title="EVIL state")))
     add("state-edited-and-rehashed", c, "state_recomputed", _edit(lambda b: (b["state"]["current"]["graph_snapshots"][0]["payload"]["graph_snapshot"]["paper"].update(title="EVIL state"), _rehash_state(b))))
     add("state-from-another-record", c, "state_recomputed", _edit(lambda b: b.update(state=copy.deepcopy(REAL[1]["state"]))))
+    add("state-naming-another-record", c, "state_recomputed", _edit(lambda b: (b["state"].update(pith_number=REAL[1]["pith_number"]), _rehash_state(b))))
 
     # -- duplicate keys at several depths ------------------------------------------------------------------
     c = "duplicate_keys"

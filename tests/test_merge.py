@@ -36,11 +36,20 @@ def test_a_record_needs_exactly_one_record_created_event(real_bundle):
 
 def test_the_state_follows_the_events_order_and_aliases(real_bundle):
     bundle = copy.deepcopy(real_bundle)
-    bundle["source_aliases"] = [*bundle["source_aliases"], {"kind": "test", "value": "x"}]
+    bundle["source_aliases"] = [{"kind": "test", "value": "x"}, *reversed(bundle["source_aliases"])]  # (as given)
     state = recompute_state(bundle)
     assert state["current"]["source_aliases"] == bundle["source_aliases"]
     assert state["applied_event_ids"] == [e["event_id"] for e in bundle["events"]]
     assert state["event_count"] == len(bundle["events"])
+
+
+def test_the_state_is_made_from_the_bundle_never_taken_from_the_state_it_is_checked_against(real_bundle):
+    """§4: the state names the bundle's record and merge version: a state naming others is no merge of it."""
+    bundle = copy.deepcopy(real_bundle)
+    bundle["state"].update(pith_number="pith:2001:" + "A" * 26, merge_version="v0", state_version="0.9")
+    state = recompute_state(bundle)
+    assert (state["pith_number"], state["merge_version"]) == (bundle["pith_number"], bundle["merge_version"])
+    assert state["state_version"] == "1.0"
 
 
 def test_graph_snapshots_are_listed_in_the_bundles_order_not_sorted(real_bundle):
