@@ -1,6 +1,7 @@
 """Rollback protection against the deployed mirror (`build --live URL|DIR`), as on a fresh CI runner: the build has
 no previous output, only the live site, served here by a local HTTP server or read from a folder."""
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -227,6 +228,26 @@ def test_a_live_site_redirecting_to_a_url_urllib_cannot_use_is_unreachable_not_a
         f"https://live..example/verification.json); no rollback check against it"]
 
 
+def test_a_live_manifest_is_read_whole_and_is_known_by_all_its_bytes(tmp_path):
+    """The manifest of a mirror of 20,000 records is megabytes long: it is read whole (up to GitHub Pages' limit
+    of 100 MB for a file), and its digest, by which the no-op check knows the live site changed, covers every
+    byte (an edit of the last entry is another manifest)."""
+    from site_builder.live_site import LiveSite
+
+    ids = ["".join("ABCDEFGHIJ"[int(digit)] for digit in f"{n:026d}") for n in range(20_000)]  # (26 letters each)
+    entries = [{"status": "published", "pith_number": f"pith:2020:{pid}", "sha256": "a" * 64,
+                "built_at": "2026-09-01T00:00:00Z", "event_count": 2} for pid in ids]
+    manifest = tmp_path / "verification.json"
+    manifest.write_text(json.dumps({"build_id": "b" * 64, "files": entries}))
+    assert manifest.stat().st_size > 2 << 20
+    read = LiveSite(str(tmp_path)).manifest()
+    assert (len(read.claims), read.malformed) == (20_000, 0)
+    assert read.sha256 == hashlib.sha256(manifest.read_bytes()).hexdigest()
+    entries[-1]["event_count"] = 3
+    manifest.write_text(json.dumps({"build_id": "b" * 64, "files": entries}))
+    assert LiveSite(str(tmp_path)).manifest().sha256 not in (read.sha256, None)
+
+
 def test_a_live_folder_with_nothing_published_is_a_first_deploy(tmp_path):
     """An empty folder (or one without a manifest) has nothing live; a manifest that cannot be read is another
     matter: it says so."""
@@ -244,10 +265,11 @@ def test_a_live_manifest_that_is_not_one_says_so(tmp_path):
         LiveSite(str(tmp_path)).manifest()
 
 
-@pytest.mark.parametrize("status", [403, 500, 503])
+@pytest.mark.parametrize("status", [304, 403, 500, 503])
 def test_a_live_server_answering_with_an_error_is_unavailable_not_read_as_a_manifest(status):
-    """An error page is not the site: the build warns that the live site could not be read (HTTP 404 alone means
-    nothing is published there yet)."""
+    """An error page is not the site, nor is "not modified" to a request that named no version: the build warns
+    that the live site could not be read, naming the status (HTTP 404 alone means nothing is published there
+    yet)."""
     import http.server
 
     from site_builder.live_site import LiveSite, LiveSiteUnavailable
