@@ -175,7 +175,7 @@ class Fetcher:
                 body = b"".join(chunks)
                 if length is not None and len(body) != length:
                     raise http.client.IncompleteRead(body, length - len(body))
-                return response.status, body, dict(response.headers)
+                return response.status, body, _by_name(response.headers)
         except ValueError as exc:  # (urllib's word for a URL it cannot use that ``unfetchable`` did not foresee)
             raise OSError(f"no usable URL ({exc})") from None
         except (OSError, http.client.HTTPException) as exc:
@@ -207,8 +207,8 @@ class Fetcher:
 
     def get(self, url: str, headers: dict[str, str],
             max_bytes: int | None = None) -> tuple[int, bytes, dict[str, str]]:
-        """GET with retries; returns (status, body, headers) for 200/304/404, raises OSError otherwise.  A body
-        over *max_bytes* (default: the fetcher's ``max_bytes``) is refused."""
+        """GET with retries; returns (status, body, headers by lower-case name) for 200/304/404, raises OSError
+        otherwise.  A body over *max_bytes* (default: the fetcher's ``max_bytes``) is refused."""
         last, answered = "no attempt", True  # (the last try's failure, and whether the server gave any answer)
         self._notes.items = []
         limit = self.max_bytes if max_bytes is None else max_bytes
@@ -217,7 +217,7 @@ class Fetcher:
                 return self._open_and_read(url, headers, limit)
             except urllib.error.HTTPError as exc:
                 if exc.code in (304, 404):
-                    return exc.code, b"", dict(exc.headers or {})
+                    return exc.code, b"", _by_name(exc.headers or {})
                 last, answered = f"HTTP {exc.code}", True
                 if 300 <= exc.code < 400:
                     last = (f"{exc.msg} (HTTP {exc.code} to {str(exc.filename)[:200]})"
@@ -243,6 +243,12 @@ class Fetcher:
                     self._wait(self._retry_after(None, attempt))
         failure = OSError if answered else Unreachable
         raise failure(f"{last} after {self.retries + 1} attempt{'s' if self.retries else ''}")
+
+
+def _by_name(headers) -> dict[str, str]:
+    """A response's headers by lower-case name: HTTP's names are in any letter case (``ETag``, ``Etag``, and
+    ``etag`` where a proxy speaks HTTP/2 to the server), and a plain dict would find only the one asked for."""
+    return {name.lower(): value for name, value in headers.items()}
 
 
 _DIGITS = re.compile(r"[0-9]+")  # (a number of seconds or bytes, as HTTP writes one)

@@ -298,8 +298,8 @@ def _pull_one(run: _PullRun, pith_id: str) -> PullOutcome:
         return PullOutcome(pith_id, "rejected", f"{fetched.check}: {fetched.reason}")
     if fetched.pith_id != pith_id:
         return PullOutcome(pith_id, "rejected", f"pith_number: server returned pith:{fetched.pith_id}")
-    meta = {"sha256": fetched.sha256, "etag": response_headers.get("ETag") or response_headers.get("Etag"),
-            "last_modified": response_headers.get("Last-Modified")}
+    meta = {"sha256": fetched.sha256, "etag": response_headers.get("etag"),
+            "last_modified": response_headers.get("last-modified")}
     if local is not None and local.verified:
         if local.sha256 == fetched.sha256:
             run.remember(pith_id, meta)

@@ -674,6 +674,21 @@ def test_a_server_that_gives_only_a_date_is_asked_since_that_date(tmp_path):
     assert headers.get("If-Modified-Since") == date and "If-None-Match" not in headers
 
 
+@pytest.mark.parametrize("names", [("ETag", "Last-Modified"), ("Etag", "last-modified"), ("etag", "LAST-MODIFIED")])
+def test_validators_are_kept_whatever_the_letter_case_of_their_header_names(tmp_path, names):
+    """HTTP's header names are in any letter case (a server behind a proxy that speaks HTTP/2 to it sends them in
+    lower case): the ETag and date kept are sent back on the next pull all the same."""
+    date = "Wed, 02 Dec 2026 10:00:00 GMT"
+    s = ScriptedServer()
+    s.add(f"/pith/{IDS[0]}/bundle.json", {"body": REAL[IDS[0]], "headers": dict(zip(names, ('"v1"', date)))})
+    with running(s) as url:
+        pull(IDS[:1], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
+        s.requests.clear()
+        pull(IDS[:1], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
+    [headers] = [h for path, h in s.requests if path.endswith("bundle.json")]
+    assert (headers.get("If-None-Match"), headers.get("If-Modified-Since")) == ('"v1"', date)
+
+
 @pytest.mark.parametrize("etag, sent", [('"' + "a" * 1022 + '"', True), ('"' + "a" * 1023 + '"', False),
                                         ('W/"a ~\tb"', True), ('"a\x7fb"', False), ('"a\x1fb"', False)])
 def test_a_kept_validator_is_sent_only_as_one_plain_header_value(tmp_path, etag, sent):
