@@ -267,6 +267,19 @@ def test_retry_after_is_capped_and_the_output_says_so(tmp_path):
     assert report.outcomes[0].status == "fetched" and "Retry-After 241 s capped at 30 s" in report.outcomes[0].detail
 
 
+def test_a_bundle_that_failed_after_capped_waits_says_they_were_capped(tmp_path):
+    """A server that asked for an hour and never answered: the failure line says the wait asked for was not the
+    one waited (else the operator reads "503 after 2 attempts" and wonders why the server's hour was ignored)."""
+    waited = []
+    server = ScriptedServer()
+    server.add(f"/pith/{IDS[0]}/bundle.json", {"status": 503, "headers": {"Retry-After": "3600"}})
+    with running(server) as url:
+        report = pull([IDS[0]], url, tmp_path, load_trust_set(), fetcher=Fetcher(retries=1, sleep=waited.append))
+    assert waited == [30.0]
+    assert report.outcomes[0].status == "failed"
+    assert report.outcomes[0].detail.endswith("HTTP 503 after 2 attempts (Retry-After 3600 s capped at 30 s)")
+
+
 def test_a_wait_past_the_deadline_fails_at_once_instead_of_sleeping(tmp_path):
     s = ScriptedServer()
     s.add(f"/pith/{IDS[0]}/bundle.json", {"status": 429, "headers": {"Retry-After": "20"}}, {"body": REAL[IDS[0]]})
