@@ -109,6 +109,15 @@ def test_what_names_no_record_is_none(text):
     assert pith_id_of(text.format(id=IDS[0], short=IDS[0][:8])) is None
 
 
+def test_an_id_is_taken_as_one_though_a_file_of_that_name_is_in_the_folder(tmp_path, monkeypatch):
+    """``pull <ID>`` run where a file happens to have the ID's name (a bundle saved without its .json) names the
+    record, not a list to read."""
+    monkeypatch.chdir(tmp_path)
+    for name in (IDS[0], f"pith:2020:{IDS[1]}"):
+        (tmp_path / name).write_text(f"pith:2020:{IDS[2]}\n")
+    assert parse_targets([IDS[0], f"pith:2020:{IDS[1]}"]) == (IDS[:2], [])
+
+
 def test_a_list_file_that_is_not_text_stops_the_pull_naming_it(tmp_path):
     listed = tmp_path / "records.txt"
     listed.write_bytes(b"pith:2020:\xff\xfe not UTF-8\n")
