@@ -17,7 +17,7 @@ from site_builder.loading import DEFAULT_MAX_BYTES
 from site_builder.pulling import STATE_FILE, PullError, bundle_url_pattern, parse_targets, pith_id_of, pull
 
 from conftest import (QUICK_RETRIES, REAL_BY_ID, ScriptedServer, free_port, https_certificate, returns_past_fifos,
-                      running)
+                      run_unprivileged, running)
 from generate import benchmark_key
 from signing import to_bytes
 
@@ -492,6 +492,30 @@ def test_a_link_at_the_target_is_never_replaced_nor_written_through(tmp_path):
     outcome = report.outcomes[0]
     assert outcome.status == "failed" and "is not a file" in outcome.detail, outcome
     assert (bundles / f"{IDS[0]}.json").readlink() == elsewhere and elsewhere.read_bytes() == b"kept"
+
+
+def test_a_bundles_folder_that_cannot_be_searched_fails_each_record_with_why_and_asks_for_none(tmp_path):
+    """A bundles folder whose files cannot be looked at (no search permission): whether a newer bundle is there
+    cannot be told, so none is fetched, and each record fails with why, the pull going on to its end."""
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    server = ScriptedServer()
+    for pid in IDS[:2]:
+        server.add(f"/pith/{pid}/bundle.json", {"body": REAL[pid]})
+    reports = []
+
+    def pull_unprivileged():
+        bundles.chmod(0o600)
+        reports.append(pull(IDS[:2], url, bundles, load_trust_set(), fetcher=Fetcher(retries=0)))
+        outcomes = [(o.status, o.detail) for o in reports[0].outcomes]
+        assert outcomes == [("failed", f"{bundles / pid}.json: cannot read: Permission denied") for pid in IDS[:2]]
+
+    with running(server) as url:
+        try:
+            run_unprivileged(pull_unprivileged)
+        finally:
+            bundles.chmod(0o755)
+    assert not [path for path, _ in server.requests if path.endswith("bundle.json")]
 
 
 def test_a_bundle_is_written_through_a_file_of_its_own_not_a_link_found_at_the_temporary_name(tmp_path):
