@@ -114,3 +114,30 @@ def test_a_file_only_touched_is_not_verified_again(project, tmp_path, monkeypatc
     again = verified(options, tmp_path)
     assert [i.rel for i in again.fresh] == ["gen1.json"] and again.fresh[0].check is not None
     assert hashed == [str(tampered)]
+
+
+def test_every_file_found_or_passed_over_has_one_result_in_path_order(project, tmp_path):
+    """The files the walk could not read (a FIFO, a link) are results too, rejected, among the others in path
+    order: the report lists every file of the folder as the folder holds them."""
+    bundles = project / "bundles"
+    os.mkfifo(bundles / "a-pipe.json")
+    os.symlink(bundles / "gen1.json", bundles / "m-link.json")
+    (bundles / "z-broken.json").write_bytes(b"{")
+    result = verified(opts(project, project / "site", both_keys(), use_cache=False), tmp_path)
+    names = [i.rel for i in result.inspections]
+    assert names == sorted(p.name for p in bundles.iterdir())
+    assert {i.rel: i.check for i in result.inspections if not i.verified} == {
+        "a-pipe.json": "file_type", "m-link.json": "file_type", "z-broken.json": "json_syntax"}
+
+
+def test_a_bundle_over_the_builds_byte_limit_is_refused_unread(project, tmp_path):
+    """``BuildOptions.max_bytes`` bounds what a build reads of a bundle (a planted file of gigabytes is refused,
+    not read into memory): a bundle one byte over it is rejected for its size, those within it verify."""
+    sizes = {p.name: p.stat().st_size for p in (project / "bundles").iterdir()}
+    limit = sizes["gen1.json"] - 1
+    assert any(size <= limit for size in sizes.values())  # (bundles under it too, which verify)
+    options = replace(opts(project, project / "site", both_keys(), use_cache=False), max_bytes=limit)
+    result = {i.rel: i for i in verified(options, tmp_path).inspections}
+    assert (result["gen1.json"].check, result["gen1.json"].reason) == (
+        "file_size", f"{sizes['gen1.json']} bytes is over the {limit}-byte limit")
+    assert all(result[name].verified == (size <= limit) for name, size in sizes.items())
