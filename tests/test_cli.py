@@ -649,9 +649,11 @@ def test_what_a_build_says_by_default_with_quiet_and_with_verbose(bundles_dir, t
 
 
 def test_a_path_that_is_not_there_is_one_line_and_exit_2(bundles_dir, tmp_path):
-    """A folder or file named on the command line that does not exist is a usage error naming it; a link named
-    to ``verify`` is not that (it is there): it is reported as the bundles folder would report it."""
-    missing, empty = tmp_path / "missing", tmp_path / "empty"
+    """A folder or file named on the command line that does not exist (or a file named as a folder) is a usage
+    error naming it; a link named to ``verify`` is not that (it is there): it is reported as the bundles folder
+    would report it."""
+    missing, empty, a_file = tmp_path / "missing", tmp_path / "empty", tmp_path / "base.html"
+    a_file.write_text("<html>a template, not a folder of them</html>\n")
     (empty / "notes").mkdir(parents=True)
     (empty / "notes" / "readme.txt").write_text("no bundles here\n")
     for args, line in [(("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--templates", missing),
@@ -662,6 +664,8 @@ def test_a_path_that_is_not_there_is_one_line_and_exit_2(bundles_dir, tmp_path):
                         f"error: {missing}: bundles folder does not exist; {NO_BUNDLES_FOLDER_HINT}"),
                        (("serve", "--bundles", bundles_dir, "--output", tmp_path / "site", "--templates", missing),
                         f"error: {missing}: templates folder does not exist"),
+                       (("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--templates", a_file),
+                        f"error: {a_file}: templates folder is a file, not a folder"),
                        (("serve", "--bundles", bundles_dir, "--output", bundles_dir),  # (a folder that is no site)
                         f"error: {bundles_dir}: folder is not empty and was not made by site-builder (no "
                         f"verification.json of its own); nothing was changed: choose another --output or empty it"),
