@@ -99,6 +99,11 @@ def test_verify_lines_json_and_exit_code(bundles_dir, tmp_path):
     assert doc["results"][1]["check"] is None and doc["results"][1]["reason"] is None  # (null, not "")
     assert [c["check"] for c in doc["results"][0]["failed_checks"]] == ["bundle_hash"]
     assert doc["results"][1]["failed_checks"] == []
+    shapeless = tmp_path / "shapeless.json"  # (its structure fails: every later check is skipped, none failed)
+    shapeless.write_bytes(b'{"bundle_type": "pith_open_graph_bundle"}')
+    doc = json.loads(cli("verify", "--json", shapeless).stdout)
+    assert [(c["check"], c["reason"]) for c in doc["results"][0]["failed_checks"]] == [
+        ("structure", "bundle.bundle_version is missing")]
     # A file's name is the folder's to choose: in the JSON too, nothing of it reaches the terminal as it is (a C1
     # control, U+009B, starts an escape sequence in some terminals; JSON would write it raw, but as \u009b).
     hostile = tmp_path / "a\u009b31mred.json"

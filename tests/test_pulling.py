@@ -424,6 +424,13 @@ def test_cli_with_list_file_summary_and_exit_code(tmp_path):
                                                        if line.startswith("FAILED "))
 
 
+def test_cli_says_of_one_record_not_tried_that_it_is_one(tmp_path, capsys):
+    source = f"http://127.0.0.1:{free_port()}"  # (nothing listens: the connection is refused)
+    assert main(["pull", "--from", source, "--retries", "0", "--bundles", str(tmp_path / "b"), IDS[0]]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"FAILED 1 record, none tried: {source}/pith-mirrors.json: "), line
+
+
 @pytest.mark.slow  # (a process started)
 def test_cli_says_once_that_the_source_gave_no_answer(tmp_path):
     """Not one line per record, all the same: one saying how many records were not tried and why, then the
