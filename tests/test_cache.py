@@ -29,7 +29,8 @@ from site_builder.pages import ALL_ADDRESSES
 from site_builder.rendering import template_dirs
 from site_builder.verification import Verdict
 
-from conftest import REAL_FILES, ROOT, both_keys, cache_document, document_tag, opts, plant_document, tree
+from conftest import (REAL_FILES, ROOT, both_keys, cache_document, document_tag, opts, own_document_tag,
+                      plant_document, tree)
 from generate import make_bundle
 from signing import TestKey, sign_bundle, to_bytes, with_paper
 
@@ -562,12 +563,11 @@ def test_a_short_address_plan_of_another_shape_is_planned_again_even_under_the_u
     (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, version=1))
     (project / "bundles" / "same-arxiv-version.json").write_bytes(make_bundle(2, record=1002, version=1))
     build(opts(project, out, both_keys()))
-    key = user_cache_key().bound_to(cache_context())
     db = sqlite3.connect(default_cache_dir(out) / "cache.sqlite")
     plan, _ = cache_document(db, "addresses")
     assert plan["shared"] and min(plan["per_record"].values()) < ALL_ADDRESSES  # (records that share addresses)
     PLAN_EDITS[edit](plan)
-    plant_document(db, "addresses", plan, document_tag(key, "addresses", plan))
+    plant_document(db, "addresses", plan, own_document_tag("addresses", plan))
     db.execute("DELETE FROM meta WHERE key LIKE 'quick%'")  # (the no-op answer would be taken before any plan)
     db.commit()
     db.close()
@@ -600,11 +600,10 @@ def test_a_record_of_the_previous_site_of_another_shape_is_read_from_its_manifes
     newer = make_bundle(4, variant=1)
     (project / "bundles" / "gen4.json").write_bytes(newer)
     build(opts(project, out, both_keys()))
-    key = user_cache_key().bound_to(cache_context())
     db = sqlite3.connect(default_cache_dir(out) / "cache.sqlite")
     doc, _ = cache_document(db, "previous_site")
     PREVIOUS_SITE_EDITS[edit](doc)
-    plant_document(db, "previous_site", doc, document_tag(key, "previous_site", doc))
+    plant_document(db, "previous_site", doc, own_document_tag("previous_site", doc))
     db.commit()
     db.close()
     (project / "bundles" / "gen4.json").write_bytes(make_bundle(4))  # (an older bundle of the record)
@@ -620,14 +619,13 @@ def test_a_result_filed_under_another_digest_is_not_taken_for_it_even_under_the_
     from site_builder.build import build, default_cache_dir
     out = project / "site"
     build(opts(project, out, both_keys()))
-    key = user_cache_key().bound_to(cache_context())
     db = sqlite3.connect(default_cache_dir(out) / "cache.sqlite")
     files, _ = cache_document(db, "files")
     victim, other = files["gen0.json"][1], files["gen1.json"][1]
     part = f"inspections/{victim[0]}"
     results, _ = cache_document(db, part)
     results["results"][victim] = cache_document(db, f"inspections/{other[0]}")[0]["results"][other]
-    plant_document(db, part, results, document_tag(key, part, results))
+    plant_document(db, part, results, own_document_tag(part, results))
     db.execute("DELETE FROM meta WHERE key LIKE 'quick%'")  # (the no-op answer would be taken before any result)
     db.commit()
     db.close()

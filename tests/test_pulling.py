@@ -509,12 +509,11 @@ def test_a_bundles_folder_that_cannot_be_searched_fails_each_record_with_why_and
     server = ScriptedServer()
     for pid in IDS[:2]:
         server.add(f"/pith/{pid}/bundle.json", {"body": REAL[pid]})
-    reports = []
 
     def pull_unprivileged():
         bundles.chmod(0o600)
-        reports.append(pull(IDS[:2], url, bundles, load_trust_set(), fetcher=Fetcher(retries=0)))
-        outcomes = [(o.status, o.detail) for o in reports[0].outcomes]
+        report = pull(IDS[:2], url, bundles, load_trust_set(), fetcher=Fetcher(retries=0))
+        outcomes = [(o.status, o.detail) for o in report.outcomes]
         assert outcomes == [("failed", f"{bundles / pid}.json: cannot read: Permission denied") for pid in IDS[:2]]
 
     with running(server) as url:
