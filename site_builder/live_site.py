@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from site_builder.loading import FileReadError, read_bytes
-from site_builder.selection import PublishedBefore
+from site_builder.selection import PublishedBefore, instant
 from site_builder.strict_json import StrictJSONError, parse_strict
 from site_builder.urls import is_url
 from site_builder.writing import MARKER
@@ -31,22 +31,41 @@ class LiveSiteUnavailable(Exception):
 
 
 @dataclass(frozen=True)
+class ManifestClaims:
+    """What a ``verification.json`` claims: its build id; by pith ID, what it published; how many published
+    entries are malformed; and how many name a record an earlier entry named."""
+
+    build_id: str | None
+    claims: dict[str, PublishedBefore]
+    malformed: int
+    repeated: int
+
+
+@dataclass(frozen=True)
 class LiveManifest:
     """What a live manifest claims was published, by pith ID, and how many entries made no sense."""
 
     claims: dict[str, PublishedBefore]
     malformed: int
+    repeated: int
     sha256: str  # of the manifest's bytes: an input of the build, like the bundles
 
 
-def manifest_claims(raw: bytes) -> tuple[str | None, dict[str, PublishedBefore], int]:
-    """A ``verification.json``'s build id, its published entries, and how many published entries are malformed.
+def either_claim(one: PublishedBefore, other: PublishedBefore) -> PublishedBefore:
+    """One claim for a record a manifest lists twice, which an input is older than wherever it is older than
+    either (a later ``built_at`` *or* more events): a claim only says where to look, so the live bundle is looked
+    at whenever one entry would have it looked at.  Its digest is the newer entry's."""
+    newer = max(one, other, key=lambda c: (instant(c.built_at), c.event_count, c.sha256))
+    latest = max(one.built_at, other.built_at, key=instant)
+    return PublishedBefore(one.pith_id, newer.sha256, latest, max(one.event_count, other.event_count))
 
-    Raises StrictJSONError or ValueError when *raw* is not a manifest at all."""
+
+def manifest_claims(raw: bytes) -> ManifestClaims:
+    """A ``verification.json``'s claims.  Raises StrictJSONError or ValueError when *raw* is not a manifest."""
     doc = parse_strict(raw)
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
         raise ValueError("not a site-builder verification.json (no list of files)")
-    claims, malformed = {}, 0
+    claims, malformed, repeated = {}, 0, 0
     for entry in doc["files"]:
         if not isinstance(entry, dict) or entry.get("status") != "published":
             continue
@@ -57,9 +76,13 @@ def manifest_claims(raw: bytes) -> tuple[str | None, dict[str, PublishedBefore],
                 or not isinstance(built_at, str) or type(events) is not int or events < 0):
             malformed += 1
             continue
-        claims[match.group(1)] = PublishedBefore(match.group(1), sha256, built_at, events)
+        claim = PublishedBefore(match.group(1), sha256, built_at, events)
+        if claim.pith_id in claims:
+            repeated += 1
+            claim = either_claim(claims[claim.pith_id], claim)
+        claims[claim.pith_id] = claim
     build_id = doc.get("build_id")
-    return (build_id if isinstance(build_id, str) else None), claims, malformed
+    return ManifestClaims(build_id if isinstance(build_id, str) else None, claims, malformed, repeated)
 
 
 class LiveSite:
@@ -98,10 +121,10 @@ class LiveSite:
         if raw is None:
             return None
         try:
-            _, claims, malformed = manifest_claims(raw)
+            read = manifest_claims(raw)
         except (StrictJSONError, ValueError) as exc:
             raise LiveSiteUnavailable(f"{MARKER} is not a manifest: {exc}") from None
-        return LiveManifest(claims, malformed, hashlib.sha256(raw).hexdigest())
+        return LiveManifest(read.claims, read.malformed, read.repeated, hashlib.sha256(raw).hexdigest())
 
     def bundle(self, pith_id: str, max_bytes: int) -> bytes | None:
         """The live ``pith/<ID>/bundle.json``, or None when it is missing; *pith_id* is a checked ID."""

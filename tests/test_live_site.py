@@ -134,6 +134,23 @@ def test_malformed_manifest_entries_are_counted_and_ignored(deployed):
     assert any("1 published entries" in w and "malformed" in w for w in report.warnings)
 
 
+def test_a_newer_bundle_listed_before_a_stale_entry_of_its_record_stays_published(deployed):
+    """A hand-merged manifest naming the record twice, the live (newer) entry first and an older one after it:
+    the newer entry still has the live bundle looked at, and the build says the record is listed twice."""
+    d = deployed
+    manifest = d["live"] / "verification.json"
+    doc = json.loads(manifest.read_text())
+    [live_entry] = [e for e in doc["files"] if e.get("status") == "published"]
+    stale = dict(live_entry, sha256=hashlib.sha256(d["older"]).hexdigest(), built_at="2026-09-01T00:00:00Z")
+    doc["files"].append(stale)
+    manifest.write_text(json.dumps(doc))
+    report = fresh_build(d, str(d["live"]))
+    assert published_bundle(d) == d["newer"]
+    assert any("rollback refused" in w for w in report.warnings)
+    assert any("1 published entries" in w and "name a record listed before" in w for w in report.warnings)
+    assert not any("malformed" in w for w in report.warnings)
+
+
 def test_each_malformed_part_of_a_manifest_entry_makes_it_no_claim():
     """A live manifest is anyone's text: an entry is a claim only if every field has its exact shape (a number
     with more after it, a digest in capitals, a negative or textual event count are each no claim)."""
@@ -147,14 +164,35 @@ def test_each_malformed_part_of_a_manifest_entry_makes_it_no_claim():
            {"sha256": "A" * 64}, {"sha256": "a" * 63}, {"sha256": "a" * 64 + "\n"},
            {"event_count": -1}, {"event_count": "2"}, {"event_count": True}, {"event_count": 2.0},
            {"built_at": 20260901}]
-    build_id, claims, malformed = manifest_claims(json.dumps({"build_id": "b", "files": [good]}).encode())
-    assert (build_id, malformed) == ("b", 0) and claims[pid].sha256 == "a" * 64 and claims[pid].event_count == 2
+    read = manifest_claims(json.dumps({"build_id": "b", "files": [good]}).encode())
+    assert (read.build_id, read.malformed, read.repeated) == ("b", 0, 0)
+    assert read.claims[pid].sha256 == "a" * 64 and read.claims[pid].event_count == 2
     for change in bad:
-        _, claims, malformed = manifest_claims(json.dumps({"files": [dict(good, **change)]}).encode())
-        assert (claims, malformed) == ({}, 1), change
+        read = manifest_claims(json.dumps({"files": [dict(good, **change)]}).encode())
+        assert (read.claims, read.malformed) == ({}, 1), change
     for status in ("rejected", "superseded", "Published", None):  # (only what the live site publishes is a claim)
-        _, claims, malformed = manifest_claims(json.dumps({"files": [dict(good, status=status)]}).encode())
-        assert (claims, malformed) == ({}, 0), status
+        read = manifest_claims(json.dumps({"files": [dict(good, status=status)]}).encode())
+        assert (read.claims, read.malformed) == ({}, 0), status
+
+
+def test_a_record_listed_twice_is_claimed_as_newer_wherever_either_entry_is():
+    """A manifest naming a record twice (by hand: the builder writes one entry a record) claims the later
+    ``built_at`` of the two and the larger event count, whichever entry comes first, so an input older than either
+    by either measure has the live bundle looked at; the digest is the newer entry's."""
+    from site_builder.live_site import manifest_claims
+
+    pid = "A" * 26
+    entry = {"status": "published", "pith_number": f"pith:2020:{pid}"}
+    later = dict(entry, sha256="a" * 64, built_at="2026-09-01T00:00:00.5Z", event_count=2)
+    more_events = dict(entry, sha256="b" * 64, built_at="2026-09-01T00:00:00Z", event_count=5)
+    for files in ([later, more_events], [more_events, later]):
+        read = manifest_claims(json.dumps({"files": files}).encode())
+        assert (read.malformed, read.repeated) == (0, 1)
+        claim = read.claims[pid]
+        assert (claim.pith_id, claim.sha256, claim.built_at, claim.event_count) == (
+            pid, "a" * 64, "2026-09-01T00:00:00.5Z", 5)
+    read = manifest_claims(json.dumps({"files": [later, later, dict(later, status="rejected")]}).encode())
+    assert (read.repeated, read.claims[pid].sha256) == (1, "a" * 64)
 
 
 def test_a_manifest_of_another_shape_is_none_and_entries_that_are_no_objects_are_passed_over():
@@ -165,9 +203,9 @@ def test_a_manifest_of_another_shape_is_none_and_entries_that_are_no_objects_are
     for doc in ([], "text", {"files": {}}, {"files": "published"}, {"build_id": "b"}):
         with pytest.raises(ValueError):
             manifest_claims(json.dumps(doc).encode())
-    build_id, claims, malformed = manifest_claims(json.dumps(
+    read = manifest_claims(json.dumps(
         {"build_id": "b", "files": ["published", 3, None, [{"status": "published"}]]}).encode())
-    assert (build_id, claims, malformed) == ("b", {}, 0)
+    assert (read.build_id, read.claims, read.malformed, read.repeated) == ("b", {}, 0, 0)
 
 
 def test_a_live_site_with_nothing_published_is_a_warning_not_an_error(deployed):

@@ -94,6 +94,9 @@ def read_deployed(options: BuildOptions) -> tuple[LiveSite | None, LiveManifest 
     if manifest.malformed:
         lines.append(f"live site {shown}: {manifest.malformed} published entries of its {MARKER} are malformed; "
                      f"they prove nothing and are ignored")
+    if manifest.repeated:
+        lines.append(f"live site {shown}: {manifest.repeated} published entries of its {MARKER} name a record "
+                     f"listed before; such a record is looked at where any of its entries says it is newer")
     return site, manifest, lines
 
 

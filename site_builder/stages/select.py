@@ -26,8 +26,8 @@ from site_builder.writing import MARKER, OutputSlot
 def read_previous_site(output: Path) -> PreviousSite:
     """What the site in *output* published, from its verification.json (empty if unreadable)."""
     try:
-        build_id, found, _ = manifest_claims(read_bytes(output / MARKER, MAX_MANIFEST_BYTES))
-        return PreviousSite(build_id, found)
+        read = manifest_claims(read_bytes(output / MARKER, MAX_MANIFEST_BYTES))
+        return PreviousSite(read.build_id, read.claims)
     except (FileReadError, ValueError):
         return PreviousSite(None, {})
 
