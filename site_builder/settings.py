@@ -65,6 +65,12 @@ class SiteConfig:
         """Full URL when base_url has an origin; otherwise the site-internal link."""
         return self._absolute_base + path.lstrip("/")
 
+    @cached_property
+    def resolver_name(self) -> str:
+        """What the pages call the resolver they link to: its host (``pith.science``), so that a link's words
+        name where it leads whatever ``resolver_url`` names."""
+        return urlsplit(self.resolver_url).netloc
+
     def resolver(self, path: str) -> str:
         """The address of *path* on the resolver the site mirrors (``resolver_url``), as the pages link to it."""
         return on_resolver(self.resolver_url, path)

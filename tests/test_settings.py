@@ -75,7 +75,10 @@ def test_the_resolver_url_is_the_link_to_the_resolver(tmp_path):
     (tmp_path / "site.toml").write_text('resolver_url = "https://resolver.example/pith"\n')
     config = load_settings(tmp_path / "site.toml")
     page = SiteRenderer(config, template_dirs(None), load_trust_set()).render_text("404.html")
-    assert '<a href="https://resolver.example/pith">' in page
+    assert '<a href="https://resolver.example/pith">resolver.example</a>' in page
+    for url, name in [("https://pith.science", "pith.science"),
+                      ("https://resolver.example:8443/pith/", "resolver.example:8443")]:
+        assert SiteConfig(resolver_url=url).resolver_name == name
 
 
 @pytest.mark.parametrize("value, reason", [

@@ -1072,9 +1072,9 @@ def test_every_page_names_the_sites_feed_and_a_record_page_its_title_and_abstrac
 @pytest.mark.parametrize("resolver", ["https://resolver.example/base", "https://resolver.example/base/"])
 def test_every_link_to_the_resolver_follows_resolver_url(tmp_path, resolver):
     """``resolver_url`` is where the pages' links to the resolver lead (README): a record page's canonical link,
-    its "record on pith.science" and "the live record" links and its structured data's ``sameAs`` name the
+    its "record on <resolver>" and "the live record" links and its structured data's ``sameAs`` name the
     record there, and the key the pages tell a reader to compare with is the one that resolver publishes; the
-    feeds' entry ids stay as they are."""
+    links' words name that resolver's host, not pith.science; the feeds' entry ids stay as they are."""
     out = tmp_path / "site"
     build(BuildOptions(bundles=ROOT / "bundles", output=out, trust=load_trust_set(), search=False,
                        config=SiteConfig(base_url=SUB, resolver_url=resolver)))
@@ -1083,15 +1083,20 @@ def test_every_link_to_the_resolver_follows_resolver_url(tmp_path, resolver):
     record = f"https://resolver.example/base/pith/{pid}"
     page = lxml.html.parse(str(out / "pith" / pid / "index.html")).getroot()
     assert page.xpath("//link[@rel='canonical']/@href") == [record]
-    assert page.xpath("//a[.='record on pith.science']/@href") == [record]
+    assert page.xpath("//a[.='record on resolver.example']/@href") == [record]
     assert page.xpath("//a[.='the live record']/@href") == [record]
+    assert page.xpath("//section[@id='on-the-resolver']/h2/text()") == ["On resolver.example"]
     [jsonld] = page.xpath("//script[@type='application/ld+json']/text()")
     assert json.loads(jsonld)["sameAs"][-1] == record
     key = "https://resolver.example/base/pith-signing-key.json"
-    assert page.xpath("//a[.='the one pith.science publishes']/@href") == [key]
+    assert page.xpath("//a[.='the one resolver.example publishes']/@href") == [key]
     verifier = lxml.html.parse(str(out / "verify" / "index.html")).getroot()
-    assert verifier.xpath("//a[.='the one pith.science publishes']/@href") == [key]
-    assert "https://pith.science/pith" not in (out / "pith" / pid / "index.html").read_text()
+    assert verifier.xpath("//a[.='the one resolver.example publishes']/@href") == [key]
+    for html in [out / "pith" / pid / "index.html", out / "index.html", out / "404.html", out / "verify" / "index.html"]:
+        tree = lxml.html.parse(str(html)).getroot()
+        assert tree.xpath("//a[contains(., 'pith.science')] | //h2[contains(., 'pith.science')]") == [], html
+        if html.parent.name != "verify":  # (the standalone verifier has no footer)
+            assert set(tree.xpath("//a[.='resolver.example']/@href")) == {resolver}, html  # (the footer's, 404's)
     # (a feed entry's id is its name for good: another resolver_url does not make every entry new to a reader)
     entries = feedparser.parse((out / "feed.xml").read_bytes()).entries
     assert sorted(e.id for e in entries) == sorted(f"https://pith.science/pith/{ids(b)}" for b in REAL)
