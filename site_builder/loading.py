@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, NamedTuple, Sequence
 
+from site_builder.writing import is_builder_output
+
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 # How a bundle is opened, for reading and for reading ahead: no symlink followed, no FIFO waited for.
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
@@ -107,12 +109,16 @@ def is_mirror(folder: Path) -> bool:
             and not (folder / "pith").is_symlink() and (folder / MIRROR_MANIFEST).is_file())
 
 
-def discover(root: Path, folders: list[str] | None = None,
-             leave_out: Sequence[Path] = ()) -> tuple[list[InputFile], list[SkippedFile]]:
+def discover(root: Path, folders: list[str] | None = None, leave_out: Sequence[Path] = (),
+             sites: list[str] | None = None) -> tuple[list[InputFile], list[SkippedFile]]:
     """Every candidate ``*.json`` under *root* in a stable order, and what was skipped and why (and, into
     *folders*, every folder listed).  The folders *leave_out* names are not entered where they lie inside
     *root* (``--bundles .``; ``BuildOptions.not_bundles``), each found by its real path.  Of a copy of a
-    mirror, its records' bundles alone (``mirror_bundles``)."""
+    mirror, its records' bundles alone (``mirror_bundles``).
+
+    Where *sites* is a list (a build's walk), a subfolder that is a site this builder wrote (an earlier build's
+    output, a site copied in) is not entered either, and its path relative to *root* goes into *sites*: its
+    files are that site's, and a bundle deleted from the bundles folder would come back from its copy there."""
     left_out: dict[str, set[str]] = {}
     for path in leave_out:
         real = os.path.realpath(path)
@@ -120,11 +126,11 @@ def discover(root: Path, folders: list[str] | None = None,
     _check_bundles_folder(root)
     if is_mirror(Path(root)):
         return mirror_bundles(Path(root), folders)
-    return _walk_bundles(Path(root), left_out, folders)
+    return _walk_bundles(Path(root), left_out, folders, sites)
 
 
-def _walk_bundles(root: Path, left_out: dict[str, set[str]],
-                  folders: list[str] | None) -> tuple[list[InputFile], list[SkippedFile]]:
+def _walk_bundles(root: Path, left_out: dict[str, set[str]], folders: list[str] | None,
+                  sites: list[str] | None) -> tuple[list[InputFile], list[SkippedFile]]:
     """``discover``'s walk of a bundles folder that is no mirror: depth first, each folder's entries in name
     order, a subfolder's files where it stands among them; with a stack of its own, not by recursion, so that
     folders nested a thousand deep (a pull request's) are no RecursionError."""
@@ -164,6 +170,9 @@ def _walk_bundles(root: Path, left_out: dict[str, set[str]],
                 continue
             if stat.S_ISDIR(mode):
                 if entry.name in left_out and os.path.realpath(entry.path) in left_out[entry.name]:
+                    continue
+                if sites is not None and is_builder_output(Path(entry.path)):
+                    sites.append(rel)
                     continue
                 inner = listing(Path(entry.path), rel + "/", False)
                 if inner is not None:
@@ -345,9 +354,10 @@ class BundleListing:
     skipped: list[SkippedFile]
     folders: dict[str, tuple[int, int, int]]  # path -> (st_ino, st_mtime_ns, st_ctime_ns)
     scanned_at_ns: int
+    sites: list[str]  # the sites this builder wrote found inside and not entered (``discover``)
 
     def same_files(self, other: BundleListing) -> bool:
-        return self.found == other.found and self.skipped == other.skipped
+        return self.found == other.found and self.skipped == other.skipped and self.sites == other.sites
 
 
 RACY_NS = 2_000_000_000  # a folder changed this close to a scan may change again within the same timestamp
@@ -359,7 +369,8 @@ def list_bundles(root: Path, leave_out: Sequence[Path] = ()) -> BundleListing:
     *root* should be absolute and resolved, as a file watcher reports paths."""
     scanned_at = time.time_ns()
     listed: list[str] = []
-    found, skipped = discover(root, listed, leave_out)
+    sites: list[str] = []
+    found, skipped = discover(root, listed, leave_out, sites)
     folders = {}
     for folder in listed:
         try:
@@ -368,7 +379,7 @@ def list_bundles(root: Path, leave_out: Sequence[Path] = ()) -> BundleListing:
             st = None
         # A folder that cannot be stat-ed now is marked so that rediscover() lists everything again.
         folders[folder] = _folder_stamp(st) if st else (0, 0, 0)
-    return BundleListing(str(root), found, skipped, folders, scanned_at)
+    return BundleListing(str(root), found, skipped, folders, scanned_at, sites)
 
 
 def rediscover(before: BundleListing, changed: set[str]) -> BundleListing | None:
@@ -402,7 +413,7 @@ def rediscover(before: BundleListing, changed: set[str]) -> BundleListing | None
         if not stat.S_ISREG(st.st_mode):
             return None
         found[i] = found[i]._replace(sig=stat_signature(st))
-    return BundleListing(before.root, found, before.skipped, before.folders, before.scanned_at_ns)
+    return BundleListing(before.root, found, before.skipped, before.folders, before.scanned_at_ns, before.sites)
 
 
 STATIC_MAX_BYTES = 100 * 1024 * 1024  # GitHub Pages refuses files over 100 MB

@@ -400,6 +400,24 @@ def test_an_output_inside_the_bundles_folder_is_not_read_back_as_input(bundles_d
         assert report.count("published") == 4 and report.count("superseded") == 0
 
 
+def test_a_bundle_deleted_does_not_come_back_from_an_earlier_site_inside_the_bundles_folder(bundles_dir, tmp_path):
+    """A site built into the bundles folder once (``--output bundles/site``), then built elsewhere: its mirrored
+    copies are not inputs, so a record whose bundle was deleted is gone from the new site, its state files and
+    report are not forty rejections, and a warning names the folder passed over."""
+    trust = load_trust_set()
+    build(BuildOptions(bundles=bundles_dir, output=bundles_dir / "site", trust=trust, search=False))
+    deleted = sorted(bundles_dir.glob("*.json"))[0]
+    deleted.unlink()
+    out = tmp_path / "out"
+    report = build(BuildOptions(bundles=bundles_dir, output=out, trust=trust, search=False))
+    assert sorted(o.inspection.rel for o in report.outcomes) == sorted(p.name for p in bundles_dir.glob("*.json"))
+    assert report.count("published") == 3 and not report.rejected
+    assert not (out / "pith" / deleted.stem).exists() and (bundles_dir / "site" / "pith" / deleted.stem).is_dir()
+    assert [w for w in report.warnings if "site this builder wrote" in w] == [
+        f"{bundles_dir / 'site'}: a site this builder wrote (verification.json); its files are not read as bundles "
+        f"(to take its records' bundles, name it with --bundles)"]
+
+
 def test_static_files_are_copied_as_they_are_and_never_over_the_sites_own_paths(bundles_dir, tmp_path):
     """The static folder (a CNAME, images, .well-known/security.txt) is copied byte for byte; a file that would
     stand where the site puts its own pages, or where only verified records may be (pith/, .well-known/pith/),

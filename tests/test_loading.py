@@ -87,6 +87,32 @@ def test_discover_and_list_bundles_leave_out_the_folders_they_are_told_to(tmp_pa
     assert len(discover(tmp_path, leave_out=[tmp_path / "site", tmp_path / "b" / "site"])[0]) == 1
 
 
+def test_a_site_this_builder_wrote_inside_the_bundles_folder_is_named_not_entered_by_a_builds_walk(bundles_dir):
+    """An earlier build's output inside the bundles folder: a build's walk (*sites* given, as ``gather`` and
+    ``list_bundles`` give it) does not enter it and names it; ``verify``'s walk reads its JSON as ever.  A folder
+    whose verification.json is not the builder's (a project's own report) is entered."""
+    build(BuildOptions(bundles=bundles_dir, output=bundles_dir / "old" / "site", trust=load_trust_set(),
+                       search=False))
+    inputs = sorted(p.name for p in bundles_dir.glob("*.json"))
+    sites = []
+    found, skipped = discover(bundles_dir, sites=sites)
+    assert ([f.rel for f in found], skipped, sites) == (inputs, [], ["old/site"])
+    assert len(discover(bundles_dir)[0]) > len(inputs) + 4  # (verify: its bundles, states and report)
+    for folder in (bundles_dir, bundles_dir / "old"):  # (changed well before it is listed: rediscover can tell)
+        os.utime(folder, (os.stat(folder).st_mtime - 60,) * 2)
+    listing = list_bundles(bundles_dir.resolve())
+    assert [f.rel for f in listing.found] == inputs and listing.sites == ["old/site"]
+    assert rediscover(listing, set()).sites == ["old/site"]
+    (bundles_dir / "old" / "site").rename(bundles_dir / "old" / "site2")  # (the same files found: serve builds again)
+    renamed = list_bundles(bundles_dir.resolve())
+    assert renamed.found == listing.found and renamed.sites == ["old/site2"] and not renamed.same_files(listing)
+    (bundles_dir / "old" / "site2").rename(bundles_dir / "old" / "site")
+    (bundles_dir / "old" / "site" / "verification.json").write_bytes(b'{"files": []}')
+    sites = []
+    assert "old/site/verification.json" in [f.rel for f in discover(bundles_dir, sites=sites)[0]] and sites == []
+    assert not list_bundles(bundles_dir.resolve()).same_files(listing)
+
+
 def plant_kinds(folder):
     """One file of each kind that is not a bundle, named *.json: a link, a FIFO, a socket, a device, a folder."""
     import socket

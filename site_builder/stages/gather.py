@@ -54,6 +54,13 @@ def no_bundles(folder: Path, found: list[InputFile], skipped: list[SkippedFile])
     return [f"{printable(str(folder))}: no bundle files (*.json) in it or its subfolders; the site lists no papers"]
 
 
+def sites_passed_over(folder: Path, sites: list[str]) -> list[str]:
+    """A warning for each site this builder wrote that the bundles folder holds (``discover``), which the build
+    does not read: said, since a copy of a mirror put there on purpose offers nothing."""
+    return [f"{printable(str(folder / rel))}: a site this builder wrote ({MARKER}); its files are not read as "
+            f"bundles (to take its records' bundles, name it with --bundles)" for rel in sites]
+
+
 def missing_project_paths(options: BuildOptions) -> list[str]:
     """A warning for an about page or static folder that the settings name (not the defaults, which a project
     need not have) and that is not there: a typo would otherwise leave the site without it in silence."""
@@ -132,15 +139,17 @@ class Inputs:
 def gather(ctx: BuildContext) -> Inputs:
     options = ctx.options
     if options.listing is not None:
-        found, skipped = options.listing.found, options.listing.skipped
+        found, skipped, sites = options.listing.found, options.listing.skipped, options.listing.sites
     else:
-        found, skipped = discover(options.bundles, leave_out=options.not_bundles)
+        sites = []
+        found, skipped = discover(options.bundles, leave_out=options.not_bundles, sites=sites)
     static, static_warnings = allowed_static_files(options.static_dir)
     asset_warnings = template_assets(ctx.dirs)[1]
     deployed, manifest, deployed_lines = read_deployed(options)
     ctx.clock.lap("discover")
     return Inputs(found, skipped, static_unit(static) if static else None,
-                  no_bundles(options.bundles, found, skipped) + missing_project_paths(options) + static_warnings
+                  no_bundles(options.bundles, found, skipped) + sites_passed_over(options.bundles, sites)
+                  + missing_project_paths(options) + static_warnings
                   + asset_warnings + deployed_lines,
                   deployed, manifest, ctx.site_key, ctx.indexer, ctx.about)
 
