@@ -324,13 +324,22 @@ def _tell(report, args, config) -> None:
         say("the build cache is being saved in the background (a next build waits for it)", err=True)
 
 
-def _verify_items(path: Path) -> list[Inspection | InputFile]:
+def _verify_items(path: Path, records: list[InputFile]) -> list[Inspection | InputFile]:
     """What *path* names, in the order it is reported: a file, or a folder's bundles (sorted), each an
-    InputFile to verify, or an Inspection already (a file the folder listing skipped, and why)."""
+    InputFile to verify, or an Inspection already (a file the folder listing skipped, and why).  A site this
+    builder wrote inside the folder is checked as a mirror, its records going into *records*, as a build takes no
+    bundle from it and its pages' JSON is no bundle."""
     if path.is_dir() and not path.is_symlink():
-        found, skipped = discover(path)
+        sites: list[str] = []
+        found, skipped = discover(path, sites=sites)
         items = [rejected(str(path / s.rel), s.check, s.reason) for s in skipped]
         items += [InputFile(f.path, f.path, f.sig) for f in found]
+        for rel in sites:
+            held = mirror_records(path / rel)
+            if held is None:  # (a site without the mirror's layout: its JSON files, as in any folder)
+                items += _verify_items(path / rel, records)
+            else:
+                records += held
         return sorted(items, key=lambda i: i.rel)
     return [InputFile(str(path), str(path), None)]
 
@@ -359,7 +368,7 @@ def cmd_verify(args) -> int:
             if (held := mirror_records(path)) is not None:
                 records += held
             else:
-                items.extend(_verify_items(path))
+                items.extend(_verify_items(path, records))
             if len(items) + len(records) == before:  # (a check of nothing passes: a typo must not)
                 say(f"error: {path}: no bundle files (*.json) in it or its subfolders", err=True)
                 return EXIT_USAGE

@@ -51,6 +51,25 @@ def test_a_bundles_folder_is_verified_file_by_file_as_ever(bundles_dir, mirror, 
     assert f"REJECTED {mirror}/pith/{IDS[0]}/state.json: structure: bundle.bundle_type is missing" in lines
 
 
+def test_a_site_the_builder_made_inside_a_folder_of_bundles_is_checked_as_a_mirror(bundles_dir, capsys):
+    """``verify bundles`` where an earlier build's output lies inside it (a build takes no bundle from it): the
+    bundles are checked as bundles and the site record by record, as it is served (its state.json files are
+    states, not bundles); a site without the mirror's manifest has its JSON files checked as any folder's."""
+    site = bundles_dir / "old" / "site"
+    build(BuildOptions(bundles=bundles_dir, output=site, trust=load_trust_set(), search=False))
+    code, lines = verify(capsys, bundles_dir)
+    assert code == 0 and [line.split()[2] for line in lines] == sorted(
+        str(p) for p in bundles_dir.glob("*.json")) + [f"{site}/pith/{pid}/bundle.json" for pid in IDS]
+    (site / "pith" / IDS[0] / "state.json").write_text("{}")
+    code, lines = verify(capsys, bundles_dir)
+    assert code == 1 and len(lines) == 2 * len(IDS) + 1
+    assert f"REJECTED {site}/pith/{IDS[0]}/state.json: state_json: not the state of the verified bundle beside it" \
+        in lines
+    (site / "pith-mirrors.json").unlink()
+    code, lines = verify(capsys, bundles_dir)
+    assert code == 1 and f"REJECTED {site}/pith/{IDS[1]}/state.json: structure: bundle.bundle_type is missing" in lines
+
+
 def test_a_mirrors_pith_folder_or_one_records_folder_is_checked_as_the_mirror_checks_it(mirror, capsys,
                                                                                        monkeypatch):
     """``verify site/pith`` or a record's folder: its ``state.json`` files are no bundles, but each the state of the
