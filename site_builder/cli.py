@@ -229,7 +229,12 @@ def _templates_folder_missing(args) -> bool:
     """Whether the templates folder named on the command line is not a folder, said on stderr (the default one
     is optional, as the settings file is)."""
     if args.templates != Path("templates") and not args.templates.is_dir():
-        what = "is a file, not a folder" if os.path.lexists(args.templates) else "does not exist"
+        if args.templates.is_file():
+            what = "is a file, not a folder"
+        elif args.templates.exists():
+            what = "is not a folder"
+        else:
+            what = "is a link to nothing" if args.templates.is_symlink() else "does not exist"
         say(f"error: {args.templates}: templates folder {what}", err=True)
         return True
     return False

@@ -680,6 +680,12 @@ def test_a_path_that_is_not_there_is_one_line_and_exit_2(bundles_dir, tmp_path):
         r = cli(*args, cwd=tmp_path)
         assert r.returncode == 2 and r.stderr.splitlines() == [line] and r.stdout == "", (args, r.stderr)
     assert not (tmp_path / "site").exists()
+    (tmp_path / "dangling").symlink_to(missing)
+    os.mkfifo(tmp_path / "fifo")
+    for templates, what in [("dangling", "is a link to nothing"), ("fifo", "is not a folder")]:
+        r = cli("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--templates", tmp_path / templates)
+        assert r.returncode == 2 and r.stderr.splitlines() == [
+            f"error: {tmp_path / templates}: templates folder {what}"], r.stderr
     (tmp_path / "link.json").symlink_to(missing)
     r = cli("verify", tmp_path / "link.json")
     assert r.returncode == 1 and r.stdout.splitlines() == [
