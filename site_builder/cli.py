@@ -448,8 +448,9 @@ def cmd_serve(args) -> int:
         return EXIT_USAGE
     if _settings_file_missing(args) or _templates_folder_missing(args):
         return EXIT_USAGE
-    if not args.bundles.is_dir():
-        say(f"error: {args.bundles}: bundles folder does not exist; {NO_BUNDLES_FOLDER_HINT}", err=True)
+    if not args.bundles.is_dir():  # (said as a build says it)
+        what = "not a folder" if args.bundles.exists() else f"bundles folder does not exist; {NO_BUNDLES_FOLDER_HINT}"
+        say(f"error: {args.bundles}: {what}", err=True)
         return EXIT_USAGE
     try:  # (an output folder that is not a site is not served, with a banner over it: it is no site of ours)
         OutputSlot(args.output).check_usable()

@@ -671,6 +671,8 @@ def test_a_path_that_is_not_there_is_one_line_and_exit_2(bundles_dir, tmp_path):
                         f"error: {missing}: templates folder does not exist"),
                        (("build", "--bundles", bundles_dir, "--output", tmp_path / "site", "--templates", a_file),
                         f"error: {a_file}: templates folder is a file, not a folder"),
+                       (("build", "--bundles", a_file, "--output", tmp_path / "site"), f"error: {a_file}: not a folder"),
+                       (("serve", "--bundles", a_file, "--output", tmp_path / "site"), f"error: {a_file}: not a folder"),
                        (("serve", "--bundles", bundles_dir, "--output", bundles_dir),  # (a folder that is no site)
                         f"error: {bundles_dir}: folder is not empty and was not made by site-builder (no "
                         f"verification.json of its own); nothing was changed: choose another --output or empty it"),
