@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, NamedTuple, Sequence
 
-from site_builder.writing import is_builder_output
+from site_builder.writing import MARKER, is_builder_output
 
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 # How a bundle is opened, for reading and for reading ahead: no symlink followed, no FIFO waited for.
@@ -146,6 +146,13 @@ def _walk_bundles(root: Path, left_out: dict[str, set[str]], folders: list[str] 
                 raise BundlesFolderError(f"{folder}: cannot list bundles folder: {exc.strerror}") from None
             skipped.append(SkippedFile(prefix.rstrip("/"), "file_read", f"cannot list folder: {exc.strerror}"))
             return None
+        # A site is told by its listing, which the walk makes anyway (not by opening a file in every folder:
+        # 10,000 record folders took 0.15 s longer so); it is not one of *folders*, so that any change in it has
+        # a watcher's build list the bundles folder again.
+        if (sites is not None and not top and any(e.name == MARKER for e in entries)
+                and is_builder_output(folder)):
+            sites.append(prefix.rstrip("/"))
+            return None
         if folders is not None:
             folders.append(str(folder))
         return iter(entries)
@@ -170,9 +177,6 @@ def _walk_bundles(root: Path, left_out: dict[str, set[str]], folders: list[str] 
                 continue
             if stat.S_ISDIR(mode):
                 if entry.name in left_out and os.path.realpath(entry.path) in left_out[entry.name]:
-                    continue
-                if sites is not None and is_builder_output(Path(entry.path)):
-                    sites.append(rel)
                     continue
                 inner = listing(Path(entry.path), rel + "/", False)
                 if inner is not None:
