@@ -271,6 +271,7 @@ def test_the_stats_page_counts_what_the_site_publishes(tmp_path):
     assert shown[2] == [("published", len(published)), ("rejected", counts["rejected"]),
                         ("superseded", counts["superseded"])]
     assert counts["rejected"] == 1 and counts["published"] == len(published) == 15
+    assert counts["read"] == 16 and "15 papers published from 16 bundles read." in _words(out / "stats" / "index.html")
 
 
 def test_each_feed_names_itself_and_each_entrys_authors(sites):
