@@ -132,6 +132,27 @@ def test_a_site_planned_again_without_changed_files_names_what_it_holds(tmp_path
     assert tree(out) == tree(clean)
 
 
+def test_a_listing_kept_for_a_record_dropped_mid_build_goes_with_it(tmp_path, pinned):
+    """Two records rendered again (their bundles in other bytes: the same JSON laid out anew, so their rows and
+    the listings showing them are unchanged, and kept where the previous tree is updated in place), and the
+    second one's file changes before it is read: it is dropped, and the pages kept for it go too (it was alone in
+    its year and category), so no page lists a record the site does not hold."""
+    bundles, originals = real_bundles(tmp_path)
+    out = tmp_path / "site"
+    options = dict(bundles=bundles, output=out, trust=pinned, search=False)
+    build(BuildOptions(**options, policy=BuildPolicy(link_twin=True)))
+    first, alone = "5KDARQNDDYME4KO7AJIJ4ADESI.json", "A2G3QVIG5OIYJVZB5MA4S6VDQP.json"  # (alone in 2023, cs.PL)
+    assert (out / "year" / "2023" / "index.html").exists() and (out / "category" / "cs.PL" / "index.html").exists()
+    for name in (first, alone):
+        (bundles / name).write_text(json.dumps(json.loads(originals[name]), indent=1))
+    progress, done = after_first_render(lambda: (bundles / alone).write_bytes(originals[alone]))
+    report = build(BuildOptions(**options, policy=BuildPolicy(jobs=1, progress=progress)))
+    assert done and {o.inspection.rel: o.inspection.check for o in report.rejected} == {alone: "file_changed"}
+    assert report.count("published") == len(originals) - 1
+    assert not (out / "year" / "2023").exists() and not (out / "category" / "cs.PL").exists()
+    assert broken_links(out, "https://mirror.example.org", "/") == []
+
+
 @pytest.mark.slow
 def test_builds_while_bundles_are_rewritten_never_abort(tmp_path):
     """Twelve command-line builds, with and without the cache, while another process keeps replacing, rewriting
