@@ -19,7 +19,7 @@ from site_builder import builder_identity
 from site_builder.build import BuildOptions, WorkerLostError, build, inspect_files
 from site_builder.inspection import Inspection, rejected
 from site_builder.keys import KeyFileError, load_trust_set
-from site_builder.loading import BundlesFolderError, InputFile, discover
+from site_builder.loading import BundlesFolderError, InputFile, MirrorListingError, discover
 from site_builder.mirror_audit import audit_records, mirror_records
 from site_builder.options import SERVE_HOST, SERVE_PORT, BuildPolicy
 from site_builder.parallel import MAX_JOBS
@@ -340,7 +340,11 @@ def _verify_items(path: Path, records: list[InputFile]) -> list[Inspection | Inp
         items = [rejected(str(path / s.rel), s.check, s.reason) for s in skipped]
         items += [InputFile(f.path, f.path, f.sig) for f in found]
         for rel in sites:
-            held = mirror_records(path / rel)
+            try:
+                held = mirror_records(path / rel)
+            except MirrorListingError as exc:  # (as the walk reports a folder it cannot list)
+                items.append(rejected(str(path / rel / "pith"), "file_read", f"cannot list folder: {exc.strerror}"))
+                continue
             if held is None:  # (a site without the mirror's layout: its JSON files, as in any folder)
                 items += _verify_items(path / rel, records)
             else:

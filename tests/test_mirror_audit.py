@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REAL_FILES, both_keys, generated_bundles, opts
+from conftest import REAL_FILES, both_keys, generated_bundles, opts, run_unprivileged
 
 from site_builder.build import BuildOptions, build
 from site_builder.cli import main
@@ -65,6 +65,16 @@ def test_a_site_the_builder_made_inside_a_folder_of_bundles_is_checked_as_a_mirr
     assert code == 1 and len(lines) == 2 * len(IDS) + 1
     assert f"REJECTED {site}/pith/{IDS[0]}/state.json: state_json: not the state of the verified bundle beside it" \
         in lines
+    (site / "pith").chmod(0)  # (its records cannot be listed: one rejection, and the rest is checked)
+
+    def check_unlistable():
+        code, lines = verify(capsys, bundles_dir)
+        assert code == 1 and lines[-1] == f"REJECTED {site}/pith: file_read: cannot list folder: Permission denied"
+        assert [line.split()[-1] for line in lines[:-1]] == sorted(str(p) for p in bundles_dir.glob("*.json"))
+    try:
+        run_unprivileged(check_unlistable)
+    finally:
+        (site / "pith").chmod(0o755)
     (site / "pith-mirrors.json").unlink()
     code, lines = verify(capsys, bundles_dir)
     assert code == 1 and f"REJECTED {site}/pith/{IDS[1]}/state.json: structure: bundle.bundle_type is missing" in lines
