@@ -140,7 +140,9 @@ def test_each_record_folder_must_hold_its_own_bundle_at_both_paths(mirror):
     raw[raw.index(b'"signature_b64":"') + 20] ^= 1  # (a signature tampered with)
     replaced(pith / IDS[1] / "bundle.json", bytes(raw))
     (pith / IDS[2] / "state.json").unlink()
-    (pith / IDS[2] / "state.json").symlink_to(pith / IDS[3] / "state.json")
+    (pith / IDS[2] / "state.json").symlink_to(pith / IDS[1] / "state.json")
+    (pith / IDS[3] / "state.json").unlink()
+    (pith / IDS[3] / "state.json").symlink_to(pith / "nowhere.json")  # (a link to nothing is a link, not missing)
     results = {r.rel.removeprefix(f"{mirror}/"): (r.check, r.reason) for r in audit_records(mirror_records(mirror),
                                                                                             load_trust_set())}
     assert results[f"pith/{IDS[0]}/bundle.json"][0] == "mirror_path"
@@ -149,10 +151,11 @@ def test_each_record_folder_must_hold_its_own_bundle_at_both_paths(mirror):
     assert results[f".well-known/pith/{IDS[2]}/bundle.json"] == (
         "mirror_copy", f"not the same bytes as pith/{IDS[2]}/bundle.json")
     assert results[f"pith/{IDS[2]}/state.json"] == ("file_type", "a symbolic link (not followed)")
+    assert results[f"pith/{IDS[3]}/state.json"] == ("file_type", "a symbolic link (not followed)")
     assert results[f".well-known/pith/{IDS[3]}/bundle.json"] == ("mirror_path", "missing")
     assert results[f"pith/{IDS[3]}/bundle.json"] == (None, "")
     assert results[f"pith/{IDS[2]}/bundle.json"] == (None, "")
-    assert len(results) == 7  # (of a record whose bundle is rejected, nothing else is checked)
+    assert len(results) == 8  # (of a record whose bundle is rejected, nothing else is checked)
 
 
 def test_only_a_mirror_its_pith_folder_or_a_records_folder_is_read_as_one(mirror, tmp_path):
