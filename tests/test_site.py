@@ -1093,6 +1093,7 @@ def test_every_link_to_the_resolver_follows_resolver_url(tmp_path, resolver):
     assert page.xpath("//a[.='the one resolver.example publishes']/@href") == [key]
     verifier = lxml.html.parse(str(out / "verify" / "index.html")).getroot()
     assert verifier.xpath("//a[.='the one resolver.example publishes']/@href") == [key]
+    assert "https://pith.science/pith" not in (out / "pith" / pid / "index.html").read_text()
     for html in [out / "pith" / pid / "index.html", out / "index.html", out / "404.html", out / "verify" / "index.html"]:
         tree = lxml.html.parse(str(html)).getroot()
         assert tree.xpath("//a[contains(., 'pith.science')] | //h2[contains(., 'pith.science')]") == [], html
