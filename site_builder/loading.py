@@ -163,8 +163,7 @@ def _walk_bundles(root: Path, left_out: dict[str, set[str]], folders: list[str] 
                 raise BundlesFolderError(f"{folder}: cannot list bundles folder: {exc.strerror}") from None
             skipped.append(SkippedFile(prefix.rstrip("/"), "file_read", f"cannot list folder: {exc.strerror}"))
             return None
-        if sites is not None and not top and _is_site(folder, entries):  # (not one of *folders*: see _is_site)
-            sites.append(prefix.rstrip("/"))
+        if not top and _taken_whole(folder, prefix, entries, sites, found, skipped, folders):
             return None
         if folders is not None:
             folders.append(str(folder))
@@ -226,11 +225,34 @@ def _check_bundles_folder(root: Path) -> None:
         raise BundlesFolderError(f"{root}: not a folder")
 
 
-def mirror_bundles(root: Path, folders: list[str] | None = None) -> tuple[list[InputFile], list[SkippedFile]]:
+def _taken_whole(folder: Path, prefix: str, entries: list[os.DirEntry], sites: list[str] | None,
+                 found: list[InputFile], skipped: list[SkippedFile], folders: list[str] | None) -> bool:
+    """Whether the walk does not enter the subfolder *folder* (listed as *entries*, its files named under
+    *prefix*) entry by entry: a site this builder wrote, where *sites* is a list (``discover``), goes into it
+    (and not into *folders*: see ``_is_site``); a copy of a mirror is read as at the top, its records' bundles
+    alone (``mirror_bundles``), and a ``pith/`` of it that cannot be listed is skipped with why, as any folder
+    the walk cannot list."""
+    if sites is not None and _is_site(folder, entries):
+        sites.append(prefix.rstrip("/"))
+        return True
+    if not any(e.name == MIRROR_MANIFEST for e in entries) or not is_mirror(folder):
+        return False
+    try:
+        more_found, more_skipped = mirror_bundles(folder, folders, prefix)
+    except MirrorListingError as exc:
+        skipped.append(SkippedFile(prefix + "pith", "file_read", f"cannot list folder: {exc.strerror}"))
+        return True
+    found += more_found
+    skipped += more_skipped
+    return True
+
+
+def mirror_bundles(root: Path, folders: list[str] | None = None,
+                   prefix: str = "") -> tuple[list[InputFile], list[SkippedFile]]:
     """The bundle of each record folder ``pith/<ID>/`` of the mirror at *root* (``is_mirror``: a site this
-    builder made, fetched whole), in ID order, and what stands there and is no regular file: the JSON of its
-    pages and manifests is not bundles.  The folders whose entries decide the answer go into *folders*: the
-    mirror's top (its manifest), ``pith/`` and each record's folder."""
+    builder made, fetched whole), in ID order, each named under *prefix*, and what stands there and is no
+    regular file: the JSON of its pages and manifests is not bundles.  The folders whose entries decide the
+    answer go into *folders*: the mirror's top (its manifest), ``pith/`` and each record's folder."""
     pith = root / "pith"
     ids = mirror_record_ids(root)
     found: list[InputFile] = []
@@ -238,7 +260,7 @@ def mirror_bundles(root: Path, folders: list[str] | None = None) -> tuple[list[I
     if folders is not None:
         folders += [str(root), str(pith), *(str(pith / pid) for pid in ids)]
     for pid in ids:
-        rel, path = f"pith/{pid}/bundle.json", pith / pid / "bundle.json"
+        rel, path = f"{prefix}pith/{pid}/bundle.json", pith / pid / "bundle.json"
         try:
             st = os.stat(path, follow_symlinks=False)
         except OSError as exc:

@@ -88,16 +88,19 @@ def test_discover_and_list_bundles_leave_out_the_folders_they_are_told_to(tmp_pa
 
 
 def test_a_site_this_builder_wrote_inside_the_bundles_folder_is_named_not_entered_by_a_builds_walk(bundles_dir):
-    """An earlier build's output inside the bundles folder: a build's walk (*sites* given, as ``gather`` and
-    ``list_bundles`` give it) does not enter it and names it; ``verify``'s walk reads its JSON as ever.  A folder
-    whose verification.json is not the builder's (a project's own report) is entered."""
+    """An earlier build's output inside the bundles folder: a build's walk (*sites* given, as ``gather``,
+    ``list_bundles`` and ``verify`` give it) does not enter it and names it; a walk without *sites* reads it as
+    the copy of a mirror it is (its records' bundles alone).  A folder whose verification.json is not the
+    builder's is entered: as a copy of a mirror where it is laid out as one, else file by file."""
     build(BuildOptions(bundles=bundles_dir, output=bundles_dir / "old" / "site", trust=load_trust_set(),
                        search=False))
     inputs = sorted(p.name for p in bundles_dir.glob("*.json"))
     sites = []
     found, skipped = discover(bundles_dir, sites=sites)
     assert ([f.rel for f in found], skipped, sites) == (inputs, [], ["old/site"])
-    assert len(discover(bundles_dir)[0]) > len(inputs) + 4  # (verify: its bundles, states and report)
+    ids = sorted(p.name for p in (bundles_dir / "old" / "site" / "pith").iterdir() if len(p.name) == 26)
+    mirrored = [f"old/site/pith/{pid}/bundle.json" for pid in ids]
+    assert [f.rel for f in discover(bundles_dir)[0]] == inputs + mirrored and len(ids) == 4
     for folder in (bundles_dir, bundles_dir / "old"):  # (changed well before it is listed: rediscover can tell)
         os.utime(folder, (os.stat(folder).st_mtime - 60,) * 2)
     listing = list_bundles(bundles_dir.resolve())
@@ -109,8 +112,10 @@ def test_a_site_this_builder_wrote_inside_the_bundles_folder_is_named_not_entere
     (bundles_dir / "old" / "site2").rename(bundles_dir / "old" / "site")
     (bundles_dir / "old" / "site" / "verification.json").write_bytes(b'{"files": []}')
     sites = []
-    assert "old/site/verification.json" in [f.rel for f in discover(bundles_dir, sites=sites)[0]] and sites == []
+    assert [f.rel for f in discover(bundles_dir, sites=sites)[0]] == inputs + mirrored and sites == []
     assert not list_bundles(bundles_dir.resolve()).same_files(listing)
+    (bundles_dir / "old" / "site" / "pith-mirrors.json").unlink()  # (no longer laid out as a mirror)
+    assert "old/site/verification.json" in [f.rel for f in discover(bundles_dir, sites=[])[0]]
 
 
 def plant_kinds(folder):
@@ -405,6 +410,35 @@ def test_a_copy_of_a_mirror_offers_its_records_bundles_alone(bundles_dir, tmp_pa
     (copy / "pith").rename(tmp_path / "elsewhere")
     (copy / "pith").symlink_to(tmp_path / "elsewhere")
     assert not is_mirror(copy) and not [f for f in discover(copy)[0] if f.rel.startswith("pith/")]
+
+
+def test_a_copy_of_a_mirror_inside_the_bundles_folder_offers_its_records_bundles_alone(bundles_dir, tmp_path):
+    """A copy of another mirror put inside the bundles folder (laid out as one, not a site this builder wrote):
+    its records' bundles are candidates, named under its folder, not the JSON of its pages and manifests; where
+    its ``pith/`` cannot be listed, that is skipped with why and the rest is read."""
+    trust = load_trust_set()
+    build(BuildOptions(bundles=bundles_dir, output=tmp_path / "first", trust=trust, search=False))
+    copy = bundles_dir / "copies" / "mirror"
+    shutil.copytree(tmp_path / "first", copy)
+    (copy / "verification.json").unlink()  # (another mirror's layout, not this builder's site)
+    ids = sorted(p.name for p in (copy / "pith").iterdir() if len(p.name) == 26)
+    inputs = sorted(p.name for p in bundles_dir.glob("*.json"))
+    sites = []
+    found, skipped = discover(bundles_dir, sites=sites)
+    assert [f.rel for f in found] == inputs + [f"copies/mirror/pith/{pid}/bundle.json" for pid in ids]
+    assert (skipped, sites, len(ids)) == ([], [], 4)
+    report = build(BuildOptions(bundles=bundles_dir, output=tmp_path / "second", trust=trust, search=False))
+    assert report.count("published") == 4 and report.count("superseded") == 4 and not report.rejected
+    (copy / "pith").chmod(0)
+
+    def check():
+        found, skipped = discover(bundles_dir, sites=[])
+        assert [f.rel for f in found] == inputs and [(s.rel, s.check, s.reason) for s in skipped] == [
+            ("copies/mirror/pith", "file_read", "cannot list folder: Permission denied")]
+    try:
+        run_unprivileged(check)
+    finally:
+        (copy / "pith").chmod(0o755)
 
 
 def test_rediscover_of_a_mirror_copy_follows_its_records(tmp_path, bundles_dir):
