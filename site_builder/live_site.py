@@ -42,13 +42,10 @@ class ManifestClaims:
 
 
 @dataclass(frozen=True)
-class LiveManifest:
-    """What a live manifest claims was published, by pith ID, and how many entries made no sense."""
+class LiveManifest(ManifestClaims):
+    """What the live site's manifest claims (``ManifestClaims``), and the digest of its bytes."""
 
-    claims: dict[str, PublishedBefore]
-    malformed: int
-    repeated: int
-    sha256: str  # of the manifest's bytes: an input of the build, like the bundles
+    sha256: str  # an input of the build, like the bundles
 
 
 def either_claim(one: PublishedBefore, other: PublishedBefore) -> PublishedBefore:
@@ -124,7 +121,7 @@ class LiveSite:
             read = manifest_claims(raw)
         except (StrictJSONError, ValueError) as exc:
             raise LiveSiteUnavailable(f"{MARKER} is not a manifest: {exc}") from None
-        return LiveManifest(read.claims, read.malformed, read.repeated, hashlib.sha256(raw).hexdigest())
+        return LiveManifest(read.build_id, read.claims, read.malformed, read.repeated, hashlib.sha256(raw).hexdigest())
 
     def bundle(self, pith_id: str, max_bytes: int) -> bytes | None:
         """The live ``pith/<ID>/bundle.json``, or None when it is missing; *pith_id* is a checked ID."""
