@@ -123,11 +123,12 @@ def discover(root: Path, folders: list[str] | None = None, leave_out: Sequence[P
     """Every candidate ``*.json`` under *root* in a stable order, and what was skipped and why (and, into
     *folders*, every folder listed).  The folders *leave_out* names are not entered where they lie inside
     *root* (``--bundles .``; ``BuildOptions.not_bundles``), each found by its real path.  Of a copy of a
-    mirror, its records' bundles alone (``mirror_bundles``).
+    mirror, at *root* or inside it, its records' bundles alone (``mirror_bundles``).
 
-    Where *sites* is a list (a build's walk), a subfolder that is a site this builder wrote (an earlier build's
-    output, a site copied in) is not entered either, and its path relative to *root* goes into *sites*: its
-    files are that site's, and a bundle deleted from the bundles folder would come back from its copy there."""
+    Where *sites* is a list (a build's walk, and ``verify``'s), a subfolder that is a site this builder wrote (an
+    earlier build's output, a site copied in) is not entered either, and its path relative to *root* goes into
+    *sites*: its files are that site's, and a bundle deleted from the bundles folder would come back from its
+    copy there."""
     left_out: dict[str, set[str]] = {}
     for path in leave_out:
         real = os.path.realpath(path)
