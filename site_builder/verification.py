@@ -65,8 +65,6 @@ def is_arxiv_category(cat: object) -> bool:
     if archive in _CAPITAL_SUBJECTS:
         return _CAPITAL_SUBJECT_RE.match(subject) is not None
     return archive in _WORD_SUBJECTS and _WORD_SUBJECT_RE.match(subject) is not None
-# Names Windows reserves (a mirror may be copied to any filesystem); checked for every path component.
-WINDOWS_RESERVED_RE = re.compile(r"(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?\Z", re.IGNORECASE)
 TIMESTAMP_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.[0-9]+)?Z\Z")
 
 
@@ -320,8 +318,9 @@ def check_identifiers(ctx: _Context) -> None:
     if source["kind"] != "arxiv":
         raise IdentifierError(f"source kind {source['kind'][:40]!r} is not supported (only arxiv)")
     archive = source["id"].partition("/")[0].partition(".")[0] if "/" in source["id"] else None
-    if (not ARXIV_ID_RE.match(source["id"]) or any(WINDOWS_RESERVED_RE.match(p) for p in source["id"].split("/"))
-            or (archive is not None and archive not in ARXIV_ARCHIVES)):  # (old style: an archive's name)
+    # (an old-style id's first part is an archive's name: none is a name Windows reserves, such as con or nul,
+    # which a mirror copied to any file system could not hold)
+    if not ARXIV_ID_RE.match(source["id"]) or (archive is not None and archive not in ARXIV_ARCHIVES):
         raise IdentifierError(f"arXiv id {source['id'][:60]!r} is not a valid arXiv identifier")
     if not 1 <= source["version"] <= 999:
         raise IdentifierError(f"version {source['version']} is out of range")

@@ -3,6 +3,7 @@
 import base64
 import copy
 import json
+import re
 
 import pytest
 
@@ -85,12 +86,24 @@ MORE_TAMPERS = {
     "a version above 999": ("identifiers", lambda b: b["canonical_record"]["source"].update(version=1000)),
     "an old-style arXiv id under no arXiv archive": ("identifiers", lambda b: b["canonical_record"]["source"].update(
         id="nonsense/0601001")),
+    # (names Windows reserves, which a mirror copied to any file system could not hold as folders)
+    "an old-style arXiv id under a name Windows reserves": ("identifiers", lambda b: b["canonical_record"][
+        "source"].update(id="con/0601001")),
+    "an old-style arXiv id under a reserved name with a subject": ("identifiers", lambda b: b["canonical_record"][
+        "source"].update(id="nul.AG/0601001")),
     "a category in another case": ("identifiers", lambda b: b["canonical_record"]["metadata"].update(
         primary_cat="cs.lg")),
     # (a decoder that skipped what is not base64 would read the same signature: one signed bundle, many files)
     "a signature with a character that is not base64": ("bundle_signature", lambda b: b["bundle_signature"].update(
         signature_b64=b["bundle_signature"]["signature_b64"][:20] + "*" + b["bundle_signature"]["signature_b64"][20:])),
 }
+
+
+def test_no_archive_a_record_names_is_a_name_windows_reserves():
+    # An old-style id's first folder and every category's folder start with an archive's name; the verifier
+    # holds no list of reserved names of its own, so the archives must never include one.
+    reserved = re.compile(r"(con|prn|aux|nul|com[0-9]|lpt[0-9])\Z", re.IGNORECASE)
+    assert verification.ARXIV_ARCHIVES and not [a for a in verification.ARXIV_ARCHIVES if reserved.match(a)]
 
 
 @pytest.mark.parametrize("name", list(MORE_TAMPERS))
@@ -310,6 +323,18 @@ def test_title_hash_mismatch_is_a_warning_not_a_rejection(real_bundle):
     verdict = verify_bundle(sign_bundle(real_bundle, key), trust)
     assert verdict.first_failure is None
     assert [w.code for w in verdict.warnings] == ["title_hash"]
+
+
+def test_a_record_without_a_title_digest_has_no_title_warning(real_bundle):
+    # PITH_FORMAT.md lists title_canon_sha256 in the record's metadata, but the verifier does not require it:
+    # a record without one has nothing to hold the snapshot's title to, which is no mismatch.
+    key = TestKey()
+    trust = TrustSet((key_from_document(key.document()),))
+    del real_bundle["canonical_record"]["metadata"]["title_canon_sha256"]
+    snapshot(real_bundle)["payload"]["graph_snapshot"]["paper"]["title"] = "Any title at all"
+    verdict = verify_bundle(sign_bundle(real_bundle, key), trust)
+    assert verdict.first_failure is None
+    assert verdict.warnings == ()
 
 
 def test_unknown_event_type_skips_state_recompute_with_warning(real_bundle):
