@@ -272,6 +272,10 @@ def _pull_one(run: _PullRun, pith_id: str) -> PullOutcome:
     local, unwritable = _local_copy(target, run.trust)
     if unwritable:
         return PullOutcome(pith_id, "failed", unwritable)
+    if local is not None and local.verified and local.pith_id != pith_id:  # (never compared with, nor replaced)
+        return PullOutcome(pith_id, "failed", f"{target}: holds the bundle of another record "
+                                              f"({local.summary.pith_number}); not replaced (rename it to "
+                                              f"{local.pith_id}.json)")
     headers = _validators(run, pith_id, local)
     url = run.pattern.replace("{suffix}", pith_id)
     if (why := run.why_not_asked(url)) is not None:

@@ -642,6 +642,30 @@ def test_a_local_copy_already_in_the_served_bytes_is_asked_for_conditionally_nex
     assert headers.get("If-None-Match") == '"v1"'
 
 
+@pytest.mark.parametrize("served_newer", [False, True])
+def test_a_bundle_of_another_record_under_the_records_name_is_neither_replaced_nor_compared(tmp_path,
+                                                                                             served_newer):
+    """A verified bundle saved under another record's file name is a record the build publishes: the bundle
+    fetched for that name never replaces it (served_newer: it was overwritten), nor is it taken as an older copy
+    of the record asked for (it was "kept", the line comparing two records); it is one failure naming both."""
+    built = {pid: json.loads(REAL[pid])["built_at"] for pid in IDS}
+    asked, other = sorted(IDS[:2], key=built.get, reverse=served_newer)  # (the served one newer, or older)
+    assert (built[asked] > built[other]) == served_newer
+    bundles = tmp_path / "b"
+    bundles.mkdir()
+    target = bundles / f"{asked}.json"
+    target.write_bytes(REAL[other])
+    s = ScriptedServer()
+    s.add(f"/pith/{asked}/bundle.json", {"body": REAL[asked]})
+    with running(s) as url:
+        report = pull([asked], url, bundles, load_trust_set(), fetcher=Fetcher(**FAST))
+    assert [(o.status, o.detail) for o in report.outcomes] == [("failed", (
+        f"{target}: holds the bundle of another record ({json.loads(REAL[other])['pith_number']}); not replaced "
+        f"(rename it to {other}.json)"))]
+    assert target.read_bytes() == REAL[other]
+    assert not [path for path, _ in s.requests if path.endswith("bundle.json")]  # (nothing asked for in vain)
+
+
 @pytest.mark.parametrize("local", ["too large", "not a bundle"])
 def test_a_local_file_that_is_no_readable_bundle_is_replaced_by_the_verified_one(tmp_path, local):
     """What stands at a record's file name and is no bundle the build could read (over the byte limit, or not
