@@ -282,12 +282,21 @@ def _count(value: object) -> int:
     return value if type(value) is int and value >= 0 else 0
 
 
+# A signed bundle's snapshot and state are checked for the fields the verifier needs, not for every part a page
+# shows: a part of another shape (a list where an object is, a number where a list is) is shown as absent.
+def _object(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list:
+    return value if isinstance(value, list) else []
+
+
 def _integrity(scan: object) -> Integrity | None:
     if not isinstance(scan, dict) or scan.get("available") is not True:
         return None
-    summary = scan.get("summary") if isinstance(scan.get("summary"), dict) else {}
-    detectors = scan.get("detectors_run") if isinstance(scan.get("detectors_run"), list) else []
-    findings = scan.get("findings") if isinstance(scan.get("findings"), list) else []
+    summary, findings = _object(scan.get("summary")), _list(scan.get("findings"))
+    detectors = _list(scan.get("detectors_run"))
     return Integrity(scan.get("clean") if isinstance(scan.get("clean"), bool) else None, _count(summary.get("critical")),
                      _count(summary.get("advisory")), _count(summary.get("informational")), len(findings),
                      tuple(_text(d) for d in detectors if isinstance(d, str)))
@@ -388,10 +397,10 @@ def detail(bundle: dict, summary: PaperSummary, resolver: str = RESOLVER) -> Pap
     """Everything the record page shows, from a verified bundle; *resolver*: the resolver the site mirrors
     (``resolver_url``), whose address of the record the page links to."""
     snapshot = _latest_snapshot(bundle)
-    verdict = snapshot.get("verdict") or {}
+    verdict = _object(snapshot.get("verdict"))
     claims = tuple(
         Claim(_text(c.get("claim_id")), _text(c.get("kind")), _text(c.get("text")), _text(c.get("status")))
-        for c in (snapshot.get("claims") or {}).get("items") or []
+        for c in _list(_object(snapshot.get("claims")).get("items"))
         if isinstance(c, dict)
     )
     events = tuple(_timeline_event(e) for e in bundle["events"])
@@ -400,21 +409,21 @@ def detail(bundle: dict, summary: PaperSummary, resolver: str = RESOLVER) -> Pap
     # that none reads as a known one, and its value without what no page may hold)
     aliases = tuple((printable(a["alias_kind"]), _text(a["alias_value"])) for a in bundle["source_aliases"])
     doi = next((v for k, v in aliases if k == "doi"), "") or f"10.48550/arxiv.{summary.arxiv_id}"
-    current = bundle["state"].get("current") or {}
-    completeness = tuple((label, len(current.get(key) or [])) for label, key in _COMPLETENESS)
-    references = snapshot.get("references") or {}
+    current = _object(bundle["state"].get("current"))
+    completeness = tuple((label, len(_list(current.get(key)))) for label, key in _COMPLETENESS)
+    references = _object(snapshot.get("references"))
     resolved = _count(references.get("resolved_work"))
-    have = lambda key: bool(current.get(key))  # noqa: E731
+    have = lambda key: bool(_list(current.get(key)))  # noqa: E731
     chips = (("author attested", have("author_attestations")), ("externally anchored", have("timestamp_anchors")),
              ("storage verified", have("storage_attestations")),
              ("references resolved", resolved > 0))
-    integrity = snapshot.get("integrity") or {}
     return PaperDetail(
         summary=summary,
         short_pith_number=bundle["short_pith_number"],
         canonical_sha256=bundle["canonical_sha256"],
         doi=doi,
-        headline=_text((snapshot.get("paper") or {}).get("headline")) or _text(verdict.get("pith_extraction_headline")),
+        headline=(_text(_object(snapshot.get("paper")).get("headline"))
+                  or _text(verdict.get("pith_extraction_headline"))),
         one_line_summary=_text(verdict.get("one_line_summary")),
         claims=claims,
         events=events,
@@ -426,5 +435,5 @@ def detail(bundle: dict, summary: PaperSummary, resolver: str = RESOLVER) -> Pap
         references_resolved=resolved,
         status_chips=chips,
         references_count=_count(references.get("count")),
-        integrity=_integrity(integrity),
+        integrity=_integrity(snapshot.get("integrity")),
     )

@@ -1,5 +1,6 @@
 """End-to-end builds of the example bundles: the output tree is a contract."""
 
+import copy
 import hashlib
 import json
 import re
@@ -514,6 +515,25 @@ def test_the_about_page_shows_its_images_and_paths_and_a_bundles_text_neither(tm
     assert "tracker.example" in html and '<img src="https://tracker' not in html
     assert html.count('!<a href="https://tracker.example/p.png">pixel</a>') == 3
     assert "[figure 2](fig2.png)" in html and 'href="fig2.png"' not in html  # (a path: written for no page here)
+
+
+def test_a_signed_bundle_whose_snapshot_parts_have_another_shape_is_published_and_the_rest_built(tmp_path):
+    """A verdict, claims or references that are no object (signed: they pass every check) are shown as absent
+    on the record's page; they made the worker rendering it raise, which stopped the whole build."""
+    from conftest import signed_project
+    key, trust, bundles, base = signed_project(tmp_path)
+    odd = copy.deepcopy(base)
+    snapshot_of(odd).update(verdict=["a list"], claims="text", references=7)
+    odd = sign_bundle(odd, key)
+    other = sign_bundle(json.loads(REAL_FILES[1].read_bytes()), key)
+    (bundles / "odd.json").write_bytes(to_bytes(odd))
+    (bundles / "other.json").write_bytes(to_bytes(other))
+    out = tmp_path / "site"
+    report = build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
+    assert (report.count("published"), report.count("rejected")) == (2, 0)
+    html = (out / "pith" / odd["pith_number"][-26:] / "index.html").read_text()
+    assert snapshot_of(odd)["paper"]["title"] in html
+    assert (out / "pith" / other["pith_number"][-26:] / "index.html").is_file()
 
 
 def test_the_collector_is_paused_while_the_cache_loads_and_left_as_it_was(bundles_dir, tmp_path, monkeypatch):

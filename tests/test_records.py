@@ -170,6 +170,28 @@ def test_the_detail_lists_what_the_record_has_and_lacks(real_bundle):
     assert set(dict(info.completeness).values()) == {0} and dict(info.status_chips)["author attested"] is False
 
 
+@pytest.mark.parametrize("other", [["x"], 7, "text", True])
+def test_a_part_of_the_snapshot_or_state_of_another_shape_is_shown_as_absent(real_bundle, other):
+    """The verifier checks the snapshot's paper and the state's shape, not every part a page shows: a signed
+    verdict, claims list, reference count or state list of another shape (a list where an object is, a number
+    where a list is) is shown as absent, where it stopped the whole build (a worker's AttributeError)."""
+    bundle = copy.deepcopy(real_bundle)
+    snapshot = snapshot_of(bundle)
+    snapshot.update(verdict=other, claims=other, references=other)
+    not_a_list = other if not isinstance(other, list) else {"an": "object"}
+    bundle["state"]["current"].update(author_attestations=not_a_list, timestamp_anchors=not_a_list)
+    info = detail(bundle, summarize(bundle))
+    assert info.claims == () and info.one_line_summary == ""
+    assert info.headline == snapshot["paper"]["headline"]  # (its own, not the verdict's)
+    assert (info.references_count, info.references_resolved) == (0, 0)
+    assert set(dict(info.completeness).values()) == {0} and not any(on for _, on in info.status_chips)
+    snapshot.update(claims={"items": not_a_list}, integrity={"available": True, "summary": other,
+                                                             "findings": not_a_list, "detectors_run": not_a_list})
+    info = detail(bundle, summarize(bundle))
+    assert info.claims == () and (info.integrity.critical, info.integrity.findings, info.integrity.detectors) == (
+        0, 0, ())
+
+
 def test_the_doi_is_the_records_own_else_arxivs(real_bundle):
     """The page's DOI (its citation meta tag, link and BibTeX) is the record's doi alias where it has one (a
     journal's), else the DOI arXiv gives every paper."""
