@@ -149,7 +149,10 @@ def test_an_outcome_comes_back_from_its_brief_as_the_no_op_answer_shows_it():
         assert (i.rel, i.check, i.reason, i.verified) == (j.rel, j.check, j.reason, j.verified)
         assert back.brief() == brief
     assert published.pith_number is not None
-    for damaged in (brief[:-1], [*brief, "more"], {"rel": "x.json"}, [*brief[:2], "accepted", *brief[3:]]):
+    # (and a value of another type in any place: even under the user's tag, as a builder's bug could leave it)
+    typed = [[*brief[:n], wrong, *brief[n + 1:]] for n, wrong in ((0, 5), (1, None), (3, 7), (4, ["x"]), (5, {}),
+                                                                   (6, 42))]
+    for damaged in (brief[:-1], [*brief, "more"], {"rel": "x.json"}, [*brief[:2], "accepted", *brief[3:]], *typed):
         try:
             FileOutcome.from_brief(damaged)
         except (TypeError, ValueError):
