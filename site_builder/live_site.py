@@ -52,9 +52,8 @@ def either_claim(one: PublishedBefore, other: PublishedBefore) -> PublishedBefor
     """One claim for a record a manifest lists twice, which an input is older than wherever it is older than
     either (a later ``built_at`` *or* more events): a claim only says where to look, so the live bundle is looked
     at whenever one entry would have it looked at.  Its digest is the newer entry's."""
-    newer = max(one, other, key=lambda c: (instant(c.built_at), c.event_count, c.sha256))
-    latest = max(one.built_at, other.built_at, key=instant)
-    return PublishedBefore(one.pith_id, newer.sha256, latest, max(one.event_count, other.event_count))
+    newer = max(one, other, key=lambda c: (instant(c.built_at), c.event_count, c.sha256))  # (the later built_at)
+    return PublishedBefore(one.pith_id, newer.sha256, newer.built_at, max(one.event_count, other.event_count))
 
 
 def manifest_claims(raw: bytes) -> ManifestClaims:

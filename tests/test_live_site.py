@@ -206,6 +206,8 @@ def test_a_manifest_of_another_shape_is_none_and_entries_that_are_no_objects_are
     read = manifest_claims(json.dumps(
         {"build_id": "b", "files": ["published", 3, None, [{"status": "published"}]]}).encode())
     assert (read.build_id, read.claims, read.malformed, read.repeated) == ("b", {}, 0, 0)
+    for build_id in (["b"], 7, {"b": 1}, None):  # (no build id: nothing compared or looked up by it)
+        assert manifest_claims(json.dumps({"build_id": build_id, "files": []}).encode()).build_id is None
 
 
 def test_a_live_site_with_nothing_published_is_a_warning_not_an_error(deployed):
