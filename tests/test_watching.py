@@ -95,6 +95,9 @@ def test_the_watcher_takes_bundles_templates_and_settings_not_the_builds_own_fil
                 "static/.well-known/.security.txt.swp"]:
         assert not watcher.relevant(str(tmp_path / rel)), rel
     assert not watcher.relevant(str(bundles / "sub" / ".hidden" / "x.json"))
+    # (a .well-known folder is published only from the static folder: elsewhere it is hidden like any other)
+    assert not watcher.relevant(str(bundles / ".well-known" / "x.json"))
+    assert not watcher.relevant(str(tmp_path / "templates" / ".well-known" / "paper.html"))
     assert watcher.relevant(str(bundles / "new-folder"), is_directory=True)
     for name in ["serve.log", "notes.txt", "x.json.part"]:  # files no build reads: a log there must not loop
         assert not watcher.relevant(str(bundles / name)), name
@@ -128,6 +131,18 @@ def test_an_about_page_in_a_folder_of_its_own_is_watched_there(tmp_path):
         assert not watcher.relevant(str(tmp_path / rel)), rel
     assert watcher.relevant(str(tmp_path / "pages"), is_directory=True)
     assert not watcher.relevant(str(tmp_path / "node_modules"), is_directory=True)  # (on the way to none)
+
+
+def test_a_project_file_inside_a_watched_tree_adds_no_watch_of_its_own(tmp_path):
+    """An about page that site.toml puts inside the templates folder is seen through that folder's watch: a
+    second watch of its folder would only report each of its events twice."""
+    (tmp_path / "templates" / "pages").mkdir(parents=True)
+    about = tmp_path / "templates" / "pages" / "about.md"
+    watcher = Watcher(tmp_path / "output", {tmp_path / "site.toml", about}, tmp_path / "bundles",
+                      tmp_path / "templates", tmp_path / "static")
+    assert watcher.watched() == [(tmp_path, False), (tmp_path / "bundles", True), (tmp_path / "static", True),
+                                 (tmp_path / "templates", True)]
+    assert watcher.relevant(str(about))
 
 
 def test_the_watcher_follows_the_about_page_and_static_folder_that_site_toml_names_now(tmp_path):
