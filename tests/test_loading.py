@@ -206,6 +206,12 @@ def test_size_limit_and_vanished_file(tmp_path):
     with pytest.raises(FileReadError) as info:
         read_bytes(big, max_bytes=1024)
     assert (info.value.check, info.value.reason) == ("file_size", "2048 bytes is over the 1024-byte limit")
+    big.write_bytes(b" " * 1024)  # the limit itself is allowed; a byte more is over it, as its size says
+    assert read_bytes(big, max_bytes=1024) == b" " * 1024
+    big.write_bytes(b" " * 1025)
+    with pytest.raises(FileReadError) as info:
+        read_bytes(big, max_bytes=1024)
+    assert (info.value.check, info.value.reason) == ("file_size", "1025 bytes is over the 1024-byte limit")
     # A file whose stat says less than it holds (as /proc's files say 0 bytes) is cut off at the limit all the same.
     with pytest.raises(FileReadError) as info:
         read_bytes("/proc/self/status", max_bytes=64)
@@ -270,7 +276,8 @@ def test_rediscover_restats_only_the_files_a_watcher_named(tmp_path):
     assert not list_bundles(root).same_files(before)
 
 
-@pytest.mark.parametrize("change", ["add", "remove", "rename", "recent", "unlisted folder", "now a folder"])
+@pytest.mark.parametrize("change", ["add", "remove", "rename", "recent", "unlisted folder", "now a folder",
+                                    "added, the folder's time set back"])
 def test_rediscover_lists_again_when_events_cannot_tell(tmp_path, change):
     root = _quiet_folder(tmp_path)
     before = list_bundles(root)
@@ -291,6 +298,11 @@ def test_rediscover_lists_again_when_events_cannot_tell(tmp_path, change):
         (root / "a.json").mkdir()
         os.utime(root, (os.stat(root).st_mtime - 60,) * 2)
         changed = {str(root / "a.json")}
+    elif change == "added, the folder's time set back":  # (``rsync -a``, ``cp -p``: its ctime still changes)
+        stamp = os.stat(root / "sub")
+        (root / "sub" / "d.json").write_text("{}")
+        os.utime(root / "sub", ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+        changed = {str(root / "sub" / "d.json")}
     assert rediscover(before, changed) is None
 
 
