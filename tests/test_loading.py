@@ -453,6 +453,17 @@ def test_a_copy_of_a_mirror_inside_the_bundles_folder_offers_its_records_bundles
         (copy / "pith").chmod(0o755)
 
 
+def test_a_folder_with_a_mirror_manifest_but_no_records_folder_is_walked_as_any_folder(tmp_path):
+    """Only the manifest *and* ``pith/`` make a folder a copy of a mirror: a folder holding bundles beside a file
+    that merely has the manifest's name (a download of one) keeps its bundles."""
+    for rel in ["sub/pith-mirrors.json", "sub/a.json", "sub/deeper/b.json"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("{}")
+    found, skipped = discover(tmp_path, sites=[])
+    assert [f.rel for f in found] == ["sub/a.json", "sub/deeper/b.json", "sub/pith-mirrors.json"]
+    assert skipped == []
+
+
 def test_rediscover_of_a_mirror_copy_follows_its_records(tmp_path, bundles_dir):
     first = tmp_path / "first"
     build(BuildOptions(bundles=bundles_dir, output=first, trust=load_trust_set(), search=False))
