@@ -31,6 +31,8 @@ def _changed(**fields) -> dict:
     ([], "must be a JSON object"),
     (_changed(key_id=""), "key_id missing"),
     (_changed(algorithm="rsa"), "unsupported algorithm"),
+    (_changed(algorithm=None), "unsupported algorithm None"),  # (stated as null: not the default left unsaid)
+    (_changed(algorithm="Ed25519"), "unsupported algorithm 'Ed25519'"),
     (_changed(public_key_hex="zz"), "is not hex"),
     (_changed(public_key_b64="***"), "is not base64"),
     (_changed(public_key_hex="00" * 32), "differ"),
