@@ -1,3 +1,4 @@
+import codecs
 import json
 import sys
 
@@ -51,6 +52,7 @@ def test_a_syntax_error_says_where_in_one_plain_phrase(raw, reason):
 @pytest.mark.parametrize("raw, reason", [
     (b"  \n", "empty file"),  # (white space alone: not json's "Expecting value")
     ('{"a": 1}'.encode("utf-16"), "UTF-16 byte-order mark; bundles are UTF-8"),
+    (codecs.BOM_UTF16_BE + '{"a": 1}'.encode("utf-16-be"), "UTF-16 byte-order mark; bundles are UTF-8"),
     ('{"a": 1}'.encode("utf-16-le"), "contains NUL bytes (UTF-16 or binary?); bundles are UTF-8"),  # (no mark)
     (b'{"a": ' + b"1" * 5000 + b"}", "integer " + "1" * 40 + "\u2026 is outside \u00b12^53"),  # (not Python's limit)
 ])
