@@ -232,6 +232,19 @@ def test_list_rows_come_from_the_cache_only_under_the_same_templates(project):
     assert "row kept since the edit" in (out / "papers" / "index.html").read_text()
 
 
+def test_the_cache_keeps_the_list_rows_of_the_records_shown_alone(project):
+    """A removed record's list row is not kept: the rows stored would otherwise grow with every record a
+    mirror ever showed."""
+    trust = both_keys()
+    out = project / "site"
+    build(opts(project, out, trust))
+    assert _plant_rows(project, b"<li>kept</li>\n") == 10
+    removed = sorted((project / "bundles").glob("*.json"))[0]
+    removed.unlink()
+    build(opts(project, out, trust))
+    assert _plant_rows(project, b"<li>kept</li>\n") == 9
+
+
 def test_a_planted_list_row_is_never_shown(project):
     """A row is HTML that list pages show as it is: one whose tag this user's builder did not make is rendered
     again from the verified record."""
