@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from site_builder.urls import credentials_left_out, is_url, linkable, unfetchable
+from site_builder.urls import credentials_left_out, is_url, linkable, on_resolver, unfetchable
 
 
 @pytest.mark.parametrize("text, said_to_be", [
@@ -51,3 +51,11 @@ def test_a_url_no_request_could_be_made_to_says_why(url, problem):
 def test_a_url_is_linkable_only_where_an_href_holds_it_as_it_stands(url, linked):
     """What the W3C validator accepts in an href, of http(s) URLs with a host a request could reach."""
     assert linkable(url) is linked
+
+
+@pytest.mark.parametrize("resolver_url", ["https://resolver.example/pith", "https://resolver.example/pith/"])
+@pytest.mark.parametrize("path", ["pith/ABC/bundle.json", "/pith/ABC/bundle.json"])
+def test_a_path_on_the_resolver_has_one_slash_between_them_however_either_is_written(resolver_url, path):
+    """site.toml may name the resolver with its closing "/" or without, and a page's links must not get a "//"
+    (a server may not take it for the same path)."""
+    assert on_resolver(resolver_url, path) == "https://resolver.example/pith/pith/ABC/bundle.json"
