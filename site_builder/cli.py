@@ -19,7 +19,14 @@ from site_builder import builder_identity
 from site_builder.build import BuildOptions, WorkerLostError, build, inspect_files
 from site_builder.inspection import Inspection, rejected
 from site_builder.keys import KeyFileError, load_trust_set
-from site_builder.loading import BundlesFolderError, InputFile, MirrorListingError, discover
+from site_builder.loading import (
+    BundlesFolderError,
+    BundlesFolderMissing,
+    InputFile,
+    MirrorListingError,
+    check_bundles_folder,
+    discover,
+)
 from site_builder.mirror_audit import audit_records, mirror_records
 from site_builder.options import SERVE_HOST, SERVE_PORT, BuildPolicy
 from site_builder.parallel import MAX_JOBS
@@ -245,6 +252,13 @@ NO_BUNDLES_FOLDER_HINT = ("name the folder of bundles with --bundles DIR, or fet
                           "site-builder pull")
 
 
+def _bundles_folder_unusable(exc: BundlesFolderError) -> int:
+    """Say why the bundles folder cannot be read (where there is none, where bundles come from)."""
+    hint = f"; {NO_BUNDLES_FOLDER_HINT}" if isinstance(exc, BundlesFolderMissing) else ""
+    say(f"error: {exc}{hint}", err=True)
+    return EXIT_USAGE
+
+
 def cmd_build(args, left_for_exit: list | None = None) -> int:
     if _settings_file_missing(args) or _templates_folder_missing(args):
         return EXIT_USAGE
@@ -268,9 +282,7 @@ def cmd_build(args, left_for_exit: list | None = None) -> int:
         with progress or contextlib.nullcontext():
             report = build(options)
     except BundlesFolderError as exc:
-        hint = "" if os.path.lexists(args.bundles) else f"; {NO_BUNDLES_FOLDER_HINT}"
-        say(f"error: {exc}{hint}", err=True)
-        return EXIT_USAGE
+        return _bundles_folder_unusable(exc)
     except (OutputError, SearchIndexError) as exc:
         say(f"error: {exc}", err=True)
         return EXIT_USAGE
@@ -452,10 +464,10 @@ def cmd_serve(args) -> int:
         return EXIT_USAGE
     if _settings_file_missing(args) or _templates_folder_missing(args):
         return EXIT_USAGE
-    if not args.bundles.is_dir():  # (said as a build says it)
-        what = "not a folder" if args.bundles.exists() else f"bundles folder does not exist; {NO_BUNDLES_FOLDER_HINT}"
-        say(f"error: {args.bundles}: {what}", err=True)
-        return EXIT_USAGE
+    try:
+        check_bundles_folder(args.bundles)  # (said as a build says it)
+    except BundlesFolderError as exc:
+        return _bundles_folder_unusable(exc)
     try:  # (an output folder that is not a site is not served, with a banner over it: it is no site of ours)
         OutputSlot(args.output).check_usable()
     except OutputError as exc:

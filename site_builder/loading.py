@@ -30,6 +30,10 @@ class BundlesFolderError(Exception):
     """The bundles folder itself is unusable (missing, not a folder, unreadable)."""
 
 
+class BundlesFolderMissing(BundlesFolderError):
+    """There is no bundles folder at that path (or a link to nothing): a first run, or a misspelt ``--bundles``."""
+
+
 class MirrorListingError(BundlesFolderError):
     """A mirror's ``pith/`` folder cannot be listed; *strerror* says why (a mirror found inside a folder being
     checked is then one rejection among its results, not the end of the check)."""
@@ -133,7 +137,7 @@ def discover(root: Path, folders: list[str] | None = None, leave_out: Sequence[P
     for path in leave_out:
         real = os.path.realpath(path)
         left_out.setdefault(os.path.basename(real), set()).add(real)
-    _check_bundles_folder(root)
+    check_bundles_folder(root)
     if is_mirror(Path(root)):
         return mirror_bundles(Path(root), folders)
     return _walk_bundles(Path(root), left_out, folders, sites)
@@ -214,12 +218,13 @@ def named_json(name: str) -> bool:
     return name[-5:].lower() == ".json"
 
 
-def _check_bundles_folder(root: Path) -> None:
-    """BundlesFolderError where *root* is no folder that can be listed."""
+def check_bundles_folder(root: Path) -> None:
+    """BundlesFolderError where *root* is no folder (BundlesFolderMissing: nothing there), or one this process may
+    not open (a folder on the way to it without search permission)."""
     try:
         st = os.stat(root)
     except FileNotFoundError:
-        raise BundlesFolderError(f"{root}: bundles folder does not exist") from None
+        raise BundlesFolderMissing(f"{root}: bundles folder does not exist") from None
     except OSError as exc:
         raise BundlesFolderError(f"{root}: cannot open bundles folder: {exc.strerror}") from None
     if not stat.S_ISDIR(st.st_mode):

@@ -139,31 +139,53 @@ def test_verify_works_on_all_cores_and_reports_in_order(tmp_path):
     assert [": ".join(line.split(": ")[:2]) for line in lines] == expected  # (a rejection's reason left out)
 
 
-def test_verify_of_a_folder_it_cannot_list_exits_2_with_one_line(tmp_path):
-    """A folder that exists but cannot be listed (no read permission): one line on stderr, nothing on stdout,
-    exit 2, and no file of another argument verified.  (Root may list any folder: the command runs in a child
-    process without that right, as a user does, its output sent to files.)"""
+def main_unprivileged(tmp_path: Path, *args: object) -> list[str]:
+    """[exit code, stdout, stderr] of the command line run in a child process without root's right to read and
+    search any folder, as a user runs it (its output sent to files)."""
     from site_builder.cli import main
 
-    refused = tmp_path / "refused"
-    refused.mkdir()
-    refused.chmod(0o300)
     said = {name: tmp_path / name for name in ("stdout", "stderr", "code")}
 
-    def verify() -> None:
+    def command() -> None:
         for fd, name in ((1, "stdout"), (2, "stderr")):
-            os.dup2(os.open(said[name], os.O_WRONLY | os.O_CREAT), fd)
+            os.dup2(os.open(said[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
         sys.stdout, sys.stderr = (open(fd, "w", closefd=False) for fd in (1, 2))
-        code = main(["verify", str(REAL_FILES[0]), str(refused)])
+        code = main([str(arg) for arg in args])
         sys.stdout.flush()
         sys.stderr.flush()
         said["code"].write_text(str(code))
+    run_unprivileged(command)
+    return [said[name].read_text() for name in ("code", "stdout", "stderr")]
+
+
+def test_verify_of_a_folder_it_cannot_list_exits_2_with_one_line(tmp_path):
+    """A folder that exists but cannot be listed (no read permission): one line on stderr, nothing on stdout,
+    exit 2, and no file of another argument verified."""
+    refused = tmp_path / "refused"
+    refused.mkdir()
+    refused.chmod(0o300)
     try:
-        run_unprivileged(verify)
+        said = main_unprivileged(tmp_path, "verify", REAL_FILES[0], refused)
     finally:
         refused.chmod(0o700)
-    assert [said[name].read_text() for name in ("code", "stdout", "stderr")] == [
-        "2", "", f"error: {refused}: cannot list bundles folder: Permission denied\n"]
+    assert said == ["2", "", f"error: {refused}: cannot list bundles folder: Permission denied\n"]
+
+
+def test_a_bundles_folder_this_user_may_not_open_is_one_line_for_build_and_serve(tmp_path):
+    """A bundles folder inside a folder without search permission: the same line from build and serve (serve
+    ended with a traceback), and no hint to name a folder or pull records, since there is one."""
+    locked = tmp_path / "locked"
+    (locked / "bundles").mkdir(parents=True)
+    locked.chmod(0o600)
+    try:
+        for command in ("build", "serve"):
+            said = main_unprivileged(tmp_path, command, "--bundles", locked / "bundles", "--output", tmp_path / "site",
+                                     "--no-search")
+            assert said == ["2", "", f"error: {locked / 'bundles'}: cannot open bundles folder: Permission denied\n"], \
+                command
+    finally:
+        locked.chmod(0o700)
+    assert not (tmp_path / "site").exists()
 
 
 def test_pull_into_a_bundles_path_that_is_a_file_exits_2_with_one_line(tmp_path):
