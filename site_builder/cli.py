@@ -26,6 +26,7 @@ from site_builder.loading import (
     MirrorListingError,
     check_bundles_folder,
     discover,
+    unlistable_folder,
 )
 from site_builder.mirror_audit import audit_records, mirror_records
 from site_builder.options import SERVE_HOST, SERVE_PORT, BuildPolicy
@@ -355,7 +356,8 @@ def _verify_items(path: Path, records: list[InputFile]) -> list[Inspection | Inp
             try:
                 held = mirror_records(path / rel)
             except MirrorListingError as exc:  # (as the walk reports a folder it cannot list)
-                items.append(rejected(str(path / rel / "pith"), "file_read", f"cannot list folder: {exc.strerror}"))
+                unlisted = unlistable_folder(str(path / rel / "pith"), exc.strerror)
+                items.append(rejected(unlisted.rel, unlisted.check, unlisted.reason))
                 continue
             if held is None:  # (a site without the mirror's layout: its JSON files, as in any folder)
                 items += _verify_items(path / rel, records)

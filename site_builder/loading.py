@@ -58,6 +58,12 @@ class SkippedFile:
     reason: str
 
 
+def unlistable_folder(rel: str, strerror: str | None) -> SkippedFile:
+    """A folder inside the bundles folder that cannot be listed: reported as a file the walk skipped, so that
+    its bundles are not left out in silence."""
+    return SkippedFile(rel, "file_read", f"cannot list folder: {strerror}")
+
+
 class FileReadError(Exception):
     def __init__(self, check: str, reason: str):
         super().__init__(reason)
@@ -166,7 +172,7 @@ def _walk_bundles(root: Path, left_out: dict[str, set[str]], folders: list[str] 
         except OSError as exc:
             if top:
                 raise BundlesFolderError(f"{folder}: cannot list bundles folder: {exc.strerror}") from None
-            skipped.append(SkippedFile(prefix.rstrip("/"), "file_read", f"cannot list folder: {exc.strerror}"))
+            skipped.append(unlistable_folder(prefix.rstrip("/"), exc.strerror))
             return None
         if not top and _taken_whole(folder, prefix, entries, sites, found, skipped, folders):
             return None
@@ -246,7 +252,7 @@ def _taken_whole(folder: Path, prefix: str, entries: list[os.DirEntry], sites: l
     try:
         more_found, more_skipped = mirror_bundles(folder, folders, prefix)
     except MirrorListingError as exc:
-        skipped.append(SkippedFile(prefix + "pith", "file_read", f"cannot list folder: {exc.strerror}"))
+        skipped.append(unlistable_folder(prefix + "pith", exc.strerror))
         return True
     found += more_found
     skipped += more_skipped
