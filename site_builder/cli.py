@@ -8,6 +8,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 import sys
 import time
 from dataclasses import replace
@@ -224,11 +225,26 @@ def _progress_bar(enabled: bool):
     return progress, update
 
 
+def _looked_up(path: Path) -> os.stat_result | str | None:
+    """The status of what *path* names (a link followed), None where nothing is there (or a link leads nowhere),
+    or why it cannot be looked at (a folder on the way this user may not search)."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
 def _settings_file_missing(args) -> bool:
-    """Whether the settings file named on the command line does not exist, said on stderr (the default one is
-    optional; a named one that is not there is a typo, not a wish for the defaults)."""
-    if args.settings != Path(SETTINGS_FILE) and not args.settings.exists():
-        say(f"error: {args.settings}: settings file does not exist", err=True)
+    """Whether the settings file named on the command line is not there, or cannot be looked at, said on stderr
+    (the default one is optional; a named one that is not there is a typo, not a wish for the defaults)."""
+    if args.settings == Path(SETTINGS_FILE):
+        return False
+    found = _looked_up(args.settings)
+    if found is None or isinstance(found, str):
+        what = "settings file does not exist" if found is None else f"cannot open the settings file: {found}"
+        say(f"error: {args.settings}: {what}", err=True)
         return True
     return False
 
@@ -236,16 +252,19 @@ def _settings_file_missing(args) -> bool:
 def _templates_folder_missing(args) -> bool:
     """Whether the templates folder named on the command line is not a folder, said on stderr (the default one
     is optional, as the settings file is)."""
-    if args.templates != Path("templates") and not args.templates.is_dir():
-        if args.templates.is_file():
-            what = "is a file, not a folder"
-        elif args.templates.exists():
-            what = "is not a folder"
-        else:
-            what = "is a link to nothing" if args.templates.is_symlink() else "does not exist"
-        say(f"error: {args.templates}: templates folder {what}", err=True)
-        return True
-    return False
+    if args.templates == Path("templates"):
+        return False
+    found = _looked_up(args.templates)
+    if isinstance(found, os.stat_result) and stat.S_ISDIR(found.st_mode):
+        return False
+    if isinstance(found, str):
+        what = f"cannot be opened: {found}"
+    elif found is None:
+        what = "is a link to nothing" if os.path.islink(args.templates) else "does not exist"
+    else:
+        what = "is a file, not a folder" if stat.S_ISREG(found.st_mode) else "is not a folder"
+    say(f"error: {args.templates}: templates folder {what}", err=True)
+    return True
 
 
 # What a first run in a project without bundles is told: where they come from.
@@ -272,7 +291,7 @@ def cmd_build(args, left_for_exit: list | None = None) -> int:
     except (KeyFileError, SettingsError) as exc:
         say(f"error: {exc}", err=True)
         return EXIT_USAGE
-    templates = args.templates if args.templates.is_dir() else None
+    templates = args.templates if os.path.isdir(args.templates) else None
     progress, update = _progress_bar(not args.quiet)
     options = BuildOptions(bundles=args.bundles, output=args.output, trust=trust, config=config, templates=templates,
                            about_file=about, static_dir=static, search=not args.no_search, deployed=args.live,
@@ -347,7 +366,7 @@ def _verify_items(path: Path, records: list[InputFile]) -> list[Inspection | Inp
     InputFile to verify, or an Inspection already (a file the folder listing skipped, and why).  A site this
     builder wrote inside the folder is checked as a mirror, its records going into *records*, as a build takes no
     bundle from it and its pages' JSON is no bundle."""
-    if path.is_dir() and not path.is_symlink():
+    if os.path.isdir(path) and not os.path.islink(path):
         sites: list[str] = []
         found, skipped = discover(path, sites=sites)
         items = [rejected(str(path / s.rel), s.check, s.reason) for s in skipped]
@@ -383,8 +402,13 @@ def cmd_verify(args) -> int:
     items: list[Inspection | InputFile] = []
     records: list[InputFile] = []  # of the folders that are mirrors (mirror_audit.py), checked after the rest
     for path in args.paths:
-        if not path.exists() and not path.is_symlink():
+        try:
+            os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
             say(f"error: {path}: no such file or folder", err=True)
+            return EXIT_USAGE
+        except OSError as exc:  # (a folder on the way this user may not search)
+            say(f"error: {path}: cannot open: {exc.strerror}", err=True)
             return EXIT_USAGE
         try:
             before = len(items) + len(records)

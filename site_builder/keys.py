@@ -114,8 +114,10 @@ KEY_FILE_MAX_BYTES = 1 << 20  # (a key is ~400 bytes)
 def load_key_file(path: Path) -> list[TrustedKey]:
     """The keys in the file *path*: a regular file of at most 1 MB (a link to one is followed: the user named it;
     a FIFO would be waited on for ever, /dev/zero read for ever)."""
-    if not os.path.exists(path):  # (nothing there, or a link that leads nowhere)
-        raise KeyFileError(f"{path}: cannot read: No such file or directory")
+    try:  # (nothing there, a link that leads nowhere, or a folder on the way this user may not search)
+        os.stat(path)
+    except OSError as exc:
+        raise KeyFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
         data = parse_strict(read_bytes(path, KEY_FILE_MAX_BYTES, follow_links=True))
     except FileReadError as exc:

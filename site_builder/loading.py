@@ -124,8 +124,10 @@ MIRROR_MANIFEST = "pith-mirrors.json"
 def is_mirror(folder: Path) -> bool:
     """Whether *folder* is laid out as a mirror (PITH_FORMAT.md §5): the mirror manifest at its top, and a
     ``pith/`` folder."""
-    return (not folder.is_symlink() and folder.is_dir() and (folder / "pith").is_dir()
-            and not (folder / "pith").is_symlink() and (folder / MIRROR_MANIFEST).is_file())
+    return (not os.path.islink(folder) and os.path.isdir(folder) and os.path.isdir(folder / "pith")
+            and not os.path.islink(folder / "pith") and os.path.isfile(folder / MIRROR_MANIFEST))
+    # (os.path's tests say False of what cannot be looked at, where Path's raise: a folder without search
+    # permission is then no mirror, and is reported as the walk finds it)
 
 
 def discover(root: Path, folders: list[str] | None = None, leave_out: Sequence[Path] = (),
@@ -235,6 +237,10 @@ def check_bundles_folder(root: Path) -> None:
         raise BundlesFolderError(f"{root}: cannot open bundles folder: {exc.strerror}") from None
     if not stat.S_ISDIR(st.st_mode):
         raise BundlesFolderError(f"{root}: not a folder")
+    try:  # (a folder that can be listed but not searched: each file in it would be rejected, and the site emptied)
+        os.stat(os.path.join(root, os.curdir))
+    except OSError as exc:
+        raise BundlesFolderError(f"{root}: cannot open bundles folder: {exc.strerror}") from None
 
 
 def _taken_whole(folder: Path, prefix: str, entries: list[os.DirEntry], sites: list[str] | None,

@@ -32,7 +32,7 @@ def mirror_records(folder: Path) -> list[InputFile] | None:
     a record's ``state.json`` is no bundle, and is checked as its state only where the record is known as one."""
     if is_mirror(folder):
         return [_record_file(folder / "pith" / pid, folder / "pith" / pid) for pid in mirror_record_ids(folder)]
-    if folder.is_symlink() or not folder.is_dir():  # (as ``is_mirror`` follows no link to a mirror)
+    if os.path.islink(folder) or not os.path.isdir(folder):  # (as ``is_mirror`` follows no link to a mirror)
         return None
     real = folder.resolve()
     if real.name == "pith" and is_mirror(real.parent):

@@ -128,7 +128,7 @@ class Site:
         self.live.base_path = config.base_path
         about, static = project_paths(o.settings, config)
         return BuildOptions(bundles=o.bundles, output=o.output, trust=load_trust_set(o.trusted_keys), config=config,
-                            templates=o.templates if o.templates.is_dir() else None,
+                            templates=o.templates if os.path.isdir(o.templates) else None,
                             about_file=about, static_dir=static, search=o.search,
                             policy=BuildPolicy(mp_context="forkserver", look_ahead=o.look_ahead),
                             session=ServeSession(self.store, defer_search=o.search and not self.index_next,

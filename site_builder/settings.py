@@ -151,8 +151,12 @@ _COUNTS = {"page_size": (1, 10_000), "search_shard_size": (1, 10_000_000), "sear
 def load_settings(path: Path) -> SiteConfig:
     """Read settings from *path* if it exists; unknown keys are an error (typos should not pass silently)."""
     config = SiteConfig()
-    if not path.exists():
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):  # (nothing there, or a link that leads nowhere)
         return config
+    except OSError as exc:  # (a folder on the way this user may not search)
+        raise SettingsError(f"{path}: cannot read: {exc.strerror}") from None
     try:  # (a regular file of at most 1 MB: a site.toml that a pull request makes a link to /dev/zero is no hang)
         # (a byte-order mark, as some editors on Windows save one, is taken off: TOML's parser refuses it)
         data = tomllib.loads(read_bytes(path, SETTINGS_MAX_BYTES, follow_links=True).decode("utf-8-sig"))

@@ -426,6 +426,14 @@ class OutputSlot:
             return []
 
     def check_usable(self) -> None:
+        """OutputError where the output folder is no place for the site (see the messages), or cannot be looked
+        at (a folder on the way this user may not search)."""
+        try:
+            self._check_usable()
+        except OSError as exc:
+            raise OutputError(f"{self.output}: cannot look at the output folder: {exc.strerror or exc}") from None
+
+    def _check_usable(self) -> None:
         outer = next((up for up in self.output.parents if is_builder_output(up)), None)
         if outer is not None:  # (its next build would find this folder in it, not its own, and stop)
             raise OutputError(f"{self.output}: inside {outer}, a site this builder wrote, which every build of it "

@@ -188,6 +188,37 @@ def test_a_bundles_folder_this_user_may_not_open_is_one_line_for_build_and_serve
     assert not (tmp_path / "site").exists()
 
 
+@pytest.mark.parametrize("command, named, said", [
+    (("build", "--templates", "{named}"), "templates", "templates folder cannot be opened: Permission denied"),
+    (("build", "--settings", "{named}"), "site.toml", "cannot open the settings file: Permission denied"),
+    (("build", "--trusted-keys", "{named}"), "key.json", "cannot read: Permission denied"),
+    (("build", "--output", "{named}"), "site", "cannot look at the output folder: Permission denied"),
+    (("serve", "--output", "{named}"), "site", "cannot look at the output folder: Permission denied"),
+    (("verify", "{named}"), "bundle.json", "cannot open: Permission denied"),
+])
+def test_a_path_in_a_folder_this_user_may_not_search_is_one_line_and_exit_2(tmp_path, command, named, said):
+    """Python's ``Path.exists()`` and ``is_dir()`` raise where a folder on the way cannot be searched: each of
+    these ended with a traceback, or said a key file that is there "No such file or directory"."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    if named in ("templates", "site"):
+        (locked / named).mkdir()
+    else:
+        (locked / named).write_text("{}")
+    locked.chmod(0o600)
+    args = [arg.replace("{named}", str(locked / named)) for arg in command]
+    if command[0] != "verify":
+        for option, value in (("--bundles", ROOT / "bundles"), ("--output", tmp_path / "out")):
+            if option not in args:
+                args += [option, str(value)]
+        args.append("--no-search")
+    try:
+        result = main_unprivileged(tmp_path, *args)
+    finally:
+        locked.chmod(0o700)
+    assert result == ["2", "", f"error: {locked / named}: {said}\n"]
+
+
 def test_pull_into_a_bundles_path_that_is_a_file_exits_2_with_one_line(tmp_path):
     """A usage error of pull (``PullError``): one line on stderr, nothing on stdout, exit 2, nothing fetched."""
     afile = tmp_path / "afile"

@@ -345,7 +345,8 @@ def test_prefetcher_reads_ahead_only_so_far_and_never_waits_on_a_fifo_or_follows
 
 def test_a_folder_that_cannot_be_listed_is_skipped_with_its_reason_unless_it_is_the_bundles_folder(tmp_path):
     """A subfolder the build may not list is one line (``file_read``) and the rest is found; the bundles folder
-    itself unlisted is an error: a build from it would publish an empty site in place of the last one."""
+    itself unlisted, or not to be entered, is an error: a build from it would publish an empty site in place of the
+    last one."""
     root = tmp_path / "bundles"
     (root / "locked").mkdir(parents=True)
     (root / "open").mkdir()
@@ -360,6 +361,9 @@ def test_a_folder_that_cannot_be_listed_is_skipped_with_its_reason_unless_it_is_
         assert skipped[0].reason == "cannot list folder: Permission denied"
         root.chmod(0o300)  # (entered, not listed)
         with pytest.raises(BundlesFolderError, match="cannot list bundles folder: Permission denied"):
+            discover(root)
+        root.chmod(0o600)  # (listed, not entered: every file in it would be rejected, and the site emptied)
+        with pytest.raises(BundlesFolderError, match="cannot open bundles folder: Permission denied"):
             discover(root)
     try:
         run_unprivileged(check)
