@@ -97,7 +97,7 @@ def parse_targets(items: list[str]) -> tuple[list[str], list[PullOutcome]]:
     bad: list[PullOutcome] = []
     for item in items:
         lines = [(item, item)]  # (where it is said, what it says)
-        if pith_id_of(item) is None and Path(item).is_file():
+        if pith_id_of(item) is None and _names_a_list(item):
             try:
                 text = Path(item).read_text("utf-8-sig")
             except (OSError, UnicodeDecodeError) as exc:
@@ -115,6 +115,17 @@ def parse_targets(items: list[str]) -> tuple[list[str], list[PullOutcome]]:
                 bad.append(PullOutcome(where.strip()[:200], "failed",
                                        "not a pith number, 26-character ID, record URL or list file"))
     return list(dict.fromkeys(ids)), bad
+
+
+def _names_a_list(item: str) -> bool:
+    """Whether the target *item* names a file (a list of records to read); PullError where a folder on its way
+    may not be searched (it may well be one).  A target too long to be a file name, or naming nothing, is none."""
+    try:
+        return stat.S_ISREG(os.stat(item).st_mode)
+    except PermissionError as exc:
+        raise PullError(f"{item}: cannot read list: {exc.strerror}") from None
+    except (OSError, ValueError):  # (ValueError: a NUL in it)
+        return False
 
 
 def bundle_url_pattern(base: str, fetcher: Fetcher) -> tuple[str, str | None]:

@@ -125,6 +125,29 @@ def test_a_list_file_that_is_not_text_stops_the_pull_naming_it(tmp_path):
         parse_targets([str(listed)])
 
 
+def test_a_target_too_long_for_a_file_name_is_one_failed_line_not_a_traceback():
+    """A target is looked for as a list file first: one longer than a file name may be ("File name too long")
+    ended the pull with a traceback."""
+    ids, bad = parse_targets(["x" * 5000, IDS[0]])
+    assert ids == [IDS[0]] and [(o.pith_id, o.status) for o in bad] == [("x" * 200, "failed")]
+
+
+def test_a_list_file_in_a_folder_this_user_may_not_search_stops_the_pull_naming_it(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "records.txt").write_text(f"{IDS[0]}\n")
+    locked.chmod(0o600)
+
+    def check() -> None:
+        with pytest.raises(PullError, match=f"^{re.escape(str(locked / 'records.txt'))}: cannot read list: "
+                                            f"Permission denied$"):
+            parse_targets([str(locked / "records.txt")])
+    try:
+        run_unprivileged(check)
+    finally:
+        locked.chmod(0o700)
+
+
 def test_tampered_bundle_is_not_written(tmp_path):
     b = json.loads(REAL[IDS[0]])
     b["links"]["resolver"] = "https://evil.example/"
