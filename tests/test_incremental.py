@@ -85,15 +85,15 @@ def test_serve_builds_drop_the_entries_of_records_that_are_gone(project):
     store.close()
 
 
-def in_a_category_of_its_own(bundle: Path, n: int) -> bytes:
-    """Another paper of *bundle*'s year, alone in category q-fin.CP, signed with the benchmark key."""
+def in_a_category_of_its_own(bundle: Path, n: int, category: str = "q-fin.CP") -> bytes:
+    """Another paper (number *n*) of *bundle*'s year, in *category* alone, signed with the benchmark key."""
     b = json.loads(bundle.read_bytes())
     source, meta = b["canonical_record"]["source"], b["canonical_record"]["metadata"]
     source["id"] = f"{source['id'][:5]}9{n:04d}"
-    meta.update(primary_cat="q-fin.CP", cross_cats_sorted=[])
+    meta.update(primary_cat=category, cross_cats_sorted=[])
     for event in b["events"]:
         if event["event_type"] == "graph_snapshot":
-            event["payload"]["graph_snapshot"]["paper"].update(primary_cat="q-fin.CP", cross_cats=[])
+            event["payload"]["graph_snapshot"]["paper"].update(primary_cat=category, cross_cats=[])
             event["payload"]["graph_snapshot"]["source"] = dict(source)
     return to_bytes(sign_bundle(b, benchmark_key()))
 
@@ -302,6 +302,22 @@ def test_one_change_rebuilds_only_that_record(project):
     mirrored = out / ".well-known" / "pith" / pith_id / "bundle.json"
     assert (out / "pith" / pith_id / "bundle.json").read_bytes() == new_bytes == mirrored.read_bytes()
     assert mirrored.samefile(out / "pith" / pith_id / "bundle.json")  # one file with two names, both new
+
+
+def test_the_categories_page_follows_their_counts_where_the_years_and_the_categories_stay(project):
+    """A record replaced by another of its year in another category the site has: no year's count changes and
+    no category comes or goes, but two categories' counts do, which the categories page shows."""
+    trust, bundles, out = both_keys(), project / "bundles", project / "site"
+    for n, category in enumerate(["q-fin.CP", "q-fin.CP", "q-fin.TR", "q-fin.TR"]):
+        (bundles / f"x{n}.json").write_bytes(in_a_category_of_its_own(bundles / "gen0.json", n, category))
+    build(opts(project, out, trust))
+    (bundles / "x1.json").write_bytes(in_a_category_of_its_own(bundles / "gen0.json", 9, "q-fin.TR"))
+    build(opts(project, out, trust))
+    build(opts(project, project / "clean", trust, use_cache=False))
+    assert tree(out) == tree(project / "clean")
+    shown = (out / "category" / "index.html").read_text()
+    count = r'</a>(?: <span class="cat-name">[^<]*</span>)? <span class="n">'
+    assert re.search(rf'>q-fin\.CP{count}1<', shown) and re.search(rf'>q-fin\.TR{count}3<', shown)
 
 
 @pytest.mark.parametrize("damage", ["old_version", "truncated", "garbage", "record_unit", "unit_path"])
