@@ -11,6 +11,7 @@ import os
 import stat
 import sys
 import time
+import traceback
 from dataclasses import replace
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from site_builder.terminal import printable
 from site_builder.writing import OutputError, OutputSlot
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERNAL = 70  # (sysexits' EX_SOFTWARE) the builder's own error: not 1, which a CI job takes for rejections
 EXIT_BROKEN_PIPE = 128 + 13  # (what a shell reports for a program SIGPIPE ended: its output's reader stopped)
 
 
@@ -551,6 +553,12 @@ def run() -> None:
         sys.stderr.flush()
     except BrokenPipeError:  # (``verify ... | head``: the reader stopped; end as a program SIGPIPE ends would)
         code = EXIT_BROKEN_PIPE
+    except Exception:  # (not a bad input, which is one line and exit 2 or a rejection: a bug of the builder's)
+        traceback.print_exc()
+        say("error: an internal error of site-builder (a bug, not a problem with your files): the traceback above "
+            "says where; please report it", err=True)
+        sys.stderr.flush()
+        code = EXIT_INTERNAL
     os._exit(code)
 
 

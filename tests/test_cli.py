@@ -747,6 +747,19 @@ def test_a_path_that_is_not_there_is_one_line_and_exit_2(bundles_dir, tmp_path):
         f"REJECTED {tmp_path / 'link.json'}: file_type: a symbolic link (not followed)"], r.stdout + r.stderr
 
 
+def test_a_bug_of_the_builder_is_a_traceback_one_line_and_exit_70_not_strict_modes_1(bundles_dir, tmp_path):
+    """An error no input explains (the builder's own) must not read as ``--strict``'s "a bundle was rejected"
+    to a CI job: exit 70 (sysexits' EX_SOFTWARE), the traceback, and a line saying what it is."""
+    planted = ("import sys, site_builder.cli as cli\n"
+               "def build(options):\n    raise RuntimeError('planted')\n"
+               "cli.build = build\ncli.run()\n")
+    r = subprocess.run([sys.executable, "-c", planted, "build", "--bundles", str(bundles_dir), "--output",
+                        str(tmp_path / "site"), "--strict"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 70 and r.stdout == "", r
+    assert "Traceback" in r.stderr and "RuntimeError: planted" in r.stderr
+    assert r.stderr.splitlines()[-1].startswith("error: an internal error of site-builder (a bug, not a problem with")
+
+
 def test_ctrl_c_during_a_command_is_one_line_and_exit_130(bundles_dir, tmp_path, monkeypatch, capsys):
     from site_builder import cli as cli_module
 
