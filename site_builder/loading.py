@@ -123,11 +123,10 @@ MIRROR_MANIFEST = "pith-mirrors.json"
 
 def is_mirror(folder: Path) -> bool:
     """Whether *folder* is laid out as a mirror (PITH_FORMAT.md §5): the mirror manifest at its top, and a
-    ``pith/`` folder."""
+    ``pith/`` folder.  (``os.path``'s tests say False of what cannot be looked at, where ``Path``'s raise: a
+    folder this user may not search is no mirror, and is reported as the walk finds it.)"""
     return (not os.path.islink(folder) and os.path.isdir(folder) and os.path.isdir(folder / "pith")
             and not os.path.islink(folder / "pith") and os.path.isfile(folder / MIRROR_MANIFEST))
-    # (os.path's tests say False of what cannot be looked at, where Path's raise: a folder without search
-    # permission is then no mirror, and is reported as the walk finds it)
 
 
 def discover(root: Path, folders: list[str] | None = None, leave_out: Sequence[Path] = (),
@@ -228,7 +227,7 @@ def named_json(name: str) -> bool:
 
 def check_bundles_folder(root: Path) -> None:
     """BundlesFolderError where *root* is no folder (BundlesFolderMissing: nothing there), or one this process may
-    not open (a folder on the way to it without search permission)."""
+    not enter (it, or a folder on the way to it, without search permission)."""
     try:
         st = os.stat(root)
     except FileNotFoundError:
