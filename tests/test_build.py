@@ -487,6 +487,11 @@ def test_every_path_a_build_writes_is_refused_to_static_files(bundles_dir, tmp_p
     assert [rel for rel in written if refused_static_path(rel) is None] == []
     # (nor a file standing where the site has a folder, nor a name a host would not serve as it is)
     assert all(refused_static_path(rel) for rel in [".well-known/pith", "pith", "sitemap-3.xml", "a/../b", "NUL"])
+    # (nor one in other letters: a host on a case-insensitive file system, as macOS's and Windows' are by default,
+    # serves it at the site's own path)
+    assert all(refused_static_path(rel) for rel in ["PITH/AAAAAAAAAAAAAAAAAAAAAAAAAA/bundle.json", "Index.html",
+                                                    ".Well-Known/Pith/AAAAAAAAAAAAAAAAAAAAAAAAAA/bundle.json",
+                                                    "Sitemap.XML"])
     assert not any(refused_static_path(rel) for rel in [".well-known/security.txt", "CNAME", "img/sitemap.xml"])
 
 
