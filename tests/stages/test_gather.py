@@ -167,3 +167,41 @@ def test_a_bundles_folder_with_no_bundle_file_is_warned_of(project, tmp_path):
                                f"lists no papers"]
     (project / "bundles" / "broken.json").write_text("{")
     assert gathered(opts(project, project / "site", both_keys()), tmp_path).warnings == []
+
+
+def test_a_static_file_refused_after_a_build_is_warned_of_by_the_next(project):
+    """A file put in the static folder where the site makes its own page (``index.html``, to override the home
+    page) is not copied, so the static files the site takes are unchanged: the next build must still not take
+    itself for a no-op, which would skip the warning and leave the report without it."""
+    static = project / "static"
+    static.mkdir()
+    (static / "CNAME").write_text("mirror.example.org\n")
+    build(opts(project, project / "site", both_keys(), static_dir=static))
+    (static / "index.html").write_text("<p>my own home page</p>\n")
+    report = build(opts(project, project / "site", both_keys(), static_dir=static))
+    said = "static/index.html: the site makes this path itself (override a page with a template instead); not copied"
+    assert report.changed and report.warnings == [said]
+    assert said in (project / "site" / "verification.json").read_text("utf-8")
+
+
+def test_the_fingerprint_follows_the_pagefind_that_makes_the_search_index(project, tmp_path):
+    """A site's search shards must all be made by one Pagefind (the search page's reads the others' indexes):
+    an upgraded one makes the next build no no-op."""
+    options = opts(project, project / "site", both_keys(), search=True)
+
+    def fingerprint(pagefind: str) -> str:
+        with opened_context(options, tmp_path, BuildReport(), lambda: pagefind) as ctx:
+            return gather(ctx).fingerprint
+    assert fingerprint("pagefind 1.3.0") == fingerprint("pagefind 1.3.0") != fingerprint("pagefind 1.4.0")
+
+
+def test_static_files_whose_names_differ_only_in_letter_case_are_one_file_copied(project):
+    """A case-insensitive host serves one file for both names: the first is copied, the other refused by name."""
+    static = project / "static"
+    (static / "img").mkdir(parents=True)
+    for name in ("LOGO.png", "Logo.png", "logo.png"):
+        (static / "img" / name).write_bytes(name.encode())
+    report = build(opts(project, project / "site", both_keys(), static_dir=static))
+    assert report.warnings == [f"static/img/{name}: differs from img/LOGO.png only in letter case (one file on a "
+                               f"case-insensitive host); not copied" for name in ("Logo.png", "logo.png")]
+    assert [p.name for p in (project / "site" / "img").iterdir()] == ["LOGO.png"]
