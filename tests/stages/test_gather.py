@@ -167,6 +167,9 @@ def test_a_bundles_folder_with_no_bundle_file_is_warned_of(project, tmp_path):
                                f"lists no papers"]
     (project / "bundles" / "broken.json").write_text("{")
     assert gathered(opts(project, project / "site", both_keys()), tmp_path).warnings == []
+    (project / "bundles" / "broken.json").unlink()
+    os.mkfifo(project / "bundles" / "pipe.json")  # (set aside as the folder is listed: no file to read at all)
+    assert gathered(opts(project, project / "site", both_keys()), tmp_path).warnings == []
 
 
 def test_a_static_file_refused_after_a_build_is_warned_of_by_the_next(project):
