@@ -742,9 +742,11 @@ def test_a_path_that_is_not_there_is_one_line_and_exit_2(bundles_dir, tmp_path):
         assert r.returncode == 2 and r.stderr.splitlines() == [
             f"error: {tmp_path / templates}: templates folder {what}"], r.stderr
     (tmp_path / "link.json").symlink_to(missing)
-    r = cli("verify", tmp_path / "link.json")
-    assert r.returncode == 1 and r.stdout.splitlines() == [
-        f"REJECTED {tmp_path / 'link.json'}: file_type: a symbolic link (not followed)"], r.stdout + r.stderr
+    (tmp_path / "linked").symlink_to(bundles_dir)  # (a link to a folder of bundles: not walked either)
+    for link in ("link.json", "linked"):
+        r = cli("verify", tmp_path / link)
+        assert r.returncode == 1 and r.stdout.splitlines() == [
+            f"REJECTED {tmp_path / link}: file_type: a symbolic link (not followed)"], r.stdout + r.stderr
 
 
 def test_a_bug_of_the_builder_is_a_traceback_one_line_and_exit_70_not_strict_modes_1(bundles_dir, tmp_path):
