@@ -19,7 +19,7 @@ from site_builder.cache_folder import CacheFolderUnsafe, make_private_folder, na
 from site_builder.cache_key import CacheKey, CacheKeyUnavailable, user_cache_key
 from site_builder.compiled_templates import CompiledTemplates
 from site_builder.incremental import IncrementalStore
-from site_builder.loading import stat_signature
+from site_builder.loading import FileReadError, read_bytes, stat_signature
 from site_builder.mirrors import MirrorLookups, MirrorRecord
 from site_builder.options import BuildOptions
 from site_builder.parallel import cpu_seconds
@@ -199,11 +199,20 @@ def check_folders_apart(options: BuildOptions, slot: OutputSlot) -> None:
                           f"every build copies into the site")
 
 
+# An about page is a few KB of Markdown; one from a pull request must not hold the build's memory (site.toml and
+# key files have the same bound).
+ABOUT_MAX_BYTES = 1 << 20
+
+
 def read_about(path: Path | None) -> str | None:
-    """The about page's Markdown, None where there is no such file; SettingsError where it is not UTF-8 text."""
-    if path is None or not path.is_file():
+    """The about page's Markdown, None where there is no such file; SettingsError where it cannot be read, is
+    over ``ABOUT_MAX_BYTES`` or is not UTF-8 text."""
+    if path is None or not os.path.isfile(path):
         return None
-    raw = path.read_bytes()
+    try:  # (a link is followed: ``settings.project_paths`` has made sure it stays inside the project)
+        raw = read_bytes(path, ABOUT_MAX_BYTES, follow_links=True)
+    except FileReadError as exc:
+        raise SettingsError(f"{path}: {exc.reason}") from None
     try:
         return raw.decode("utf-8-sig")  # (a byte-order mark, as some editors save one, is no text of the page)
     except UnicodeDecodeError as exc:

@@ -4,6 +4,7 @@ inputs and templates, and a context that holds the output's lock for the build's
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -17,9 +18,9 @@ from site_builder.build import build
 from site_builder.keys import load_trust_set
 from site_builder.options import BuildPolicy
 from site_builder.report import BuildReport
-from site_builder.settings import SiteConfig
-from site_builder.stages.context import (StageClock, build_key_of, default_cache_dir, digest_of, digests_under,
-                                         opened_context, read_about, source_date)
+from site_builder.settings import SettingsError, SiteConfig
+from site_builder.stages.context import (ABOUT_MAX_BYTES, StageClock, build_key_of, default_cache_dir, digest_of,
+                                         digests_under, opened_context, read_about, source_date)
 from site_builder.writing import OutputError
 
 
@@ -70,6 +71,18 @@ def test_the_about_page_is_read_without_a_byte_order_mark_and_is_none_where_no_f
     assert read_about(tmp_path / "about.md") == "# About\n"
     (tmp_path / "folder.md").mkdir()
     assert read_about(tmp_path / "folder.md") is None and read_about(tmp_path / "missing.md") is None
+
+
+def test_an_about_page_over_the_size_bound_is_one_line_naming_it(tmp_path):
+    """A pull request's about.md of a gigabyte would be read whole into the build's memory: one of exactly the
+    bound is read, one byte more is refused by its size, as site.toml is."""
+    about = tmp_path / "about.md"
+    about.write_bytes(b"# About\n" + b"x" * (ABOUT_MAX_BYTES - 8))
+    assert len(read_about(about)) == ABOUT_MAX_BYTES
+    about.write_bytes(about.read_bytes() + b"x")
+    with pytest.raises(SettingsError, match=f"^{re.escape(str(about))}: {ABOUT_MAX_BYTES + 1} bytes is over the "
+                                            f"{ABOUT_MAX_BYTES}-byte limit$"):
+        read_about(about)
 
 
 def test_the_source_date_is_part_of_the_build_key(project, monkeypatch):
