@@ -28,6 +28,7 @@ from site_builder.loading import (
     MirrorListingError,
     check_bundles_folder,
     discover,
+    status_of,
     unlistable_folder,
 )
 from site_builder.mirror_audit import audit_records, mirror_records
@@ -227,28 +228,19 @@ def _progress_bar(enabled: bool):
     return progress, update
 
 
-def _looked_up(path: Path) -> os.stat_result | str | None:
-    """The status of what *path* names (a link followed), None where nothing is there (or a link leads nowhere),
-    or why it cannot be looked at (a folder on the way this user may not search)."""
-    try:
-        return os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        return exc.strerror or str(exc)
-
-
 def _settings_file_missing(args) -> bool:
     """Whether the settings file named on the command line is not there, or cannot be looked at, said on stderr
     (the default one is optional; a named one that is not there is a typo, not a wish for the defaults)."""
     if args.settings == Path(SETTINGS_FILE):
         return False
-    found = _looked_up(args.settings)
-    if found is None or isinstance(found, str):
-        what = "settings file does not exist" if found is None else f"cannot open the settings file: {found}"
-        say(f"error: {args.settings}: {what}", err=True)
-        return True
-    return False
+    try:
+        if status_of(args.settings) is not None:
+            return False
+        what = "settings file does not exist"
+    except OSError as exc:
+        what = f"cannot open the settings file: {exc.strerror}"
+    say(f"error: {args.settings}: {what}", err=True)
+    return True
 
 
 def _templates_folder_missing(args) -> bool:
@@ -256,15 +248,17 @@ def _templates_folder_missing(args) -> bool:
     is optional, as the settings file is)."""
     if args.templates == Path("templates"):
         return False
-    found = _looked_up(args.templates)
-    if isinstance(found, os.stat_result) and stat.S_ISDIR(found.st_mode):
-        return False
-    if isinstance(found, str):
-        what = f"cannot be opened: {found}"
-    elif found is None:
-        what = "is a link to nothing" if os.path.islink(args.templates) else "does not exist"
+    try:
+        found = status_of(args.templates)
+    except OSError as exc:
+        what = f"cannot be opened: {exc.strerror}"
     else:
-        what = "is a file, not a folder" if stat.S_ISREG(found.st_mode) else "is not a folder"
+        if found is not None and stat.S_ISDIR(found.st_mode):
+            return False
+        if found is None:
+            what = "is a link to nothing" if os.path.islink(args.templates) else "does not exist"
+        else:
+            what = "is a file, not a folder" if stat.S_ISREG(found.st_mode) else "is not a folder"
     say(f"error: {args.templates}: templates folder {what}", err=True)
     return True
 
@@ -405,12 +399,12 @@ def cmd_verify(args) -> int:
     records: list[InputFile] = []  # of the folders that are mirrors (mirror_audit.py), checked after the rest
     for path in args.paths:
         try:
-            os.lstat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            say(f"error: {path}: no such file or folder", err=True)
-            return EXIT_USAGE
-        except OSError as exc:  # (a folder on the way this user may not search)
+            there = status_of(path, follow_links=False) is not None  # (a link is there: it is reported as one)
+        except OSError as exc:
             say(f"error: {path}: cannot open: {exc.strerror}", err=True)
+            return EXIT_USAGE
+        if not there:
+            say(f"error: {path}: no such file or folder", err=True)
             return EXIT_USAGE
         try:
             before = len(items) + len(records)

@@ -359,6 +359,16 @@ class Prefetcher:
                 os.close(fd)
 
 
+def status_of(path: Path | str, follow_links: bool = True) -> os.stat_result | None:
+    """The status of what *path* names, None where nothing is there (or a link leads nowhere); OSError where it
+    cannot be looked at (a folder on the way this user may not search, a name too long).  ``Path.exists()``
+    says False of some of these and raises for others."""
+    try:
+        return os.stat(path, follow_symlinks=follow_links)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
 def read_bytes(path: Path, max_bytes: int = DEFAULT_MAX_BYTES, follow_links: bool = False) -> bytes:
     """Read a regular file without following symlinks (unless *follow_links*: a file the user named, such as a
     key or settings file) or blocking on FIFOs; raise FileReadError."""

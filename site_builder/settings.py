@@ -9,7 +9,7 @@ from functools import cached_property
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from site_builder.loading import FileReadError, read_bytes
+from site_builder.loading import FileReadError, read_bytes, status_of
 from site_builder.records import NOT_SHOWN
 from site_builder.urls import RESOLVER, credentials_left_out, on_resolver, unfetchable
 
@@ -152,10 +152,9 @@ def load_settings(path: Path) -> SiteConfig:
     """Read settings from *path* if it exists; unknown keys are an error (typos should not pass silently)."""
     config = SiteConfig()
     try:
-        os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):  # (nothing there, or a link that leads nowhere)
-        return config
-    except OSError as exc:  # (a folder on the way this user may not search)
+        if status_of(path) is None:
+            return config
+    except OSError as exc:
         raise SettingsError(f"{path}: cannot read: {exc.strerror}") from None
     try:  # (a regular file of at most 1 MB: a site.toml that a pull request makes a link to /dev/zero is no hang)
         # (a byte-order mark, as some editors on Windows save one, is taken off: TOML's parser refuses it)
