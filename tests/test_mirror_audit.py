@@ -11,7 +11,7 @@ from conftest import REAL_FILES, both_keys, generated_bundles, opts, run_unprivi
 from site_builder.build import BuildOptions, build
 from site_builder.cli import main
 from site_builder.keys import load_trust_set
-from site_builder.loading import is_mirror
+from site_builder.loading import DEFAULT_MAX_BYTES, is_mirror
 from site_builder.mirror_audit import audit_records, mirror_records
 from site_builder.parallel import PARALLEL_THRESHOLD
 
@@ -115,10 +115,15 @@ def test_a_state_json_served_by_a_mirror_must_be_the_verified_bundles_state(mirr
     state["graph_snapshots"] = []
     first.write_text(json.dumps(state))
     second.write_bytes(b'{"a": 1, "a": 2}')
+    third = mirror / "pith" / IDS[2] / "state.json"
+    text = third.read_text()
+    assert '"available":true' in text
+    third.write_text(text.replace('"available":true', '"available":1', 1))  # (equal in Python, not in JSON)
     code, lines = verify(capsys, mirror)
     assert code == 1
     assert f"REJECTED {first}: state_json: not the state of the verified bundle beside it" in lines
     assert f"REJECTED {second}: state_json: not strict JSON: duplicate key 'a'" in lines
+    assert f"REJECTED {third}: state_json: not the state of the verified bundle beside it" in lines
     assert sum(line.startswith("OK ") for line in lines) == len(IDS)  # (the bundles themselves verify)
 
 
@@ -158,6 +163,19 @@ def test_each_record_folder_must_hold_its_own_bundle_at_both_paths(mirror):
     assert len(results) == 8  # (of a record whose bundle is rejected, nothing else is checked)
 
 
+def test_a_copy_or_state_over_the_size_bound_is_refused_unread(mirror):
+    """The bound on a bundle holds for a record's two other files: a mirror's 20 GB file is not read whole."""
+    copy = mirror / ".well-known" / "pith" / IDS[0] / "bundle.json"
+    state = mirror / "pith" / IDS[1] / "state.json"
+    for path in (copy, state):
+        path.unlink()
+        with open(path, "wb") as file:
+            file.truncate(DEFAULT_MAX_BYTES + 1)  # (sparse: nothing of it is on the disk)
+    results = {r.rel: (r.check, r.reason) for r in audit_records(mirror_records(mirror), load_trust_set())}
+    over = ("file_size", f"{DEFAULT_MAX_BYTES + 1} bytes is over the {DEFAULT_MAX_BYTES}-byte limit")
+    assert results[str(copy)] == results[str(state)] == over
+
+
 def test_only_a_mirror_its_pith_folder_or_a_records_folder_is_read_as_one(mirror, tmp_path):
     """Anything else is a folder of bundles, every JSON file in it read as one: a folder of one's own bundles
     named ``pith``, a short address's folder in a mirror (a page), or a link to a mirror's folder (as
@@ -168,7 +186,8 @@ def test_only_a_mirror_its_pith_folder_or_a_records_folder_is_read_as_one(mirror
     short = next(p for p in (mirror / "pith").iterdir() if len(p.name) == 8)
     link = tmp_path / "link"
     link.symlink_to(mirror / "pith")
-    assert [mirror_records(folder) for folder in (own, short, link)] == [None, None, None]
+    others = (mirror / "assets", mirror / ".well-known" / "pith")  # (a mirror's other folders, one named pith)
+    assert [mirror_records(folder) for folder in (own, short, link, *others)] == [None] * 5
     assert len(mirror_records(mirror / "pith")) == len(IDS)
 
 
