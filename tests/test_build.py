@@ -399,6 +399,7 @@ def test_an_output_inside_the_bundles_folder_is_not_read_back_as_input(bundles_d
         assert sorted(o.inspection.rel for o in report.outcomes) == sorted(
             [p.name for p in bundles_dir.iterdir()] + [f"notes/{output_name}/x.json"])
         assert report.count("published") == 4 and report.count("superseded") == 0
+        assert report.warnings == []  # (the build's own output is not another site inside the bundles folder)
 
 
 def test_a_bundle_deleted_does_not_come_back_from_an_earlier_site_inside_the_bundles_folder(bundles_dir, tmp_path):

@@ -46,11 +46,13 @@ def test_a_sitewide_partial_sees_the_sites_globals_and_no_pages_values(tmp_path)
     renderer = SiteRenderer(SiteConfig(title="Mirror"), template_dirs(tmp_path), TRUST, True)
     with pytest.raises(jinja2.UndefinedError, match="'p' is undefined"):
         renderer.render_text("page.html", p={"title": "First"})
-    (tmp_path / "_header.html").write_text("{{ site.title }} {{ url('papers/') }}")
+    (tmp_path / "_header.html").write_text("<h1>{{ site.title }}</h1> {{ url('papers/') }}")
+    (tmp_path / "headed.html").write_text("{{ sitewide('_header.html') }}")
     for once in (True, False):
         renderer = SiteRenderer(SiteConfig(title="A & B"), template_dirs(tmp_path), TRUST, True, sitewide_once=once)
         sitewide = renderer.env.globals["sitewide"]
-        assert sitewide("_header.html") == "A &amp; B /papers/"
+        assert sitewide("_header.html") == "<h1>A &amp; B</h1> /papers/"
+        assert renderer.render_text("headed.html") == "<h1>A &amp; B</h1> /papers/"  # (its markup not escaped again)
         assert (sitewide("_header.html") is sitewide("_header.html")) is once  # (kept, or rendered each time)
 
 
