@@ -193,6 +193,10 @@ class StagingTree:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
+        except OSError as exc:  # (os.write names no file: a full disk's error line says which it was writing)
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, self.path_for(rel)) from None
         finally:
             os.close(fd)
 

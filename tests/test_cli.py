@@ -1,5 +1,6 @@
 """The command line as a user runs it: a real subprocess, real exit codes and messages."""
 
+import errno
 import json
 import os
 import queue
@@ -15,6 +16,7 @@ import pytest
 
 from conftest import REAL_FILES, ROOT, free_port, run_unprivileged, stand_in_pagefind
 from signing import TestKey, sign_bundle, to_bytes
+from site_builder import cli as cli_module
 from site_builder.cli import NO_BUNDLES_FOLDER_HINT
 from site_builder.parallel import MAX_JOBS
 
@@ -485,11 +487,6 @@ def test_serve_on_a_host_that_is_no_host_name_is_one_line(bundles_dir, tmp_path)
 def test_a_full_disk_is_one_line_and_the_previous_site_stays(bundles_dir, tmp_path, monkeypatch, capsys):
     """An I/O error while writing (here the disk filling up) ends the build with one line naming the file; the
     previous site is as it was and no staging tree is left behind."""
-    import errno
-
-    from site_builder import cli as cli_module
-    from site_builder.writing import StagingTree
-
     out = tmp_path / "site"
     args = ["build", "--bundles", str(bundles_dir), "--output", str(out), "--no-search", "--no-cache"]
     assert cli_module.main(args) == 0
@@ -497,9 +494,9 @@ def test_a_full_disk_is_one_line_and_the_previous_site_stays(bundles_dir, tmp_pa
     (bundles_dir / REAL_FILES[0].name).write_bytes(to_bytes(sign_bundle(json.loads(REAL_FILES[0].read_bytes()),
                                                                          TestKey())))  # a change to write
 
-    def full(self, rel, chunks):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path_for(rel))
-    monkeypatch.setattr(StagingTree, "write_chunks", full)
+    def full(fd, data):  # (as the disk says it: no file named)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "write", full)
     capsys.readouterr()
     assert cli_module.main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -513,8 +510,6 @@ def test_a_full_disk_is_one_line_and_the_previous_site_stays(bundles_dir, tmp_pa
 def test_a_template_that_fails_as_it_runs_is_one_line_naming_its_file_and_line(bundles_dir, tmp_path, capsys):
     """A typo in a template of the user's (a name that is not defined) stops the build with one line naming
     the template's file and line, and the site in the output is kept."""
-    from site_builder import cli as cli_module
-
     (tmp_path / "templates").mkdir()
     out = tmp_path / "site"
     args = ["build", "--bundles", str(bundles_dir), "--output", str(out), "--no-search",
@@ -536,8 +531,6 @@ def test_a_project_file_that_is_not_utf8_is_one_line_naming_it_and_the_site_is_k
     """The about page and the templates are read as UTF-8 text: one that is not (saved in Latin-1, say) stops
     the build with one line naming the file and the first bad byte, and the site in the output is kept (it
     stopped the build with a UnicodeDecodeError's traceback)."""
-    from site_builder import cli as cli_module
-
     (tmp_path / "site.toml").write_text('title = "Mirror"\n')
     (tmp_path / "templates").mkdir()
     out = tmp_path / "site"
@@ -569,8 +562,6 @@ def test_a_build_without_a_full_base_url_says_once_that_a_deploy_should_set_one(
 def test_a_build_says_why_it_linked_no_twin(bundles_dir, tmp_path, free_inodes, capsys):
     """Where the output's file system is short of inodes (tmpfs counts hard links) the build links no twin and
     says so in one line, unless --quiet; with room, it says nothing of it."""
-    from site_builder import cli as cli_module
-
     free_inodes["count"] = 100
     for name, flags, said in [("a", [], True), ("b", ["--quiet"], False)]:
         args = ["build", "--bundles", str(bundles_dir), "--output", str(tmp_path / name), "--no-search", *flags]
@@ -607,8 +598,6 @@ def test_a_file_put_in_the_output_is_one_line_naming_it_escaped_and_exit_2(bundl
 def test_an_output_whose_folders_are_missing_is_made_with_them(bundles_dir, tmp_path, cache):
     """``--output`` may name a folder whose parents do not exist yet (a fresh CI runner's ``public/site``): they
     are made, with the cache beside them or without one (``--no-cache``: nothing else makes them)."""
-    from site_builder import cli as cli_module
-
     out = tmp_path / "new" / "deeper" / "site"
     args = ["build", "--bundles", str(bundles_dir), "--output", str(out), "--no-search",
             *([] if cache else ["--no-cache"])]
@@ -763,8 +752,6 @@ def test_a_bug_of_the_builder_is_a_traceback_one_line_and_exit_70_not_strict_mod
 
 
 def test_ctrl_c_during_a_command_is_one_line_and_exit_130(bundles_dir, tmp_path, monkeypatch, capsys):
-    from site_builder import cli as cli_module
-
     def interrupted(options):
         raise KeyboardInterrupt
     monkeypatch.setattr(cli_module, "build", interrupted)
@@ -776,7 +763,6 @@ def test_ctrl_c_during_a_command_is_one_line_and_exit_130(bundles_dir, tmp_path,
 def test_serve_without_flags_listens_where_serve_options_say(tmp_path, monkeypatch):
     """The command line and ``ServeOptions`` name one host, port and search default (options.py), so that a
     library user and the command line serve alike."""
-    from site_builder import cli as cli_module
     from site_builder import serving
 
     import signal
