@@ -462,6 +462,25 @@ def test_a_tree_beside_the_site_that_others_may_write_to_is_not_brought_up_to_da
     assert run().reuse_note.startswith(f"{prev}: ")  # beside it is the one made writable above, and says so)
 
 
+def test_a_link_planted_as_the_tree_beside_is_no_tree_of_the_builders(bundles_dir, tmp_path):
+    """A link at ``.site.prev``, even to a site the cache knows (the live one), is not the tree beside: the build
+    writes a fresh tree, says nothing of others writing to it (it is no tree to reuse), and the link is removed,
+    not what it leads to."""
+    from site_builder.writing import OutputSlot
+    out = tmp_path / "site"
+    run = _builds(bundles_dir, out)
+    run()
+    prev = OutputSlot(out).prev
+    shutil.rmtree(prev, ignore_errors=True)
+    prev.symlink_to(out)
+    (bundles_dir / REAL_FILES[3].name).unlink()
+    report = run()
+    assert report.changed and report.reuse_note == ""
+    assert not prev.is_symlink() and (out / "verification.json").is_file()
+    run(output=tmp_path / "clean", use_cache=False)
+    assert tree(out) == tree(tmp_path / "clean")
+
+
 def test_a_link_planted_where_a_new_record_goes_fails_that_build_only(bundles_dir, tmp_path):
     """A link where the tree beside will get a new record's folder: the build stops with one line naming it,
     writes nothing through it and leaves the site as it was; the next build writes a fresh tree."""
