@@ -184,10 +184,11 @@ def test_only_a_mirror_its_pith_folder_or_a_records_folder_is_read_as_one(mirror
     own.mkdir()
     (own / "a.json").write_bytes(REAL_FILES[0].read_bytes())
     short = next(p for p in (mirror / "pith").iterdir() if len(p.name) == 8)
-    link = tmp_path / "link"
+    link, whole = tmp_path / "link", tmp_path / "whole"
     link.symlink_to(mirror / "pith")
+    whole.symlink_to(mirror)
     others = (mirror / "assets", mirror / ".well-known" / "pith")  # (a mirror's other folders, one named pith)
-    assert [mirror_records(folder) for folder in (own, short, link, *others)] == [None] * 5
+    assert [mirror_records(folder) for folder in (own, short, link, whole, *others)] == [None] * 6
     assert len(mirror_records(mirror / "pith")) == len(IDS)
 
 
