@@ -53,11 +53,12 @@ class TestKey:
 
 def sign_bundle(bundle: dict, key: TestKey, *, claim_key_id: str | None = None, claim_fingerprint: str | None = None,
                 embed: dict | None = None, keep_state: bool = False, keep_subject: bool = False,
-                keep_receipt: bool = False) -> dict:
+                keep_receipt: bool = False, keep_aliases: bool = False) -> dict:
     """Re-derive every hash of *bundle* and sign everything with *key*.
 
     claim_key_id / claim_fingerprint let an attacker key pretend to be another key;
-    embed replaces the embedded public_keys entry; keep_receipt leaves the record_created receipt as it is.
+    embed replaces the embedded public_keys entry; keep_receipt leaves the record_created receipt as it is, and
+    keep_aliases the source aliases.
     """
     b = copy.deepcopy(bundle)
     key_id = claim_key_id or key.key_id
@@ -73,7 +74,7 @@ def sign_bundle(bundle: dict, key: TestKey, *, claim_key_id: str | None = None, 
     src = b["source"]
     values = {"arxiv": src["id"], "arxiv_version": f"{src['id']}v{src['version']}", "doi": f"10.48550/arxiv.{src['id']}",
               "pith_short_8": pith_id[:8], "pith_short_12": pith_id[:12], "pith_short_16": pith_id[:16]}
-    for alias in b["source_aliases"]:
+    for alias in b["source_aliases"] if not keep_aliases else ():
         if alias["alias_kind"] in values:
             alias["alias_value"] = values[alias["alias_kind"]]
     for event in b["events"]:

@@ -93,6 +93,10 @@ MORE_TAMPERS = {
         "source"].update(id="nul.AG/0601001")),
     "a category in another case": ("identifiers", lambda b: b["canonical_record"]["metadata"].update(
         primary_cat="cs.lg")),
+    "a built_at with a decimal point and no fraction": ("structure", lambda b: b.update(
+        built_at=b["built_at"].replace("Z", ".Z"))),
+    # (a regular expression's $ allows a line break after it: the ID becomes a folder name and a page's text)
+    "a pith number with a line break after it": ("identifiers", lambda b: b.update(pith_number=b["pith_number"] + "\n")),
     # (a decoder that skipped what is not base64 would read the same signature: one signed bundle, many files)
     "a signature with a character that is not base64": ("bundle_signature", lambda b: b["bundle_signature"].update(
         signature_b64=b["bundle_signature"]["signature_b64"][:20] + "*" + b["bundle_signature"]["signature_b64"][20:])),
@@ -315,6 +319,19 @@ def test_bundle_signed_by_trusted_test_key_passes_and_real_key_does_not_count(re
     assert verify_bundle(signed, trust).first_failure is None
     assert verify_bundle(signed, pinned).first_failure.name == "key_pinned"
     assert verify_bundle(json.loads(REAL_FILES[0].read_bytes()), trust).first_failure.name == "key_pinned"
+
+
+def test_an_alias_in_other_letters_is_the_same_alias(real_bundle):
+    """A DOI is case-insensitive (DataCite writes arXiv's as 10.48550/arXiv.<id>): in other letters it is
+    consistent with the record, where another value is not (TAMPERS)."""
+    key = TestKey()
+    trust = TrustSet((key_from_document(key.document()),))
+    doi = next(a for a in real_bundle["source_aliases"] if a["alias_kind"] == "doi")
+    doi["alias_value"] = doi["alias_value"].replace("arxiv", "arXiv")
+    assert "arXiv" in doi["alias_value"]
+    assert verify_bundle(sign_bundle(real_bundle, key, keep_aliases=True), trust).first_failure is None
+    doi["alias_value"] = doi["alias_value"].replace(".", ":")
+    assert verify_bundle(sign_bundle(real_bundle, key, keep_aliases=True), trust).first_failure.name == "aliases"
 
 
 def test_title_hash_mismatch_is_a_warning_not_a_rejection(real_bundle):
