@@ -96,7 +96,8 @@ MORE_TAMPERS = {
     "a built_at with a decimal point and no fraction": ("structure", lambda b: b.update(
         built_at=b["built_at"].replace("Z", ".Z"))),
     # (a regular expression's $ allows a line break after it: the ID becomes a folder name and a page's text)
-    "a pith number with a line break after it": ("identifiers", lambda b: b.update(pith_number=b["pith_number"] + "\n")),
+    "a pith number with a line break after it": ("identifiers", lambda b: b.update(
+        pith_number=b["pith_number"] + "\n")),
     # (a decoder that skipped what is not base64 would read the same signature: one signed bundle, many files)
     "a signature with a character that is not base64": ("bundle_signature", lambda b: b["bundle_signature"].update(
         signature_b64=b["bundle_signature"]["signature_b64"][:20] + "*" + b["bundle_signature"]["signature_b64"][20:])),
