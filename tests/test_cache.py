@@ -260,6 +260,23 @@ def test_forged_passed_rows_with_matching_stat_rows_publish_nothing(trust_projec
     assert_as_without_cache(trust_project, result, strict=True)
 
 
+def test_documents_stored_as_text_under_their_genuine_tags_change_nothing(trust_project):
+    """Whoever may write the cache file, with no key, can still change what type a row holds: a document's bytes
+    stored as TEXT keep their tag (the same bytes).  The build neither stops nor publishes otherwise: it leaves
+    the site a build without a cache leaves (such a document is none)."""
+    assert cli_build(trust_project, "--strict").returncode == 1
+    wait_for_saver(trust_project)
+    db = sqlite3.connect(cache_folder(trust_project) / "cache.sqlite")
+    changed = db.execute("UPDATE documents SET data = CAST(data AS TEXT)").rowcount
+    db.execute("DELETE FROM meta WHERE key LIKE 'quick%'")  # (the no-op answer: another test's)
+    db.commit()
+    assert changed > 0
+    assert db.execute("SELECT count(*) FROM documents WHERE typeof(data) != 'text'").fetchone() == (0,)
+    db.close()
+    result = cli_build(trust_project, "--strict")
+    assert_as_without_cache(trust_project, result, strict=True)
+
+
 def _plant_no_op_answer(trust_project: Path, tags: str) -> None:
     """The last build's no-op answer (its outcomes, for inputs and an output as they are now) changed to say the
     forgery was published, tagged as *tags* says."""
