@@ -503,6 +503,10 @@ def test_markdown_fields_render_safely():
                  "[x](java%0ascript:alert(1))", "[x](&#106;avascript:alert(1))", "<a href='javascript:x'>x</a>"):
         for html in (md.render(evil).lower(), own.render(evil).lower()):
             assert "<script" not in html and "<a " not in html, (evil, html)
+    # A scheme is the same in any letters (RFC 3986): a mail or web link written in capitals stays a link.
+    capitals = "[a](MAILTO:a@b.org) [b](Https://example.org/)"
+    assert md.render(capitals) == own.render(capitals) == (
+        '<p><a href="MAILTO:a@b.org">a</a> <a href="Https://example.org/">b</a></p>\n')
     # An image in a bundle's text is a link to it, never loaded; the site's own about page may show one.
     assert md.render("![pixel](https://tracker.example/p.png)") == \
         '<p>!<a href="https://tracker.example/p.png">pixel</a></p>\n'
