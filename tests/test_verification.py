@@ -95,7 +95,7 @@ MORE_TAMPERS = {
         primary_cat="cs.lg")),
     "a built_at with a decimal point and no fraction": ("structure", lambda b: b.update(
         built_at=b["built_at"].replace("Z", ".Z"))),
-    # (a regular expression's $ allows a line break after it: the ID becomes a folder name and a page's text)
+    # (a regular expression's $ allows a line break after it: the identifiers check must refuse it, not a later one)
     "a pith number with a line break after it": ("identifiers", lambda b: b.update(
         pith_number=b["pith_number"] + "\n")),
     # (a decoder that skipped what is not base64 would read the same signature: one signed bundle, many files)
