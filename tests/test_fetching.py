@@ -121,6 +121,23 @@ def test_a_server_that_cannot_be_reached_is_tried_again_with_a_wait_between_trie
         Fetcher(**{**FAST, "retries": 0}, sleep=waits.append).get(f"http://127.0.0.1:{port}/b", {})
 
 
+@pytest.mark.parametrize("certificate", ["from an authority not trusted", "for another host"])
+def test_a_certificate_that_does_not_verify_fails_at_once_and_is_not_tried_again(tmp_path, monkeypatch,
+                                                                                 certificate):
+    """A certificate that does not verify is the same on every try: the request fails at once, with no retry and
+    no wait, and the host counts as unreachable (the caller asks it no more)."""
+    tls = https_certificate(tmp_path, monkeypatch, **(
+        {"trusted": False} if certificate.startswith("from") else {"certified_for": "other.example"}))
+    s = ScriptedServer()
+    s.add("/b", {"body": b"{}"})
+    waits = []
+    with running(s, tls) as url:
+        assert url.startswith("https://")
+        with pytest.raises(Unreachable, match="CERTIFICATE_VERIFY_FAILED"):
+            Fetcher(**{**FAST, "retries": 3}, sleep=waits.append).get(f"{url}/b", {})
+    assert waits == [] and s.requests == []
+
+
 def test_a_server_that_answers_every_try_with_an_error_is_no_unreachable_host():
     """An error status, or an answer cut off, is an answer: the host is there, and its next path may be served."""
     s = ScriptedServer()
