@@ -32,6 +32,16 @@ BUNDLES = ROOT / "bundles"
 VECTORS = ROOT / "tests" / "vectors"
 REAL_FILES = sorted(BUNDLES.glob("*.json"))
 
+
+def record_id(bundle: bytes | dict | Path) -> str:
+    """The 26-character ID of a bundle's record (the last part of its pith number), from its bytes, its parsed
+    JSON or its file: the name the site gives the record's folder, ``pith/<ID>/``."""
+    if isinstance(bundle, Path):
+        bundle = bundle.read_bytes()
+    if isinstance(bundle, (bytes, str)):
+        bundle = json.loads(bundle)
+    return bundle["pith_number"].rsplit(":", 1)[1]
+
 # A suite started in the background (``pytest &``) inherits SIGINT ignored, and so would every serve it starts: the
 # tests stop serve as a user does, with Ctrl-C's signal, which a terminal delivers.  Python's own handler here is
 # reset to the default in each child at exec, so serve stops on it as it does for the user.
@@ -425,7 +435,7 @@ def recording_writers(monkeypatch, fail_at: str | None = None) -> list[tuple[str
 
 # --- An HTTP server that answers as a test scripts it (pull and its HTTP client) ---------------------------------
 
-REAL_BY_ID = {json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1]: p.read_bytes() for p in REAL_FILES}
+REAL_BY_ID = {record_id(p): p.read_bytes() for p in REAL_FILES}
 QUICK_RETRIES = dict(timeout=1.0, retries=3, backoff=0.05)  # (a Fetcher's, for tests that wait out its tries)
 
 

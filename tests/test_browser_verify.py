@@ -11,12 +11,12 @@ from site_builder.canonical import canon
 from site_builder.keys import load_trust_set
 
 from browser import chromium, new_page, serve
-from conftest import REAL_FILES, ROOT
+from conftest import REAL_FILES, ROOT, record_id
 
 pytestmark = pytest.mark.slow  # (headless Chromium)
 
 REAL = [json.loads(p.read_bytes()) for p in REAL_FILES]
-IDS = [b["pith_number"].rsplit(":", 1)[1] for b in REAL]
+IDS = [record_id(b) for b in REAL]
 
 
 def edge_values(seed: int = 11, count: int = 150) -> list:
@@ -141,7 +141,7 @@ def signed_here(tmp_path_factory):
     (root / "bundles" / "r.json").write_bytes(to_bytes(b))
     build(BuildOptions(bundles=root / "bundles", output=root / "site", search=False,
                        trust=load_trust_set([key.write(root / "k.json")])))
-    return root / "site", b["pith_number"].rsplit(":", 1)[1], key, b
+    return root / "site", record_id(b), key, b
 
 
 def _subject_elsewhere(b, key):
@@ -289,7 +289,7 @@ def site_with_claims(tmp_path_factory):
     (root / "bundles").mkdir()
     (root / "bundles" / "r.json").write_bytes(to_bytes(sign_bundle(b, key)))
     build(BuildOptions(bundles=root / "bundles", output=root / "site", trust=trust, search=False))
-    pith_id = json.loads((root / "bundles" / "r.json").read_bytes())["pith_number"].rsplit(":", 1)[1]
+    pith_id = record_id((root / "bundles" / "r.json"))
     return root / "site", pith_id
 
 
@@ -331,7 +331,7 @@ def test_a_record_whose_cross_lists_repeat_shows_and_checks_each_category_once(t
     (tmp_path / "bundles").mkdir()
     (tmp_path / "bundles" / "r.json").write_bytes(to_bytes(sign_bundle(b, key)))
     build(BuildOptions(bundles=tmp_path / "bundles", output=tmp_path / "site", trust=trust, search=False))
-    pith_id = json.loads((tmp_path / "bundles" / "r.json").read_bytes())["pith_number"].rsplit(":", 1)[1]
+    pith_id = record_id((tmp_path / "bundles" / "r.json"))
     site = tmp_path / "site"
     listing = (site / "category" / "math.CO" / "index.html").read_text("utf-8")
     assert listing.count(f'href="/pith/{pith_id}/"') == 1

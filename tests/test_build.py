@@ -20,7 +20,7 @@ from site_builder.options import BuildPolicy
 from site_builder.serving import Site
 from site_builder.settings import SiteConfig
 
-from conftest import REAL_FILES, ROOT, build_options, tree
+from conftest import REAL_FILES, ROOT, build_options, record_id, tree
 from signing import TestKey, sign_bundle, snapshot_of, to_bytes, with_paper
 
 
@@ -34,7 +34,7 @@ def test_output_tree_of_the_example_bundles(bundles_dir, tmp_path):
     assert report.count("published") == 4 and report.count("rejected") == 0
     for path in REAL_FILES:
         raw = path.read_bytes()
-        pith_id = json.loads(raw)["pith_number"].rsplit(":", 1)[1]
+        pith_id = record_id(raw)
         assert (out / "pith" / pith_id / "bundle.json").read_bytes() == raw
         assert (out / ".well-known" / "pith" / pith_id / "bundle.json").read_bytes() == raw
         assert (out / ".well-known" / "pith" / pith_id / "bundle.json").samefile(out / "pith" / pith_id / "bundle.json")
@@ -53,7 +53,7 @@ def test_output_tree_of_the_example_bundles(bundles_dir, tmp_path):
     assert mirrors["mirrors"][0]["public_key"]["public_key_hex"] == key["public_key_hex"]
     # A client (pull, another mirror) following the manifest's patterns for a record gets that record's files.
     raw = REAL_FILES[0].read_bytes()
-    pith_id = json.loads(raw)["pith_number"].rsplit(":", 1)[1]
+    pith_id = record_id(raw)
     for pattern, expected in (("bundle_pattern", raw), ("well_known_pattern", raw),
                               ("state_pattern", resolver_json(json.loads(raw)["state"]))):
         path = mirrors["mirrors"][0][pattern].replace("{suffix}", pith_id)
@@ -135,7 +135,7 @@ def test_a_home_page_says_what_it_has_and_offers_a_search_its_own_records_answer
     home = (tmp_path / "site" / "index.html").read_text()
     newest = max((json.loads(p.read_bytes()) for p in REAL_FILES),
                  key=lambda b: b["canonical_record"]["metadata"]["submitted_at"])
-    example = f'placeholder="e.g. {newest["source"]["id"]} or pith:{newest["pith_number"].rsplit(":", 1)[1][:8]}"'
+    example = f'placeholder="e.g. {newest["source"]["id"]} or pith:{record_id(newest)[:8]}"'
     assert example in home and 'class="empty"' not in home and "Most recent papers" in home
 
 
@@ -149,7 +149,7 @@ def test_rejected_bundle_leaves_no_trace_and_others_build(bundles_dir, tmp_path)
     assert report.count("published") == 3
     [bad] = report.rejected
     assert bad.inspection.check == "event_hash"
-    pith_id = b["pith_number"].rsplit(":", 1)[1]
+    pith_id = record_id(b)
     assert not (out / "pith" / pith_id).exists()
     assert not (out / ".well-known" / "pith" / pith_id).exists()
     for rel, data in tree(out).items():
@@ -161,7 +161,7 @@ def test_rejected_bundle_leaves_no_trace_and_others_build(bundles_dir, tmp_path)
 def test_removed_bundle_disappears(bundles_dir, tmp_path):
     out = tmp_path / "site"
     run(bundles_dir, out)
-    gone = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    gone = record_id(REAL_FILES[0])
     (bundles_dir / REAL_FILES[0].name).unlink()
     run(bundles_dir, out)
     assert not (out / "pith" / gone).exists()
@@ -235,7 +235,7 @@ def test_duplicate_record_newest_built_at_wins(bundles_dir, tmp_path):
     report = run(bundles_dir, out, trust=load_trust_set([key.write(tmp_path / "k.json")]))
     statuses = {o.inspection.rel: o.status for o in report.outcomes}
     assert statuses == {"a.json": "published", "b.json": "superseded"}
-    pith_id = new["pith_number"].rsplit(":", 1)[1]
+    pith_id = record_id(new)
     assert "New version" in (out / "pith" / pith_id / "index.html").read_text()
 
 
@@ -517,7 +517,7 @@ def test_the_about_page_shows_its_images_and_paths_and_a_bundles_text_neither(tm
     assert '<img src="/logo.png" alt="our logo" /> <a href="../papers/">All papers</a>' in \
         (out / "about" / "index.html").read_text()
     assert '· <a href="/about/">about</a></p>' in (out / "index.html").read_text()  # (the home page leads to it)
-    html = (out / "pith" / signed["pith_number"][-26:] / "index.html").read_text()
+    html = (out / "pith" / record_id(signed) / "index.html").read_text()
     assert "tracker.example" in html and '<img src="https://tracker' not in html
     assert html.count('!<a href="https://tracker.example/p.png">pixel</a>') == 3
     assert "[figure 2](fig2.png)" in html and 'href="fig2.png"' not in html  # (a path: written for no page here)
@@ -537,9 +537,9 @@ def test_a_signed_bundle_whose_snapshot_parts_have_another_shape_is_published_an
     out = tmp_path / "site"
     report = build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
     assert (report.count("published"), report.count("rejected")) == (2, 0)
-    html = (out / "pith" / odd["pith_number"][-26:] / "index.html").read_text()
+    html = (out / "pith" / record_id(odd) / "index.html").read_text()
     assert snapshot_of(odd)["paper"]["title"] in html
-    assert (out / "pith" / other["pith_number"][-26:] / "index.html").is_file()
+    assert (out / "pith" / record_id(other) / "index.html").is_file()
 
 
 def test_the_collector_is_paused_while_the_cache_loads_and_left_as_it_was(bundles_dir, tmp_path, monkeypatch):

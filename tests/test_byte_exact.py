@@ -18,9 +18,9 @@ import urllib.request
 import pytest
 
 from browser import serve as static_server
-from conftest import REAL_FILES, free_port
+from conftest import REAL_FILES, free_port, record_id
 
-IDS = [json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1] for p in REAL_FILES]
+IDS = [record_id(p) for p in REAL_FILES]
 
 
 def unusual_bytes(path) -> bytes:

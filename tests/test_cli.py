@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REAL_FILES, ROOT, free_port, run_unprivileged, stand_in_pagefind
+from conftest import REAL_FILES, ROOT, free_port, record_id, run_unprivileged, stand_in_pagefind
 from signing import TestKey, sign_bundle, to_bytes
 from site_builder import cli as cli_module
 from site_builder.cli import NO_BUNDLES_FOLDER_HINT
@@ -796,7 +796,7 @@ def test_pull_says_each_record_it_could_not_take_and_exits_1(tmp_path):
     from browser import serve
 
     good, tampered = (json.loads(path.read_bytes()) for path in REAL_FILES[:2])
-    ids = [b["pith_number"].rsplit(":", 1)[1] for b in (good, tampered)]
+    ids = [record_id(b) for b in (good, tampered)]
     served = tmp_path / "served"
     for pid, path in zip(ids, REAL_FILES[:2]):
         (served / "pith" / pid).mkdir(parents=True)

@@ -1,6 +1,5 @@
 """Publishing: the ready GitHub Pages workflow, and a sub-path site served the way Pages serves it."""
 
-import json
 import subprocess
 import sys
 import tarfile
@@ -11,7 +10,7 @@ import pytest
 import yaml
 
 from browser import serve
-from conftest import REAL_FILES, ROOT
+from conftest import REAL_FILES, ROOT, record_id
 
 WORKFLOW = ROOT / ".github" / "workflows" / "pages.yml"
 
@@ -53,7 +52,7 @@ def test_sub_path_site_served_end_to_end(tmp_path):
                        capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     raw = REAL_FILES[0].read_bytes()
-    pith_id = json.loads(raw)["pith_number"].rsplit(":", 1)[1]
+    pith_id = record_id(raw)
     with serve(out, "/mirror/") as url:
         status, ctype, body = fetch(url + f"pith/{pith_id}/")
         assert status == 200 and b"Verified by this mirror" in body and b'href="/mirror/assets/style.css"' in body
@@ -80,6 +79,6 @@ def test_pages_artifact_holds_every_file_in_full(tmp_path):
         members = tar.getmembers()
         assert all(m.isfile() or m.isdir() for m in members), [m.name for m in members if m.islnk() or m.issym()]
         for path in REAL_FILES:
-            pith_id = json.loads(path.read_bytes())["pith_number"].rsplit(":", 1)[1]
+            pith_id = record_id(path)
             for name in (f"./pith/{pith_id}/bundle.json", f"./.well-known/pith/{pith_id}/bundle.json"):
                 assert tar.extractfile(name).read() == path.read_bytes()

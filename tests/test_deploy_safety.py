@@ -24,7 +24,7 @@ from site_builder.terminal import printable
 from site_builder.writing import is_builder_output
 
 from conftest import (REAL_FILES, ROOT, both_keys, build_options, cache_document, opts, pairwise, plant_document,
-                      real_and_generated_bundles, tree)
+                      real_and_generated_bundles, record_id, tree)
 
 ROOT_KEY = ROOT / "site_builder" / "data" / "pith-signing-key.json"
 
@@ -206,7 +206,7 @@ def test_static_files_that_shadow_the_site_or_each_other_in_another_case_are_ref
     record.  Two static files that differ only in case are one file there: the second is refused."""
     from site_builder.build import BuildOptions, build
     from site_builder.keys import load_trust_set
-    pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    pid = record_id(REAL_FILES[0])
     static = tmp_path / "static"
     shadows = [f"PITH/{pid}/bundle.json", f".well-known/Pith/{pid}/bundle.json", "Index.html", "SiteMap.xml",
                "Sitemap-3.xml", "Verification.JSON"]  # (sitemap-<n>.xml: the parts of a sitemap over 50,000 pages)
@@ -264,7 +264,7 @@ def test_a_mirrored_bundle_edited_at_either_path_in_either_tree_is_never_publish
     run()
     (bundles_dir / REAL_FILES[3].name).unlink()
     run()
-    pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    pid = record_id(REAL_FILES[0])
     genuine = (out / "pith" / pid / "bundle.json").read_bytes()
     _tamper((OutputSlot(out).prev if tree_beside else out) / where / pid / "bundle.json", how)
     run()  # (no input changed)
@@ -284,7 +284,7 @@ def test_a_mirrored_bundle_edited_in_the_live_site_is_written_again_when_only_an
     out = tmp_path / "site"
     run = _builds(bundles_dir, out)
     run()
-    pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    pid = record_id(REAL_FILES[0])
     genuine = (out / where / pid / "bundle.json").read_bytes()
     _tamper(out / where / pid / "bundle.json", "in-place")
     touched = bundles_dir / REAL_FILES[1].name
@@ -408,12 +408,12 @@ def test_a_link_planted_in_the_tree_beside_the_site_leads_nothing_outside_the_ou
     run()
     (bundles_dir / REAL_FILES[3].name).unlink()
     run()  # (the tree beside still holds that record: its files are stale there)
-    pid = json.loads(REAL_FILES[3].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    pid = record_id(REAL_FILES[3])
     folder = OutputSlot(out).prev / "pith" / pid
     shutil.rmtree(folder)
     outside = _outside(tmp_path)
     folder.symlink_to(outside)
-    kept = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    kept = record_id(REAL_FILES[0])
     genuine = (out / "pith" / kept / "bundle.json").read_bytes()
     _tamper(out / "pith" / kept / "bundle.json", "replaced")
     (bundles_dir / REAL_FILES[2].name).unlink()  # (a change: the tree beside is brought up to date, then not)
@@ -437,7 +437,7 @@ def test_a_tree_beside_the_site_that_others_may_write_to_is_not_brought_up_to_da
     (bundles_dir / REAL_FILES[3].name).unlink()
     assert run().reuse_note == ""  # (the live site and the tree beside are this user's alone: nothing to say)
     prev = OutputSlot(out).prev
-    pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    pid = record_id(REAL_FILES[0])
     page = prev / "pith" / pid / "index.html"
     page.unlink()
     page.write_text("planted")
@@ -494,7 +494,7 @@ def test_a_link_planted_where_a_new_record_goes_fails_that_build_only(bundles_di
     (bundles_dir / REAL_FILES[2].name).unlink()
     run()  # (now there is a tree beside, which the next change updates in place)
     before = tree(out)
-    pid = json.loads(REAL_FILES[3].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    pid = record_id(REAL_FILES[3])
     outside = _outside(tmp_path)
     (OutputSlot(out).prev / "pith" / pid).symlink_to(outside)
     shutil.copy(REAL_FILES[3], bundles_dir / REAL_FILES[3].name)
@@ -518,7 +518,7 @@ def test_an_edited_live_bundle_json_is_written_again_when_the_cache_cannot_vouch
 
     run = _builds(bundles_dir, out)
     run()
-    pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    pid = record_id(REAL_FILES[0])
     live = out / "pith" / pid / "bundle.json"
     genuine = live.read_bytes()
     with open(live, "r+b") as f:
@@ -553,7 +553,7 @@ def test_an_edit_of_a_live_bundle_json_does_not_survive_the_next_build(bundles_d
     run()
     (bundles_dir / REAL_FILES[1].name).unlink()
     run()  # (now the tree beside the site is a twin, or the site before, sharing files)
-    pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    pid = record_id(REAL_FILES[0])
     live = out / "pith" / pid / "bundle.json"
     genuine = live.read_bytes()
     if how == "appended":
@@ -584,7 +584,7 @@ def test_a_tree_updated_in_place_takes_only_checked_bundles_from_the_live_site(p
     run()
     (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=2))
     run()  # (the tree beside now holds gen1's record as it was before)
-    renewed, kept = (json.loads(make_bundle(n))["pith_number"].rsplit(":", 1)[1] for n in (1, 2))
+    renewed, kept = (record_id(make_bundle(n)) for n in (1, 2))
     genuine = {pid: (out / "pith" / pid / "bundle.json").read_bytes() for pid in (renewed, kept)}
     _tamper(out / "pith" / renewed / "bundle.json", how)
     _tamper(out / ".well-known" / "pith" / kept / "bundle.json", "replaced")
@@ -610,7 +610,7 @@ def test_a_bundle_json_edited_while_a_build_runs_does_not_survive_the_next_build
     run()
     (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=2))
     run()  # (now the tree beside the site is a twin, or the site before, sharing files)
-    pid = json.loads(make_bundle(2))["pith_number"].rsplit(":", 1)[1]  # a record the next build takes over
+    pid = record_id(make_bundle(2))  # a record the next build takes over
     victim = out / "pith" / pid / "bundle.json"
     genuine = victim.read_bytes()
     edited = []

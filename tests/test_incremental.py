@@ -24,8 +24,8 @@ from site_builder.parallel import PARALLEL_THRESHOLD
 from site_builder.keys import load_trust_set
 from site_builder.settings import SiteConfig
 
-from conftest import (REAL_FILES, ROOT, both_keys, cache_document, document_tag, edit_every_template,
-                      edit_visibly, opts, own_document_tag, plant_document, tree)
+from conftest import (REAL_FILES, ROOT, both_keys, cache_document, document_tag, edit_every_template, edit_visibly,
+                      opts, own_document_tag, plant_document, record_id, tree)
 from generate import benchmark_key, make_bundle
 from signing import sign_bundle, to_bytes
 
@@ -245,7 +245,7 @@ def test_versions_of_a_paper_link_each_other_and_stay_exact_as_they_come_and_go(
     v2.write_bytes(make_bundle(2, version=2))
     build(opts(project, out, trust))
     for version, path in ((1, v1), (2, v2)):
-        ids[version] = json.loads(path.read_bytes())["pith_number"].rsplit(":", 1)[1]
+        ids[version] = record_id(path)
     page = lambda version: (out / "pith" / ids[version] / "index.html").read_text()  # noqa: E731
     assert f'href="/pith/{ids[2]}/"' in page(1) and f'href="/pith/{ids[1]}/"' in page(2)
     build(opts(project, clean, trust, use_cache=False))
@@ -299,7 +299,7 @@ def test_one_change_rebuilds_only_that_record(project):
     (project / "bundles" / "gen3.json").write_bytes(make_bundle(3, variant=9))
     report = build(opts(project, out, trust))
     assert report.changed and report.files_reused > report.files_written > 0
-    pith_id = json.loads((project / "bundles" / "gen3.json").read_bytes())["pith_number"].rsplit(":", 1)[1]
+    pith_id = record_id((project / "bundles" / "gen3.json"))
     new_bytes = (project / "bundles" / "gen3.json").read_bytes()
     mirrored = out / ".well-known" / "pith" / pith_id / "bundle.json"
     assert (out / "pith" / pith_id / "bundle.json").read_bytes() == new_bytes == mirrored.read_bytes()
@@ -328,9 +328,9 @@ def test_the_sitemap_follows_a_record_replaced_by_another(project):
     trust, out, clean = both_keys(), project / "site", project / "clean"
     config = SiteConfig(base_url="https://mirror.example/")
     build(opts(project, out, trust, config=config))
-    gone = json.loads((project / "bundles" / "gen2.json").read_bytes())["pith_number"].rsplit(":", 1)[1]
+    gone = record_id((project / "bundles" / "gen2.json"))
     (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, record=1002))
-    came = json.loads((project / "bundles" / "gen2.json").read_bytes())["pith_number"].rsplit(":", 1)[1]
+    came = record_id((project / "bundles" / "gen2.json"))
     build(opts(project, out, trust, config=config))
     build(opts(project, clean, trust, config=config, use_cache=False))
     assert tree(out) == tree(clean)
@@ -676,7 +676,7 @@ def test_a_cache_row_wrong_about_a_files_digest_is_caught_when_the_bundle_is_wri
     db.close()
     (project / "templates" / "badge.svg").write_text((ROOT / "templates" / "badge.svg").read_text() + "<!-- -->")
     report = build(opts(project, out, trust))
-    pid = json.loads(genuine)["pith_number"].rsplit(":", 1)[1]
+    pid = record_id(genuine)
     assert pid not in {o.inspection.pith_id for o in report.outcomes if o.status == "published"}
     assert not any(b"EVIL" in data for data in tree(out).values())
     assert not (out / "pith" / pid).exists()

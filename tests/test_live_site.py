@@ -14,7 +14,7 @@ from site_builder.options import BuildPolicy
 from site_builder.fetching import Fetcher
 
 from browser import serve, serving
-from conftest import REAL_FILES, free_port
+from conftest import REAL_FILES, free_port, record_id
 from signing import sign_bundle, to_bytes
 from conftest import signed_project as setup, signed_version as make
 
@@ -29,7 +29,7 @@ def deployed(tmp_path):
     live = tmp_path / "live"
     build(BuildOptions(bundles=bundles, output=live, trust=trust, search=False))
     (bundles / "r.json").write_bytes(older)
-    pith_id = json.loads(newer)["pith_number"].rsplit(":", 1)[1]
+    pith_id = record_id(newer)
     return dict(key=key, trust=trust, bundles=bundles, base=base, live=live, newer=newer, older=older,
                 pith_id=pith_id, tmp=tmp_path)
 
@@ -70,7 +70,7 @@ def test_a_record_the_live_site_does_not_publish_yet_is_published_without_a_word
     added = sign_bundle(json.loads(REAL_FILES[1].read_bytes()), d["key"])
     (d["bundles"] / "added.json").write_bytes(to_bytes(added))
     report = fresh_build(d, str(d["live"]))
-    added_id = added["pith_number"].rsplit(":", 1)[1]
+    added_id = record_id(added)
     assert (d["tmp"] / "fresh" / "pith" / added_id / "bundle.json").read_bytes() == to_bytes(added)
     assert {o.inspection.rel: o.status for o in report.outcomes}["added.json"] == "published"
     assert [w for w in report.warnings if "added.json" in w or added_id in w] == []

@@ -16,8 +16,8 @@ from site_builder.keys import TrustSet, key_from_document, load_trust_set
 from site_builder.loading import DEFAULT_MAX_BYTES
 from site_builder.pulling import STATE_FILE, PullError, bundle_url_pattern, parse_targets, pith_id_of, pull
 
-from conftest import (QUICK_RETRIES, REAL_BY_ID, ScriptedServer, free_port, https_certificate, returns_past_fifos,
-                      run_unprivileged, running)
+from conftest import (QUICK_RETRIES, REAL_BY_ID, ScriptedServer, free_port, https_certificate, record_id,
+                      returns_past_fifos, run_unprivileged, running)
 from generate import benchmark_key
 from signing import to_bytes
 
@@ -373,7 +373,7 @@ def test_a_pull_whose_validators_cannot_be_kept_still_keeps_its_bundles_and_says
 def pull_one(tmp_path, trust, local: bytes, served: bytes):
     """Pull the record of *local*, which the bundles folder holds, from a server serving *served* for it: the
     report, and the bundle file."""
-    pid = json.loads(local)["pith_number"].rsplit(":", 1)[1]
+    pid = record_id(local)
     folder = tmp_path / "b"
     folder.mkdir(exist_ok=True)
     (folder / f"{pid}.json").write_bytes(local)

@@ -12,7 +12,7 @@ from site_builder.keys import load_trust_set
 from site_builder.settings import SiteConfig
 
 from browser import SCREENS, chromium, new_page, serve
-from conftest import REAL_FILES, ROOT, resigned_real_bundles
+from conftest import REAL_FILES, ROOT, record_id, resigned_real_bundles
 from signing import sign_bundle, snapshot_of, to_bytes, with_paper
 
 pytestmark = pytest.mark.slow  # (headless Chromium)
@@ -33,8 +33,8 @@ def site(tmp_path_factory):
     (bundles / "many.json").write_bytes(raw)
     (bundles / "a-rejected-file-with-a-long-name.json").write_bytes(raw.replace(b"Author Number7,", b"Author Number8,"))
     build(BuildOptions(bundles=bundles, output=root / "site", trust=trust))
-    ids = [json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1] for p in REAL_FILES]
-    return root / "site", ids, json.loads(raw)["pith_number"].rsplit(":", 1)[1]
+    ids = [record_id(p) for p in REAL_FILES]
+    return root / "site", ids, record_id(raw)
 
 
 @pytest.fixture(params=[(w, c) for w in WIDTHS for c in ("light", "dark")], ids=lambda p: f"{p[0]}-{p[1]}")
@@ -439,7 +439,7 @@ def test_copied_snippets_hold_full_urls(site, tmp_path):
     out = tmp_path / "full"
     build(BuildOptions(bundles=REAL_FILES[0].parent, output=out, trust=load_trust_set(), search=False,
                        config=SiteConfig(base_url="https://mirror.example.org/m/")))
-    pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    pid = record_id(REAL_FILES[0])
     html = (out / "pith" / pid / "index.html").read_text()
     assert f"curl -s https://mirror.example.org/m/pith/{pid}/bundle.json" in html and "site-url" not in html
     assert f'<meta property="og:url" content="https://mirror.example.org/m/pith/{pid}/">' in html
@@ -486,7 +486,7 @@ def test_a_site_under_a_base_path_beyond_ascii_checks_itself_and_finds_its_recor
     out = tmp_path / "site"
     build(BuildOptions(bundles=ROOT / "bundles", output=out, trust=load_trust_set(),
                        config=SiteConfig(base_url=normalize_base_url("/caf\u00e9/"))))
-    pid = json.loads(REAL_FILES[0].read_bytes())["pith_number"].rsplit(":", 1)[1]
+    pid = record_id(REAL_FILES[0])
     with serve(out, "/caf\u00e9/") as url, chromium() as browser:
         page = browser.new_page()
         page.goto(url + f"pith/{pid}/")

@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from browser import chromium
-from conftest import REAL_FILES, ROOT, calls_of, free_port, keyword_of_calls, open_descriptors, tree
+from conftest import REAL_FILES, ROOT, calls_of, free_port, keyword_of_calls, open_descriptors, record_id, tree
 from signing import TestKey, sign_bundle, to_bytes, with_paper
 from site_builder.parallel import start_context
 
-IDS = [json.loads(p.read_bytes())["pith_number"].rsplit(":", 1)[1] for p in REAL_FILES]
+IDS = [record_id(p) for p in REAL_FILES]
 # The tests that start serve (processes, the real watcher, a browser) are marked slow; those of the request
 # handler alone, over a plain folder, run in the quick loop.
 DEADLINE = 10.0  # a bound on waiting, not a speed target (bench_serve.py measures that): loaded CI machines are slow
@@ -309,7 +309,7 @@ def _retitle(root: Path, key, title: str) -> Path:
     newer = sign_bundle(dict(with_paper(json.loads(REAL_FILES[0].read_bytes()), title=title),
                              built_at="2026-12-01T00:00:00Z"), key)
     (root / "bundles" / REAL_FILES[0].name).write_bytes(to_bytes(newer))
-    return root / "output" / "pith" / newer["pith_number"].rsplit(":", 1)[1] / "index.html"
+    return root / "output" / "pith" / record_id(newer) / "index.html"
 
 
 def _build_options(root: Path, output: Path):

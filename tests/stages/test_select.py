@@ -16,7 +16,7 @@ from site_builder.selection import Candidate, select
 from site_builder.stages import select as select_stage
 from site_builder.stages.select import select_bundles
 
-from conftest import (cache_document, calls_of, own_document_tag, plant_document, resigned_real_bundles,
+from conftest import (cache_document, calls_of, own_document_tag, plant_document, record_id, resigned_real_bundles,
                       signed_project, signed_version)
 from signing import sign_bundle, to_bytes
 
@@ -38,7 +38,7 @@ def newer_published(tmp_path, newer_title, older_title):
     older = make(base, key, older_title, "2026-09-01T00:00:00Z")
     out = tmp_path / "site"
     build_with(bundles, out, trust, newer)
-    return key, trust, bundles, base, out, newer, older, json.loads(newer)["pith_number"].rsplit(":", 1)[1]
+    return key, trust, bundles, base, out, newer, older, record_id(newer)
 
 
 def test_older_built_at_is_refused_and_newer_kept(tmp_path):
@@ -70,7 +70,7 @@ def test_fewer_events_is_a_rollback(tmp_path):
     out = tmp_path / "site"
     build_with(bundles, out, trust, more)
     report = build_with(bundles, out, trust, fewer)
-    pith_id = json.loads(more)["pith_number"].rsplit(":", 1)[1]
+    pith_id = record_id(more)
     assert (out / "pith" / pith_id / "bundle.json").read_bytes() == more
     assert any("rollback refused" in w for w in report.warnings)
 
@@ -130,7 +130,7 @@ def test_a_previous_site_claiming_its_copy_is_newer_proves_nothing_against_the_c
     newer = make(base, key, "Newer title", "2026-10-10T00:00:00Z")
     out = tmp_path / "site"
     build_with(bundles, out, trust, older)
-    pith_id = json.loads(older)["pith_number"].rsplit(":", 1)[1]
+    pith_id = record_id(older)
     _claim_in_the_sites_manifest(out, pith_id, built_at="2099-01-01T00:00:00Z")
     report = build_with(bundles, out, trust, newer)
     assert (out / "pith" / pith_id / "bundle.json").read_bytes() == newer
@@ -151,8 +151,8 @@ def test_another_records_bundle_at_the_previous_sites_path_proves_nothing(tmp_pa
     out = tmp_path / "site"
     (bundles / "s.json").write_bytes(other)
     build_with(bundles, out, trust, newer)
-    pith_id = json.loads(newer)["pith_number"].rsplit(":", 1)[1]
-    other_id = json.loads(other)["pith_number"].rsplit(":", 1)[1]
+    pith_id = record_id(newer)
+    other_id = record_id(other)
     assert other_id != pith_id
     planted = out / "pith" / pith_id / "bundle.json"
     planted.unlink()
@@ -237,7 +237,7 @@ def test_serve_refuses_a_rollback_behind_what_a_build_in_another_terminal_publis
     key, trust, bundles, base = setup(tmp_path)
     older = make(base, key, "Older title", "2026-09-01T00:00:00Z")
     newer = make(base, key, "Newer title", "2026-10-10T00:00:00Z")
-    pith_id = json.loads(newer)["pith_number"].rsplit(":", 1)[1]
+    pith_id = record_id(newer)
     out = tmp_path / "site"
     store = IncrementalStore()
 
