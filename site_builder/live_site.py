@@ -12,10 +12,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from site_builder.loading import FileReadError, read_bytes
+from site_builder.loading import FileReadError, read_bytes, status_of
 from site_builder.selection import PublishedBefore, instant
 from site_builder.strict_json import StrictJSONError, parse_strict
 from site_builder.urls import is_url
@@ -101,13 +102,16 @@ class LiveSite:
             if status != 200:
                 raise LiveSiteUnavailable(f"HTTP {status} for {rel}")
             return body
+        # (``status_of``, not ``Path.is_dir()``: from Python 3.14 on, that says False of a folder this user may
+        # not look at, which is an error, not a live site that is not there yet)
         folder = Path(self.source)
-        if not folder.is_dir():
+        found = status_of(folder)
+        if found is None or not stat.S_ISDIR(found.st_mode):
             raise LiveSiteUnavailable("not a folder" if os.path.lexists(folder) else "no such folder")
         try:
             return read_bytes(folder / rel, max_bytes)
         except FileReadError as exc:
-            if not (folder / rel).exists():
+            if status_of(folder / rel) is None:
                 return None
             raise LiveSiteUnavailable(f"{rel}: {exc}") from None
 

@@ -442,17 +442,20 @@ class OutputSlot:
         if outer is not None:  # (its next build would find this folder in it, not its own, and stop)
             raise OutputError(f"{self.output}: inside {outer}, a site this builder wrote, which every build of it "
                               f"replaces; choose an output folder outside it")
-        if self.output.is_symlink():
+        try:  # (not ``Path.exists()``: from Python 3.14 on, it says False of what this user may not look at)
+            found = os.lstat(self.output)
+        except (FileNotFoundError, NotADirectoryError):
+            return  # (nothing there yet: ``acquire`` makes the folders)
+        if stat.S_ISLNK(found.st_mode):
             raise OutputError(f"{self.output}: output folder is a symbolic link; refusing to replace it")
-        if self.output.exists():
-            if not self.output.is_dir():
-                raise OutputError(f"{self.output}: exists and is not a folder")
-            if is_mount_point(self.output):  # (found now, not after the whole build, when the swap fails)
-                raise _mounted(self.output, "is a mount point")
-            if any(self.output.iterdir()) and not is_builder_output(self.output):
-                raise OutputError(f"{self.output}: folder is not empty and was not made by site-builder "
-                                  f"(no {MARKER} of its own); nothing was changed: choose another --output or "
-                                  f"empty it")
+        if not stat.S_ISDIR(found.st_mode):
+            raise OutputError(f"{self.output}: exists and is not a folder")
+        if is_mount_point(self.output):  # (found now, not after the whole build, when the swap fails)
+            raise _mounted(self.output, "is a mount point")
+        if any(self.output.iterdir()) and not is_builder_output(self.output):
+            raise OutputError(f"{self.output}: folder is not empty and was not made by site-builder "
+                              f"(no {MARKER} of its own); nothing was changed: choose another --output or "
+                              f"empty it")
 
     def acquire(self) -> None:
         """Take the build lock, then remove what an interrupted build left behind."""
