@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import os
 import shutil
 import ssl
 import threading
@@ -16,6 +17,11 @@ from typing import Iterator
 from urllib.parse import unquote, urlsplit
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").is_file() else None)
+if CHROMIUM is None:
+    # Playwright looks for its own build under the cache home, which each test sets to a folder of its own
+    # (conftest's user_cache_home): pin the folder the build was installed in, as this process found it.
+    os.environ.setdefault("PLAYWRIGHT_BROWSERS_PATH",
+                          str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ms-playwright"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
