@@ -42,6 +42,7 @@ def record_id(bundle: bytes | dict | Path) -> str:
         bundle = json.loads(bundle)
     return bundle["pith_number"].rsplit(":", 1)[1]
 
+
 # A suite started in the background (``pytest &``) inherits SIGINT ignored, and so would every serve it starts: the
 # tests stop serve as a user does, with Ctrl-C's signal, which a terminal delivers.  Python's own handler here is
 # reset to the default in each child at exec, so serve stops on it as it does for the user.
