@@ -14,7 +14,7 @@ from site_builder.options import BuildPolicy
 from site_builder.fetching import Fetcher
 
 from browser import serve, serving
-from conftest import REAL_FILES, free_port, record_id
+from conftest import REAL_FILES, free_port, record_id, run_unprivileged
 from signing import sign_bundle, to_bytes
 from conftest import signed_project as setup, signed_version as make
 
@@ -296,6 +296,26 @@ def test_a_live_folder_with_nothing_published_is_a_first_deploy(tmp_path):
     (tmp_path / "verification.json").mkdir()  # (there, and no file)
     with pytest.raises(LiveSiteUnavailable, match="^verification.json: "):
         LiveSite(str(tmp_path)).manifest()
+
+
+def test_a_live_folder_this_user_may_not_look_at_is_an_error_not_a_first_deploy(tmp_path, pathlib_of_python_3_14):
+    """A folder not there is a first deploy (a warning, and no rollback check); one in a folder this user may not
+    search is there, and unreadable: an error, as from Python 3.11 to 3.13, also where pathlib says False of it."""
+    from site_builder.live_site import LiveSite, LiveSiteUnavailable
+    with pytest.raises(LiveSiteUnavailable, match="^no such folder$"):
+        LiveSite(str(tmp_path / "gone")).manifest()
+    locked = tmp_path / "locked"
+    (locked / "site").mkdir(parents=True)
+    (locked / "site" / "verification.json").write_text('{"build_id": "' + "b" * 64 + '", "files": []}')
+
+    def check():
+        locked.chmod(0o600)
+        with pytest.raises(PermissionError):
+            LiveSite(str(locked / "site")).manifest()
+    try:
+        run_unprivileged(check)
+    finally:
+        locked.chmod(0o755)
 
 
 def test_a_live_manifest_that_is_not_one_says_so(tmp_path):

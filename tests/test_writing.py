@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import open_descriptors
+from conftest import open_descriptors, run_unprivileged
 from site_builder.writing import (FOLDER_MODE, OutputError, OutputSlot, StagingTree, TreeChanged, check_relative_path,
                                   is_builder_output, owned_privately, remove_tree)
 
@@ -346,6 +346,26 @@ def test_an_output_that_is_a_file_is_refused_and_left_as_it_was(tmp_path):
     with pytest.raises(OutputError, match=f"^{re.escape(str(output))}: exists and is not a folder$"):
         OutputSlot(output).check_usable()
     assert output.read_text() == "someone's notes"
+
+
+def test_an_output_in_a_folder_this_user_may_not_search_is_refused_whatever_pathlib_says(tmp_path,
+                                                                                         pathlib_of_python_3_14):
+    """Not taken for a folder not there yet (pathlib's word for it from Python 3.14 on), to be made beside it: the
+    check says why it cannot look, before anything is tried."""
+    locked = tmp_path / "locked"
+    (locked / "site").mkdir(parents=True)
+
+    def check():
+        locked.chmod(0o600)
+        assert not (locked / "site").exists()  # (what pathlib says of it here, as Python 3.14 does)
+        with pytest.raises(OutputError, match=f"^{re.escape(str(locked / 'site'))}: cannot look at the output "
+                                              f"folder: Permission denied$"):
+            OutputSlot(locked / "site").check_usable()
+    try:
+        run_unprivileged(check)
+    finally:
+        locked.chmod(0o755)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["locked"]  # (nothing made beside it)
 
 
 @pytest.mark.parametrize("inner", ["x", "pith/new/site"])
