@@ -111,7 +111,11 @@ class LiveSite:
         try:
             return read_bytes(folder / rel, max_bytes)
         except FileReadError as exc:
-            if status_of(folder / rel) is None:
+            try:
+                missing = status_of(folder / rel) is None
+            except OSError:  # (in a folder of the site this user may not search: there, and unreadable)
+                missing = False
+            if missing:
                 return None
             raise LiveSiteUnavailable(f"{rel}: {exc}") from None
 

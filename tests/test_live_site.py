@@ -318,6 +318,28 @@ def test_a_live_folder_this_user_may_not_look_at_is_an_error_not_a_first_deploy(
         locked.chmod(0o755)
 
 
+@pytest.mark.parametrize("locked", ["pith", "bundle.json"])
+def test_a_live_bundle_this_user_may_not_read_is_unavailable_not_missing(tmp_path, locked, pathlib_of_python_3_14):
+    """Whether the file or a folder on its way is closed to this user, the live bundle is there and cannot be read
+    (the build says so and publishes its input), not missing, whatever pathlib says of it."""
+    from site_builder.live_site import LiveSite, LiveSiteUnavailable
+    pid = record_id(REAL_FILES[0])
+    (tmp_path / "pith" / pid).mkdir(parents=True)
+    (tmp_path / "pith" / pid / "bundle.json").write_bytes(REAL_FILES[0].read_bytes())
+    closed = tmp_path / "pith" if locked == "pith" else tmp_path / "pith" / pid / "bundle.json"
+
+    def check():
+        closed.chmod(0o600 if locked == "pith" else 0)
+        with pytest.raises(LiveSiteUnavailable, match=f"^pith/{pid}/bundle.json: .*Permission denied"):
+            LiveSite(str(tmp_path)).bundle(pid, 1 << 20)
+        if locked == "bundle.json":  # (another record's folder is searched as before: not there is missing)
+            assert LiveSite(str(tmp_path)).bundle("A" * 26, 1 << 20) is None
+    try:
+        run_unprivileged(check)
+    finally:
+        closed.chmod(0o755)
+
+
 def test_a_live_manifest_that_is_not_one_says_so(tmp_path):
     from site_builder.live_site import LiveSite, LiveSiteUnavailable
     (tmp_path / "verification.json").write_bytes(b'{"published": [1, 2,]}')
