@@ -108,6 +108,10 @@ class LiveSite:
         found = status_of(folder)
         if found is None or not stat.S_ISDIR(found.st_mode):
             raise LiveSiteUnavailable("not a folder" if os.path.lexists(folder) else "no such folder")
+        try:  # (an error, as above, where it may be listed but not entered)
+            os.stat(os.path.join(folder, os.curdir))
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(folder)) from None
         try:
             return read_bytes(folder / rel, max_bytes)
         except FileReadError as exc:

@@ -312,10 +312,16 @@ def test_a_live_folder_this_user_may_not_look_at_is_an_error_not_a_first_deploy(
         locked.chmod(0o600)
         with pytest.raises(PermissionError):
             LiveSite(str(locked / "site")).manifest()
+        locked.chmod(0o700)
+        (locked / "site").chmod(0o600)  # (the folder itself listed, not entered: the error line names it)
+        with pytest.raises(PermissionError) as caught:
+            LiveSite(str(locked / "site")).manifest()
+        assert caught.value.filename == str(locked / "site")
     try:
         run_unprivileged(check)
     finally:
         locked.chmod(0o755)
+        (locked / "site").chmod(0o755)
 
 
 @pytest.mark.parametrize("locked", ["pith", "bundle.json"])
