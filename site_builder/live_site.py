@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from site_builder.loading import FileReadError, read_bytes, status_of
+from site_builder.loading import FileReadError, check_enterable, read_bytes, status_of
 from site_builder.selection import PublishedBefore, instant
 from site_builder.strict_json import StrictJSONError, parse_strict
 from site_builder.urls import is_url
@@ -108,19 +108,15 @@ class LiveSite:
         found = status_of(folder)
         if found is None or not stat.S_ISDIR(found.st_mode):
             raise LiveSiteUnavailable("not a folder" if os.path.lexists(folder) else "no such folder")
-        try:  # (an error, as above, where it may be listed but not entered)
-            os.stat(os.path.join(folder, os.curdir))
-        except OSError as exc:
-            raise OSError(exc.errno, exc.strerror, str(folder)) from None
+        check_enterable(folder)  # (an error too, as above)
         try:
             return read_bytes(folder / rel, max_bytes)
         except FileReadError as exc:
             try:
-                missing = status_of(folder / rel) is None
+                if status_of(folder / rel) is None:
+                    return None
             except OSError:  # (in a folder of the site this user may not search: there, and unreadable)
-                missing = False
-            if missing:
-                return None
+                pass
             raise LiveSiteUnavailable(f"{rel}: {exc}") from None
 
     def manifest(self) -> LiveManifest | None:

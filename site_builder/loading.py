@@ -237,9 +237,18 @@ def check_bundles_folder(root: Path) -> None:
     if not stat.S_ISDIR(st.st_mode):
         raise BundlesFolderError(f"{root}: not a folder")
     try:  # (a folder that can be listed but not searched: each file in it would be rejected, and the site emptied)
-        os.stat(os.path.join(root, os.curdir))
+        check_enterable(root)
     except OSError as exc:
         raise BundlesFolderError(f"{root}: cannot open bundles folder: {exc.strerror}") from None
+
+
+def check_enterable(folder: Path | str) -> None:
+    """OSError, naming *folder*, where this process may list the folder but not enter it (no search permission):
+    then every file in it is unreadable, which is no reason to treat each as missing or rejected."""
+    try:
+        os.stat(os.path.join(folder, os.curdir))
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(folder)) from None
 
 
 def _taken_whole(folder: Path, prefix: str, entries: list[os.DirEntry], sites: list[str] | None,
