@@ -45,12 +45,12 @@ import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
 
 import orjson
 
 from site_builder import builder_identity
-from site_builder.cache_key import CacheKey, Tagger
+from site_builder.cache_key import CacheKey
+from site_builder.stored_document import StoredDocument, checked_document
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
 from site_builder.loading import signature_size
 from site_builder.mirrors import MirrorRecord
@@ -84,41 +84,6 @@ class RecordedAddresses:
                 and all(type(folder) is str and type(label) is str and is_plain_path(folder + "index.html")
                         and type(pids) is list and all(type(pid) is str for pid in pids)
                         for folder, label, pids in self.shared))
-
-
-@dataclass(frozen=True)
-class StoredDocument:
-    """The cache's document *name* at *path*, read over a connection of its own and its tag checked with *key*
-    (the cache's, bound to its context) where it is asked for: plain data, so a child process can read it (an
-    SQLite connection must not cross a fork), and the process that started it need not."""
-
-    path: Path
-    name: str
-    key: CacheKey
-
-    def read(self) -> bytes | None:
-        """The document's bytes as stored; None where there is none, its tag does not check, or the file cannot
-        be read (a damaged cache is the build's to find and throw away, over its own connection)."""
-        try:
-            # (the path's bytes, escaped: a folder named in bytes that are not UTF-8 is a folder too)
-            db = sqlite3.connect(f"file:{quote(os.fsencode(self.path))}?mode=ro", uri=True)
-        except sqlite3.Error:
-            return None
-        try:
-            return checked_document(db, self.name, self.key)
-        except sqlite3.Error:
-            return None
-        finally:
-            db.close()
-
-
-def checked_document(db: sqlite3.Connection, name: str, key: CacheKey | Tagger) -> bytes | None:
-    """The bytes of the document *name* in *db* as stored, or None where there is none or its tag (by *key*,
-    the cache's) does not check; sqlite3.Error where the database cannot be read."""
-    row = db.execute("SELECT data, tag FROM documents WHERE name=?", (name,)).fetchone()
-    if row is None or type(row[0]) is not bytes or not key.checks(row[1], "document", name, row[0]):
-        return None
-    return row[0]
 
 
 def cache_context() -> str:
