@@ -20,7 +20,8 @@ These things are remembered:
     outcomes of the build that wrote its verification.json, with that file's stat: while the file is that one,
     the next build takes its claims from here instead of parsing it.
 A cache that is unreadable, corrupt, or from another builder version is deleted and rebuilt; a stale
-entry can only cause extra work, because every key includes what the output depends on.
+entry can only cause extra work, because every key includes what the output depends on.  A write that fails
+for any other reason (a full disk) is rolled back, and the cache stays as the last save left it.
 
 The cache is untrusted input like any file in a project folder: every row carries a tag made with this user's
 cache key (cache_key.py), and a row whose tag does not check is ignored, as if it were not there.  The file index,
@@ -110,6 +111,7 @@ class BuildCache:
         self._addresses_records: list | None = None  # the records the stored short-address plan was made for
         self._loaded = False
         self.lock_fd: int | None = None
+        self.save_failure: str | None = None  # why a save did not reach the disk (the cache is as it was before)
         if path is not None:
             self.take_lock()
             self._open()
@@ -188,6 +190,22 @@ class BuildCache:
         self.db.execute("CREATE TABLE IF NOT EXISTS documents (name TEXT PRIMARY KEY, data BLOB, tag TEXT)")
         self.db.execute("CREATE TABLE IF NOT EXISTS units (build_id TEXT PRIMARY KEY, data TEXT, tag TEXT)")
 
+    def _write_failed(self, exc: sqlite3.DatabaseError) -> None:
+        """After *exc* stopped a write: a database SQLite finds damaged is thrown away (``_reset``); on anything
+        else (a full disk, an I/O error, a lock another program holds) the write is rolled back, the cache kept as
+        the last save left it (which costs the next build only what this one did), this build writes nothing
+        more to it, and the failure is said (``save_failure``), not hidden."""
+        if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+            self._reset()
+            return
+        self.save_failure = self.save_failure or f"{self.path}: {exc}"
+        if self.db is not None:
+            try:
+                self.db.close()  # (rolls back the write it was in)
+            except sqlite3.Error:
+                pass
+            self.db = None
+
     def _reset(self) -> None:
         """Throw the cache away (corrupt, truncated, foreign) and start an empty one."""
         if self.db is not None:
@@ -265,8 +283,8 @@ class BuildCache:
         try:
             self._write_document(name, doc)
             return True
-        except sqlite3.DatabaseError:
-            self._reset()
+        except sqlite3.DatabaseError as exc:
+            self._write_failed(exc)
             return False
 
     def previous_site(self, marker_sig: str | None) -> PreviousSite | None:
@@ -459,8 +477,8 @@ class BuildCache:
                         digest: html.decode() for digest, html in part_rows.items()}})
             self.db.execute("COMMIT")
             self._rows = (build_key, {part: set(part_rows) for part, part_rows in parts.items()})
-        except sqlite3.DatabaseError:
-            self._reset()
+        except sqlite3.DatabaseError as exc:
+            self._write_failed(exc)
         except (TypeError, UnicodeDecodeError):  # (a row orjson cannot write: none is kept, all made again)
             self.db.execute("ROLLBACK")
 
@@ -478,8 +496,8 @@ class BuildCache:
             self.db.execute("BEGIN")
             self._write_inputs(files, new_inspections, trust)
             self.db.execute("COMMIT")
-        except sqlite3.DatabaseError:
-            self._reset()
+        except sqlite3.DatabaseError as exc:
+            self._write_failed(exc)
 
     def _write_inputs(self, files, new_inspections, trust) -> None:
         """Write what changed since the cache was read: a one-file change writes the file index and the parts of
@@ -520,8 +538,8 @@ class BuildCache:
             self.db.execute("COMMIT")
             self._units = {b: u for b, u in self._units.items() if b == keep_build_id}
             self._units[build_id] = dict(units)
-        except sqlite3.DatabaseError:
-            self._reset()
+        except sqlite3.DatabaseError as exc:
+            self._write_failed(exc)
 
     def quick(self, input_fingerprint: str, marker_sig: str | None) -> dict | None:
         """The outcomes of the last build if its inputs (by stat) and output are these; else None.
@@ -553,8 +571,8 @@ class BuildCache:
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('quick_key', ?)", (key,))
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('quick_tag', ?)", (self._key.tag("quick", key, doc),))
             self.db.execute("COMMIT")
-        except sqlite3.DatabaseError:
-            self._reset()
+        except sqlite3.DatabaseError as exc:
+            self._write_failed(exc)
 
     def close(self) -> None:
         if self.db is not None:

@@ -12,10 +12,17 @@ import re
 import stat
 from pathlib import Path
 
-from site_builder.writing import make_folders, not_private
+from site_builder.cache_key import CacheKey
+from site_builder.loading import FileReadError, read_bytes
+from site_builder.writing import create_new, make_folders, not_private
+
+SAVE_FAILED = "save-failed"  # why the last build's detached save did not reach the disk (stages/remember.py)
 
 # What the cache keeps in its folder, by name (compiled_templates.py keeps its files in ``templates``).
-CACHE_NAMES = ("cache.sqlite", "cache.sqlite-wal", "cache.sqlite-shm", "cache.sqlite-journal", "cache.lock", "templates")
+CACHE_NAMES = ("cache.sqlite", "cache.sqlite-wal", "cache.sqlite-shm", "cache.sqlite-journal", "cache.lock",
+               "templates", SAVE_FAILED)
+_TAG_CHARS = 64
+_REASON_LIMIT = 2000  # (bytes: one line of a terminal's worth, an SQLite message and the cache's path)
 
 
 class CacheFolderUnsafe(Exception):
@@ -70,3 +77,39 @@ def make_private_folder(folder: Path, ours: bool) -> None:
                 os.unlink(folder / name)
     except OSError as e:
         raise CacheFolderUnsafe(f"cannot make {folder} private: {e.strerror}") from None
+
+
+def leave_save_failure(folder: Path, key: CacheKey, reason: str) -> None:
+    """Leave *reason* in *folder* for the next build to say: the detached saver has no terminal, and a cache not
+    saved costs every later build what it could have reused.  Tagged with this user's cache key, so that no
+    one else's file there makes a build say anything.  On a disk too full for these few bytes nothing is left."""
+    data = reason.encode("utf-8", "backslashreplace")[:_REASON_LIMIT]
+    tag = _failure_key(key).tag("save failed", data).encode("ascii")
+    try:
+        with open(create_new(folder / SAVE_FAILED, 0o600), "wb") as f:
+            f.write(tag + data)
+    except OSError:
+        pass
+
+
+def take_save_failure(folder: Path, key: CacheKey) -> str | None:
+    """The reason the last detached save left in *folder* (``leave_save_failure``), which is then removed: said
+    once.  None where there is none, or it is not one this user's builder left (its tag does not check)."""
+    path = folder / SAVE_FAILED
+    try:
+        raw = read_bytes(path, _TAG_CHARS + _REASON_LIMIT)
+    except FileReadError:
+        return None
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    tag, data = raw[:_TAG_CHARS].decode("ascii", "replace"), raw[_TAG_CHARS:]
+    if not _failure_key(key).checks(tag, "save failed", data):
+        return None
+    return data.decode("utf-8", "replace")
+
+
+def _failure_key(key: CacheKey) -> CacheKey:
+    return key.bound_to("site-builder cache save failure")

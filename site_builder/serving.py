@@ -189,16 +189,19 @@ class Site:
             if report.search_behind:  # on screen now; the search index follows in the next build
                 self.request_rebuild()
             rejected = [o.inspection.error_line() for o in report.rejected]
-            self._say_problems(rejected, report.warnings, repeat=not indexing)
+            self._say_problems(rejected, report.warnings, [report.cache_note] if report.cache_note else [],
+                               repeat=not indexing)
             behind = "; the search index follows" if report.search_behind else ""
             self.options.log(f"[{reason}] {report.summary_line()} (rebuild {time.perf_counter() - started:.2f}s{behind})")
             self.live.set_error("Rejected bundles:\n" + "\n".join(rejected) if rejected else None)
             return True
 
-    def _say_problems(self, rejected: list[str], warnings: list[str], repeat: bool) -> None:
-        """Each rejected file and warning, as the command line says them; the build that only follows the last
-        one with its search index leaves out the lines that one said a moment ago, so that a save says each once."""
-        lines = [f"REJECTED {line}" for line in rejected] + [f"WARNING {warning}" for warning in warnings]
+    def _say_problems(self, rejected: list[str], warnings: list[str], notes: list[str], repeat: bool) -> None:
+        """Each rejected file, warning and note of the cache, as the command line says them; the build that only
+        follows the last one with its search index leaves out the lines that one said a moment ago, so that a save
+        says each once."""
+        lines = ([f"REJECTED {line}" for line in rejected] + [f"WARNING {warning}" for warning in warnings]
+                 + [f"NOTE {note}" for note in notes])
         for line in lines:
             if repeat or line not in self.said:
                 self.options.log(line)

@@ -710,3 +710,68 @@ def test_the_cache_keeps_only_what_the_two_trees_and_the_inputs_still_use(projec
     files, results, build_ids = stored()
     assert results == {sha for _, sha in files.values()} and deleted not in results and changed not in results
     assert build_ids == {read_build_id(out), read_build_id(project / ".site.prev")}
+
+
+# A cache in a process whose files may not grow past 256 KB (the kernel's per-process limit: its writes past it
+# fail as on a full disk) saves a record of 1 MB, then the no-op answer.
+SAVED_ON_A_FULL_DISK = """
+import resource, signal, sys
+from pathlib import Path
+from site_builder.cache import BuildCache
+from site_builder.cache_key import user_cache_key
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # (a write past the limit then fails with EFBIG, as with ENOSPC)
+resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
+cache = BuildCache(Path(sys.argv[1]), key=user_cache_key())
+cache.save_mirrored({f"{n:026d}": ("1:2:3:4", "0" * 64) for n in range(12000)})
+first = cache.save_failure
+cache.save_addresses([("A", "2101.00001", 1)], {"A": 1}, [])
+print(first, cache.save_failure == first, cache.db is None, sep="\\n")
+"""
+
+
+def test_a_save_the_disk_cannot_take_keeps_the_cache_as_the_last_save_left_it_and_says_why(tmp_path):
+    """A write that fails for want of room (or an I/O error) is rolled back: the cache is not thrown away (which
+    would cost the next build everything, not only this build's work), nothing more is written to it, and why is
+    kept for the build to say."""
+    from site_builder.cache import BuildCache
+    path = tmp_path / "cache" / "cache.sqlite"
+    cache = BuildCache(path, key=user_cache_key())
+    cache.save_mirrored({"AAAA": ("1:2:3:4", "0" * 64)})
+    cache.close()
+    ran = subprocess.run([sys.executable, "-c", SAVED_ON_A_FULL_DISK, path], capture_output=True, text=True,
+                         timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    failure, same, closed = ran.stdout.splitlines()
+    assert failure.startswith(f"{path}: ") and ("full" in failure or "I/O" in failure)
+    assert (same, closed) == ("True", "True")  # (the first failure is the one said; nothing written after it)
+    cache = BuildCache(path, key=user_cache_key())
+    try:
+        assert cache.mirrored().document == b'{"AAAA":["1:2:3:4","' + b"0" * 64 + b'"]}'
+        assert cache.save_failure is None
+    finally:
+        cache.close()
+
+
+def test_a_cache_found_damaged_by_a_write_is_thrown_away_and_made_anew(tmp_path):
+    """Damage is not a failure to save: a database SQLite finds malformed as it writes is made anew (and works),
+    as one found so as it is read is."""
+    from site_builder.cache import BuildCache
+    path = tmp_path / "cache" / "cache.sqlite"
+    cache = BuildCache(path, key=user_cache_key())
+    cache.save_mirrored({"AAAA": ("1:2:3:4", "0" * 64)})
+    cache.close()
+    db = sqlite3.connect(path)
+    page = db.execute("PRAGMA page_size").fetchone()[0]
+    root = db.execute("SELECT rootpage FROM sqlite_master WHERE name='documents'").fetchone()[0]
+    db.close()
+    with open(path, "r+b") as f:  # (the documents' first page garbage: the rest reads as it did)
+        f.seek((root - 1) * page)
+        f.write(b"\xff" * page)
+    cache = BuildCache(path, load=False, key=user_cache_key())
+    try:
+        cache.save_addresses([("A", "2101.00001", 1)], {"A": 1}, [])
+        assert cache.save_failure is None and cache.db is not None
+        cache.save_mirrored({"BBBB": ("1:2:3:4", "0" * 64)})
+        assert cache.mirrored().document == b'{"BBBB":["1:2:3:4","' + b"0" * 64 + b'"]}'
+    finally:
+        cache.close()

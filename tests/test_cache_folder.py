@@ -10,7 +10,9 @@ import pytest
 
 from conftest import both_keys, opts
 from site_builder.build import build
-from site_builder.cache_folder import CACHE_NAMES, CacheFolderUnsafe, make_private_folder
+from site_builder.cache_folder import (CACHE_NAMES, SAVE_FAILED, CacheFolderUnsafe, leave_save_failure,
+                                       make_private_folder, take_save_failure)
+from site_builder.cache_key import CacheKey, user_cache_key
 from site_builder.stages.context import cache_folder
 from site_builder.writing import OutputError
 
@@ -139,3 +141,30 @@ def test_an_output_named_in_bytes_that_are_not_utf8_keeps_its_cache(project, tmp
     report = build(options)
     assert report.changed and report.count("superseded") == 1
     assert "copy.json" in {f["path"] for f in json.loads((out / "verification.json").read_bytes())["files"]}
+
+
+def test_why_a_save_failed_is_said_once_and_only_where_this_users_builder_left_it(tmp_path):
+    """The detached saver leaves why it failed for the next build to say; nothing else at that name makes a build
+    say anything (another key's note, text planted there, a note cut short, a link to a genuine one), and
+    whatever is there is said at most once."""
+    key, note = user_cache_key(), tmp_path / SAVE_FAILED
+    reason = "/c/cache.sqlite: database or disk is full \x1b[2J\u00e9"  # (escaped where it is printed, not here)
+    leave_save_failure(tmp_path, key, reason)
+    assert note.stat().st_mode & 0o777 == 0o600
+    assert take_save_failure(tmp_path, key) == reason
+    assert take_save_failure(tmp_path, key) is None and not note.exists()
+
+    leave_save_failure(tmp_path, CacheKey(b"another user's key".ljust(32)), reason)
+    planted = note.read_bytes()
+    genuine = tmp_path / "genuine"
+    leave_save_failure(genuine.parent, key, reason)
+    genuine_bytes = note.read_bytes()
+    for flaw in (planted, b"0" * 64 + b"planted", genuine_bytes[:-1], b"", "link"):
+        if flaw == "link":
+            genuine.write_bytes(genuine_bytes)
+            note.symlink_to(genuine)
+        else:
+            note.write_bytes(flaw)
+        assert take_save_failure(tmp_path, key) is None, flaw
+        assert not note.is_symlink() and not note.exists()
+    assert genuine.read_bytes() == genuine_bytes  # (a link is removed, never followed)

@@ -10,6 +10,7 @@ import multiprocessing.forkserver
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -468,6 +469,33 @@ def test_a_file_bringing_a_second_bundle_of_a_published_record_is_chosen_between
     assert "The newer bundle" in page.read_text()
     site.store.close()
     _assert_as_a_clean_build(root, tmp_path)
+
+
+def test_serve_says_when_a_build_could_not_save_the_cache_and_the_next_saves_it(served_project):
+    """serve saves the cache itself after each build: a save that fails (here another program holds the
+    database's write lock, as a full disk would stop it) is said in the terminal, and the next build saves."""
+    root, key = served_project
+    lines: list[str] = []
+    site, _ = _site(root, search=False, log=lines.append)
+    assert site.rebuild("start")
+    path = root / ".site-builder-cache" / "output" / "cache.sqlite"
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")  # (the save waits SQLite's 5 s for it, then gives up)
+    try:
+        lines.clear()
+        _retitle(root, key, "Not remembered")
+        assert site.rebuild("change", None)
+    finally:
+        db.execute("ROLLBACK")
+        db.close()
+    assert [line for line in lines if line.startswith("NOTE ")] == [
+        f"NOTE the build cache was not saved ({path}: database is locked); the next build cannot reuse what this "
+        f"one did"]
+    lines.clear()
+    page = _retitle(root, key, "Remembered")
+    assert site.rebuild("change", None) and "Remembered" in page.read_text()
+    assert not [line for line in lines if line.startswith("NOTE ")]
+    site.store.close()
 
 
 @pytest.mark.slow

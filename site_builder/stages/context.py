@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 from site_builder import builder_identity
 from site_builder.cache import BuildCache
-from site_builder.cache_folder import CacheFolderUnsafe, make_private_folder, names_not_the_caches
+from site_builder.cache_folder import CacheFolderUnsafe, make_private_folder, names_not_the_caches, take_save_failure
 from site_builder.cache_key import CacheKey, CacheKeyUnavailable, user_cache_key
 from site_builder.compiled_templates import CompiledTemplates
 from site_builder.incremental import IncrementalStore
@@ -286,6 +286,11 @@ def open_cache(options: BuildOptions, report: BuildReport, load: bool = True) ->
             report.cache_note = f"no build cache: {e}; every bundle is verified and every page rendered"
             key = None
     cache = BuildCache(path, load, key)
+    if cache.path is not None and cache.user_key is not None:  # (read under the lock: the last saver is done)
+        failure = take_save_failure(cache.path.parent, cache.user_key)
+        if failure is not None:
+            report.cache_note = f"the last build's cache was not saved ({failure}); this build could not reuse " \
+                                f"what that one did"
     if store is not None:
         store.close()
         store.cache = cache

@@ -4,6 +4,7 @@ and nothing the save does changes the output after ``build`` returns."""
 import fcntl
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -479,3 +480,102 @@ def test_a_serve_build_that_left_the_search_index_behind_is_no_no_op_answer(proj
     assert again.changed and again.search_seconds > 0
     build(opts(project, project / "clean", both_keys(), search=True, config=config, use_cache=False))
     assert tree(out) == tree(project / "clean")
+
+
+def _stored_files(project):
+    """The cache's file index as stored now (over a connection of its own: the file at the cache's name)."""
+    db = sqlite3.connect(cache_dir(project) / "cache.sqlite")
+    try:
+        return cache_document(db, "files")
+    finally:
+        db.close()
+
+
+def _build_cli(project, *flags, output="site"):
+    """``build`` of *project* into *output* on the command line, trusting the keys its bundles are signed with."""
+    keys = [ROOT / "site_builder" / "data" / "pith-signing-key.json", benchmark_key().write(project / "bench-key.json")]
+    return subprocess.run([sys.executable, "-m", "site_builder", "build", "--bundles", project / "bundles",
+                           "--output", project / output, "--no-search", *flags,
+                           *(arg for key in keys for arg in ("--trusted-keys", key))],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_a_detached_save_that_cannot_write_keeps_the_cache_and_the_next_build_says_why_once(project):
+    """A saver whose writes fail (here another program holds the database's write lock: a full disk or an I/O
+    error stops it the same way) leaves the cache as the last save left it, not thrown away, and the next build,
+    which has the terminal the saver lacks, says why, once."""
+    assert _build_cli(project).returncode == 0
+    _wait_for_saver(project)
+    db = sqlite3.connect(cache_dir(project) / "cache.sqlite", isolation_level=None)
+    saved = cache_document(db, "files")
+    (project / "bundles" / "gen3.json").unlink()
+    db.execute("BEGIN IMMEDIATE")  # (the saver waits SQLite's 5 s for it, then gives up)
+    try:
+        second = _build_cli(project)
+        deadline = time.monotonic() + 120
+        while not (cache_dir(project) / "save-failed").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        db.execute("ROLLBACK")
+    db.close()
+    _wait_for_saver(project)
+    assert second.returncode == 0 and "not saved" not in second.stderr  # (the build itself knew nothing yet)
+    assert _stored_files(project) == saved
+
+    third = _build_cli(project)
+    assert third.returncode == 0, third.stderr
+    said = f"NOTE the last build's cache was not saved ({cache_dir(project) / 'cache.sqlite'}: database is locked); "
+    assert [line for line in third.stderr.splitlines() if "not saved" in line] == [
+        said + "this build could not reuse what that one did"]
+    _wait_for_saver(project)
+    fourth = _build_cli(project)
+    assert fourth.returncode == 0 and "not saved" not in fourth.stderr and "up to date" in fourth.stderr
+    assert _build_cli(project, "--no-cache", output="clean").returncode == 0
+    assert tree(project / "site") == tree(project / "clean")
+
+
+def test_a_save_in_place_that_cannot_write_keeps_the_cache_and_the_build_says_why(project):
+    """serve saves the cache itself, and a build that cannot fork does: their report says why a save failed."""
+    trust = both_keys()
+    build(opts(project, project / "site", trust))
+    db = sqlite3.connect(cache_dir(project) / "cache.sqlite", isolation_level=None)
+    saved = cache_document(db, "files")
+    (project / "bundles" / "gen3.json").unlink()
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        report = build(opts(project, project / "site", trust))
+    finally:
+        db.execute("ROLLBACK")
+    assert report.cache_note == (f"the build cache was not saved ({cache_dir(project) / 'cache.sqlite'}: database "
+                                 f"is locked); the next build cannot reuse what this one did")
+    db.close()
+    assert _stored_files(project) == saved
+    again = build(opts(project, project / "site", trust))
+    assert again.cache_note == "" and again.changed  # (nothing left for it to say: this build said it)
+
+
+# A one-shot build whose detached saver meets a builder's bug, then the next build (after the saver is done).
+SAVER_RAISES = ONE_SHOT_IMPORTS + """
+import fcntl
+def broken(self, *args):
+    raise RuntimeError("a builder's bug")
+BuildCache.save_rows = broken
+""" + ONE_SHOT_BUILD + """
+assert report.saved_in_background and not report.cache_note
+fd = os.open(project / ".site-builder-cache" / "site" / "cache.lock", os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)  # (the saver is done)
+os.close(fd)
+""" + ONE_SHOT_BUILD + """
+print(report.cache_note)
+"""
+
+
+def test_a_detached_saver_that_raises_has_the_next_build_say_what(project):
+    """What a detached saver raises would go to /dev/null with it: the next build says it."""
+    keys = [ROOT / "site_builder" / "data" / "pith-signing-key.json", benchmark_key().write(project / "bench-key.json")]
+    built = subprocess.run([sys.executable, "-c", SAVER_RAISES, project, *keys], capture_output=True, text=True,
+                           timeout=300)
+    assert built.returncode == 0, built.stderr
+    assert built.stdout.strip() == ("the last build's cache was not saved (RuntimeError: a builder's bug); this "
+                                    "build could not reuse what that one did")
