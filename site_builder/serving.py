@@ -197,15 +197,19 @@ class Site:
             return True
 
     def _say_problems(self, rejected: list[str], warnings: list[str], notes: list[str], repeat: bool) -> None:
-        """Each rejected file, warning and note of the cache, as the command line says them; the build that only
-        follows the last one with its search index leaves out the lines that one said a moment ago, so that a save
-        says each once."""
-        lines = ([f"REJECTED {line}" for line in rejected] + [f"WARNING {warning}" for warning in warnings]
-                 + [f"NOTE {note}" for note in notes])
+        """Each rejected file and warning, as the command line says them; the build that only follows the last
+        one with its search index leaves out the lines that one said a moment ago, so that a save says each once.
+        A note of the cache (none kept, one not saved) is said when it is not the last build's: a state, not news
+        of each save."""
+        lines = [f"REJECTED {line}" for line in rejected] + [f"WARNING {warning}" for warning in warnings]
+        said_notes = [f"NOTE {note}" for note in notes]
         for line in lines:
             if repeat or line not in self.said:
                 self.options.log(line)
-        self.said = frozenset(lines)
+        for line in said_notes:
+            if line not in self.said:
+                self.options.log(line)
+        self.said = frozenset(lines + said_notes)
 
     def look_ahead(self) -> None:
         """Start the lookups of the mirrored bundles in the output and in the tree beside it as soon as a change
