@@ -23,7 +23,7 @@ from typing import Callable
 from site_builder.fetching import Fetcher, ResponseTooLarge, Unreachable
 from site_builder.inspection import inspect_bytes
 from site_builder.keys import TrustSet
-from site_builder.loading import FileReadError, read_bytes
+from site_builder.loading import BundlesFolderError, FileReadError, discover, read_bytes
 from site_builder.selection import is_rollback, published_record
 from site_builder.strict_json import StrictJSONError, parse_strict
 from site_builder.urls import credentials_left_out, is_url, unfetchable
@@ -32,6 +32,9 @@ from site_builder.writing import create_new
 # (in any letter case: the ID is base32, whose letters are one case, as the site's 404 page takes it too)
 PITH_ID_RE = re.compile(r"(?:pith:[0-9]{4}:)?([A-Z2-7]{26})\Z", re.IGNORECASE)
 STATE_FILE = ".pull-state.json"
+# A bundle's record as its text names it: where the bundles folder keeps a record under a name of the user's is
+# found without parsing every bundle (what a match claims, its verification confirms: ``_newest_copy``).
+_NAMED_RECORD = re.compile(rb'"pith_number"\s*:\s*"pith:[0-9]+:([A-Z2-7]{26})"')
 
 
 class PullError(Exception):
@@ -203,6 +206,7 @@ class _PullRun:
     pattern: str
     bundles: Path
     state: dict
+    elsewhere: dict[str, list[str]]  # record -> the files holding it under other names (``held_elsewhere``)
     lock: threading.Lock = field(default_factory=threading.Lock)
     silent: dict[str, str] = field(default_factory=dict)  # origin -> why no more of its requests are made
 
@@ -278,9 +282,49 @@ def _validators(run: _PullRun, pith_id: str, local) -> dict[str, str]:
     return headers
 
 
+def held_elsewhere(bundles: Path, ids: list[str]) -> dict[str, list[str]]:
+    """For each of *ids* with no ``<ID>.json`` in *bundles*, the files a build of the folder reads whose text
+    names that record: a record the user keeps under a name of their own (``2020/attention.json``) is compared
+    with, and updated, where it is, not copied beside it under its ID (a build would then read two files of one
+    record, and say so every time)."""
+    wanted = {pid for pid in ids if not os.path.lexists(bundles / f"{pid}.json")}
+    if not wanted:
+        return {}
+    try:
+        files, _ = discover(bundles, sites=[])
+    except (BundlesFolderError, OSError):
+        return {}
+    found: dict[str, list[str]] = {}
+    for file in files:
+        try:
+            named = _NAMED_RECORD.search(read_bytes(Path(file.path)))
+        except FileReadError:
+            continue
+        if named is not None and named.group(1).decode() in wanted:
+            found.setdefault(named.group(1).decode(), []).append(os.fspath(file.path))
+    return found
+
+
+def _newest_copy(paths: list[str], pith_id: str, trust: TrustSet):
+    """Of *paths*, the file holding the copy of record *pith_id* a build publishes (verified, and none of the
+    others newer by the rollback rule) and that copy inspected; None where none verifies as that record."""
+    newest = None
+    for path in paths:
+        local, unwritable = _local_copy(Path(path), trust)
+        if unwritable or local is None or not local.verified or local.pith_id != pith_id:
+            continue
+        if newest is None or is_rollback(newest[1], published_record(local)):
+            newest = (Path(path), local)
+    return newest
+
+
 def _pull_one(run: _PullRun, pith_id: str) -> PullOutcome:
     target = run.bundles / f"{pith_id}.json"
     local, unwritable = _local_copy(target, run.trust)
+    if local is None and not unwritable and (kept := _newest_copy(run.elsewhere.get(pith_id, []), pith_id,
+                                                                  run.trust)) is not None:
+        target, local = kept
+    where = "" if target == run.bundles / f"{pith_id}.json" else f" (in {target.relative_to(run.bundles).as_posix()})"
     if unwritable:
         return PullOutcome(pith_id, "failed", unwritable)
     if local is not None and local.verified and local.pith_id != pith_id:  # (never compared with, nor replaced)
@@ -318,16 +362,16 @@ def _pull_one(run: _PullRun, pith_id: str) -> PullOutcome:
     if local is not None and local.verified:
         if local.sha256 == fetched.sha256:
             run.remember(pith_id, meta)
-            return PullOutcome(pith_id, "unchanged", "same bytes")
+            return PullOutcome(pith_id, "unchanged", "same bytes" + where)
         if is_rollback(fetched, published_record(local)):  # (the build's rule: an older built_at or fewer events)
             mine, theirs = local.summary, fetched.summary
-            return PullOutcome(pith_id, "kept", f"the local bundle (built_at {mine.built_at}, {mine.event_count} "
-                                                f"events) is newer than the served one (built_at {theirs.built_at}, "
-                                                f"{theirs.event_count} events)")
+            return PullOutcome(pith_id, "kept", f"the local bundle{where} (built_at {mine.built_at}, "
+                                                f"{mine.event_count} events) is newer than the served one (built_at "
+                                                f"{theirs.built_at}, {theirs.event_count} events)")
     _write_atomically(target, body)
     run.remember(pith_id, meta)
     notes = "".join(f" ({note})" for note in run.fetcher.notes())
-    return PullOutcome(pith_id, "fetched", fetched.summary.pith_number + notes)
+    return PullOutcome(pith_id, "fetched", fetched.summary.pith_number + where + notes)
 
 
 def pull(targets: list[str], source: str, bundles: Path, trust: TrustSet, concurrency: int = 4,
@@ -386,7 +430,7 @@ def _pull_into(report: PullReport, ids: list[str], source: str, bundles: Path, t
     if note is not None:
         report.notes.append(note)
     remembered = _read_state(state_path)
-    run = _PullRun(trust, fetcher, pattern, bundles, dict(remembered))
+    run = _PullRun(trust, fetcher, pattern, bundles, dict(remembered), held_elsewhere(bundles, ids))
     done = [0]
 
     def counted(pith_id: str) -> PullOutcome:

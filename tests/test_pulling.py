@@ -19,7 +19,7 @@ from site_builder.pulling import STATE_FILE, PullError, bundle_url_pattern, pars
 from conftest import (QUICK_RETRIES, REAL_BY_ID, ScriptedServer, free_port, https_certificate, record_id,
                       returns_past_fifos, run_unprivileged, running)
 from generate import benchmark_key
-from signing import to_bytes
+from signing import TestKey, sign_bundle, to_bytes, with_paper
 
 REAL = REAL_BY_ID
 IDS = sorted(REAL)
@@ -384,7 +384,6 @@ def pull_one(tmp_path, trust, local: bytes, served: bytes):
 
 
 def test_older_bundle_never_replaces_newer(tmp_path):
-    from signing import TestKey, sign_bundle, with_paper
     key = TestKey()
     trust = load_trust_set([key.write(tmp_path / "k.json")])
     base = json.loads(REAL[IDS[0]])
@@ -401,7 +400,6 @@ def test_a_bundle_with_fewer_events_never_replaces_one_with_more_even_if_built_l
     """pull's rule is the build's rollback rule: a served bundle that is older or has fewer events than the local
     one is no newer (events are only ever added), so the local one stays, and the line says both."""
     from conftest import signed_version
-    from signing import TestKey
     key = TestKey()
     trust = load_trust_set([key.write(tmp_path / "k.json")])
     base = json.loads(REAL[IDS[0]])
@@ -419,6 +417,75 @@ def test_an_equally_new_bundle_in_other_bytes_is_taken_from_the_source(tmp_path)
     report, path = pull_one(tmp_path, load_trust_set(), local, REAL[IDS[0]])
     assert [o.status for o in report.outcomes] == ["fetched"]
     assert path.read_bytes() == REAL[IDS[0]] != local
+
+
+def _versions(tmp_path):
+    """A test key's trust set, the key, and three versions of the first real record signed with it, oldest
+    first."""
+    key = TestKey()
+    base = json.loads(REAL[IDS[0]])
+    return load_trust_set([key.write(tmp_path / "k.json")]), key, [
+        to_bytes(sign_bundle(dict(with_paper(base, title=title), built_at=f"2026-{month}-01T00:00:00Z"), key))
+        for title, month in (("Old", "01"), ("New", "06"), ("Newest", "11"))]
+
+
+def _pulled_into(folder, trust, served: bytes):
+    """The record of *served* pulled into *folder* from a server serving *served*: the one outcome."""
+    s = ScriptedServer()
+    s.add(f"/pith/{record_id(served)}/bundle.json", {"body": served})
+    with running(s) as url:
+        [outcome] = pull([record_id(served)], url, folder, trust, fetcher=Fetcher(**FAST)).outcomes
+    return outcome
+
+
+def _build_lines(folder, trust_file) -> list[str]:
+    built = subprocess.run([sys.executable, "-m", "site_builder", "build", "--bundles", folder, "--output",
+                            folder.parent / "site", "--no-search", "--no-cache", "--trusted-keys", trust_file],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    return built.stdout.splitlines() + built.stderr.splitlines()
+
+
+def test_a_record_kept_under_a_name_of_the_users_is_updated_there_not_copied_beside_it(tmp_path):
+    """A bundles folder that keeps a record as ``2020/attention.json``: pull compares the served bundle with that
+    file and replaces it there (a copy under the record's ID beside it would be a second file of one record,
+    which every build reports as superseded); an older served one leaves it; the same bytes are unchanged."""
+    trust, _, (old, new, newest) = _versions(tmp_path)
+    folder = tmp_path / "b"
+    (folder / "2020").mkdir(parents=True)
+    mine = folder / "2020" / "attention.json"
+    mine.write_bytes(new)
+    assert (o := _pulled_into(folder, trust, old)).status == "kept" and mine.read_bytes() == new
+    assert o.detail.startswith("the local bundle (in 2020/attention.json) (built_at 2026-06-01T00:00:00Z, ")
+    assert (o := _pulled_into(folder, trust, newest)).status == "fetched" and mine.read_bytes() == newest
+    assert o.detail == f"{json.loads(newest)['pith_number']} (in 2020/attention.json)"
+    assert (o := _pulled_into(folder, trust, newest)).status == "unchanged"
+    assert o.detail == "same bytes (in 2020/attention.json)"
+    assert sorted(p.name for p in folder.rglob("*.json")) == [STATE_FILE, "attention.json"]
+    lines = _build_lines(folder, tmp_path / "k.json")
+    assert lines[0].startswith("1 bundles read, 1 published, 0 rejected, 0 superseded"), lines
+
+
+def test_of_several_files_of_one_record_the_newest_is_compared_and_replaced(tmp_path):
+    """The copy a build publishes (the newest) is the one pull compares with and replaces; a file that only names
+    the record and does not verify as it is no copy of it (a bundle of another record, signed, naming the record
+    as a ``pith_number`` in its text before its own; one tampered with) and is left as it is."""
+    trust, key, (old, new, newest) = _versions(tmp_path)
+    folder = tmp_path / "b"
+    folder.mkdir()
+    other = to_bytes(sign_bundle({"note": {"pith_number": f"pith:2020:{IDS[0]}"}, **json.loads(REAL[IDS[1]])}, key))
+    assert re.search(rb'"pith_number":"pith:2020:([A-Z2-7]{26})"', other).group(1).decode() == IDS[0]
+    files = {"a-old.json": old, "b-new.json": new, "c-tampered.json": new.replace(b'"New"', b'"Forged"'),
+             "d-other.json": other}
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    assert _pulled_into(folder, trust, newest).status == "fetched"
+    assert {p.name: p.read_bytes() for p in folder.glob("[!.]*.json")} == {**files, "b-new.json": newest}
+
+    for name in ("a-old.json", "b-new.json"):  # (the two that verify gone: nothing is a copy of the record)
+        (folder / name).unlink()
+    assert _pulled_into(folder, trust, newest).detail == json.loads(newest)["pith_number"]
+    assert (folder / f"{IDS[0]}.json").read_bytes() == newest
 
 
 @pytest.mark.slow  # (a second or more: left to the full suite)
