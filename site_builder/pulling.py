@@ -134,7 +134,8 @@ def _names_a_list(item: str) -> bool:
 def bundle_url_pattern(base: str, fetcher: Fetcher) -> tuple[str, str | None]:
     """The mirror's own bundle URL pattern from its pith-mirrors.json, else the resolver's layout; and, where the
     source serves a manifest that gives no usable pattern, a note saying why.  The manifest is the source's to
-    write: it is read as strict JSON, and only an http(s) URL holding ``{suffix}`` is taken from it.  Raises
+    write: it is read as strict JSON, and only an http(s) URL holding ``{suffix}`` is taken from it (a relative
+    one resolved against the manifest's own URL, as a site built with ``--base-url /`` writes it).  Raises
     ``Unreachable`` (its message names the manifest's URL) when the source gives no answer at all."""
     base = base.rstrip("/")
     default = base + "/pith/{suffix}/bundle.json"
@@ -159,6 +160,14 @@ def bundle_url_pattern(base: str, fetcher: Fetcher) -> tuple[str, str | None]:
 MANIFEST_MAX_BYTES = 1 << 20
 
 
+def _relative(reference: str) -> bool:
+    """Whether *reference* is a relative URL (no scheme); False for one urllib cannot split (said below)."""
+    try:
+        return not urllib.parse.urlsplit(reference).scheme
+    except ValueError:
+        return False
+
+
 def _manifest_pattern(base: str, body: bytes) -> tuple[str | None, str]:
     """The bundle pattern of the manifest *body* (its entry for *base*, else its first), or None and why not."""
     try:
@@ -173,6 +182,8 @@ def _manifest_pattern(base: str, body: bytes) -> tuple[str | None, str]:
     pattern = chosen.get("bundle_pattern")
     if not isinstance(pattern, str) or "{suffix}" not in pattern:
         return None, "its bundle_pattern is not a URL holding {suffix}"
+    if _relative(pattern):  # (a mirror built without a full base URL: resolved as a browser would)
+        pattern = urllib.parse.urljoin(base + "/pith-mirrors.json", pattern)
     if not is_url(pattern):
         return None, "its bundle_pattern is not an http(s) URL"
     if (problem := unfetchable(pattern.replace("{suffix}", "ID"))) is not None:

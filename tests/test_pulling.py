@@ -16,7 +16,7 @@ from site_builder.keys import TrustSet, key_from_document, load_trust_set
 from site_builder.loading import DEFAULT_MAX_BYTES
 from site_builder.pulling import STATE_FILE, PullError, bundle_url_pattern, parse_targets, pith_id_of, pull
 
-from conftest import (QUICK_RETRIES, REAL_BY_ID, ScriptedServer, free_port, https_certificate, record_id,
+from conftest import (QUICK_RETRIES, REAL_BY_ID, REAL_FILES, ScriptedServer, free_port, https_certificate, record_id,
                       returns_past_fifos, run_unprivileged, running)
 from generate import benchmark_key
 from signing import TestKey, sign_bundle, to_bytes, with_paper
@@ -333,6 +333,35 @@ def test_no_note_where_the_source_has_no_manifest_or_a_usable_one(tmp_path):
         with_manifest = pull([IDS[0]], url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
     assert without.notes == [] == with_manifest.notes
     assert [o.status for o in with_manifest.outcomes] == ["fetched"]  # (its own entry chosen, not the first)
+
+
+@pytest.mark.parametrize("pattern", ["/data/{suffix}.json", "data/{suffix}.json", "./data/{suffix}.json"])
+def test_a_relative_bundle_pattern_is_taken_against_the_manifests_own_url(tmp_path, pattern):
+    """A mirror built without a full base URL writes its pattern as a path: it is resolved against the URL the
+    manifest was read from, as a browser resolves a link, and used without a note."""
+    s = ScriptedServer()
+    s.add("/m/pith-mirrors.json", {"body": json.dumps({"mirrors": [{"base_url": "/", "bundle_pattern": pattern}]})
+           .encode()})
+    prefix = "" if pattern.startswith("/") else "/m"
+    s.add(f"{prefix}/data/{IDS[0]}.json", {"body": REAL[IDS[0]]})
+    with running(s) as url:
+        report = pull([IDS[0]], url + "/m/", tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
+    assert [o.status for o in report.outcomes] == ["fetched"] and report.notes == []
+    assert [path for path, _ in s.requests] == ["/m/pith-mirrors.json", f"{prefix}/data/{IDS[0]}.json"]
+
+
+def test_a_site_this_builder_made_without_a_full_base_url_is_pulled_from_without_a_note(tmp_path):
+    """The pith-mirrors.json of a site built with the default ``--base-url /``, served as it is, with the
+    site's files."""
+    site = tmp_path / "site"
+    assert main(["build", "--bundles", str(REAL_FILES[0].parent), "--output", str(site), "--no-search", "--no-cache",
+                 "--quiet"]) == 0
+    s = ScriptedServer()
+    for path in [site / "pith-mirrors.json", *site.glob("pith/*/bundle.json")]:
+        s.add("/" + path.relative_to(site).as_posix(), {"body": path.read_bytes()})
+    with running(s) as url:
+        report = pull(IDS, url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
+    assert [o.status for o in report.outcomes] == ["fetched"] * 4 and report.notes == []
 
 
 @pytest.mark.parametrize("source", ["https://me:secret@mirror.example", "https://secret@mirror.example/"])
