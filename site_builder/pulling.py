@@ -23,7 +23,7 @@ from typing import Callable
 from site_builder.fetching import Fetcher, ResponseTooLarge, Unreachable
 from site_builder.inspection import inspect_bytes
 from site_builder.keys import TrustSet
-from site_builder.loading import BundlesFolderError, FileReadError, discover, read_bytes
+from site_builder.loading import BundlesFolderError, FileReadError, discover, is_mirror, read_bytes
 from site_builder.selection import is_rollback, published_record
 from site_builder.strict_json import StrictJSONError, parse_strict
 from site_builder.urls import credentials_left_out, is_url, unfetchable
@@ -217,6 +217,7 @@ class _PullRun:
     pattern: str
     bundles: Path
     state: dict
+    mirror: bool  # the bundles folder is a copy of a mirror (``record_file``)
     elsewhere: dict[str, list[str]]  # record -> the files holding it under other names (``held_elsewhere``)
     lock: threading.Lock = field(default_factory=threading.Lock)
     silent: dict[str, str] = field(default_factory=dict)  # origin -> why no more of its requests are made
@@ -281,6 +282,30 @@ def _local_copy(target: Path, trust: TrustSet):
         return None, None
 
 
+def _not_a_folder(folder: Path) -> str | None:
+    """Why a record's folder in a copy of a mirror is not written into (a link is never written through), or
+    None: it is a folder, or there is none yet."""
+    try:
+        mode = os.lstat(folder).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{folder}: cannot read: {exc.strerror}"
+    return None if stat.S_ISDIR(mode) else f"{folder}: is not a folder (a link is never written through)"
+
+
+def _make_record_folder(folder: Path) -> str | None:
+    """Make a record's folder in a copy of a mirror, where there is none; why it cannot be written into, or
+    None (one made a link since it was looked at is not written through either)."""
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        return f"{folder}: cannot make the record's folder: {exc.strerror}"
+    return _not_a_folder(folder)
+
+
 def _validators(run: _PullRun, pith_id: str, local) -> dict[str, str]:
     """Conditional-request headers, when the local copy is the verified one they were remembered for."""
     remembered = run.state.get(pith_id, {}) if local is not None and local.verified else {}
@@ -293,13 +318,20 @@ def _validators(run: _PullRun, pith_id: str, local) -> dict[str, str]:
     return headers
 
 
-def held_elsewhere(bundles: Path, ids: list[str]) -> dict[str, list[str]]:
-    """For each of *ids* with no ``<ID>.json`` in *bundles*, the files a build of the folder reads whose text
-    names that record: a record the user keeps under a name of their own (``2020/attention.json``) is compared
-    with, and updated, where it is, not copied beside it under its ID (a build would then read two files of one
-    record, and say so every time)."""
+def record_file(bundles: Path, pith_id: str, mirror: bool) -> Path:
+    """The file of record *pith_id* in *bundles*: ``<ID>.json``, or in a copy of a mirror (``mirror``), whose
+    build reads its records' ``pith/<ID>/bundle.json`` alone, that file."""
+    return bundles / "pith" / pith_id / "bundle.json" if mirror else bundles / f"{pith_id}.json"
+
+
+def held_elsewhere(bundles: Path, ids: list[str], mirror: bool) -> dict[str, list[str]]:
+    """For each of *ids* with no file of its own in *bundles* (``record_file``), the files a build of the folder
+    reads whose text names that record: a record the user keeps under a name of their own
+    (``2020/attention.json``) is compared with, and updated, where it is, not copied beside it under its ID (a
+    build would then read two files of one record, and say so every time).  A mirror's records are in their
+    own files."""
     wanted = {pid for pid in ids if not os.path.lexists(bundles / f"{pid}.json")}
-    if not wanted:
+    if mirror or not wanted:
         return {}
     try:
         files, _ = discover(bundles, sites=[])
@@ -329,19 +361,32 @@ def _newest_copy(paths: list[str], pith_id: str, trust: TrustSet):
     return newest
 
 
+def _local_record(run: _PullRun, pith_id: str):
+    """The file the record *pith_id* is compared with and written to, the bundle there inspected (or None), and
+    why that file cannot be written (or None): its own file (``record_file``), or where there is none, the
+    newest of the files holding it under other names (``held_elsewhere``)."""
+    own = record_file(run.bundles, pith_id, run.mirror)
+    if run.mirror and (unwritable := _not_a_folder(own.parent)) is not None:
+        return own, None, unwritable
+    local, unwritable = _local_copy(own, run.trust)
+    if local is None and not unwritable:
+        kept = _newest_copy(run.elsewhere.get(pith_id, []), pith_id, run.trust)
+        if kept is not None:
+            return *kept, None
+    return own, local, unwritable
+
+
 def _pull_one(run: _PullRun, pith_id: str) -> PullOutcome:
-    target = run.bundles / f"{pith_id}.json"
-    local, unwritable = _local_copy(target, run.trust)
-    if local is None and not unwritable and (kept := _newest_copy(run.elsewhere.get(pith_id, []), pith_id,
-                                                                  run.trust)) is not None:
-        target, local = kept
-    where = "" if target == run.bundles / f"{pith_id}.json" else f" (in {target.relative_to(run.bundles).as_posix()})"
+    target, local, unwritable = _local_record(run, pith_id)
+    own = record_file(run.bundles, pith_id, run.mirror)
+    where = "" if target == own else f" (in {target.relative_to(run.bundles).as_posix()})"
     if unwritable:
         return PullOutcome(pith_id, "failed", unwritable)
     if local is not None and local.verified and local.pith_id != pith_id:  # (never compared with, nor replaced)
+        its_own = record_file(run.bundles, local.pith_id, run.mirror).relative_to(run.bundles).as_posix()
         return PullOutcome(pith_id, "failed", f"{target}: holds the bundle of another record "
                                               f"({local.summary.pith_number}); not replaced (rename it to "
-                                              f"{local.pith_id}.json)")
+                                              f"{its_own})")
     headers = _validators(run, pith_id, local)
     url = run.pattern.replace("{suffix}", pith_id)
     if (why := run.why_not_asked(url)) is not None:
@@ -379,6 +424,8 @@ def _pull_one(run: _PullRun, pith_id: str) -> PullOutcome:
             return PullOutcome(pith_id, "kept", f"the local bundle{where} (built_at {mine.built_at}, "
                                                 f"{mine.event_count} events) is newer than the served one (built_at "
                                                 f"{theirs.built_at}, {theirs.event_count} events)")
+    if target == own and run.mirror and (unwritable := _make_record_folder(target.parent)) is not None:
+        return PullOutcome(pith_id, "failed", unwritable)
     _write_atomically(target, body)
     run.remember(pith_id, meta)
     notes = "".join(f" ({note})" for note in run.fetcher.notes())
@@ -441,7 +488,8 @@ def _pull_into(report: PullReport, ids: list[str], source: str, bundles: Path, t
     if note is not None:
         report.notes.append(note)
     remembered = _read_state(state_path)
-    run = _PullRun(trust, fetcher, pattern, bundles, dict(remembered), held_elsewhere(bundles, ids))
+    mirror = is_mirror(bundles)
+    run = _PullRun(trust, fetcher, pattern, bundles, dict(remembered), mirror, held_elsewhere(bundles, ids, mirror))
     done = [0]
 
     def counted(pith_id: str) -> PullOutcome:

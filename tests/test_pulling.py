@@ -16,8 +16,8 @@ from site_builder.keys import TrustSet, key_from_document, load_trust_set
 from site_builder.loading import DEFAULT_MAX_BYTES
 from site_builder.pulling import STATE_FILE, PullError, bundle_url_pattern, parse_targets, pith_id_of, pull
 
-from conftest import (QUICK_RETRIES, REAL_BY_ID, REAL_FILES, ScriptedServer, free_port, https_certificate, record_id,
-                      returns_past_fifos, run_unprivileged, running)
+from conftest import (QUICK_RETRIES, REAL_BY_ID, REAL_FILES, ROOT, ScriptedServer, free_port, https_certificate,
+                      record_id, returns_past_fifos, run_unprivileged, running)
 from generate import benchmark_key
 from signing import TestKey, sign_bundle, to_bytes, with_paper
 
@@ -362,6 +362,66 @@ def test_a_site_this_builder_made_without_a_full_base_url_is_pulled_from_without
     with running(s) as url:
         report = pull(IDS, url, tmp_path / "b", load_trust_set(), fetcher=Fetcher(**FAST))
     assert [o.status for o in report.outcomes] == ["fetched"] * 4 and report.notes == []
+
+
+def test_into_a_copy_of_a_mirror_a_record_goes_where_its_build_reads_it(tmp_path):
+    """A copy of a mirror given as the bundles folder is read by the build as its records' ``pith/<ID>/
+    bundle.json`` alone: a record pulled into it goes there (an ``<ID>.json`` at its top would never be built),
+    one it holds is compared where it is, and a link at a record's folder is never written through."""
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    for pid in IDS[:2]:
+        (bundles / f"{pid}.json").write_bytes(REAL[pid])
+    copy = tmp_path / "copy"
+    assert main(["build", "--bundles", str(bundles), "--output", str(copy), "--no-search", "--no-cache",
+                 "--quiet"]) == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "bundle.json").write_bytes(REAL[IDS[3]])  # (what the link leads to is no copy of the mirror's)
+    (copy / "pith" / IDS[3]).symlink_to(elsewhere)
+    s = ScriptedServer()
+    for pid in IDS:
+        s.add(f"/pith/{pid}/bundle.json", {"body": REAL[pid]})
+    with running(s) as url:
+        report = pull(IDS, url, copy, load_trust_set(), fetcher=Fetcher(**FAST))
+    assert [(o.status, o.detail) for o in report.outcomes] == [
+        ("unchanged", "same bytes"), ("unchanged", "same bytes"),
+        ("fetched", json.loads(REAL[IDS[2]])["pith_number"]),
+        ("failed", f"{copy / 'pith' / IDS[3]}: is not a folder (a link is never written through)")]
+    assert (copy / "pith" / IDS[2] / "bundle.json").read_bytes() == REAL[IDS[2]]
+    assert not list(copy.glob("*.json.tmp-*")) and not (copy / f"{IDS[2]}.json").exists()
+    assert [p.read_bytes() for p in elsewhere.iterdir()] == [REAL[IDS[3]]]
+    (copy / "pith" / IDS[3]).unlink()
+    lines = _build_lines(copy, ROOT / "site_builder" / "data" / "pith-signing-key.json")
+    assert lines[0].startswith("3 bundles read, 3 published, 0 rejected"), lines
+
+
+def test_a_link_made_at_a_records_folder_in_a_copy_of_a_mirror_while_its_bundle_is_fetched_is_not_written_through(
+        tmp_path):
+    """The record's folder is looked at before the request and again once it is made, after the answer: a link
+    put there in between (the folder is anyone's who can write the copy) is not written through either."""
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    (bundles / f"{IDS[0]}.json").write_bytes(REAL[IDS[0]])
+    copy, elsewhere = tmp_path / "copy", tmp_path / "elsewhere"
+    assert main(["build", "--bundles", str(bundles), "--output", str(copy), "--no-search", "--no-cache",
+                 "--quiet"]) == 0
+    elsewhere.mkdir()
+
+    class LinkingOnTheWay(Fetcher):
+        def get(self, url, *args, **kwargs):
+            answer = super().get(url, *args, **kwargs)
+            if url.endswith("/bundle.json"):
+                (copy / "pith" / IDS[1]).symlink_to(elsewhere)
+            return answer
+
+    s = ScriptedServer()
+    s.add(f"/pith/{IDS[1]}/bundle.json", {"body": REAL[IDS[1]]})
+    with running(s) as url:
+        report = pull([IDS[1]], url, copy, load_trust_set(), fetcher=LinkingOnTheWay(**FAST))
+    assert [(o.status, o.detail) for o in report.outcomes] == [
+        ("failed", f"{copy / 'pith' / IDS[1]}: is not a folder (a link is never written through)")]
+    assert list(elsewhere.iterdir()) == []
 
 
 @pytest.mark.parametrize("source", ["https://me:secret@mirror.example", "https://secret@mirror.example/"])
