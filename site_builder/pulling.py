@@ -426,7 +426,10 @@ def _pull_one(run: _PullRun, pith_id: str) -> PullOutcome:
                                                 f"{theirs.built_at}, {theirs.event_count} events)")
     if target == own and run.mirror and (unwritable := _make_record_folder(target.parent)) is not None:
         return PullOutcome(pith_id, "failed", unwritable)
-    _write_atomically(target, body)
+    try:
+        _write_atomically(target, body)
+    except OSError as exc:  # (a folder this user may not write to, a full disk: that record's line, not a traceback)
+        return PullOutcome(pith_id, "failed", f"{target}: cannot write: {exc.strerror or exc}")
     run.remember(pith_id, meta)
     notes = "".join(f" ({note})" for note in run.fetcher.notes())
     return PullOutcome(pith_id, "fetched", fetched.summary.pith_number + where + notes)

@@ -703,6 +703,31 @@ def test_a_bundles_folder_that_cannot_be_searched_fails_each_record_with_why_and
     assert not [path for path, _ in server.requests if path.endswith("bundle.json")]
 
 
+def test_a_bundle_that_cannot_be_written_is_that_records_failure_with_why_not_a_traceback(tmp_path):
+    """A bundles folder this user may read but not write to (or a full disk): the verified bundle that cannot be
+    written is one failed line naming the file and why, and the pull goes on to its end (the record already
+    there in the served bytes is unchanged), where it stopped with a traceback."""
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    (bundles / f"{IDS[1]}.json").write_bytes(REAL[IDS[1]])
+    server = ScriptedServer()
+    for pid in IDS[:2]:
+        server.add(f"/pith/{pid}/bundle.json", {"body": REAL[pid]})
+
+    def pull_unprivileged():
+        bundles.chmod(0o555)
+        report = pull(IDS[:2], url, bundles, load_trust_set(), fetcher=Fetcher(retries=0))
+        assert [(o.status, o.detail) for o in report.outcomes] == [
+            ("failed", f"{bundles / IDS[0]}.json: cannot write: Permission denied"), ("unchanged", "same bytes")]
+
+    with running(server) as url:
+        try:
+            run_unprivileged(pull_unprivileged)
+        finally:
+            bundles.chmod(0o755)
+    assert sorted(p.name for p in bundles.iterdir()) == [f"{IDS[1]}.json"]
+
+
 def test_a_bundle_is_written_through_a_file_of_its_own_not_a_link_found_at_the_temporary_name(tmp_path):
     """The bundles folder is untrusted: a link planted at the temporary name must not be written through."""
     import os
