@@ -1,3 +1,4 @@
+import contextlib
 import http.server
 import json
 import os
@@ -7,6 +8,7 @@ import itertools
 import shutil
 import signal
 import socket
+import sqlite3
 import ssl
 import sys
 import threading
@@ -374,6 +376,18 @@ def plant_document(db, name: str, entries: dict, tag: str | None) -> None:
     """Store *entries* as the cache's document *name* under *tag* (as anyone who can write the file can)."""
     data = json.dumps(entries).encode()
     db.execute("INSERT OR REPLACE INTO documents VALUES (?, ?, ?)", (name, data, tag))
+
+
+@contextlib.contextmanager
+def write_lock_held(database: Path):
+    """Another program holding the SQLite *database*'s write lock while the block runs: a save waits SQLite's 5 s
+    for it, then fails, as a full disk or an I/O error makes it fail."""
+    db = sqlite3.connect(database, isolation_level=None)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        yield
+    finally:
+        db.close()  # (rolls the lock's transaction back)
 
 
 def document_tag(key, name: str, entries: dict) -> str:

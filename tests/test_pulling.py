@@ -680,27 +680,34 @@ def test_a_link_at_the_target_is_never_replaced_nor_written_through(tmp_path):
     assert (bundles / f"{IDS[0]}.json").readlink() == elsewhere and elsewhere.read_bytes() == b"kept"
 
 
-def test_a_bundles_folder_that_cannot_be_searched_fails_each_record_with_why_and_asks_for_none(tmp_path):
-    """A bundles folder whose files cannot be looked at (no search permission): whether a newer bundle is there
-    cannot be told, so none is fetched, and each record fails with why, the pull going on to its end."""
-    bundles = tmp_path / "bundles"
-    bundles.mkdir()
+def _pulled_as_a_user(bundles, mode: int, outcomes: list[tuple[str, str]]) -> list[str]:
+    """The first two records pulled into *bundles*, its mode made *mode*, by a user who cannot override file
+    modes: their outcomes asserted to be *outcomes*; the paths the server was asked for."""
     server = ScriptedServer()
     for pid in IDS[:2]:
         server.add(f"/pith/{pid}/bundle.json", {"body": REAL[pid]})
 
     def pull_unprivileged():
-        bundles.chmod(0o600)
+        bundles.chmod(mode)
         report = pull(IDS[:2], url, bundles, load_trust_set(), fetcher=Fetcher(retries=0))
-        outcomes = [(o.status, o.detail) for o in report.outcomes]
-        assert outcomes == [("failed", f"{bundles / pid}.json: cannot read: Permission denied") for pid in IDS[:2]]
+        assert [(o.status, o.detail) for o in report.outcomes] == outcomes
 
     with running(server) as url:
         try:
             run_unprivileged(pull_unprivileged)
         finally:
             bundles.chmod(0o755)
-    assert not [path for path, _ in server.requests if path.endswith("bundle.json")]
+    return [path for path, _ in server.requests]
+
+
+def test_a_bundles_folder_that_cannot_be_searched_fails_each_record_with_why_and_asks_for_none(tmp_path):
+    """A bundles folder whose files cannot be looked at (no search permission): whether a newer bundle is there
+    cannot be told, so none is fetched, and each record fails with why, the pull going on to its end."""
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    asked = _pulled_as_a_user(bundles, 0o600, [("failed", f"{bundles / pid}.json: cannot read: Permission denied")
+                                               for pid in IDS[:2]])
+    assert not [path for path in asked if path.endswith("bundle.json")]
 
 
 def test_a_bundle_that_cannot_be_written_is_that_records_failure_with_why_not_a_traceback(tmp_path):
@@ -710,21 +717,8 @@ def test_a_bundle_that_cannot_be_written_is_that_records_failure_with_why_not_a_
     bundles = tmp_path / "bundles"
     bundles.mkdir()
     (bundles / f"{IDS[1]}.json").write_bytes(REAL[IDS[1]])
-    server = ScriptedServer()
-    for pid in IDS[:2]:
-        server.add(f"/pith/{pid}/bundle.json", {"body": REAL[pid]})
-
-    def pull_unprivileged():
-        bundles.chmod(0o555)
-        report = pull(IDS[:2], url, bundles, load_trust_set(), fetcher=Fetcher(retries=0))
-        assert [(o.status, o.detail) for o in report.outcomes] == [
-            ("failed", f"{bundles / IDS[0]}.json: cannot write: Permission denied"), ("unchanged", "same bytes")]
-
-    with running(server) as url:
-        try:
-            run_unprivileged(pull_unprivileged)
-        finally:
-            bundles.chmod(0o755)
+    _pulled_as_a_user(bundles, 0o555, [("failed", f"{bundles / IDS[0]}.json: cannot write: Permission denied"),
+                                       ("unchanged", "same bytes")])
     assert sorted(p.name for p in bundles.iterdir()) == [f"{IDS[1]}.json"]
 
 

@@ -21,7 +21,8 @@ from site_builder.options import ServeSession
 from site_builder.settings import SiteConfig
 
 from conftest import ROOT
-from conftest import both_keys, cache_document, document_tag, edit_every_template, opts, plant_document, tree
+from conftest import (both_keys, cache_document, document_tag, edit_every_template, opts, plant_document, tree,
+                      write_lock_held)
 
 from generate import benchmark_key, make_bundle  # noqa: E402
 
@@ -187,7 +188,6 @@ def test_the_build_waits_only_for_deletions_that_could_change_the_site(project, 
 
 def _plant_rows(project, html: bytes, made_up_tag: str | None = None) -> int:
     """Every stored list row replaced by *html*, each part tagged with this user's key (or *made_up_tag*)."""
-    import sqlite3
     from site_builder.cache import cache_context
     key = user_cache_key().bound_to(cache_context())
     db = sqlite3.connect(cache_dir(project) / "cache.sqlite")
@@ -507,18 +507,13 @@ def test_a_detached_save_that_cannot_write_keeps_the_cache_and_the_next_build_sa
     which has the terminal the saver lacks, says why, once."""
     assert _build_cli(project).returncode == 0
     _wait_for_saver(project)
-    db = sqlite3.connect(cache_dir(project) / "cache.sqlite", isolation_level=None)
-    saved = cache_document(db, "files")
+    saved = _stored_files(project)
     (project / "bundles" / "gen3.json").unlink()
-    db.execute("BEGIN IMMEDIATE")  # (the saver waits SQLite's 5 s for it, then gives up)
-    try:
+    with write_lock_held(cache_dir(project) / "cache.sqlite"):
         second = _build_cli(project)
         deadline = time.monotonic() + 120
         while not (cache_dir(project) / "save-failed").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-    finally:
-        db.execute("ROLLBACK")
-    db.close()
     _wait_for_saver(project)
     assert second.returncode == 0 and "not saved" not in second.stderr  # (the build itself knew nothing yet)
     assert _stored_files(project) == saved
@@ -539,17 +534,12 @@ def test_a_save_in_place_that_cannot_write_keeps_the_cache_and_the_build_says_wh
     """serve saves the cache itself, and a build that cannot fork does: their report says why a save failed."""
     trust = both_keys()
     build(opts(project, project / "site", trust))
-    db = sqlite3.connect(cache_dir(project) / "cache.sqlite", isolation_level=None)
-    saved = cache_document(db, "files")
+    saved = _stored_files(project)
     (project / "bundles" / "gen3.json").unlink()
-    db.execute("BEGIN IMMEDIATE")
-    try:
+    with write_lock_held(cache_dir(project) / "cache.sqlite"):
         report = build(opts(project, project / "site", trust))
-    finally:
-        db.execute("ROLLBACK")
     assert report.cache_note == (f"the build cache was not saved ({cache_dir(project) / 'cache.sqlite'}: database "
                                  f"is locked); the next build cannot reuse what this one did")
-    db.close()
     assert _stored_files(project) == saved
     again = build(opts(project, project / "site", trust))
     assert again.cache_note == "" and again.changed  # (nothing left for it to say: this build said it)
