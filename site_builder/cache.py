@@ -51,12 +51,12 @@ import orjson
 
 from site_builder import builder_identity
 from site_builder.cache_key import CacheKey
-from site_builder.stored_document import StoredDocument, checked_document
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
 from site_builder.loading import signature_size
 from site_builder.mirrors import MirrorRecord
 from site_builder.pages import ALL_ADDRESSES
 from site_builder.selection import PreviousSite, PublishedBefore
+from site_builder.stored_document import StoredDocument, checked_document
 from site_builder.unit_files import units_from_text, units_to_text
 from site_builder.writing import is_plain_path
 
