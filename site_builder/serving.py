@@ -189,8 +189,8 @@ class Site:
             if report.search_behind:  # on screen now; the search index follows in the next build
                 self.request_rebuild()
             rejected = [o.inspection.error_line() for o in report.rejected]
-            self._say_problems(rejected, report.warnings, [report.cache_note] if report.cache_note else [],
-                               repeat=not indexing)
+            notes = [note for note in (report.cache_note, report.reuse_note, report.twin_note) if note]
+            self._say_problems(rejected, report.warnings, notes, repeat=not indexing)
             behind = "; the search index follows" if report.search_behind else ""
             self.options.log(f"[{reason}] {report.summary_line()} (rebuild {time.perf_counter() - started:.2f}s{behind})")
             self.live.set_error("Rejected bundles:\n" + "\n".join(rejected) if rejected else None)
@@ -199,8 +199,8 @@ class Site:
     def _say_problems(self, rejected: list[str], warnings: list[str], notes: list[str], repeat: bool) -> None:
         """Each rejected file and warning, as the command line says them; the build that only follows the last
         one with its search index leaves out the lines that one said a moment ago, so that a save says each once.
-        A note of the cache (none kept, one not saved) is said when it is not the last build's: a state, not news
-        of each save."""
+        A note (no cache kept or one not saved, nothing reused from a tree others may write to, no twin for lack
+        of inodes) is said when it is not the last build's: a state, not news of each save."""
         lines = [f"REJECTED {line}" for line in rejected] + [f"WARNING {warning}" for warning in warnings]
         said_notes = [f"NOTE {note}" for note in notes]
         for line in lines:

@@ -495,6 +495,27 @@ def test_serve_says_when_a_build_could_not_save_the_cache_and_the_next_saves_it(
     site.store.close()
 
 
+def test_serve_says_why_it_reuses_nothing_from_a_site_others_may_write_to(served_project):
+    """A build writes every file again where others may write to the live site or the tree beside it, and says
+    why (the command line in a NOTE): serve says it too."""
+    root, key = served_project
+    lines: list[str] = []
+    site, _ = _site(root, search=False, log=lines.append)
+    assert site.rebuild("start")
+    (root / "output").chmod(0o775)
+    said = []
+    for title in ("Shared", "Beside", "Replaced"):
+        lines.clear()
+        _retitle(root, key, title)
+        assert site.rebuild("change", None)
+        said.append([line for line in lines if line.startswith("NOTE ")])
+    why = ("others may write to it (or it is not yours), so nothing in it is reused and every file is written "
+           "again; make it yours alone (chmod go-w) for incremental builds")
+    # (the shared tree is written anew, then lies beside the output, then is replaced: said as it goes)
+    assert said == [[f"NOTE {root / 'output'}: {why}"], [f"NOTE {root / '.output.prev'}: {why}"], []]
+    site.store.close()
+
+
 @pytest.mark.slow
 def test_the_build_that_follows_with_the_search_index_says_no_problem_twice(served_project):
     """A save is built at once and its search index follows in a second build: the rejections and warnings of
