@@ -36,6 +36,22 @@ def test_pages_workflow_has_the_required_steps_and_minimal_permissions():
     assert "pages" not in build.get("permissions", {})
 
 
+# The first major of each action the workflows use that runs on Node.js 24: GitHub's runners run no Node.js 20
+# since 2026-09-16 (an action made for it is forced onto Node.js 24 with a warning, "may not work as expected").
+NODE_24_MAJORS = {"actions/checkout": 5, "actions/setup-python": 6, "actions/configure-pages": 6,
+                  "actions/upload-pages-artifact": 5, "actions/deploy-pages": 5, "actions/cache": 5}
+
+
+@pytest.mark.parametrize("workflow", ["pages.yml", "tests.yml"])
+def test_the_workflows_use_only_actions_made_for_the_runners_node(workflow):
+    wf = yaml.safe_load((ROOT / ".github" / "workflows" / workflow).read_text())
+    uses = [step["uses"] for job in wf["jobs"].values() for step in job["steps"] if "uses" in step]
+    assert uses
+    for use in uses:
+        action, _, version = use.partition("@")
+        assert action in NODE_24_MAJORS and int(version.lstrip("v").split(".")[0]) >= NODE_24_MAJORS[action], use
+
+
 def fetch(url):
     try:
         with urllib.request.urlopen(url) as r:
