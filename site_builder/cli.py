@@ -180,7 +180,8 @@ def _pull_arguments(pl: argparse.ArgumentParser) -> None:
     pl.add_argument("--from", dest="source", default="https://pith.science", metavar="URL",
                     help="resolver or mirror to fetch /pith/<ID>/bundle.json from")
     pl.add_argument("--bundles", type=Path, default=Path("bundles"), metavar="DIR",
-                    help="folder the verified bundles are written to")
+                    help="folder the verified bundles are written to: each as <ID>.json, or into the file "
+                         "that already holds its record")
     _keys_argument(pl)
     pl.add_argument("--concurrency", type=_count(1, MAX_DOWNLOADS_AT_ONCE), default=4, metavar="N",
                     help=f"downloads at once (at most {MAX_DOWNLOADS_AT_ONCE})")
