@@ -1,5 +1,6 @@
 """Publishing: the ready GitHub Pages workflow, and a sub-path site served the way Pages serves it."""
 
+import re
 import subprocess
 import sys
 import tarfile
@@ -50,6 +51,19 @@ def test_the_workflows_use_only_actions_made_for_the_runners_node(workflow):
     for use in uses:
         action, _, version = use.partition("@")
         assert action in NODE_24_MAJORS and int(version.lstrip("v").split(".")[0]) >= NODE_24_MAJORS[action], use
+
+
+def test_the_test_workflow_runs_on_every_system_readmes_set_up_commands_are_for():
+    """README promises its two set-up commands on a fresh Debian 12 or 13 and Ubuntu 24.04 or 26.04: the test
+    workflow runs README's test command in a container of each."""
+    promised = re.search(r"Both are for a fresh (.+?), with the system Python", (ROOT / "README.md").read_text(),
+                         re.S).group(1)
+    systems = {f"{name.lower()}:{version}" for name, versions in re.findall(r"(Debian|Ubuntu) ([\d.]+(?: or [\d.]+)*)",
+                                                                          promised)
+               for version in versions.split(" or ")}
+    wf = yaml.safe_load((ROOT / ".github" / "workflows" / "tests.yml").read_text())
+    assert systems == {"debian:12", "debian:13", "ubuntu:24.04", "ubuntu:26.04"}
+    assert set(wf["jobs"]["test"]["strategy"]["matrix"]["image"]) == systems
 
 
 def fetch(url):
