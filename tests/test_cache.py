@@ -20,7 +20,7 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from site_builder.cache import cache_context
+from site_builder.cache import BuildCache, cache_context
 from site_builder.cache_key import user_cache_key
 from site_builder.inspection import compact, inspect_bytes, inspection_to_json
 from site_builder.keys import load_trust_set
@@ -378,7 +378,6 @@ def test_taking_the_lock_this_cache_already_holds_returns_at_once(tmp_path):
     """serve keeps one cache open and takes its lock at each build: taking it again while held must not wait
     on itself (an flock on a second descriptor of the same file would wait for the first, for ever)."""
     import threading
-    from site_builder.cache import BuildCache
     cache = BuildCache(tmp_path / "cache" / "cache.sqlite", key=user_cache_key())
     held = cache.lock_fd
     done = threading.Event()
@@ -396,7 +395,6 @@ def test_the_mirrored_record_read_where_it_is_asked_for_is_the_record_as_stored(
     making them reads over a connection of its own: they find what a record read here finds, and where the
     stored record's tag does not check, or it is gone, or the cache file is, the record proves nothing (the
     child's lookups say there is none, and the build's own read agrees)."""
-    from site_builder.cache import BuildCache
     from site_builder.mirrors import MirrorLookups, mirror_signatures
 
     live = tmp_path / "live"
@@ -733,7 +731,6 @@ def test_a_save_the_disk_cannot_take_keeps_the_cache_as_the_last_save_left_it_an
     """A write that fails for want of room (or an I/O error) is rolled back: the cache is not thrown away (which
     would cost the next build everything, not only this build's work), nothing more is written to it, and why is
     kept for the build to say."""
-    from site_builder.cache import BuildCache
     path = tmp_path / "cache" / "cache.sqlite"
     cache = BuildCache(path, key=user_cache_key())
     cache.save_mirrored({"AAAA": ("1:2:3:4", "0" * 64)})
@@ -755,7 +752,6 @@ def test_a_save_the_disk_cannot_take_keeps_the_cache_as_the_last_save_left_it_an
 def test_a_cache_found_damaged_by_a_write_is_thrown_away_and_made_anew(tmp_path):
     """Damage is not a failure to save: a database SQLite finds malformed as it writes is made anew (and works),
     as one found so as it is read is."""
-    from site_builder.cache import BuildCache
     path = tmp_path / "cache" / "cache.sqlite"
     cache = BuildCache(path, key=user_cache_key())
     cache.save_mirrored({"AAAA": ("1:2:3:4", "0" * 64)})
