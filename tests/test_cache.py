@@ -711,7 +711,7 @@ def test_the_cache_keeps_only_what_the_two_trees_and_the_inputs_still_use(projec
 
 
 # A cache in a process whose files may not grow past 256 KB (the kernel's per-process limit: its writes past it
-# fail as on a full disk) saves a record of 1 MB, then the no-op answer.
+# fail as on a full disk) saves a record of 1 MB, then a short-address plan.
 SAVED_ON_A_FULL_DISK = """
 import resource, signal, sys
 from pathlib import Path
