@@ -112,6 +112,7 @@ class BuildCache:
         self._loaded = False
         self.lock_fd: int | None = None
         self.save_failure: str | None = None  # why a save did not reach the disk (the cache is as it was before)
+        self.unusable: str | None = None  # why no cache could be opened or made anew at *path* (the build keeps none)
         if path is not None:
             self.take_lock()
             self._open()
@@ -225,8 +226,9 @@ class BuildCache:
         try:
             self.db = sqlite3.connect(self.path, isolation_level=None)
             self._ensure_schema()
-        except (sqlite3.DatabaseError, OSError):
+        except (sqlite3.DatabaseError, OSError) as exc:
             self.db = None
+            self.unusable = f"{self.path}: {exc}"
 
     # --- reads ------------------------------------------------------------------------------------
 

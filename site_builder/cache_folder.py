@@ -79,15 +79,26 @@ def make_private_folder(folder: Path, ours: bool) -> None:
         raise CacheFolderUnsafe(f"cannot make {folder} private: {e.strerror}") from None
 
 
-def leave_save_failure(folder: Path, key: CacheKey, reason: str) -> None:
+def leave_save_failure(folder: Path, key: CacheKey, reason: str) -> bool:
     """Leave *reason* in *folder* for the next build to say: the detached saver has no terminal, and a cache not
     saved costs every later build what it could have reused.  Tagged with this user's cache key, so that no
-    one else's file there makes a build say anything.  On a disk too full for these few bytes nothing is left."""
+    one else's file there makes a build say anything.  False where it cannot be left (a disk too full for
+    these few bytes, a folder this user may not write to)."""
     data = reason.encode("utf-8", "backslashreplace")[:_REASON_LIMIT]
     tag = _failure_key(key).tag("save failed", data).encode("ascii")
     try:
         with open(create_new(folder / SAVE_FAILED, 0o600), "wb") as f:
             f.write(tag + data)
+        return True
+    except OSError:
+        clear_save_failure(folder)  # (not one cut short)
+        return False
+
+
+def clear_save_failure(folder: Path) -> None:
+    """Remove what ``leave_save_failure`` left in *folder*, if anything."""
+    try:
+        os.unlink(folder / SAVE_FAILED)
     except OSError:
         pass
 
@@ -101,10 +112,7 @@ def take_save_failure(folder: Path, key: CacheKey) -> str | None:
     except FileReadError:
         return None
     finally:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        clear_save_failure(folder)
     tag, data = raw[:_TAG_CHARS].decode("ascii", "replace"), raw[_TAG_CHARS:]
     if not _failure_key(key).checks(tag, "save failed", data):
         return None

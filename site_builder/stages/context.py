@@ -286,7 +286,9 @@ def open_cache(options: BuildOptions, report: BuildReport, load: bool = True) ->
             report.cache_note = f"no build cache: {e}; every bundle is verified and every page rendered"
             key = None
     cache = BuildCache(path, load, key)
-    if cache.path is not None and cache.user_key is not None:  # (read under the lock: the last saver is done)
+    if cache.unusable is not None:
+        report.cache_note = f"no build cache: {cache.unusable}; every bundle is verified and every page rendered"
+    elif cache.path is not None and cache.user_key is not None:  # (read under the lock: the last saver is done)
         failure = take_save_failure(cache.path.parent, cache.user_key)
         if failure is not None:
             report.cache_note = f"the last build's cache was not saved ({failure}); this build could not reuse " \

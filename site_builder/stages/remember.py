@@ -10,7 +10,7 @@ import threading
 from typing import Callable
 
 from site_builder.cache import BuildCache
-from site_builder.cache_folder import leave_save_failure
+from site_builder.cache_folder import clear_save_failure, leave_save_failure
 from site_builder.incremental import IncrementalStore
 from site_builder.mirrors import MirrorCheck, record_after
 from site_builder.options import BuildOptions
@@ -29,8 +29,8 @@ def remember(write_cache: Callable[[], None], cache: BuildCache, options: BuildO
     up to date by *upkeep*), in a detached process for a one-shot build (``build`` on the command
     line): the new site is live already, and saving 10,000 records' worth takes longer than the rest of a
     one-file rebuild.  The saver inherits the cache's lock, so the next build waits for it before reading the
-    cache; a saver that fails leaves the previous cache, which can only cost the next build time, and says why
-    (here, or through the cache's folder to the next build).  The saver
+    cache; a saver that fails, or never ends, leaves the previous cache, which can only cost the next build time,
+    and the next build says so (``announce_save``).  The saver
     touches nothing in the output: when ``build`` returns, the site is final (a deploy step may archive it at
     once, and tar fails on a file whose status changes while it reads it)."""
     def save() -> None:
@@ -40,24 +40,45 @@ def remember(write_cache: Callable[[], None], cache: BuildCache, options: BuildO
         if options.store is not None:
             upkeep()
 
-    if options.policy.one_shot and start_detached(functools.partial(save_telling_the_next_build, save, cache), cache):
+    if (options.policy.one_shot and announce_save(cache)
+            and start_detached(functools.partial(save_telling_the_next_build, save, cache), cache)):
         report.saved_in_background = True
         return
     save()
+    if cache.path is not None:
+        clear_save_failure(cache.path.parent)  # (announced for a saver that could not be started: said here)
     if cache.save_failure is not None:
         report.cache_note = f"the build cache was not saved ({cache.save_failure}); the next build cannot reuse " \
                             f"what this one did"
 
 
+# What the next build says of a detached save that neither finished nor failed: its process was stopped (killed,
+# the machine turned off, a CI job's end) before it could say anything.
+SAVE_STOPPED = "the save did not finish: its process was stopped"
+
+
+def announce_save(cache: BuildCache) -> bool:
+    """Leave word in the cache's folder that a save is under way (``SAVE_STOPPED``), which the detached saver
+    replaces with why it failed, or removes once it is done: the next build then says a save that never ended.
+    False where no word can be left (a full disk, a folder this user may not write to: the save is then made in
+    place, and its failure said at once) or there is no cache."""
+    return (cache.path is not None and cache.user_key is not None
+            and leave_save_failure(cache.path.parent, cache.user_key, SAVE_STOPPED))
+
+
 def save_telling_the_next_build(save: Callable[[], None], cache: BuildCache) -> None:
     """*save*, in a process nobody watches: why it failed (as the cache says, or what it raised) is left in the
-    cache's folder for the next build to say."""
+    cache's folder for the next build to say, in place of the word ``announce_save`` left there."""
     try:
         save()
         failure = cache.save_failure
     except Exception as exc:  # (a builder's bug: said by the next build, not lost with this process's stderr)
         failure = f"{type(exc).__name__}: {exc}"
-    if failure is not None and cache.path is not None and cache.user_key is not None:
+    if cache.path is None or cache.user_key is None:
+        return
+    if failure is None:
+        clear_save_failure(cache.path.parent)
+    else:
         leave_save_failure(cache.path.parent, cache.user_key, failure)
 
 

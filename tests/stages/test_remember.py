@@ -4,6 +4,7 @@ and nothing the save does changes the output after ``build`` returns."""
 import fcntl
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -14,15 +15,17 @@ import pytest
 
 from site_builder.build import build
 from site_builder.cache import BuildCache
+from site_builder.cache_folder import SAVE_FAILED
 from site_builder.cache_key import user_cache_key
 from site_builder.incremental import IncrementalStore
 from site_builder.keys import load_trust_set
 from site_builder.options import ServeSession
 from site_builder.settings import SiteConfig
+from site_builder.stages.remember import SAVE_STOPPED
 
 from conftest import ROOT
-from conftest import (both_keys, cache_document, document_tag, edit_every_template, opts, plant_document, tree,
-                      write_lock_held)
+from conftest import (both_keys, cache_document, document_tag, edit_every_template, opts, plant_document,
+                      run_unprivileged, tree, write_lock_held)
 
 from generate import benchmark_key, make_bundle  # noqa: E402
 
@@ -383,6 +386,7 @@ def test_a_one_shot_build_returns_before_its_cache_is_saved_or_saves_it_itself(p
         assert (project / "fork refused").exists() == (how != "thread")
     again = build(opts(project, project / "site", load_trust_set(keys)))
     assert not again.changed and "verify" not in again.timings  # the no-op answer the save left
+    assert again.cache_note == "" and not (cache_dir(project) / SAVE_FAILED).exists()  # (nor word of a save)
 
 
 # The build, its saver held up right after it is forked (as a loaded machine may hold it before its first
@@ -511,10 +515,7 @@ def test_a_detached_save_that_cannot_write_keeps_the_cache_and_the_next_build_sa
     (project / "bundles" / "gen3.json").unlink()
     with write_lock_held(cache_dir(project) / "cache.sqlite"):
         second = _build_cli(project)
-        deadline = time.monotonic() + 120
-        while not (cache_dir(project) / "save-failed").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-    _wait_for_saver(project)
+        _wait_for_saver(project)  # (which waits SQLite's 5 s for the lock held here, then gives up)
     assert second.returncode == 0 and "not saved" not in second.stderr  # (the build itself knew nothing yet)
     assert _stored_files(project) == saved
 
@@ -569,3 +570,74 @@ def test_a_detached_saver_that_raises_has_the_next_build_say_what(project):
     assert built.returncode == 0, built.stderr
     assert built.stdout.strip() == ("the last build's cache was not saved (RuntimeError: a builder's bug); this "
                                     "build could not reuse what that one did")
+
+
+# A one-shot build whose detached saver is held, and says so with its process id, so that it can be stopped.
+SAVER_HELD = ONE_SHOT_IMPORTS + """
+def held(self, *args):
+    (project / "saver").write_text(str(os.getpid()))
+    time.sleep(600)
+BuildCache.save_quick = held
+""" + ONE_SHOT_BUILD + """
+print(json.dumps({"saved_in_background": report.saved_in_background}))
+"""
+
+
+def test_a_detached_save_stopped_before_it_ends_is_said_by_the_next_build(project):
+    """A saver killed before it ends (out of memory, the machine turned off, a CI job's end) cannot say so: it
+    finds word of its save under way already left, which only a save that ended replaces or removes."""
+    keys = [ROOT / "site_builder" / "data" / "pith-signing-key.json", benchmark_key().write(project / "bench-key.json")]
+    assert _build_cli(project).returncode == 0
+    _wait_for_saver(project)
+    assert not (cache_dir(project) / SAVE_FAILED).exists()  # (a save that ended leaves no word)
+    (project / "bundles" / "gen3.json").unlink()
+    built = subprocess.run([sys.executable, "-c", SAVER_HELD, project, *keys], capture_output=True, text=True,
+                           timeout=300)
+    assert built.returncode == 0 and json.loads(built.stdout) == {"saved_in_background": True}, built.stderr
+    deadline = time.monotonic() + 60
+    while not (project / "saver").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(int((project / "saver").read_text()), signal.SIGKILL)
+    _wait_for_saver(project)
+    trust = load_trust_set(keys)
+    said = build(opts(project, project / "site", trust)).cache_note
+    assert said == f"the last build's cache was not saved ({SAVE_STOPPED}); this build could not reuse what that " \
+                   f"one did"
+    assert build(opts(project, project / "site", trust)).cache_note == ""
+
+
+def test_where_no_word_of_a_save_can_be_left_the_build_saves_in_place_and_says_why_at_once(project):
+    """Where the build cannot leave word of its save for the next (a disk too full for a few bytes; here something
+    else stands at the word's name), it saves the cache itself, and says at once that the save failed."""
+    trust = both_keys()
+    build(opts(project, project / "site", trust))
+    (project / "bundles" / "gen3.json").unlink()
+    (cache_dir(project) / SAVE_FAILED).mkdir()
+    with write_lock_held(cache_dir(project) / "cache.sqlite"):
+        built = subprocess.run([sys.executable, "-c", ONE_SHOT_IMPORTS + ONE_SHOT_BUILD + """
+print(json.dumps({"saved_in_background": report.saved_in_background, "cache_note": report.cache_note}))
+""", project, ROOT / "site_builder" / "data" / "pith-signing-key.json",
+            benchmark_key().write(project / "bench-key.json")], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    assert json.loads(built.stdout) == {"saved_in_background": False, "cache_note": (
+        f"the build cache was not saved ({cache_dir(project) / 'cache.sqlite'}: database is locked); the next build "
+        f"cannot reuse what this one did")}
+
+
+def test_a_cache_folder_this_user_may_not_write_to_is_no_cache_and_the_build_says_so(project):
+    """The cache cannot be opened in a folder this user may read but not write to (SQLite makes its files beside
+    the database): the build keeps no cache, and says so, as where no cache key can be kept."""
+    trust = both_keys()
+    build(opts(project, project / "site", trust))
+    folder = cache_dir(project)
+
+    def build_unprivileged():
+        folder.chmod(0o555)
+        report = build(opts(project, project / "site", trust, one_shot=True))
+        assert report.cache_note.startswith(f"no build cache: {folder / 'cache.sqlite'}: ")
+        assert report.cache_note.endswith("; every bundle is verified and every page rendered")
+
+    try:
+        run_unprivileged(build_unprivileged)
+    finally:
+        folder.chmod(0o755)
