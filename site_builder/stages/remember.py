@@ -40,13 +40,13 @@ def remember(write_cache: Callable[[], None], cache: BuildCache, options: BuildO
         if options.store is not None:
             upkeep()
 
-    if (options.policy.one_shot and announce_save(cache)
-            and start_detached(functools.partial(save_telling_the_next_build, save, cache), cache)):
+    announced = options.policy.one_shot and announce_save(cache)
+    if announced and start_detached(functools.partial(save_telling_the_next_build, save, cache), cache):
         report.saved_in_background = True
         return
     save()
-    if cache.path is not None:
-        clear_save_failure(cache.path.parent)  # (announced for a saver that could not be started: said here)
+    if announced and cache.path is not None:  # (for a saver that could not be started: said here instead)
+        clear_save_failure(cache.path.parent)
     if cache.save_failure is not None:
         report.cache_note = f"the build cache was not saved ({cache.save_failure}); the next build cannot reuse " \
                             f"what this one did"
