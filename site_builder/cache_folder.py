@@ -16,7 +16,7 @@ from site_builder.cache_key import CacheKey
 from site_builder.loading import FileReadError, read_bytes
 from site_builder.writing import create_new, make_folders, not_private
 
-SAVE_FAILED = "save-failed"  # why the last build's detached save did not reach the disk (stages/remember.py)
+SAVE_FAILED = "save-failed"  # word of a detached save: under way, or why it failed (stages/remember.py)
 
 # What the cache keeps in its folder, by name (compiled_templates.py keeps its files in ``templates``).
 CACHE_NAMES = ("cache.sqlite", "cache.sqlite-wal", "cache.sqlite-shm", "cache.sqlite-journal", "cache.lock",
