@@ -12,7 +12,7 @@ import re
 import stat
 from pathlib import Path
 
-from site_builder.cache_key import CacheKey
+from site_builder.cache_key import TAG_CHARS, CacheKey
 from site_builder.loading import FileReadError, read_bytes
 from site_builder.writing import create_new, make_folders, not_private
 
@@ -21,7 +21,6 @@ SAVE_FAILED = "save-failed"  # word of a detached save: under way, or why it fai
 # What the cache keeps in its folder, by name (compiled_templates.py keeps its files in ``templates``).
 CACHE_NAMES = ("cache.sqlite", "cache.sqlite-wal", "cache.sqlite-shm", "cache.sqlite-journal", "cache.lock",
                "templates", SAVE_FAILED)
-_TAG_CHARS = 64
 _REASON_LIMIT = 2000  # (bytes: one line of a terminal's worth, an SQLite message and the cache's path)
 
 
@@ -85,10 +84,9 @@ def leave_save_failure(folder: Path, key: CacheKey, reason: str) -> bool:
     one else's file there makes a build say anything.  False where it cannot be left (a disk too full for
     these few bytes, a folder this user may not write to)."""
     data = reason.encode("utf-8", "backslashreplace")[:_REASON_LIMIT]
-    tag = _failure_key(key).tag("save failed", data).encode("ascii")
     try:
         with open(create_new(folder / SAVE_FAILED, 0o600), "wb") as f:
-            f.write(tag + data)
+            f.write(_failure_key(key).tagged_file("save failed", data=data))
         return True
     except OSError:
         clear_save_failure(folder)  # (not one cut short)
@@ -108,15 +106,13 @@ def take_save_failure(folder: Path, key: CacheKey) -> str | None:
     once.  None where there is none, or it is not one this user's builder left (its tag does not check)."""
     path = folder / SAVE_FAILED
     try:
-        raw = read_bytes(path, _TAG_CHARS + _REASON_LIMIT)
+        raw = read_bytes(path, TAG_CHARS + _REASON_LIMIT)
     except FileReadError:
         return None
     finally:
         clear_save_failure(folder)
-    tag, data = raw[:_TAG_CHARS].decode("ascii", "replace"), raw[_TAG_CHARS:]
-    if not _failure_key(key).checks(tag, "save failed", data):
-        return None
-    return data.decode("utf-8", "replace")
+    data = _failure_key(key).checked_file(raw, "save failed")
+    return data.decode("utf-8", "replace") if data is not None else None
 
 
 def _failure_key(key: CacheKey) -> CacheKey:

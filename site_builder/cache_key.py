@@ -40,6 +40,9 @@ class CacheKeyUnavailable(Exception):
     """No secret this user alone can read and write: the build then keeps no cache."""
 
 
+TAG_CHARS = 64  # a tag's hex digits
+
+
 @dataclass(frozen=True)
 class CacheKey:
     """A secret bound to one context; ``tag`` and ``checks`` are pure functions of it and their fields.  Plain
@@ -62,6 +65,17 @@ class CacheKey:
     def checks(self, tag: object, *fields: object) -> bool:
         """Whether *tag* is this key's tag over *fields* (False for fields of any other type: a planted row)."""
         return _checks(self.tag, tag, fields)
+
+    def tagged_file(self, *fields: str, data: bytes) -> bytes:
+        """A file's bytes that hold *data* under this key's tag over *fields* and *data*: the tag's hex digits
+        first (``TAG_CHARS`` of them), then *data* (compiled templates, the word a save leaves)."""
+        return self.tag(*fields, data).encode("ascii") + data
+
+    def checked_file(self, raw: bytes, *fields: str) -> bytes | None:
+        """The data of *raw*, a file ``tagged_file`` made with this key and *fields*; None where its tag does not
+        check (a file planted, cut short, or made under another key)."""
+        tag, data = raw[:TAG_CHARS].decode("ascii", "replace"), raw[TAG_CHARS:]
+        return data if self.checks(tag, *fields, data) else None
 
     def tagger(self) -> Tagger:
         """The same tags, for a process that makes or checks many (the build cache: ~40,000 a build at 10,000

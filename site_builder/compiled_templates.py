@@ -21,7 +21,6 @@ from site_builder import builder_identity
 from site_builder.cache_key import CacheKey
 from site_builder.writing import create_new
 
-_TAG_CHARS = 64  # a tag's hex digits, at the start of each file
 _LIMIT = 16 << 20  # a compiled template is tens of KB; anything far larger is not one of ours
 
 
@@ -36,21 +35,18 @@ class CompiledTemplates(jinja2.BytecodeCache):
 
     def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
         raw = _read_regular(self._path(bucket))
-        if raw is None or len(raw) < _TAG_CHARS:
-            return
-        tag, code = raw[:_TAG_CHARS].decode("ascii", "replace"), raw[_TAG_CHARS:]
-        if self._key.checks(tag, bucket.key, bucket.checksum, code):
+        code = self._key.checked_file(raw, bucket.key, bucket.checksum) if raw is not None else None
+        if code is not None:
             bucket.bytecode_from_string(code)
 
     def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
         code = bucket.bytecode_to_string()
-        tag = self._key.tag(bucket.key, bucket.checksum, code).encode("ascii")
         path = self._path(bucket)
         temporary = path.with_name(f".{path.name}.{os.getpid()}")
         try:
             self.folder.mkdir(mode=0o755, parents=True, exist_ok=True)
             with open(create_new(temporary), "wb") as f:
-                f.write(tag + code)
+                f.write(self._key.tagged_file(bucket.key, bucket.checksum, data=code))
             os.replace(temporary, path)
         except OSError:  # (not kept: compiled again next time)
             try:

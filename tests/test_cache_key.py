@@ -80,6 +80,18 @@ def test_tags_bind_every_field_and_the_context(tmp_path):
         assert not a.tagger().checks(planted, "file", "a.json", "sig", "sha")
 
 
+def test_a_tagged_file_gives_back_its_data_only_under_the_same_key_and_fields(tmp_path):
+    """The file format compiled templates and the word of a save share: the tag's hex digits, then the data."""
+    key = user_cache_key({"HOME": str(tmp_path)}).bound_to("files")
+    raw = key.tagged_file("name", "checksum", data=b"\x00data")
+    assert raw[:cache_key.TAG_CHARS] == key.tag("name", "checksum", b"\x00data").encode() and raw.endswith(b"\x00data")
+    assert key.checked_file(raw, "name", "checksum") == b"\x00data"
+    for planted in (raw[:-1], raw + b"!", raw[:cache_key.TAG_CHARS - 1], b"", b"0" * 64 + b"\x00data"):
+        assert key.checked_file(planted, "name", "checksum") is None
+    assert key.checked_file(raw, "name", "other") is None
+    assert key.bound_to("elsewhere").checked_file(raw, "name", "checksum") is None
+
+
 @pytest.mark.parametrize("digest_from", [cache_key.DIGEST_FROM, None])
 def test_a_large_fields_tag_binds_every_byte_of_it(tmp_path, monkeypatch, digest_from):
     """A field tagged by its SHA-256 digest (``DIGEST_FROM``) is bound as a whole field is: one byte changed, or
