@@ -330,8 +330,10 @@ def held_elsewhere(bundles: Path, ids: list[str], mirror: bool) -> dict[str, lis
     (``2020/attention.json``) is compared with, and updated, where it is, not copied beside it under its ID (a
     build would then read two files of one record, and say so every time).  A mirror's records are in their
     own files."""
-    wanted = {pid for pid in ids if not os.path.lexists(bundles / f"{pid}.json")}
-    if mirror or not wanted:
+    if mirror:
+        return {}
+    wanted = {pid for pid in ids if not os.path.lexists(record_file(bundles, pid, mirror))}
+    if not wanted:
         return {}
     try:
         files, _ = discover(bundles, sites=[])
@@ -361,11 +363,10 @@ def _newest_copy(paths: list[str], pith_id: str, trust: TrustSet):
     return newest
 
 
-def _local_record(run: _PullRun, pith_id: str):
+def _local_record(run: _PullRun, pith_id: str, own: Path):
     """The file the record *pith_id* is compared with and written to, the bundle there inspected (or None), and
-    why that file cannot be written (or None): its own file (``record_file``), or where there is none, the
+    why that file cannot be written (or None): its own file *own* (``record_file``), or where there is none, the
     newest of the files holding it under other names (``held_elsewhere``)."""
-    own = record_file(run.bundles, pith_id, run.mirror)
     if run.mirror and (unwritable := _not_a_folder(own.parent)) is not None:
         return own, None, unwritable
     local, unwritable = _local_copy(own, run.trust)
@@ -377,8 +378,8 @@ def _local_record(run: _PullRun, pith_id: str):
 
 
 def _pull_one(run: _PullRun, pith_id: str) -> PullOutcome:
-    target, local, unwritable = _local_record(run, pith_id)
     own = record_file(run.bundles, pith_id, run.mirror)
+    target, local, unwritable = _local_record(run, pith_id, own)
     where = "" if target == own else f" (in {target.relative_to(run.bundles).as_posix()})"
     if unwritable:
         return PullOutcome(pith_id, "failed", unwritable)
