@@ -80,6 +80,11 @@ def test_cache_waits_for_a_background_saver(tmp_path):
         proc.wait(10)
 
 
+def _key_files(project):
+    """The key files a command-line build of *project* trusts: the resolver's, and the generated bundles'."""
+    return [ROOT / "site_builder" / "data" / "pith-signing-key.json", benchmark_key().write(project / "bench-key.json")]
+
+
 def _wait_for_saver(project):
     fd = os.open(cache_dir(project) / "cache.lock", os.O_RDWR)
     try:
@@ -308,7 +313,7 @@ def test_a_mirrored_bundle_edited_as_soon_as_the_build_returns_is_found_by_the_n
     """The cache is saved in the background after ``build`` returns; what it records of the mirrored bundles
     must be the files as the build left them, not as they are by the time the saver gets to them (a
     post-processing step run right after the build had its edits taken for the build's own)."""
-    keys = [ROOT / "site_builder" / "data" / "pith-signing-key.json", benchmark_key().write(project / "bench-key.json")]
+    keys = _key_files(project)
     options = opts(project, project / "site", load_trust_set(keys))
     if changed_first:  # (a build that wrote some records and took the others over)
         build(options)
@@ -369,7 +374,7 @@ def test_a_one_shot_build_returns_before_its_cache_is_saved_or_saves_it_itself(p
     which stops the caller's session, does not stop the saver); where no process can be forked safely (another
     thread runs), or the saver cannot be started, the build saves the cache itself before it returns.  Either way
     the next build finds the site up to date."""
-    keys = [ROOT / "site_builder" / "data" / "pith-signing-key.json", benchmark_key().write(project / "bench-key.json")]
+    keys = _key_files(project)
     built = subprocess.run([sys.executable, "-c", BUILD_AND_SAVE, project, *keys], capture_output=True,
                            text=True, timeout=300, env=dict(os.environ, SAVE=how))
     assert built.returncode == 0, built.stderr
@@ -414,7 +419,7 @@ def test_the_output_is_free_for_the_next_build_as_soon_as_a_build_returns(projec
     let go of its caller's descriptors kept the output locked: a next build started at once (a script's next
     line, a test) stopped with "another site-builder build is writing this output".  The saver's parent lets go
     of them before the saver starts, and the build returns once that parent has ended."""
-    keys = [ROOT / "site_builder" / "data" / "pith-signing-key.json", benchmark_key().write(project / "bench-key.json")]
+    keys = _key_files(project)
     built = subprocess.run([sys.executable, "-c", OUTPUT_FREE_AT_RETURN, project, *keys], capture_output=True,
                            text=True, timeout=300)
     assert built.returncode == 0, built.stderr
@@ -497,7 +502,7 @@ def _stored_files(project):
 
 def _build_cli(project, *flags, output="site"):
     """``build`` of *project* into *output* on the command line, trusting the keys its bundles are signed with."""
-    keys = [ROOT / "site_builder" / "data" / "pith-signing-key.json", benchmark_key().write(project / "bench-key.json")]
+    keys = _key_files(project)
     return subprocess.run([sys.executable, "-m", "site_builder", "build", "--bundles", project / "bundles",
                            "--output", project / output, "--no-search", *flags,
                            *(arg for key in keys for arg in ("--trusted-keys", key))],
@@ -564,7 +569,7 @@ print(report.cache_note)
 
 def test_a_detached_saver_that_raises_has_the_next_build_say_what(project):
     """What a detached saver raises would go to /dev/null with it: the next build says it."""
-    keys = [ROOT / "site_builder" / "data" / "pith-signing-key.json", benchmark_key().write(project / "bench-key.json")]
+    keys = _key_files(project)
     built = subprocess.run([sys.executable, "-c", SAVER_RAISES, project, *keys], capture_output=True, text=True,
                            timeout=300)
     assert built.returncode == 0, built.stderr
@@ -586,7 +591,7 @@ print(json.dumps({"saved_in_background": report.saved_in_background}))
 def test_a_detached_save_stopped_before_it_ends_is_said_by_the_next_build(project):
     """A saver killed before it ends (out of memory, the machine turned off, a CI job's end) cannot say so: it
     finds word of its save under way already left, which only a save that ended replaces or removes."""
-    keys = [ROOT / "site_builder" / "data" / "pith-signing-key.json", benchmark_key().write(project / "bench-key.json")]
+    keys = _key_files(project)
     assert _build_cli(project).returncode == 0
     _wait_for_saver(project)
     assert not (cache_dir(project) / SAVE_FAILED).exists()  # (a save that ended leaves no word)
@@ -616,8 +621,7 @@ def test_where_no_word_of_a_save_can_be_left_the_build_saves_in_place_and_says_w
     with write_lock_held(cache_dir(project) / "cache.sqlite"):
         built = subprocess.run([sys.executable, "-c", ONE_SHOT_IMPORTS + ONE_SHOT_BUILD + """
 print(json.dumps({"saved_in_background": report.saved_in_background, "cache_note": report.cache_note}))
-""", project, ROOT / "site_builder" / "data" / "pith-signing-key.json",
-            benchmark_key().write(project / "bench-key.json")], capture_output=True, text=True, timeout=300)
+""", project, *_key_files(project)], capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
     assert json.loads(built.stdout) == {"saved_in_background": False, "cache_note": (
         f"the build cache was not saved ({cache_dir(project) / 'cache.sqlite'}: database is locked); the next build "
