@@ -11,7 +11,6 @@ the built-in set); ``--no-cache`` turns this off along with the rest of the cach
 from __future__ import annotations
 
 import os
-import stat
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import jinja2
 
 from site_builder import builder_identity
 from site_builder.cache_key import CacheKey
+from site_builder.loading import FileReadError, read_bytes
 from site_builder.writing import create_new
 
 _LIMIT = 16 << 20  # a compiled template is tens of KB; anything far larger is not one of ours
@@ -34,8 +34,11 @@ class CompiledTemplates(jinja2.BytecodeCache):
         return self.folder / f"{bucket.key}.jbc"
 
     def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-        raw = _read_regular(self._path(bucket))
-        code = self._key.checked_file(raw, bucket.key, bucket.checksum) if raw is not None else None
+        try:  # (a file of its own: no link followed, no FIFO waited on)
+            raw = read_bytes(self._path(bucket), _LIMIT)
+        except FileReadError:
+            return
+        code = self._key.checked_file(raw, bucket.key, bucket.checksum)
         if code is not None:
             bucket.bytecode_from_string(code)
 
@@ -53,21 +56,3 @@ class CompiledTemplates(jinja2.BytecodeCache):
                 os.unlink(temporary)
             except OSError:
                 pass
-
-
-def _read_regular(path: Path) -> bytes | None:
-    """The bytes of a regular file at *path* (no link followed, no FIFO waited on), or None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _LIMIT:
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(_LIMIT + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
