@@ -19,9 +19,10 @@ These things are remembered:
   * ``previous_site``: what the live site published (each record's sha256, built_at and event count), from the
     outcomes of the build that wrote its verification.json, with that file's stat: while the file is that one,
     the next build takes its claims from here instead of parsing it.
-A cache that is unreadable, corrupt, or from another builder version is deleted and rebuilt; a stale
-entry can only cause extra work, because every key includes what the output depends on.  A write that fails
-for any other reason (a full disk) is rolled back, and the cache stays as the last save left it.
+A cache SQLite finds damaged, or one of another builder version, is deleted and made anew; a stale entry can
+only cause extra work, because every key includes what the output depends on.  One that cannot be read or
+written for another reason (a lock another program holds, a full disk) stays as the last save left it, and the
+build says why it went on without it or did not save it.
 
 The cache is untrusted input like any file in a project folder: every row carries a tag made with this user's
 cache key (cache_key.py), and a row whose tag does not check is ignored, as if it were not there.  The file index,
@@ -92,6 +93,11 @@ def cache_context() -> str:
     return f"site-builder cache {builder_identity()}/{SCHEMA}"
 
 
+def _damaged(exc: sqlite3.DatabaseError) -> bool:
+    """Whether *exc* says the database itself is damaged (not a lock, a full disk or an I/O error)."""
+    return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
 class BuildCache:
     def __init__(self, path: Path | None, load: bool = True, key: CacheKey | None = None):
         """Open (and lock) the cache at *path*; *load*: read its file index and unit lists now, else at ``load()``
@@ -112,7 +118,7 @@ class BuildCache:
         self._loaded = False
         self.lock_fd: int | None = None
         self.save_failure: str | None = None  # why a save did not reach the disk (the cache is as it was before)
-        self.unusable: str | None = None  # why no cache could be opened or made anew at *path* (the build keeps none)
+        self.unusable: str | None = None  # why the build went on without the cache at *path* (and saves none)
         if path is not None:
             self.take_lock()
             self._open()
@@ -158,8 +164,8 @@ class BuildCache:
             self.db = sqlite3.connect(self.path, isolation_level=None)
             self.db.execute("PRAGMA journal_mode=WAL")
             self._ensure_schema()
-        except (sqlite3.DatabaseError, ValueError, OSError, AttributeError):
-            self._reset()
+        except (sqlite3.DatabaseError, ValueError, OSError, AttributeError) as exc:
+            self._read_failed(exc)
 
     def load(self) -> None:
         """Read the file index and the unit lists of the trees this cache describes (once; a damaged cache is
@@ -175,8 +181,8 @@ class BuildCache:
             for build_id, data, tag in self.db.execute("SELECT build_id, data, tag FROM units"):
                 if checks(tag, "units", build_id, data):
                     self._units[build_id] = units_from_text(data)
-        except (sqlite3.DatabaseError, ValueError, TypeError, OSError, AttributeError):
-            self._reset()
+        except (sqlite3.DatabaseError, ValueError, TypeError, OSError, AttributeError) as exc:
+            self._read_failed(exc)
 
     def _ensure_schema(self) -> None:
         assert self.db is not None
@@ -196,27 +202,38 @@ class BuildCache:
         else (a full disk, an I/O error, a lock another program holds) the write is rolled back, the cache kept as
         the last save left it (which costs the next build only what this one did), this build writes nothing
         more to it, and the failure is said (``save_failure``), not hidden."""
-        if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+        if _damaged(exc):
             self._reset()
             return
         self.save_failure = self.save_failure or f"{self.path}: {exc}"
-        if self.db is not None:
-            try:
-                self.db.close()  # (rolls back the write it was in)
-            except sqlite3.Error:
-                pass
-            self.db = None
+        self._disconnect()  # (rolls back the write it was in)
 
-    def _reset(self) -> None:
-        """Throw the cache away (corrupt, truncated, foreign) and start an empty one."""
+    def _read_failed(self, exc: Exception) -> None:
+        """After *exc* stopped a read (or the opening): a database SQLite finds damaged, or an entry that cannot be
+        parsed, is thrown away; on any other error of SQLite's (a lock another program holds, an I/O error) the
+        cache is left as it is, the build goes on without it and saves nothing to it, and says why
+        (``unusable``): making it anew would cost later builds too, and delete a database another program has open."""
+        if not isinstance(exc, sqlite3.DatabaseError) or _damaged(exc):
+            self._reset()
+            return
+        self.unusable = self.unusable or f"{self.path}: {exc}"
+        self._disconnect(forget=True)
+
+    def _disconnect(self, forget: bool = False) -> None:
+        """Close the connection (rolling back any write it was in); *forget*: and drop what was read over it."""
         if self.db is not None:
             try:
                 self.db.close()
             except sqlite3.Error:
                 pass
-        self.db = None
-        self._files, self._units, self._mirrored, self._addresses_records = {}, {}, None, None
-        self._rows = ("", {})
+            self.db = None
+        if forget:
+            self._files, self._units, self._mirrored, self._addresses_records = {}, {}, None, None
+            self._rows = ("", {})
+
+    def _reset(self) -> None:
+        """Throw the cache away (corrupt, truncated, foreign) and start an empty one."""
+        self._disconnect(forget=True)
         assert self.path is not None
         for suffix in ("", "-wal", "-shm"):
             try:
@@ -259,8 +276,8 @@ class BuildCache:
             return None
         try:
             return self._read_document_for(name, field, value)
-        except sqlite3.DatabaseError:
-            self._reset()
+        except sqlite3.DatabaseError as exc:
+            self._read_failed(exc)
             return None
 
     def _read_document_for(self, name: str, field: str, value: str) -> dict | None:
@@ -326,8 +343,8 @@ class BuildCache:
             found = RecordedAddresses([(pid, arxiv_id, version) for pid, arxiv_id, version in doc["records"]],
                                       doc["per_record"],
                                       [(folder, label, pids) for folder, label, pids in doc["shared"]])
-        except sqlite3.DatabaseError:
-            self._reset()
+        except sqlite3.DatabaseError as exc:
+            self._read_failed(exc)
             return None
         except (ValueError, TypeError, KeyError):
             return None
@@ -386,8 +403,8 @@ class BuildCache:
         for part, part_shas in sorted(wanted.items()):
             try:
                 results = self._results_part(part, trust)
-            except sqlite3.DatabaseError:
-                self._reset()
+            except sqlite3.DatabaseError as exc:
+                self._read_failed(exc)
                 return {}
             for sha in part_shas:
                 try:
@@ -422,8 +439,8 @@ class BuildCache:
                 return self._mirrored
             try:
                 data = self._checked_bytes("mirrored")
-            except sqlite3.DatabaseError:
-                self._reset()
+            except sqlite3.DatabaseError as exc:
+                self._read_failed(exc)
                 return None
             self._mirrored = MirrorRecord(data) if data is not None else None
         elif read_now and self._mirrored.document is None:  # (one read where it was asked for: none that checks)
@@ -453,8 +470,8 @@ class BuildCache:
                          if isinstance(html, str) and digest[:1] == part}
                 rows.update(found)
                 stored[part] = set(found)
-        except sqlite3.DatabaseError:
-            self._reset()
+        except sqlite3.DatabaseError as exc:
+            self._read_failed(exc)
             return {}
         self._rows = (build_key, stored)
         return rows

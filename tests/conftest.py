@@ -390,6 +390,19 @@ def write_lock_held(database: Path):
         db.close()  # (rolls the lock's transaction back)
 
 
+@contextlib.contextmanager
+def exclusive_lock_held(database: Path):
+    """Another program holding the SQLite *database* exclusively while the block runs (its locking mode
+    EXCLUSIVE, in a transaction): even a read waits SQLite's 5 s for it, then fails ("database is locked")."""
+    db = sqlite3.connect(database, isolation_level=None)
+    try:
+        db.execute("PRAGMA locking_mode=EXCLUSIVE")
+        db.execute("BEGIN EXCLUSIVE")
+        yield
+    finally:
+        db.close()
+
+
 def document_tag(key, name: str, entries: dict) -> str:
     """The tag *key* (a cache key bound to the cache's context) makes for *entries* as document *name*."""
     return key.tag("document", name, json.dumps(entries).encode())
@@ -544,3 +557,19 @@ def https_certificate(tmp_path, monkeypatch, certified_for: str = "localhost", t
         authority.cert_pem.write_to_path(str(tmp_path / "authority.pem"))
         monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "authority.pem"))
     return tls
+
+
+class FailingDisk:
+    """The SQLite connection *db* over a disk that fails from now on, as a dying disk fails a read (SQLITE_IOERR):
+    what no test can make a real disk do on cue."""
+
+    def __init__(self, db):
+        self.db = db
+
+    def execute(self, *args):
+        error = sqlite3.OperationalError("disk I/O error")
+        error.sqlite_errorcode = sqlite3.SQLITE_IOERR_READ
+        raise error
+
+    def close(self):
+        self.db.close()

@@ -29,8 +29,8 @@ from site_builder.pages import ALL_ADDRESSES
 from site_builder.rendering import template_dirs
 from site_builder.verification import Verdict
 
-from conftest import (REAL_FILES, ROOT, both_keys, cache_document, document_tag, opts, own_document_tag,
-                      plant_document, tree)
+from conftest import (REAL_FILES, ROOT, FailingDisk, both_keys, cache_document, document_tag, exclusive_lock_held,
+                      opts, own_document_tag, plant_document, tree)
 from generate import make_bundle
 from signing import TestKey, sign_bundle, to_bytes, with_paper
 
@@ -769,5 +769,55 @@ def test_a_cache_found_damaged_by_a_write_is_thrown_away_and_made_anew(tmp_path)
         assert cache.save_failure is None and cache.db is not None
         cache.save_mirrored({"BBBB": ("1:2:3:4", "0" * 64)})
         assert cache.mirrored().document == b'{"BBBB":["1:2:3:4","' + b"0" * 64 + b'"]}'
+    finally:
+        cache.close()
+
+
+def test_a_cache_another_program_holds_is_left_as_it_is_and_said(tmp_path):
+    """A cache that cannot be opened for a lock another program holds (or an I/O error) is not damaged: it is
+    not deleted and made anew under that program (which would cost every later build too), the build goes on
+    without it and says why, and once the lock is gone the next build reads it as it was."""
+    path = tmp_path / "cache" / "cache.sqlite"
+    cache = BuildCache(path, key=user_cache_key())
+    cache.save_mirrored({"AAAA": ("1:2:3:4", "0" * 64)})
+    cache.close()
+    with exclusive_lock_held(path):
+        cache = BuildCache(path, key=user_cache_key())
+        try:
+            assert cache.unusable == f"{path}: database is locked" and cache.db is None
+            assert cache.mirrored() is None
+            cache.save_mirrored({"BBBB": ("1:2:3:4", "0" * 64)})  # (nothing is written to a cache gone without)
+        finally:
+            cache.close()
+    cache = BuildCache(path, key=user_cache_key())
+    try:
+        assert cache.unusable is None
+        assert cache.mirrored().document == b'{"AAAA":["1:2:3:4","' + b"0" * 64 + b'"]}'
+    finally:
+        cache.close()
+
+
+def test_a_cache_that_cannot_be_read_part_way_is_gone_without_not_thrown_away(tmp_path):
+    """A read that fails after the cache was opened, for anything but damage, leaves it as it is: the read's
+    results are none, what was read before is not used any more, and no write reaches the file."""
+    path = tmp_path / "cache" / "cache.sqlite"
+    cache = BuildCache(path, key=user_cache_key())
+    result = inspect_bytes("a.json", REAL_FILES[0].read_bytes(), load_trust_set())
+    cache.save({"a.json": ("1:2:3:4", result.sha256)}, [result], "trust", {}, "build-1", None)
+    cache.close()
+    cache = BuildCache(path, key=user_cache_key())
+    try:
+        assert cache.file_sha("a.json", "1:2:3:4") == result.sha256
+        cache.db = FailingDisk(cache.db)
+        assert cache.inspections([result.sha256], "trust") == {}
+        assert cache.unusable == f"{path}: disk I/O error" and cache.db is None
+        assert cache.file_sha("a.json", "1:2:3:4") is None
+        cache.save({}, [], "trust", {}, "build-2", None)
+    finally:
+        cache.close()
+    cache = BuildCache(path, key=user_cache_key())
+    try:
+        assert cache.file_sha("a.json", "1:2:3:4") == result.sha256 and cache.units("build-1") == {}
+        assert list(cache.inspections([result.sha256], "trust")) == [result.sha256]
     finally:
         cache.close()

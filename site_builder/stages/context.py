@@ -154,7 +154,7 @@ def opened_context(options: BuildOptions, scratch: Path, report: BuildReport,
             finally:
                 mirrors.close()
         finally:
-            put_cache_back(options, cache)
+            put_cache_back(options, cache, report)
     finally:
         slot.release()
 
@@ -263,8 +263,12 @@ def user_key_or_note(options: BuildOptions, report: BuildReport) -> CacheKey | N
         return None
 
 
-def put_cache_back(options: BuildOptions, cache: BuildCache) -> None:
-    """Done with the cache *open_cache* gave: closed, or for serve, which keeps it open between builds, unlocked."""
+def put_cache_back(options: BuildOptions, cache: BuildCache, report: BuildReport) -> None:
+    """Done with the cache *open_cache* gave: closed, or for serve, which keeps it open between builds, unlocked.
+    A cache that could not be read part-way through the build (``BuildCache.unusable``) is said here."""
+    if cache.unusable is not None and not report.cache_note:
+        report.cache_note = f"the build cache could not be read ({cache.unusable}); this build went on without " \
+                            f"it, and left it as it was"
     if options.session is None:
         cache.close()
     else:

@@ -91,9 +91,9 @@ def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = la
     slot = OutputSlot(options.output)
     slot.check_usable()
     slot.acquire()
-    cache = None
+    cache, report = None, BuildReport()  # (what it would say of the cache: serve's builds say it)
     try:
-        cache = open_cache(options, BuildReport())
+        cache = open_cache(options, report)
         units = cache.units(read_build_id(slot.output))
         if units is None:
             return False
@@ -118,7 +118,7 @@ def prepare_spare_tree(options: BuildOptions, cancelled: Callable[[], bool] = la
         return True
     finally:
         if cache is not None:
-            put_cache_back(options, cache)
+            put_cache_back(options, cache, report)
         slot.release()
 
 

@@ -33,6 +33,11 @@ def remember(write_cache: Callable[[], None], cache: BuildCache, options: BuildO
     and the next build says so (``announce_save``).  The saver
     touches nothing in the output: when ``build`` returns, the site is final (a deploy step may archive it at
     once, and tar fails on a file whose status changes while it reads it)."""
+    if cache.unusable is not None:  # (a cache the build went on without is left as it is: BuildCache._read_failed)
+        if options.store is not None:
+            upkeep()
+        return
+
     def save() -> None:
         write_cache()
         if not report.search_behind:  # else the next build, even with these inputs, has the index to make

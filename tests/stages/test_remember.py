@@ -24,8 +24,8 @@ from site_builder.settings import SiteConfig
 from site_builder.stages.remember import SAVE_STOPPED
 
 from conftest import ROOT
-from conftest import (both_keys, cache_document, document_tag, edit_every_template, opts, plant_document,
-                      run_unprivileged, tree, write_lock_held)
+from conftest import (FailingDisk, both_keys, cache_document, document_tag, edit_every_template,
+                      exclusive_lock_held, opts, plant_document, run_unprivileged, tree, write_lock_held)
 
 from generate import benchmark_key, make_bundle  # noqa: E402
 
@@ -549,6 +549,51 @@ def test_a_save_in_place_that_cannot_write_keeps_the_cache_and_the_build_says_wh
     assert _stored_files(project) == saved
     again = build(opts(project, project / "site", trust))
     assert again.cache_note == "" and again.changed  # (nothing left for it to say: this build said it)
+
+
+@pytest.mark.slow
+def test_a_cache_another_program_holds_is_gone_without_kept_as_it_was_and_said(project):
+    """A build that finds the cache held by another program (a lock it keeps, as a database browser's does)
+    builds without it and says so: the cache is not deleted and made anew under that program, and no saver
+    writes to it once the build is done; the next build, the lock gone, has nothing to say."""
+    assert _build_cli(project).returncode == 0
+    _wait_for_saver(project)
+    saved = _stored_files(project)
+    (project / "bundles" / "gen3.json").unlink()
+    path = cache_dir(project) / "cache.sqlite"
+    with exclusive_lock_held(path):
+        second = _build_cli(project)
+        _wait_for_saver(project)
+    assert second.returncode == 0, second.stderr
+    assert [line for line in second.stderr.splitlines() if "cache" in line] == [
+        f"NOTE no build cache: {path}: database is locked; every bundle is verified and every page rendered"]
+    assert _stored_files(project) == saved
+    third = _build_cli(project)
+    assert third.returncode == 0 and "cache" not in third.stderr, third.stderr
+    assert _build_cli(project, "--no-cache", output="clean").returncode == 0
+    assert tree(project / "site") == tree(project / "clean")
+
+
+def test_a_cache_that_fails_part_way_through_a_build_is_gone_without_kept_as_it_was_and_said(project, monkeypatch):
+    """A read of the cache that fails once the build is under way (an I/O error) leaves the cache as it was,
+    and the build, which goes on without it, says so in its report."""
+    trust = both_keys()
+    build(opts(project, project / "site", trust))
+    saved = _stored_files(project)
+    (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=4))
+    reading = BuildCache.inspections
+
+    def on_a_failing_disk(cache, *args):
+        cache.db = FailingDisk(cache.db)
+        return reading(cache, *args)
+    with monkeypatch.context() as patched:
+        patched.setattr(BuildCache, "inspections", on_a_failing_disk)
+        report = build(opts(project, project / "site", trust))
+    assert report.cache_note == (f"the build cache could not be read ({cache_dir(project) / 'cache.sqlite'}: disk "
+                                 f"I/O error); this build went on without it, and left it as it was")
+    assert _stored_files(project) == saved
+    build(opts(project, project / "clean", trust, use_cache=False))
+    assert tree(project / "site") == tree(project / "clean")
 
 
 # A one-shot build whose detached saver meets a builder's bug, then the next build (after the saver is done).
