@@ -275,12 +275,23 @@ def put_cache_back(options: BuildOptions, cache: BuildCache, report: BuildReport
         cache.release_lock()
 
 
+def note_a_save_that_failed(cache: BuildCache, report: BuildReport) -> None:
+    """Say, once, a detached save of the last build that failed or never ended (``remember.announce_save``); read
+    under the cache's lock, so that saver is done."""
+    if cache.path is not None and cache.user_key is not None:
+        failure = take_save_failure(cache.path.parent, cache.user_key)
+        if failure is not None:
+            report.cache_note = f"the last build's cache was not saved ({failure}); this build could not reuse " \
+                                f"what that one did"
+
+
 def open_cache(options: BuildOptions, report: BuildReport, load: bool = True) -> BuildCache:
     folder = cache_folder(options)
     path = folder / "cache.sqlite" if folder is not None else None
     store = options.store
     if store is not None and store.cache is not None and store.cache.path == path and store.cache.db is not None:
         store.cache.take_lock()
+        note_a_save_that_failed(store.cache, report)  # (a command-line build's, between two of serve's)
         return store.cache
     key = user_key_or_note(options, report)
     if key is not None and folder is not None:
@@ -292,11 +303,8 @@ def open_cache(options: BuildOptions, report: BuildReport, load: bool = True) ->
     cache = BuildCache(path, load, key)
     if cache.unusable is not None:
         report.cache_note = f"no build cache: {cache.unusable}; every bundle is verified and every page rendered"
-    elif cache.path is not None and cache.user_key is not None:  # (read under the lock: the last saver is done)
-        failure = take_save_failure(cache.path.parent, cache.user_key)
-        if failure is not None:
-            report.cache_note = f"the last build's cache was not saved ({failure}); this build could not reuse " \
-                                f"what that one did"
+    else:
+        note_a_save_that_failed(cache, report)
     if store is not None:
         store.close()
         store.cache = cache

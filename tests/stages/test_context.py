@@ -14,13 +14,18 @@ from pathlib import Path
 import pytest
 
 from conftest import REAL_FILES, both_keys, keyword_of_calls, opts, tree
+from generate import make_bundle
 from site_builder.build import build
+from site_builder.cache_folder import leave_save_failure
+from site_builder.cache_key import user_cache_key
+from site_builder.incremental import IncrementalStore
 from site_builder.keys import load_trust_set
-from site_builder.options import BuildPolicy
+from site_builder.options import BuildPolicy, ServeSession
 from site_builder.report import BuildReport
 from site_builder.settings import SettingsError, SiteConfig
 from site_builder.stages.context import (ABOUT_MAX_BYTES, StageClock, build_key_of, default_cache_dir, digest_of,
                                          digests_under, opened_context, read_about, source_date)
+from site_builder.stages.remember import SAVE_STOPPED
 from site_builder.writing import OutputError
 
 
@@ -302,3 +307,20 @@ def test_the_stage_clock_adds_each_stages_cpu_of_this_process_and_of_its_childre
     assert timings["twice"] >= 0.19  # (both stretches: each took 0.1 s of CPU, so at least as long)
     assert 0.15 <= cpu["twice"][0] <= own + 1e-9 and cpu["twice"][1] == 0  # (os.times: ticks of 10 ms)
     assert 0.25 <= cpu["child"][1] <= children + 1e-9 and 0 <= cpu["child"][0] < 0.1
+
+
+def test_a_serve_build_says_once_a_save_a_command_line_build_did_not_finish_between_two_of_its_own(project):
+    """serve keeps the cache open between its builds; a command-line build of the same output in between whose
+    detached save never ended leaves word of it in the cache folder (``announce_save``), which serve's next build
+    says as a separate build would, once."""
+    options = replace(opts(project, project / "site", both_keys()), session=ServeSession(IncrementalStore()))
+    try:
+        assert build(options).cache_note == ""
+        assert leave_save_failure(project / ".site-builder-cache" / "site", user_cache_key(), SAVE_STOPPED)
+        (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=4))
+        assert build(options).cache_note == (f"the last build's cache was not saved ({SAVE_STOPPED}); this build "
+                                             f"could not reuse what that one did")
+        (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=5))
+        assert build(options).cache_note == ""
+    finally:
+        options.store.close()
