@@ -105,6 +105,25 @@ def test_the_marker_must_be_a_regular_file(tmp_path):
     assert is_builder_output(site)
 
 
+def test_a_marker_that_is_a_fifo_fed_the_builders_first_bytes_is_no_marker(bundles_dir, tmp_path):
+    """A verification.json that is a FIFO (another program writing into it as the builder writes its report)
+    makes its folder no site of the builder's: a build refuses the folder, and every file of it is left."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "NOTES.md").write_text("my notes\n")
+    os.mkfifo(folder / "verification.json")
+    feeder = os.open(folder / "verification.json", os.O_RDWR | os.O_NONBLOCK)  # (writes without waiting for a reader)
+    try:
+        own = b'{"build_id": "' + b"a" * 64 + b'", "generator": "site-builder", "x": 1}'
+        os.write(feeder, own * 100)  # (each look at the folder reads some of them: enough for every look)
+        assert not is_builder_output(folder)
+        result = cli("build", "--bundles", bundles_dir, "--output", folder, "--no-search")
+        assert result.returncode == 2 and "was not made by site-builder" in result.stderr
+        assert (folder / "NOTES.md").read_text() == "my notes\n"
+    finally:
+        os.close(feeder)
+
+
 def test_the_marker_counts_only_where_the_file_starts_as_the_builder_writes_it(tmp_path):
     """A project's own verification.json may quote a site's (a list of the builds it made, say): only a file that
     starts as the builder writes one makes its folder a site the builder may replace."""
