@@ -212,8 +212,11 @@ def project_paths(settings_file: Path, config: SiteConfig) -> tuple[Path, Path]:
         if value.strip() in ("", ".") or real == real_folder:
             raise SettingsError(f"{settings_file}: {key} = {value!r} is the folder the settings file is in itself; "
                                 f"name a file or folder inside it")
-        if (os.path.isabs(value) or ".." in Path(value).parts
-                or os.path.commonpath([real_folder, real]) != real_folder):
+        inside = os.path.commonpath([real_folder, real]) == real_folder
+        if os.path.isabs(value) and inside:  # (said as it is: "leads out" would send the user looking for a link)
+            raise SettingsError(f"{settings_file}: {key} = {value!r} is an absolute path; name it relative to the "
+                                f"folder the settings file is in, which may be checked out anywhere")
+        if os.path.isabs(value) or ".." in Path(value).parts or not inside:
             raise SettingsError(f"{settings_file}: {key} = {value!r} leads out of the folder the settings file is "
                                 f"in; name a file or folder inside it")
         found.append(path)

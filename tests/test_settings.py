@@ -162,6 +162,18 @@ def test_a_path_out_of_the_settings_folder_is_refused(tmp_path, text):
     assert "site.toml" in str(caught.value)
 
 
+def test_an_absolute_path_inside_the_settings_folder_is_refused_as_absolute(tmp_path):
+    """An absolute path that happens to lead into the project names it on one machine alone: refused, and said
+    as what it is, not as a path that leads out of the folder."""
+    (tmp_path / "static").mkdir()
+    (tmp_path / "site.toml").write_text(f'static_dir = "{tmp_path / "static"}"\n')
+    with pytest.raises(SettingsError) as caught:
+        load_settings(tmp_path / "site.toml")
+    assert str(caught.value) == (f"{tmp_path / 'site.toml'}: static_dir = '{tmp_path / 'static'}' is an absolute "
+                                 f"path; name it relative to the folder the settings file is in, which may be "
+                                 f"checked out anywhere")
+
+
 @pytest.mark.parametrize("text", ['static_dir = "."', 'static_dir = "./"', 'about_file = ""', 'static_dir = " "',
                                   'static_dir = "static/.."'])
 def test_the_settings_folder_itself_is_refused_as_the_static_folder_or_about_file(tmp_path, text):
