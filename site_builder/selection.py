@@ -38,6 +38,7 @@ class Candidate:
     inspection: Inspection
     source: str | Path  # where the verified bytes live (an input file, the previous site, a copy of the live one)
     kept_from: str = ""  # "the previous site" or "the live site" when an input was older than that copy
+    stands_for: Inspection | None = None  # (a kept copy) the input it is published in place of
 
 
 @dataclass

@@ -161,14 +161,16 @@ def refuse_deployed_rollbacks(selection, site: LiveSite, manifest: LiveManifest,
 
 def _keep_newer_copy(selection: Selection, report: BuildReport, chosen: Candidate, kept: Inspection,
                      kept_path: Path, kept_from: str, described: str) -> None:
-    """Publish *kept*, a verified and newer copy of *chosen*'s record, in its place, and say why."""
-    mine, theirs = chosen.inspection.summary, kept.summary
-    selection.published[theirs.pith_id] = Candidate(kept, kept_path, kept_from=kept_from)
+    """Publish *kept*, a verified and newer copy of *chosen*'s record, in its place, and say why of the input it
+    replaces (*chosen*, or the input *chosen* was itself kept in place of: the previous site's copy, then the
+    live site's newer still)."""
+    replaced = chosen.stands_for or chosen.inspection
+    mine, theirs = replaced.summary, kept.summary
+    selection.published[theirs.pith_id] = Candidate(kept, kept_path, kept_from=kept_from, stands_for=replaced)
     note = (f"rollback refused: built_at {mine.built_at} with {mine.event_count} events is older than {described} "
             f"(built_at {theirs.built_at}, {theirs.event_count} events), which stays published")
-    if not chosen.kept_from:  # (an input file loses its place; a copy kept from the previous site is no input)
-        selection.superseded[chosen.inspection.rel] = note
-    report.warnings.append(f"{chosen.inspection.rel}: pith:{theirs.pith_id}: {note}")
+    selection.superseded[replaced.rel] = note
+    report.warnings.append(f"{replaced.rel}: pith:{theirs.pith_id}: {note}")
 
 
 def record_outcomes(report: BuildReport, inspections: list[Inspection], selection, changed: dict,
