@@ -4,13 +4,14 @@ import json
 from dataclasses import replace
 
 from site_builder.inspection import inspect_bytes, rejected
-from site_builder.keys import load_trust_set
+from site_builder.keys import TrustSet, key_from_document, load_trust_set
 from site_builder import report as report_module
 from site_builder.incremental import IncrementalStore
 from site_builder.report import PUBLISHED, REJECTED, SUPERSEDED, BuildReport, FileOutcome, ReportRows
 from site_builder.verification import VerificationWarning
 
 from conftest import REAL_FILES
+from signing import TestKey, sign_bundle, to_bytes, with_unmergeable_event
 
 
 def _report() -> BuildReport:
@@ -158,6 +159,18 @@ def test_an_outcome_comes_back_from_its_brief_as_the_no_op_answer_shows_it():
         except (TypeError, ValueError):
             continue
         raise AssertionError(f"{damaged!r} was taken")
+
+
+def test_a_published_file_whose_state_was_not_recomputed_names_the_skipped_check(real_bundle):
+    """verification.json is what an auditor reads: a bundle published with its state checked by its hash alone (an
+    event type the merge has no rule for) names the check it skipped in its line, as a rejected file's does."""
+    key = TestKey()
+    raw = to_bytes(sign_bundle(with_unmergeable_event(real_bundle), key, keep_state=True))
+    published = inspect_bytes("a.json", raw, TrustSet((key_from_document(key.document()),)))
+    assert published.verified
+    line = FileOutcome(published, PUBLISHED).as_json()
+    assert line["skipped_checks"] == ["state_recomputed"] and line["failed_checks"] == []
+    assert "state_not_recomputed" in [w["code"] for w in line["warnings"]]
 
 
 def test_a_line_lists_every_failed_and_skipped_check_and_a_passed_file_none():
