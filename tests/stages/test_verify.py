@@ -141,3 +141,16 @@ def test_a_bundle_over_the_builds_byte_limit_is_refused_unread(project, tmp_path
     assert (result["gen1.json"].check, result["gen1.json"].reason) == (
         "file_size", f"{sizes['gen1.json']} bytes is over the {limit}-byte limit")
     assert all(result[name].verified == (size <= limit) for name, size in sizes.items())
+
+
+def test_a_file_with_no_bytes_read_costs_the_next_build_only_itself(project, tmp_path):
+    """A file rejected before any of its bytes were verified (over the size limit, or one this user may not read)
+    has no digest, and is left out of the file index the cache keeps: the next separate build checks it again,
+    and takes every other file's result from the cache (a file index holding it would be refused as damaged,
+    and the whole cache with it)."""
+    options = opts(project, project / "site", both_keys(), max_bytes=100_000)
+    (project / "bundles" / "huge.json").write_bytes(b"[" + b"0," * 60_000 + b"0]")
+    build(options)
+    again = verified(options, tmp_path)
+    assert [(i.rel, i.check) for i in again.fresh] == [("huge.json", "file_size")]
+    assert sum(i.verified for i in again.inspections) == 10
