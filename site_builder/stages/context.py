@@ -252,6 +252,12 @@ def template_cache(cache: BuildCache) -> CompiledTemplates | None:
     return CompiledTemplates(cache.path.parent / "templates", cache.user_key)
 
 
+def no_cache_note(why: object) -> str:
+    """What a build that keeps no cache says, and why (*why*: no key, a folder others may write, a database
+    that cannot be opened)."""
+    return f"no build cache: {why}; every bundle is verified and every page rendered"
+
+
 def user_key_or_note(options: BuildOptions, report: BuildReport) -> CacheKey | None:
     """This user's cache key, or None (and a note saying why) where no cache can be kept safely."""
     if not options.policy.use_cache:
@@ -259,7 +265,7 @@ def user_key_or_note(options: BuildOptions, report: BuildReport) -> CacheKey | N
     try:
         return user_cache_key()
     except CacheKeyUnavailable as e:
-        report.cache_note = f"no build cache: {e}; every bundle is verified and every page rendered"
+        report.cache_note = no_cache_note(e)
         return None
 
 
@@ -298,11 +304,11 @@ def open_cache(options: BuildOptions, report: BuildReport, load: bool = True) ->
         try:
             make_private_folder(folder, ours=options.policy.cache_dir is None)
         except CacheFolderUnsafe as e:
-            report.cache_note = f"no build cache: {e}; every bundle is verified and every page rendered"
+            report.cache_note = no_cache_note(e)
             key = None
     cache = BuildCache(path, load, key)
     if cache.unusable is not None:
-        report.cache_note = f"no build cache: {cache.unusable}; every bundle is verified and every page rendered"
+        report.cache_note = no_cache_note(cache.unusable)
     else:
         note_a_save_that_failed(cache, report)
     if store is not None:
