@@ -168,3 +168,13 @@ def test_why_a_save_failed_is_said_once_and_only_where_this_users_builder_left_i
         assert take_save_failure(tmp_path, key) is None, flaw
         assert not note.is_symlink() and not note.exists()
     assert genuine.read_bytes() == genuine_bytes  # (a link is removed, never followed)
+
+
+def test_a_long_reason_a_save_failed_is_said_cut_short_not_lost(tmp_path):
+    """An SQLite message naming a long cache path can run past what one note keeps: the note keeps its start,
+    which the next build says, rather than a file too long to be read back (and so not said at all)."""
+    key = user_cache_key()
+    reason = f"{tmp_path}/{'deep/' * 800}cache.sqlite: database or disk is full"
+    assert leave_save_failure(tmp_path, key, reason)
+    said = take_save_failure(tmp_path, key)
+    assert said is not None and reason.startswith(said) and len(said) >= 1000
