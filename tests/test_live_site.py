@@ -443,7 +443,7 @@ def test_a_live_site_that_published_since_the_last_build_is_seen_though_nothing_
 def test_a_live_bundle_newer_than_the_previous_sites_copy_wins_and_says_so(deployed):
     """Input older than the previous site's copy, which is older than the live one: the live copy is published,
     and each refusal is reported; the one file superseded is the input, its note (and the last refusal) naming
-    the copy that stays published, not the previous site's, which does not."""
+    the copy that stays published, not the previous site's, which does not, and which no refusal says stays."""
     d = deployed
     out = d["tmp"] / "fresh"
     middle = make(d["base"], d["key"], "Middle", "2026-09-15T00:00:00Z")
@@ -455,6 +455,7 @@ def test_a_live_bundle_newer_than_the_previous_sites_copy_wins_and_says_so(deplo
     assert published_bundle(d) == d["newer"]
     refusals = [w for w in report.warnings if "rollback refused" in w]
     assert any("the published bundle" in w for w in refusals)
+    assert [w for w in refusals if "stays published" in w] == [w for w in refusals if "the live site's" in w]
     refused = ("rollback refused: built_at 2026-09-01T00:00:00Z with 2 events is older than the live site's verified "
                "bundle (built_at 2026-10-10T00:00:00Z, 2 events), which stays published")
     assert [w for w in refusals if "the live site's verified" in w] == [f"r.json: pith:{d['pith_id']}: {refused}"]

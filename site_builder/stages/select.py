@@ -159,6 +159,9 @@ def refuse_deployed_rollbacks(selection, site: LiveSite, manifest: LiveManifest,
         _keep_newer_copy(selection, report, chosen, live, kept_path, "the live site", "the live site's verified bundle")
 
 
+_STAYS = ", which stays published"
+
+
 def _keep_newer_copy(selection: Selection, report: BuildReport, chosen: Candidate, kept: Inspection,
                      kept_path: Path, kept_from: str, described: str) -> None:
     """Publish *kept*, a verified and newer copy of *chosen*'s record, in its place, and say why of the input it
@@ -167,10 +170,14 @@ def _keep_newer_copy(selection: Selection, report: BuildReport, chosen: Candidat
     replaced = chosen.stands_for or chosen.inspection
     mine, theirs = replaced.summary, kept.summary
     selection.published[theirs.pith_id] = Candidate(kept, kept_path, kept_from=kept_from, stands_for=replaced)
+    said = f"{replaced.rel}: pith:{theirs.pith_id}: "
+    earlier = selection.superseded.get(replaced.rel)
+    if earlier is not None and said + earlier in report.warnings:  # (its copy, kept before, no longer stays)
+        report.warnings[report.warnings.index(said + earlier)] = said + earlier.removesuffix(_STAYS)
     note = (f"rollback refused: built_at {mine.built_at} with {mine.event_count} events is older than {described} "
-            f"(built_at {theirs.built_at}, {theirs.event_count} events), which stays published")
+            f"(built_at {theirs.built_at}, {theirs.event_count} events){_STAYS}")
     selection.superseded[replaced.rel] = note
-    report.warnings.append(f"{replaced.rel}: pith:{theirs.pith_id}: {note}")
+    report.warnings.append(said + note)
 
 
 def record_outcomes(report: BuildReport, inspections: list[Inspection], selection, changed: dict,
