@@ -21,6 +21,7 @@ import trustme
 from site_builder.build import BuildOptions
 from site_builder.cache import cache_context
 from site_builder.cache_key import user_cache_key
+from site_builder.incremental import IncrementalStore
 from site_builder.options import BuildPolicy
 from site_builder.keys import TrustSet, key_from_document, load_trust_set
 from site_builder.stages import write
@@ -277,6 +278,15 @@ def project(tmp_path) -> Path:
     real_and_generated_bundles(tmp_path / "bundles", 6)
     (tmp_path / "templates").mkdir()
     return tmp_path
+
+
+@pytest.fixture
+def serve_store():
+    """A store that keeps what builds make, as serve's does between them; the build cache it holds open is closed
+    when the test ends, as serve closes it when it stops."""
+    store = IncrementalStore()
+    yield store
+    store.close()
 
 
 def edit_every_template(project: Path, mark: str = "edited") -> None:

@@ -449,7 +449,12 @@ def test_serve_watches_a_folder_nested_a_thousand_deep_or_says_in_one_line_that_
                              tmp_path / "site", "--port", str(free_port()), "--no-search"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     said: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [said.put(line.rstrip("\n")) for line in proc.stderr], daemon=True).start()
+
+    def read_what_serve_says() -> None:
+        with proc.stderr:  # (closed at its end, which only this thread knows)
+            for line in proc.stderr:
+                said.put(line.rstrip("\n"))
+    threading.Thread(target=read_what_serve_says, daemon=True).start()
 
     def next_line(timeout=60) -> str | None:  # (None: serve ended)
         while True:

@@ -63,11 +63,11 @@ def test_a_finished_build_forgets_what_it_did_not_use():
     assert "gone" not in store and "stays" in store and "patched" in store and "new" in store
 
 
-def test_serve_builds_drop_the_entries_of_records_that_are_gone(project):
+def test_serve_builds_drop_the_entries_of_records_that_are_gone(project, serve_store):
     """What serve keeps between builds holds only what the site still has: a removed bundle's result, record
     key and report line must not stay pinned in memory."""
     trust = both_keys()
-    store = IncrementalStore()
+    store = serve_store
     report = build(opts(project, project / "site", trust, session=ServeSession(store)))
     victim = sorted((project / "bundles").iterdir())[0]
     pith_id = next(o.inspection.pith_id for o in report.outcomes if o.inspection.rel == victim.name)
@@ -101,7 +101,7 @@ def in_a_category_of_its_own(bundle: Path, n: int, category: str = "q-fin.CP") -
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["separate", "separate-foreign-cache", "separate-twin", "separate-search-shards",
                                   "serve", "serve-and-separate"])
-def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkeypatch):
+def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkeypatch, serve_store):
     """As separate builds (each starting from the cache the last one saved; from a cache written under another
     user's key every time, which must count for nothing; linking a twin whenever every file is written afresh,
     as the command line does; with the search index in shards of at most 3 records, 2 to 4 of them as records
@@ -116,7 +116,7 @@ def test_random_edits_match_clean_builds(project, mode, tmp_path_factory, monkey
     monkeypatch.setattr(pages_module, "FEED_ENTRIES", 2)
     trust = both_keys()
     inc = project / "inc"
-    memory = IncrementalStore() if mode.startswith("serve") else None
+    memory = serve_store if mode.startswith("serve") else None
     builds = itertools.count()
     if memory is not None:  # the report's outcomes and lines kept in pieces of two files: several of them here
         monkeypatch.setattr(report_module, "PIECE_LINES", 2)
@@ -259,13 +259,14 @@ def test_versions_of_a_paper_link_each_other_and_stay_exact_as_they_come_and_go(
 
 
 @pytest.mark.parametrize("serving", [False, True])
-def test_an_edit_of_the_about_page_rewrites_its_pages_not_the_records_and_equals_a_clean_build(project, serving):
+def test_an_edit_of_the_about_page_rewrites_its_pages_not_the_records_and_equals_a_clean_build(project, serving,
+                                                                                             serve_store):
     """The about page is shown by its own page, the home page's link and the sitemap: editing it renders those
     again and reuses every record's files (it rendered the whole site); adding and removing it is seen too (the
     quick no-op check included), each build equal to a clean one."""
     trust = both_keys()
     out, about = project / "site", project / "about.md"
-    session = ServeSession(IncrementalStore()) if serving else None
+    session = ServeSession(serve_store) if serving else None
     run = lambda target, **kw: build(opts(project, target, trust, about_file=about, **kw))  # noqa: E731
 
     def equals_clean() -> None:

@@ -36,8 +36,9 @@ def make_tree(path: Path, files: int = 20) -> None:
 def test_background_removal_deletes_the_tree(tmp_path):
     tree = tmp_path / ".site.old-1"
     make_tree(tree)
-    remove_tree(tree, wait=False)
+    remover = remove_tree(tree, wait=False)
     assert wait_gone(tree)
+    assert remover.wait(10) == 0
 
 
 def test_background_removal_runs_nothing_from_the_folder_the_build_runs_in(tmp_path, monkeypatch):

@@ -9,7 +9,6 @@ import pytest
 from conftest import both_keys, opts, search_page_counts, tree
 from generate import make_bundle
 from site_builder.build import BuildOptions, build
-from site_builder.incremental import IncrementalStore
 from site_builder.keys import load_trust_set
 from site_builder.options import BuildPolicy, ServeSession
 from site_builder.search_index import SEARCH_STAGE
@@ -80,7 +79,7 @@ def test_another_pagefind_remakes_every_shard_and_nothing_else(bundles_dir, tmp_
     assert {p: os.stat(p).st_ino for p in pages} == pages  # every record's pages reused
 
 
-def test_a_deferred_index_made_after_all_is_named_by_the_build_id(project):
+def test_a_deferred_index_made_after_all_is_named_by_the_build_id(project, serve_store):
     """serve plans the live search index where the new one would be made (the report says the search is behind);
     where the live index cannot be taken over after all (others may write to the output, so nothing in it is
     reused), the index stage makes it now, and the build id must name the index made, not the live one: else
@@ -89,7 +88,7 @@ def test_a_deferred_index_made_after_all_is_named_by_the_build_id(project):
     build(opts(project, out, both_keys(), search=True))
     (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=2))
     os.chmod(out, 0o777)  # (shared: the live site's files are not reused)
-    session = ServeSession(IncrementalStore(), defer_search=True)
+    session = ServeSession(serve_store, defer_search=True)
     report = build(opts(project, out, both_keys(), search=True, session=session))
     assert report.changed and report.search_seconds > 0 and not report.search_behind  # (made now)
     again = build(opts(project, out, both_keys(), search=True, session=session))  # (plans: no quick no-op answer)

@@ -13,7 +13,6 @@ from conftest import (ROOT, both_keys, planned, cache_document, calls_of, opts, 
                       returns_past_fifos, tree)
 from generate import make_bundle
 from site_builder.build import build, default_cache_dir
-from site_builder.incremental import IncrementalStore
 from site_builder.options import ServeSession
 from site_builder.report import BuildReport
 from site_builder.settings import SiteConfig
@@ -151,7 +150,8 @@ def test_a_search_index_is_re_keyed_by_what_its_pagefind_reads(project, tmp_path
 
 
 @pytest.mark.parametrize("live", ["no index", "fewer shards", "same shards"])
-def test_serve_publishes_with_the_live_search_index_only_where_it_has_the_same_shards(project, tmp_path, live):
+def test_serve_publishes_with_the_live_search_index_only_where_it_has_the_same_shards(project, tmp_path, live,
+                                                                                      serve_store):
     """serve puts a change on screen with the live search index while its next build makes the new one (the
     report says the search is behind); where the live site has no index, or one of other shards (records came
     and a second shard is needed), the indexes are made now: the search page names the shards that are there."""
@@ -163,7 +163,7 @@ def test_serve_publishes_with_the_live_search_index_only_where_it_has_the_same_s
     else:
         (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=2))
     report = BuildReport()
-    session = ServeSession(IncrementalStore(), defer_search=True)
+    session = ServeSession(serve_store, defer_search=True)
     site = planned(opts(project, project / "site", both_keys(), search=True, config=config, session=session),
                    tmp_path, report=report)
     now = planned(opts(project, project / "site", both_keys(), search=True, config=config), tmp_path)
@@ -220,11 +220,11 @@ def test_records_that_come_or_go_re_plan_the_short_addresses_around_them(project
         replanned.clear()
 
 
-def test_a_record_renewed_at_a_shared_address_is_listed_as_it_is_now_in_serve(project):
+def test_a_record_renewed_at_a_shared_address_is_listed_as_it_is_now_in_serve(project, serve_store):
     """serve takes the last short-address plan from its store while no record's ids or version changed; the
     page of an address two records share lists each as it is now (a newer bundle of one of them: its row)."""
     out, clean = project / "site", project / "clean"
-    store = IncrementalStore()
+    store = serve_store
     for name, record in (("same-a.json", None), ("same-b.json", 77)):  # two records of one arXiv id and version
         (project / "bundles" / name).write_bytes(make_bundle(40, record=record, version=1))
     build(opts(project, out, both_keys(), session=ServeSession(store)))

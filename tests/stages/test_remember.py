@@ -70,14 +70,14 @@ def test_cache_waits_for_a_background_saver(tmp_path):
         db.execute("INSERT INTO documents VALUES ('files', ?, ?)", (data, tag))
         db.close()
     """)
-    proc = subprocess.Popen([sys.executable, "-c", saver], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "locked"
-        cache = BuildCache(path, key=user_cache_key())
-        assert cache.file_sha("late.json", "sig") == "abc"
-        cache.close()
-    finally:
-        proc.wait(10)
+    with subprocess.Popen([sys.executable, "-c", saver], stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout.readline().strip() == "locked"
+            cache = BuildCache(path, key=user_cache_key())
+            assert cache.file_sha("late.json", "sig") == "abc"
+            cache.close()
+        finally:
+            proc.wait(10)
 
 
 def _key_files(project):
