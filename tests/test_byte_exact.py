@@ -73,22 +73,22 @@ def test_build_mirrors_the_verified_bytes(unusual):
 def test_serve_sends_the_verified_bytes(unusual):
     root, raw = unusual
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "site_builder", "serve", "--port", str(port), "--no-search"],
-                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not _up(f"http://127.0.0.1:{port}/"):
-            assert time.monotonic() < deadline and proc.poll() is None, "serve did not come up"
-            time.sleep(0.1)
-        for pid, data in raw.items():
-            for path in (f"pith/{pid}/bundle.json", f".well-known/pith/{pid}/bundle.json"):
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/{path}", timeout=10) as response:
-                    assert response.headers["Content-Type"] == "application/json"
-                    assert response.read() == data
-        assert_mirrored(root / "output", raw)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(10)
+    with subprocess.Popen([sys.executable, "-m", "site_builder", "serve", "--port", str(port), "--no-search"],
+                          cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            deadline = time.monotonic() + 30
+            while not _up(f"http://127.0.0.1:{port}/"):
+                assert time.monotonic() < deadline and proc.poll() is None, "serve did not come up"
+                time.sleep(0.1)
+            for pid, data in raw.items():
+                for path in (f"pith/{pid}/bundle.json", f".well-known/pith/{pid}/bundle.json"):
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/{path}", timeout=10) as response:
+                        assert response.headers["Content-Type"] == "application/json"
+                        assert response.read() == data
+            assert_mirrored(root / "output", raw)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(10)
 
 
 def _up(url):

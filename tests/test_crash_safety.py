@@ -252,6 +252,7 @@ def test_workers_leave_with_a_killed_build_and_the_next_build_runs(tmp_path):
         assert f"{PARALLEL_THRESHOLD + 36} published" in result.stdout
     finally:
         proc.kill()
+        proc.stdout.close()
         for worker in workers:
             try:
                 os.kill(worker, signal.SIGKILL)

@@ -92,21 +92,21 @@ def served_project(tmp_path):
 def server(served_project):
     root, key = served_project
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "site_builder", "serve", "--port", str(port), "--no-search",
-                             "--trusted-keys", "pith-key.json", "--trusted-keys", "test-key.json",
-                             "--base-url", "/mirror/"],
-                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}/mirror/"
-    try:
-        eventually(lambda: _up(base), deadline=30)
-        yield root, key, base, port, proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    with subprocess.Popen([sys.executable, "-m", "site_builder", "serve", "--port", str(port), "--no-search",
+                           "--trusted-keys", "pith-key.json", "--trusted-keys", "test-key.json",
+                           "--base-url", "/mirror/"],
+                          cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            eventually(lambda: _up(base), deadline=30)
+            yield root, key, base, port, proc
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
 
 
 def _up(url):
