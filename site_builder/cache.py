@@ -19,10 +19,8 @@ These things are remembered:
   * ``previous_site``: what the live site published (each record's sha256, built_at and event count), from the
     outcomes of the build that wrote its verification.json, with that file's stat: while the file is that one,
     the next build takes its claims from here instead of parsing it.
-A cache SQLite finds damaged, or one of another builder version, is deleted and made anew; a stale entry can
-only cause extra work, because every key includes what the output depends on.  One that cannot be read or
-written for another reason (a lock another program holds, a full disk) stays as the last save left it, and the
-build says why it went on without it or did not save it.
+A stale entry can only cause extra work, because every key includes what the output depends on.  The file itself
+(opened, locked, made anew where it is damaged, gone without where it cannot be read) is cache_database.py's.
 
 The cache is untrusted input like any file in a project folder: every row carries a tag made with this user's
 cache key (cache_key.py), and a row whose tag does not check is ignored, as if it were not there.  The file index,
@@ -34,39 +32,31 @@ again.  So can an entry of another shape under this user's own tag, as a builder
 checked for their types before a build uses them, and a unit list is read only where every file it names is a
 plain path inside the site (unit_files.py), since the build links and removes those files.
 
-``cache.lock`` beside it is held by the build using the cache, and then by the detached process that saves
-it (``stages/remember.py``); a build opening the cache waits for that save first.  The same folder holds the
-templates Jinja compiled (compiled_templates.py, tagged the same way).
+A build opening the cache waits first for the detached process that saves the last one (its lock,
+cache_database.py).  The same folder holds the templates Jinja compiled (compiled_templates.py, tagged the same
+way).
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
-from site_builder import builder_identity
+from site_builder.cache_database import DIGEST_PARTS, CacheDatabase
 from site_builder.cache_key import CacheKey
 from site_builder.inspection import Inspection, inspection_from_json, inspection_to_json
 from site_builder.loading import signature_size
 from site_builder.mirrors import MirrorRecord
 from site_builder.pages import ALL_ADDRESSES
 from site_builder.selection import PreviousSite, PublishedBefore
-from site_builder.stored_document import StoredDocument, checked_document
+from site_builder.stored_document import StoredDocument
 from site_builder.unit_files import units_from_text, units_to_text
 from site_builder.writing import is_plain_path
 
-SCHEMA = "12"
-
-# The verification results and the list rows are each kept in sixteen documents, by the first hex digit of their
-# digest: a build reads each under one tag (a tag a row, 20,000 of them, cost ~50 ms a build at 10,000 records),
-# and a one-bundle change rewrites the parts that gain or lose an entry, not all of them.
-DIGEST_PARTS = frozenset("0123456789abcdef")
 
 @dataclass(frozen=True)
 class RecordedAddresses:
@@ -88,84 +78,29 @@ class RecordedAddresses:
                         for folder, label, pids in self.shared))
 
 
-def cache_context() -> str:
-    """What a cache entry's tag is bound to: entries of another builder or schema never check."""
-    return f"site-builder cache {builder_identity()}/{SCHEMA}"
+class BuildCache(CacheDatabase):
+    """What a build may reuse from the last ones (the documents above), kept in the cache's file."""
 
-
-def _damaged(exc: sqlite3.DatabaseError) -> bool:
-    """Whether *exc* says the database itself is damaged (not a lock, a full disk or an I/O error)."""
-    return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
-
-
-class BuildCache:
     def __init__(self, path: Path | None, load: bool = True, key: CacheKey | None = None):
         """Open (and lock) the cache at *path*; *load*: read its file index and unit lists now, else at ``load()``
         (a build that turns out to be a no-op never needs them: ~0.5 s at 100,000 records).  *key*: this user's
         cache key; without one there is no cache (nothing could tell this builder's entries from planted ones)."""
-        if key is None:
-            path = None
-        self.path = path
-        self.user_key = key if path is not None else None  # (compiled templates beside it are tagged with it too)
-        self._bound_key = key.bound_to(cache_context()) if key is not None else None
-        self._key = self._bound_key.tagger() if self._bound_key is not None else None
-        self.db: sqlite3.Connection | None = None
+        super().__init__(path, key)
         self._files: dict[str, tuple[str, str]] = {}
         self._units: dict[str, dict[str, tuple[str, str]]] = {}  # build id -> unit -> (key, files joined)
         self._rows: tuple[str, dict[str, set[str]]] = ("", {})  # build key, the digests stored under it, by part
         self._mirrored: MirrorRecord | None = None  # (read once: serve builds again and again)
         self._addresses_records: list | None = None  # the records the stored short-address plan was made for
         self._loaded = False
-        self.lock_fd: int | None = None
-        self.save_failure: str | None = None  # why a save did not reach the disk (the cache is as it was before)
-        self.unusable: str | None = None  # why the build went on without the cache at *path* (and saves none)
-        if path is not None:
+        if self.path is not None:
             self.take_lock()
             self._open()
             if load:
                 self.load()
 
-    def take_lock(self) -> None:
-        """Hold the cache's lock for this build, first waiting while the previous build saves the cache in the
-        background (build.py): reading before that save ends would miss what the live site is made of."""
-        if self.path is None or self.lock_fd is not None:
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path.parent / "cache.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        except OSError:
-            return  # an unwritable cache folder: the cache itself falls back to nothing
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:
-            os.close(fd)
-            return
-        self.lock_fd = fd
-
-    def release_lock(self) -> None:
-        """Close this process's handle on the lock (a background saver that inherited it keeps holding it)."""
-        if self.lock_fd is not None:
-            os.close(self.lock_fd)
-            self.lock_fd = None
-
-    def reconnect(self) -> None:
-        """A fresh connection in a forked process (an SQLite connection must not cross a fork)."""
-        self.db = None
-        if self.path is not None:
-            try:
-                self.db = sqlite3.connect(self.path, isolation_level=None)
-            except sqlite3.DatabaseError:
-                self.db = None
-
-    def _open(self) -> None:
-        assert self.path is not None
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(self.path, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self._ensure_schema()
-        except (sqlite3.DatabaseError, ValueError, OSError, AttributeError) as exc:
-            self._read_failed(exc)
+    def _forget(self) -> None:
+        self._files, self._units, self._mirrored, self._addresses_records = {}, {}, None, None
+        self._rows = ("", {})
 
     def load(self) -> None:
         """Read the file index and the unit lists of the trees this cache describes (once; a damaged cache is
@@ -184,69 +119,6 @@ class BuildCache:
         except (sqlite3.DatabaseError, ValueError, TypeError, OSError, AttributeError) as exc:
             self._read_failed(exc)
 
-    def _ensure_schema(self) -> None:
-        assert self.db is not None
-        self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-        row = self.db.execute("SELECT value FROM meta WHERE key='version'").fetchone()
-        version = f"{builder_identity()}/{SCHEMA}"  # (another builder's results are not to be trusted)
-        if row is None or row[0] != version:
-            for table in ("documents", "files", "inspections", "units", "rows", "mirrored"):
-                self.db.execute(f"DROP TABLE IF EXISTS {table}")
-            self.db.execute("DELETE FROM meta")
-            self.db.execute("INSERT INTO meta VALUES ('version', ?)", (version,))
-        self.db.execute("CREATE TABLE IF NOT EXISTS documents (name TEXT PRIMARY KEY, data BLOB, tag TEXT)")
-        self.db.execute("CREATE TABLE IF NOT EXISTS units (build_id TEXT PRIMARY KEY, data TEXT, tag TEXT)")
-
-    def _write_failed(self, exc: sqlite3.DatabaseError) -> None:
-        """After *exc* stopped a write: a database SQLite finds damaged is thrown away (``_reset``); on anything
-        else (a full disk, an I/O error, a lock another program holds) the write is rolled back, the cache kept as
-        the last save left it (which costs the next build only what this one did), this build writes nothing
-        more to it, and the failure is said (``save_failure``), not hidden."""
-        if _damaged(exc):
-            self._reset()
-            return
-        self.save_failure = self.save_failure or f"{self.path}: {exc}"
-        self._disconnect()  # (rolls back the write it was in)
-
-    def _read_failed(self, exc: Exception) -> None:
-        """After *exc* stopped a read (or the opening): a database SQLite finds damaged, or an entry that cannot be
-        parsed, is thrown away; on any other error of SQLite's (a lock another program holds, an I/O error) the
-        cache is left as it is, the build goes on without it and saves nothing to it, and says why
-        (``unusable``): making it anew would cost later builds too, and delete a database another program has open."""
-        if not isinstance(exc, sqlite3.DatabaseError) or _damaged(exc):
-            self._reset()
-            return
-        self.unusable = self.unusable or f"{self.path}: {exc}"
-        self._disconnect(forget=True)
-
-    def _disconnect(self, forget: bool = False) -> None:
-        """Close the connection (rolling back any write it was in); *forget*: and drop what was read over it."""
-        if self.db is not None:
-            try:
-                self.db.close()
-            except sqlite3.Error:
-                pass
-            self.db = None
-        if forget:
-            self._files, self._units, self._mirrored, self._addresses_records = {}, {}, None, None
-            self._rows = ("", {})
-
-    def _reset(self) -> None:
-        """Throw the cache away (corrupt, truncated, foreign) and start an empty one."""
-        self._disconnect(forget=True)
-        assert self.path is not None
-        for suffix in ("", "-wal", "-shm"):
-            try:
-                os.unlink(str(self.path) + suffix)
-            except OSError:
-                pass
-        try:
-            self.db = sqlite3.connect(self.path, isolation_level=None)
-            self._ensure_schema()
-        except (sqlite3.DatabaseError, OSError) as exc:
-            self.db = None
-            self.unusable = f"{self.path}: {exc}"
-
     # --- reads ------------------------------------------------------------------------------------
 
     def _document(self, name: str) -> dict[str, tuple[str, str]] | None:
@@ -259,52 +131,6 @@ class BuildCache:
         if not all(type(sig) is str and type(sha) is str for sig, sha in document.values()):
             raise ValueError(f"the cache's {name} holds an entry of another shape")
         return document
-
-    def _read_document(self, name: str) -> object | None:
-        """The JSON of the document *name*, or None where there is none or its tag does not check."""
-        data = self._checked_bytes(name)
-        return None if data is None else orjson.loads(data)
-
-    def _checked_bytes(self, name: str) -> bytes | None:
-        """The bytes of the document *name* as stored, or None where there is none or its tag does not check."""
-        return checked_document(self.db, name, self._key)
-
-    def _document_for(self, name: str, field: str, value: str) -> dict | None:
-        """The document *name* if it was made for *value* (its *field*), else None: none, a tag that does not
-        check, one made for another value, or no cache."""
-        if self.db is None:
-            return None
-        try:
-            return self._read_document_for(name, field, value)
-        except sqlite3.DatabaseError as exc:
-            self._read_failed(exc)
-            return None
-
-    def _read_document_for(self, name: str, field: str, value: str) -> dict | None:
-        """``_document_for``, leaving a damaged database's error (sqlite3.DatabaseError) to the caller."""
-        try:
-            doc = self._read_document(name)
-        except ValueError:
-            return None
-        return doc if isinstance(doc, dict) and doc.get(field) == value else None
-
-    def _part(self, kind: str, part: str, field: str, value: str, entries: str) -> dict:
-        """The *entries* of the part *part* of *kind* (``inspections``, ``rows``: sixteen documents by digest)
-        made for *value* (its *field*); {} where there are none that check: none stored, one made for another
-        value, a tag that does not check, a part that is no hex digit."""
-        doc = self._read_document_for(f"{kind}/{part}", field, value) if part in DIGEST_PARTS else None
-        found = doc.get(entries) if doc is not None else None
-        return found if isinstance(found, dict) else {}
-
-    def _save_document(self, name: str, doc: dict | bytes) -> bool:
-        """Store *doc* (or its JSON) as the document *name*; False where the cache could not take it (and was
-        reset)."""
-        try:
-            self._write_document(name, doc)
-            return True
-        except sqlite3.DatabaseError as exc:
-            self._write_failed(exc)
-            return False
 
     def previous_site(self, marker_sig: str | None) -> PreviousSite | None:
         """What the live site published, as the build that wrote its verification.json recorded it, while that
@@ -374,11 +200,6 @@ class BuildCache:
     def save_template_references(self, build_key: str, references: dict[str, list[str] | None]) -> None:
         if self.db is not None:
             self._save_document("template_references", {"build_key": build_key, "references": references})
-
-    def _write_document(self, name: str, entries: dict | bytes) -> None:
-        data = entries if isinstance(entries, bytes) else orjson.dumps(entries)
-        self.db.execute("INSERT OR REPLACE INTO documents VALUES (?, ?, ?)",
-                        (name, data, self._key.tag("document", name, data)))
 
     def file_sha(self, rel: str, sig: str) -> str | None:
         entry = self._files.get(rel)
@@ -593,8 +414,3 @@ class BuildCache:
         except sqlite3.DatabaseError as exc:
             self._write_failed(exc)
 
-    def close(self) -> None:
-        if self.db is not None:
-            self.db.close()
-            self.db = None
-        self.release_lock()

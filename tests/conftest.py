@@ -19,7 +19,7 @@ import pytest
 import trustme
 
 from site_builder.build import BuildOptions
-from site_builder.cache import cache_context
+from site_builder.cache_database import cache_context
 from site_builder.cache_key import user_cache_key
 from site_builder.incremental import IncrementalStore
 from site_builder.options import BuildPolicy

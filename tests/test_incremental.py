@@ -16,7 +16,7 @@ import pytest
 from site_builder import pages as pages_module
 from site_builder import report as report_module
 from site_builder.build import build, prepare_spare_tree
-from site_builder.cache import cache_context
+from site_builder.cache_database import cache_context
 from site_builder.cache_key import user_cache_key
 from site_builder.incremental import IncrementalStore
 from site_builder.options import ServeSession

@@ -9,7 +9,8 @@ import sqlite3
 import orjson
 import pytest
 
-from site_builder.cache import BuildCache, cache_context
+from site_builder.cache import BuildCache
+from site_builder.cache_database import cache_context
 from site_builder.cache_key import CacheKey, user_cache_key
 from site_builder.stored_document import StoredDocument, checked_document
 

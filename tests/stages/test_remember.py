@@ -58,7 +58,7 @@ def test_cache_waits_for_a_background_saver(tmp_path):
     BuildCache(path, key=user_cache_key()).close()
     saver = textwrap.dedent(f"""
         import fcntl, os, sqlite3, sys, time
-        from site_builder.cache import cache_context
+        from site_builder.cache_database import cache_context
         from site_builder.cache_key import user_cache_key
         fd = os.open({str(path.parent / "cache.lock")!r}, os.O_RDWR | os.O_CREAT)
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -196,7 +196,7 @@ def test_the_build_waits_only_for_deletions_that_could_change_the_site(project, 
 
 def _plant_rows(project, html: bytes, made_up_tag: str | None = None) -> int:
     """Every stored list row replaced by *html*, each part tagged with this user's key (or *made_up_tag*)."""
-    from site_builder.cache import cache_context
+    from site_builder.cache_database import cache_context
     key = user_cache_key().bound_to(cache_context())
     db = sqlite3.connect(cache_dir(project) / "cache.sqlite")
     planted = 0
