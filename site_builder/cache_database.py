@@ -63,7 +63,7 @@ class CacheDatabase:
 
     def take_lock(self) -> None:
         """Hold the cache's lock for this build, first waiting while the previous build saves the cache in the
-        background (build.py): reading before that save ends would miss what the live site is made of."""
+        background (stages/remember.py): reading before that save ends would miss what the live site is made of."""
         if self.path is None or self.lock_fd is not None:
             return
         try:

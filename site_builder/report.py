@@ -111,7 +111,7 @@ class BuildReport:
     removed: list[str] = field(default_factory=list)  # pages of records no longer published
     changed: bool = True
     search_behind: bool = False  # published with the previous search index (BuildOptions.defer_search)
-    saved_in_background: bool = False  # the cache is being saved by a detached process (build.py)
+    saved_in_background: bool = False  # the cache is being saved by a detached process (stages/remember.py)
     # Why no twin was linked where one was asked for, for the person at the terminal (not in verification.json:
     # it depends on the machine, and the same inputs make the same site).
     twin_note: str = ""
