@@ -166,7 +166,7 @@ def _keep_newer_copy(selection: Selection, report: BuildReport, chosen: Candidat
                      kept_path: Path, kept_from: str, described: str) -> None:
     """Publish *kept*, a verified and newer copy of *chosen*'s record, in its place, and say why of the input it
     replaces (*chosen*, or the input *chosen* was itself kept in place of: the previous site's copy, then the
-    live site's newer still)."""
+    live site's newer still); the refusal said then no longer says that copy stays published."""
     replaced = chosen.stands_for or chosen.inspection
     mine, theirs = replaced.summary, kept.summary
     selection.published[theirs.pith_id] = Candidate(kept, kept_path, kept_from=kept_from, stands_for=replaced)
