@@ -13,18 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REAL_FILES, both_keys, keyword_of_calls, opts, tree
+from conftest import REAL_FILES, both_keys, exclusive_lock_held, keyword_of_calls, opts, tree
 from generate import make_bundle
 from site_builder.build import build
 from site_builder.cache_folder import leave_save_failure
 from site_builder.cache_key import user_cache_key
 from site_builder.incremental import IncrementalStore
 from site_builder.keys import load_trust_set
+from site_builder.loading import stat_signature
 from site_builder.options import BuildPolicy, ServeSession
 from site_builder.report import BuildReport
 from site_builder.settings import SettingsError, SiteConfig
 from site_builder.stages.context import (ABOUT_MAX_BYTES, StageClock, build_key_of, default_cache_dir, digest_of,
-                                         digests_under, opened_context, read_about, source_date)
+                                         digests_under, no_cache_note, opened_context, read_about, source_date)
 from site_builder.stages.remember import SAVE_STOPPED
 from site_builder.writing import OutputError
 
@@ -324,3 +325,22 @@ def test_a_serve_build_says_once_a_save_a_command_line_build_did_not_finish_betw
         assert build(options).cache_note == ""
     finally:
         options.store.close()
+
+
+def test_serve_goes_without_a_cache_another_program_holds_and_uses_it_again_once_it_is_let_go(project, serve_store):
+    """serve keeps the cache open between its builds, but not one it could not open: a build while another program
+    holds the database (a database browser, since before serve started) goes on without it and says so; the next
+    build, once that program has let it go, opens it again and saves to it, as a separate build would, and says
+    nothing."""
+    options = opts(project, project / "site", both_keys())
+    database = project / ".site-builder-cache" / "site" / "cache.sqlite"
+    assert build(options).cache_note == ""
+    options = replace(options, session=ServeSession(serve_store))
+    (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=4))
+    with exclusive_lock_held(database):
+        report = build(options)
+    assert report.cache_note == no_cache_note(f"{database}: database is locked")
+    (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=5))
+    report = build(options)
+    assert report.cache_note == "" and serve_store.cache.db is not None and serve_store.cache.unusable is None
+    assert serve_store.cache.file_sha("gen2.json", stat_signature(os.stat(project / "bundles" / "gen2.json")))
