@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REAL_FILES, both_keys, exclusive_lock_held, keyword_of_calls, opts, tree
+from conftest import REAL_FILES, both_keys, exclusive_lock_held, keyword_of_calls, open_descriptors, opts, tree
 from generate import make_bundle
 from site_builder.build import build
 from site_builder.cache_folder import leave_save_failure
@@ -344,3 +344,16 @@ def test_serve_goes_without_a_cache_another_program_holds_and_uses_it_again_once
     report = build(options)
     assert report.cache_note == "" and serve_store.cache.db is not None and serve_store.cache.unusable is None
     assert serve_store.cache.file_sha("gen2.json", stat_signature(os.stat(project / "bundles" / "gen2.json")))
+
+
+def test_a_build_leaves_none_of_its_caches_files_open(project):
+    """A build run in a process that goes on (serve's, a program calling ``build()``) closes the cache it opened:
+    each build would otherwise leave the database, its journal and its lock open, until the process ran out of
+    descriptors."""
+    options = opts(project, project / "site", both_keys())
+    build(options)
+    before = open_descriptors()
+    for variant in (4, 5):
+        (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=variant))
+        assert build(options).cache_note == ""
+    assert open_descriptors() == before
