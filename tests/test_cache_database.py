@@ -1,9 +1,10 @@
 """The cache's file: a lock this build already holds taken again at once; a save the disk cannot take, or a
 database another program holds or that fails part-way, left as it is and said; one SQLite finds damaged made
-anew."""
+anew, or gone without and said where it cannot be."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from site_builder.cache_key import user_cache_key
 from site_builder.inspection import inspect_bytes
 from site_builder.keys import load_trust_set
 
-from conftest import REAL_FILES, FailingDisk, exclusive_lock_held
+from conftest import REAL_FILES, FailingDisk, exclusive_lock_held, run_unprivileged
 
 
 def test_taking_the_lock_this_cache_already_holds_returns_at_once(tmp_path):
@@ -142,3 +143,24 @@ def test_a_cache_that_cannot_be_read_part_way_is_gone_without_not_thrown_away(tm
         assert list(cache.inspections([result.sha256], "trust")) == [result.sha256]
     finally:
         cache.close()
+
+
+def test_a_damaged_cache_that_cannot_be_made_anew_is_gone_without_and_said(tmp_path):
+    """A damaged database in a folder this user may no longer write to can be neither deleted nor made anew: the
+    build goes on without a cache and says why, rather than lose it in silence."""
+    path = tmp_path / "cache" / "cache.sqlite"
+    BuildCache(path, key=user_cache_key()).close()
+    path.write_bytes(b"this is not a database" * 100)
+    os.chmod(path.parent, 0o500)
+
+    def opened() -> None:
+        cache = BuildCache(path, key=user_cache_key())
+        try:
+            assert cache.db is None and cache.unusable == f"{path}: file is not a database"
+        finally:
+            cache.close()
+    try:
+        run_unprivileged(opened)
+    finally:
+        os.chmod(path.parent, 0o700)
+    assert path.read_bytes() == b"this is not a database" * 100
