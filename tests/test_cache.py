@@ -663,8 +663,9 @@ def test_the_builders_own_cache_folder_is_made_private_and_links_at_its_names_ar
 
 def test_the_cache_keeps_only_what_the_two_trees_and_the_inputs_still_use(project):
     """A mirror's cache does not grow with its history: the verification result of a file that is gone (deleted,
-    or changed to other bytes) is dropped from the cache, and the unit lists kept are those of the two trees in
-    the output folder (the site and the tree beside it that the next build updates), not of every build."""
+    or changed to other bytes) is dropped from the cache, the list rows kept are those of the records shown now,
+    and the unit lists kept are those of the two trees in the output folder (the site and the tree beside it
+    that the next build updates), not of every build."""
     from site_builder.build import build, default_cache_dir
     from site_builder.stages.plan import read_build_id
 
@@ -672,19 +673,22 @@ def test_the_cache_keeps_only_what_the_two_trees_and_the_inputs_still_use(projec
     build(opts(project, out, both_keys()))
     db_path = default_cache_dir(out) / "cache.sqlite"
 
-    def stored() -> tuple[dict, set[str], set[str]]:
-        """The file index, the digests whose results are kept and the build ids whose unit lists are."""
+    def stored() -> tuple[dict, set[str], set[str], set[str]]:
+        """The file index, the digests whose results are kept, the build ids whose unit lists are, and the
+        digests of the list rows kept."""
         db = sqlite3.connect(db_path)
         try:
-            results = set()
+            results, rows = set(), set()
             for (name,) in db.execute("SELECT name FROM documents WHERE name LIKE 'inspections/%'"):
                 results |= set(cache_document(db, name)[0]["results"])
+            for (name,) in db.execute("SELECT name FROM documents WHERE name LIKE 'rows/%'"):
+                rows |= set(cache_document(db, name)[0]["rows"])
             return (cache_document(db, "files")[0], results,
-                    {b for (b,) in db.execute("SELECT build_id FROM units")})
+                    {b for (b,) in db.execute("SELECT build_id FROM units")}, rows)
         finally:
             db.close()
 
-    files, results, _ = stored()
+    files, results, _, _ = stored()
     deleted, changed = files["gen0.json"][1], files["gen1.json"][1]
     assert {deleted, changed} <= results
     (project / "bundles" / "gen0.json").unlink()
@@ -692,7 +696,8 @@ def test_the_cache_keeps_only_what_the_two_trees_and_the_inputs_still_use(projec
     (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=5))
     build(opts(project, out, both_keys()))
     (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=5))
-    build(opts(project, out, both_keys()))
-    files, results, build_ids = stored()
+    report = build(opts(project, out, both_keys()))
+    files, results, build_ids, rows = stored()
     assert results == {sha for _, sha in files.values()} and deleted not in results and changed not in results
     assert build_ids == {read_build_id(out), read_build_id(project / ".site.prev")}
+    assert len(rows) == report.count("published") == 9  # (one row a record shown; none of the records gone)
