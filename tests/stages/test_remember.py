@@ -690,3 +690,16 @@ def test_a_cache_folder_this_user_may_not_write_to_is_no_cache_and_the_build_say
         run_unprivileged(build_unprivileged)
     finally:
         folder.chmod(0o755)
+
+
+def test_a_no_op_rebuild_says_the_warnings_the_build_before_said(project):
+    """Nothing changed, so the build answers from what the last one recorded: with its outcomes, the warnings it
+    gave, which hold as much now (an input older than the bundle published is still refused), not silence."""
+    out = project / "site"
+    (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=5))
+    build(opts(project, out, both_keys()))
+    (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=2))
+    refused = build(opts(project, out, both_keys()))
+    assert refused.changed and any("rollback refused" in w for w in refused.warnings)
+    again = build(opts(project, out, both_keys()))
+    assert not again.changed and again.warnings == refused.warnings
