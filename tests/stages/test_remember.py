@@ -20,8 +20,12 @@ from site_builder.cache_key import user_cache_key
 from site_builder.incremental import IncrementalStore
 from site_builder.keys import load_trust_set
 from site_builder.options import ServeSession
+from site_builder.report import BuildReport
 from site_builder.settings import SiteConfig
+from site_builder.stages.context import opened_context
+from site_builder.stages.gather import gather
 from site_builder.stages.remember import SAVE_STOPPED
+from site_builder.stages.verify import verify
 
 from conftest import ROOT
 from conftest import (FailingDisk, both_keys, cache_document, document_tag, edit_every_template,
@@ -703,3 +707,19 @@ def test_a_no_op_rebuild_says_the_warnings_the_build_before_said(project):
     assert refused.changed and any("rollback refused" in w for w in refused.warnings)
     again = build(opts(project, out, both_keys()))
     assert not again.changed and again.warnings == refused.warnings
+
+
+def test_what_a_build_verified_for_a_site_that_did_not_change_is_kept(project, tmp_path):
+    """The cache's verification results lost (a part that no longer checks, say) while it still knows the site:
+    the next build verifies those files again and finds the site as it is, writing nothing; what it verified is
+    kept all the same, so that the builds after it do not verify them again."""
+    options = opts(project, project / "site", both_keys())
+    build(options)
+    db = sqlite3.connect(project / ".site-builder-cache" / "site" / "cache.sqlite")
+    assert db.execute("DELETE FROM documents WHERE name LIKE 'inspections/%'").rowcount > 0
+    db.commit()
+    db.close()
+    (project / "bundles" / "gen1.json").touch()  # (not the no-op answer: the build verifies)
+    assert build(options).changed is False
+    with opened_context(options, tmp_path, BuildReport(), lambda: "pagefind 0") as ctx:
+        assert verify(ctx, gather(ctx)).fresh == []
