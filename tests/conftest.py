@@ -23,8 +23,12 @@ from site_builder.cache_database import cache_context
 from site_builder.cache_key import user_cache_key
 from site_builder.incremental import IncrementalStore
 from site_builder.options import BuildPolicy
+from site_builder.report import BuildReport
 from site_builder.keys import TrustSet, key_from_document, load_trust_set
 from site_builder.stages import write
+from site_builder.stages.context import opened_context
+from site_builder.stages.gather import gather
+from site_builder.stages.verify import verify
 
 from browser import serving
 from generate import benchmark_key, edited_visibly, make_bundle
@@ -278,6 +282,13 @@ def project(tmp_path) -> Path:
     real_and_generated_bundles(tmp_path / "bundles", 6)
     (tmp_path / "templates").mkdir()
     return tmp_path
+
+
+def verified(options: BuildOptions, scratch: Path):
+    """The verify stage's answer for *options*' inputs, as a build would have it (the gather stage before it), with
+    the build's cache and store: what it took from them and what it checked anew (``fresh``)."""
+    with opened_context(options, scratch, BuildReport(), lambda: "pagefind 0") as ctx:
+        return verify(ctx, gather(ctx))
 
 
 @pytest.fixture

@@ -20,16 +20,12 @@ from site_builder.cache_key import user_cache_key
 from site_builder.incremental import IncrementalStore
 from site_builder.keys import load_trust_set
 from site_builder.options import ServeSession
-from site_builder.report import BuildReport
 from site_builder.settings import SiteConfig
-from site_builder.stages.context import opened_context
-from site_builder.stages.gather import gather
 from site_builder.stages.remember import SAVE_STOPPED
-from site_builder.stages.verify import verify
 
 from conftest import ROOT
 from conftest import (FailingDisk, both_keys, cache_document, document_tag, edit_every_template,
-                      exclusive_lock_held, opts, plant_document, run_unprivileged, tree, write_lock_held)
+                      exclusive_lock_held, opts, plant_document, run_unprivileged, tree, verified, write_lock_held)
 
 from generate import benchmark_key, make_bundle  # noqa: E402
 
@@ -721,5 +717,4 @@ def test_what_a_build_verified_for_a_site_that_did_not_change_is_kept(project, t
     db.close()
     (project / "bundles" / "gen1.json").touch()  # (not the no-op answer: the build verifies)
     assert build(options).changed is False
-    with opened_context(options, tmp_path, BuildReport(), lambda: "pagefind 0") as ctx:
-        assert verify(ctx, gather(ctx)).fresh == []
+    assert verified(options, tmp_path).fresh == []

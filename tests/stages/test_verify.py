@@ -7,22 +7,13 @@ import os
 import sqlite3
 from dataclasses import replace
 
-from conftest import both_keys, cache_document, calls_of, opts
+from conftest import both_keys, cache_document, calls_of, opts, verified
 from generate import make_bundle
 from site_builder.build import build
 from site_builder.incremental import IncrementalStore
 from site_builder.keys import load_trust_set
 from site_builder.options import ServeSession
-from site_builder.report import BuildReport
 from site_builder.stages import verify as verify_stage
-from site_builder.stages.context import opened_context
-from site_builder.stages.gather import gather
-from site_builder.stages.verify import verify
-
-
-def verified(options, scratch):
-    with opened_context(options, scratch, BuildReport(), lambda: "pagefind 0") as ctx:
-        return verify(ctx, gather(ctx))
 
 
 def test_serve_verifies_a_file_again_only_when_it_changed(project, tmp_path):
