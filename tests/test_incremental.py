@@ -82,7 +82,6 @@ def test_serve_builds_drop_the_entries_of_records_that_are_gone(project, serve_s
     build(opts(project, project / "site", trust, session=ServeSession(store)))
     assert held() == (False, False, False)
     assert "unit-rows:category/gone/" not in store
-    store.close()
 
 
 def in_a_category_of_its_own(bundle: Path, n: int, category: str = "q-fin.CP") -> bytes:

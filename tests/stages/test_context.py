@@ -18,7 +18,6 @@ from generate import make_bundle
 from site_builder.build import build
 from site_builder.cache_folder import leave_save_failure
 from site_builder.cache_key import user_cache_key
-from site_builder.incremental import IncrementalStore
 from site_builder.keys import load_trust_set
 from site_builder.loading import stat_signature
 from site_builder.options import BuildPolicy, ServeSession
@@ -310,21 +309,19 @@ def test_the_stage_clock_adds_each_stages_cpu_of_this_process_and_of_its_childre
     assert 0.25 <= cpu["child"][1] <= children + 1e-9 and 0 <= cpu["child"][0] < 0.1
 
 
-def test_a_serve_build_says_once_a_save_a_command_line_build_did_not_finish_between_two_of_its_own(project):
+def test_a_serve_build_says_once_a_save_a_command_line_build_did_not_finish_between_two_of_its_own(project,
+                                                                                                    serve_store):
     """serve keeps the cache open between its builds; a command-line build of the same output in between whose
     detached save never ended leaves word of it in the cache folder (``announce_save``), which serve's next build
     says as a separate build would, once."""
-    options = replace(opts(project, project / "site", both_keys()), session=ServeSession(IncrementalStore()))
-    try:
-        assert build(options).cache_note == ""
-        assert leave_save_failure(project / ".site-builder-cache" / "site", user_cache_key(), SAVE_STOPPED)
-        (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=4))
-        assert build(options).cache_note == (f"the last build's cache was not saved ({SAVE_STOPPED}); this build "
-                                             f"could not reuse what that one did")
-        (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=5))
-        assert build(options).cache_note == ""
-    finally:
-        options.store.close()
+    options = replace(opts(project, project / "site", both_keys()), session=ServeSession(serve_store))
+    assert build(options).cache_note == ""
+    assert leave_save_failure(project / ".site-builder-cache" / "site", user_cache_key(), SAVE_STOPPED)
+    (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=4))
+    assert build(options).cache_note == (f"the last build's cache was not saved ({SAVE_STOPPED}); this build "
+                                         f"could not reuse what that one did")
+    (project / "bundles" / "gen2.json").write_bytes(make_bundle(2, variant=5))
+    assert build(options).cache_note == ""
 
 
 def test_serve_goes_without_a_cache_another_program_holds_and_uses_it_again_once_it_is_let_go(project, serve_store):

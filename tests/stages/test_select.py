@@ -230,7 +230,7 @@ def test_a_record_of_the_live_site_not_as_this_builder_writes_it_is_not_taken(tm
     assert any("rollback refused" in w for w in report.warnings)
 
 
-def test_serve_refuses_a_rollback_behind_what_a_build_in_another_terminal_published(tmp_path):
+def test_serve_refuses_a_rollback_behind_what_a_build_in_another_terminal_published(tmp_path, serve_store):
     """serve keeps what the live site published between its builds; ``build`` run meanwhile in another terminal
     publishes a newer bundle, and serve's next build must refuse the older one the inputs hold again, as any
     build would: the live site is the one that build left, not the one serve made last."""
@@ -239,7 +239,7 @@ def test_serve_refuses_a_rollback_behind_what_a_build_in_another_terminal_publis
     newer = make(base, key, "Newer title", "2026-10-10T00:00:00Z")
     pith_id = record_id(newer)
     out = tmp_path / "site"
-    store = IncrementalStore()
+    store = serve_store
 
     def serve_build(data: bytes) -> BuildReport:
         (bundles / "r.json").write_bytes(data)
@@ -248,7 +248,6 @@ def test_serve_refuses_a_rollback_behind_what_a_build_in_another_terminal_publis
     serve_build(older)
     build_with(bundles, out, trust, newer)  # (the other terminal)
     report = serve_build(older)
-    store.close()
     assert (out / "pith" / pith_id / "bundle.json").read_bytes() == newer
     assert "Newer title" in (out / "pith" / pith_id / "index.html").read_text()
     assert any("rollback refused" in w for w in report.warnings)

@@ -10,14 +10,13 @@ from dataclasses import replace
 from conftest import both_keys, cache_document, calls_of, opts, verified
 from generate import make_bundle
 from site_builder.build import build
-from site_builder.incremental import IncrementalStore
 from site_builder.keys import load_trust_set
 from site_builder.options import ServeSession
 from site_builder.stages import verify as verify_stage
 
 
-def test_serve_verifies_a_file_again_only_when_it_changed(project, tmp_path):
-    store = IncrementalStore()
+def test_serve_verifies_a_file_again_only_when_it_changed(project, tmp_path, serve_store):
+    store = serve_store
     options = opts(project, project / "site", both_keys(), session=ServeSession(store), use_cache=False)
     first = verified(options, tmp_path)
     assert len(first.fresh) == 10 and all(i.verified for i in first.inspections)
@@ -26,18 +25,16 @@ def test_serve_verifies_a_file_again_only_when_it_changed(project, tmp_path):
     (project / "bundles" / "gen1.json").write_bytes(make_bundle(1, variant=2))
     changed = verified(options, tmp_path)
     assert [i.rel for i in changed.fresh] == ["gen1.json"]
-    store.close()
 
 
-def test_serve_takes_results_from_its_store_only_for_the_same_keys(project, tmp_path):
+def test_serve_takes_results_from_its_store_only_for_the_same_keys(project, tmp_path, serve_store):
     """A key no longer pinned (serve's keys file edited) is no key: every file is checked again, and the
     generated bundles, signed by it, are rejected."""
-    store = IncrementalStore()
+    store = serve_store
     options = opts(project, project / "site", both_keys(), session=ServeSession(store), use_cache=False)
     assert all(i.verified for i in verified(options, tmp_path).inspections)
     other_keys = verified(replace(options, trust=load_trust_set()), tmp_path)
     assert len(other_keys.fresh) == 10 and sum(i.verified for i in other_keys.inspections) == 4
-    store.close()
 
 
 def test_a_separate_build_takes_results_from_the_cache_only_for_the_same_keys(project, tmp_path):
